@@ -1,0 +1,1 @@
+"""The ``pyggml`` command line."""

@@ -1,0 +1,57 @@
+"""``pyggml`` entry point: one sub-command per module in this package.
+
+Each command module defines ``add_parser(subparsers)`` which adds its parser and sets
+``func`` (called with the parsed args, returning an exit status). Errors that users cause
+(bad files, bad flags) are raised as :class:`CLIError` or a library error and printed as one
+``error:`` line on stderr, with exit status 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: sub-command modules, in the order ``--help`` lists them
+COMMANDS = ["dump"]
+
+
+class CLIError(Exception):
+    """A user-facing error: printed as ``error: <message>`` with exit status 1."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pyggml",
+        description="pyggml: ggml, the tensor engine under llama.cpp, in Python.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"pyggml.cli.{name}").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # user-facing: one line, no traceback
+        from ..errors import PyGGMLError
+
+        if isinstance(e, CLIError | PyGGMLError | OSError):
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
