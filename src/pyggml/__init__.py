@@ -1,7 +1,27 @@
-"""pyggml: ggml, the tensor engine under llama.cpp, rebuilt in Python."""
+"""pyggml: ggml, the tensor engine under llama.cpp, rebuilt in Python.
+
+The flat API mirrors ggml's C API without the ``ggml_`` prefix (``pyggml.mul_mat(ctx, a, b)``
+is ``ggml_mul_mat``); the objects carry Pythonic methods on top (``ctx.new_tensor``,
+``t.numpy()``, ``a + b``).
+"""
 
 from __future__ import annotations
 
+from .context import (
+    Context,
+    dup_tensor,
+    get_tensor,
+    init,
+    new_f32,
+    new_i32,
+    new_tensor,
+    new_tensor_1d,
+    new_tensor_2d,
+    new_tensor_3d,
+    new_tensor_4d,
+    tensor_overhead,
+    view_tensor,
+)
 from .errors import (
     ContextFullError,
     GraphFullError,
@@ -11,6 +31,86 @@ from .errors import (
     TypeMismatchError,
     UnsupportedOpError,
 )
+from .graph import (
+    GGML_DEFAULT_GRAPH_SIZE,
+    Graph,
+    build_forward_expand,
+    build_forward_select,
+    graph_get_tensor,
+    graph_n_nodes,
+    graph_node,
+    graph_overhead,
+    graph_overhead_custom,
+    graph_view,
+    new_graph,
+    new_graph_custom,
+)
+from .ops.builders import *  # noqa: F403  (ggml's op constructors, flat)
+from .ops.enums import GluOp, Op, UnaryOp, glu_op_name, op_name, unary_op_name
+from .tensor import (
+    GGML_MAX_DIMS,
+    GGML_MAX_NAME,
+    GGML_MAX_OP_PARAMS,
+    GGML_MAX_SRC,
+    Tensor,
+    TensorFlag,
+    are_same_layout,
+    are_same_shape,
+    are_same_stride,
+    can_repeat,
+    can_repeat_rows,
+)
 from .types import GGML_TYPE_COUNT, QK_K, GGMLType, GGMLTypeError, TypeTraits, blck_size, row_size, type_size
 
 __version__ = "0.1.0"
+
+
+def graph_compute_with_ctx(ctx: Context, graph: Graph, n_threads: int = 1) -> None:
+    """ggml_graph_compute_with_ctx: run every node of ``graph`` on the CPU, in the tensors' memory."""
+    from .backend.cpu.compute import graph_compute
+
+    graph_compute(graph, n_threads)
+
+
+def set_input(t: Tensor) -> None:
+    t.set_input()
+
+
+def set_output(t: Tensor) -> None:
+    t.set_output()
+
+
+def set_param(t: Tensor) -> None:
+    t.set_param()
+
+
+def set_name(t: Tensor, name: str) -> Tensor:
+    return t.set_name(name)
+
+
+def nbytes(t: Tensor) -> int:
+    return t.nbytes()
+
+
+def nelements(t: Tensor) -> int:
+    return t.nelements()
+
+
+def nrows(t: Tensor) -> int:
+    return t.nrows()
+
+
+def n_dims(t: Tensor) -> int:
+    return t.n_dims()
+
+
+def is_contiguous(t: Tensor) -> bool:
+    return t.is_contiguous()
+
+
+def is_transposed(t: Tensor) -> bool:
+    return t.is_transposed()
+
+
+def is_permuted(t: Tensor) -> bool:
+    return t.is_permuted()

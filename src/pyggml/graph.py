@@ -153,6 +153,8 @@ class Graph:
         if root.op != Op.NONE and compute:
             root.flags |= TensorFlag.COMPUTE
         if id(root) in visited:
+            if compute:
+                _propagate_compute(root)
             return
         rtl = self.order == EvalOrder.RIGHT_TO_LEFT
         src_order = range(GGML_MAX_SRC - 1, -1, -1) if rtl else range(GGML_MAX_SRC)
@@ -171,6 +173,8 @@ class Graph:
                     src.flags |= TensorFlag.COMPUTE
                 if id(src) in visited:
                     use_counts[id(src)] += 1
+                    if compute:
+                        _propagate_compute(src)
                     continue
                 visited[id(src)] = src
                 use_counts[id(src)] = 0
@@ -255,6 +259,18 @@ class Graph:
         lines.append("}")
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
+
+
+def _propagate_compute(node: Tensor) -> None:
+    """Revisiting a node with compute=True flags every ancestor that lacks COMPUTE (as ggml does)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        for src in n.src:
+            if src is not None and not (src.flags & TensorFlag.COMPUTE):
+                if src.op != Op.NONE:
+                    src.flags |= TensorFlag.COMPUTE
+                stack.append(src)
 
 
 def _dot_escape(s: str) -> str:

@@ -1038,3 +1038,18 @@ def custom_inplace(ctx: Context, a: Tensor, args: Sequence[Tensor], fun: CustomF
     result = _node(ctx.view_tensor(a), Op.CUSTOM, a, *args)
     result.extra = _custom_params(fun, n_tasks, userdata)
     return result
+
+
+__all__ = [n for n, v in list(globals().items())
+           if not n.startswith("_") and getattr(v, "__module__", None) == __name__ and n not in ("CustomFn",)]
+__all__ += [
+    "GGML_N_TASKS_MAX",
+    "GGML_PREC_DEFAULT",
+    "GGML_PREC_F32",
+    "GGML_ROPE_TYPE_IMROPE",
+    "GGML_ROPE_TYPE_MROPE",
+    "GGML_ROPE_TYPE_NEOX",
+    "GGML_ROPE_TYPE_VISION",
+    "GGML_SCALE_FLAG_ALIGN_CORNERS",
+    "GGML_SCALE_FLAG_ANTIALIAS",
+]
