@@ -79,6 +79,13 @@ def to_f32_4d(t: Tensor) -> np.ndarray:
     return rows_to_f32(t.view4(), t.type)
 
 
+def _squeeze_lead(shape: tuple[int, ...]) -> tuple[int, ...]:
+    i = 0
+    while i < len(shape) - 1 and shape[i] == 1:
+        i += 1
+    return tuple(shape[i:])
+
+
 def from_numpy_into(t: Tensor, array: Any) -> None:
     """Tensor.set: write array into t after shape and type checks."""
     arr = np.asarray(array)
@@ -87,7 +94,7 @@ def from_numpy_into(t: Tensor, array: Any) -> None:
     if arr.dtype.kind not in ("iub" if is_int_type else "fiub"):
         raise TypeMismatchError(f"cannot store {arr.dtype} data in {ty.type_name} tensor {t.name!r}")
     target = (t.ne[3], t.ne[2], t.ne[1], t.ne[0])
-    if arr.shape not in (t.shape, target) and not (arr.ndim == 1 and arr.size == t.nelements()):
+    if _squeeze_lead(arr.shape) != _squeeze_lead(t.shape) and not (arr.ndim == 1 and arr.size == t.nelements()):
         raise ShapeError(f"array of shape {arr.shape} does not fit tensor {t.name!r} of numpy shape {t.shape}")
     arr = arr.reshape(target)
     view = t.view4()

@@ -1,0 +1,190 @@
+"""``llama_context``: decode batches through the KV cache, with llama.cpp's ubatching and graph reuse.
+
+A batch is split into ubatches of at most ``n_ubatch`` tokens (split_simple). For each ubatch the
+KV cells are found and applied first, then the graph for its shape is built, or the previous one
+reused when llama.cpp would reuse it (same n_tokens, n_outputs and n_kv per cache; ``n_reused``
+counts those steps), its intermediate memory planned by gallocr, its inputs written, and it runs
+on the CPU backend. Only positions flagged as outputs get logits.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..alloc.gallocr import gallocr_alloc_graph, gallocr_new
+from ..backend.api import backend_graph_compute
+from ..backend.cpu.backend import backend_cpu_buffer_type, backend_cpu_init
+from ..errors import PyGGMLError
+from ..tensor import Tensor, ggml_pad
+from ..types import GGMLType
+from .graph import GraphBuilder, UbatchGraph
+from .kv_cache import KV_PAD, KVCache
+from .model import Model
+
+#: ggml's eval callback: called with ask=True to ask whether a node is wanted, then with ask=False
+#: once it has been computed; returning False from the second call stops the graph.
+EvalCallback = Callable[[Tensor, bool], bool]
+
+
+class DecodeError(PyGGMLError):
+    """A batch that cannot be decoded (bad token ids, positions, too many tokens)."""
+
+
+@dataclass
+class ContextParams:
+    n_ctx: int = 0  # 0: the model's training context
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_threads: int = 0  # 0: all cores
+    flash_attn: bool = False
+    type_k: GGMLType = GGMLType.F16
+    type_v: GGMLType = GGMLType.F16
+    swa_full: bool = False
+
+
+class LlamaContext:
+    def __init__(self, model: Model, params: ContextParams | None = None,
+                 eval_callback: EvalCallback | None = None) -> None:
+        p = params or ContextParams()
+        hp = model.hparams
+        self.model = model
+        self.params = p
+        n_ctx_user = p.n_ctx or hp.n_ctx_train
+        self.n_batch = min(n_ctx_user, p.n_batch)
+        self.n_ubatch = min(self.n_batch, p.n_ubatch)
+        self.n_ctx = ggml_pad(n_ctx_user, KV_PAD)
+        self.flash_attn = p.flash_attn
+        buft = backend_cpu_buffer_type()
+        v_trans = not p.flash_attn
+        if hp.uses_swa:
+            base_layers = [il for il in range(hp.n_layer) if not hp.is_swa(il)]
+            swa_layers = [il for il in range(hp.n_layer) if hp.is_swa(il)]
+            swa_size = self.n_ctx if p.swa_full else ggml_pad(min(self.n_ctx, hp.n_swa + self.n_ubatch), KV_PAD)
+            self.caches = {
+                "base": KVCache(hp, base_layers, self.n_ctx, buft, p.type_k, p.type_v, v_trans, 0, "base"),
+                "swa": KVCache(hp, swa_layers, swa_size, buft, p.type_k, p.type_v, v_trans, hp.n_swa, "swa"),
+            }
+            self.layer_cache = ["swa" if hp.is_swa(il) else "base" for il in range(hp.n_layer)]
+        else:
+            self.caches = {"base": KVCache(hp, list(range(hp.n_layer)), self.n_ctx, buft, p.type_k, p.type_v,
+                                           v_trans, 0, "base")}
+            self.layer_cache = ["base"] * hp.n_layer
+        self.backend = backend_cpu_init()
+        self.backend.set_n_threads(p.n_threads or os.cpu_count() or 1)
+        self.galloc = gallocr_new(buft)
+        self.eval_callback = eval_callback
+        self._graph: UbatchGraph | None = None
+        self.n_reused = 0  # ubatches that reused the previous graph (llama.cpp's n_reused)
+        self.n_graph_builds = 0
+        self.n_past = 0
+        self.logits = np.zeros((0, hp.n_vocab), dtype=np.float32)
+
+    # ------------------------------------------------------------------ memory
+    def clear(self) -> None:
+        """Forget every cached token (llama_memory_clear)."""
+        for c in self.caches.values():
+            c.clear()
+        self.n_past = 0
+
+    def seq_rm(self, p0: int, p1: int = -1) -> None:
+        for c in self.caches.values():
+            c.seq_rm(p0, p1)
+        self.n_past = min(self.n_past, p0) if p1 < 0 else self.n_past
+
+    # ------------------------------------------------------------------ decoding
+    def decode(self, tokens: Sequence[int], positions: Sequence[int] | None = None,
+               outputs: Sequence[bool] | None = None) -> np.ndarray:
+        """Run ``tokens`` through the model; returns the logits of the output tokens, [n_outputs, n_vocab].
+
+        By default positions continue after the cached ones and only the last token is an output.
+        """
+        toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        n = toks.size
+        if n == 0:
+            raise DecodeError("decode: empty batch")
+        if n > self.n_batch:
+            raise DecodeError(f"decode: {n} tokens exceed n_batch = {self.n_batch}")
+        n_vocab = self.model.hparams.n_vocab
+        bad = (toks < 0) | (toks >= n_vocab)
+        if bad.any():
+            raise DecodeError(f"decode: token id {int(toks[bad][0])} is out of range [0, {n_vocab})")
+        if positions is None:
+            pos = np.arange(self.n_past, self.n_past + n, dtype=np.int64)
+        else:
+            pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+            if pos.size != n:
+                raise DecodeError("decode: positions and tokens differ in length")
+            if pos[0] != self.n_past or np.any(np.diff(pos) != 1):
+                raise DecodeError(f"decode: positions must continue the sequence from {self.n_past} without gaps")
+        out_flags = np.zeros(n, dtype=bool)
+        if outputs is None:
+            out_flags[-1] = True
+        else:
+            out_flags[:] = np.asarray(outputs, dtype=bool).reshape(-1)
+        rows = []
+        for s in range(0, n, self.n_ubatch):
+            e = min(s + self.n_ubatch, n)
+            rows.append(self._process_ubatch(toks[s:e], pos[s:e], out_flags[s:e]))
+        self.n_past = int(pos[-1]) + 1
+        self.logits = np.concatenate(rows, axis=0) if rows else np.zeros((0, n_vocab), np.float32)
+        return self.logits
+
+    def _process_ubatch(self, toks: np.ndarray, pos: np.ndarray, out_flags: np.ndarray) -> np.ndarray:
+        n_tokens = toks.size
+        out_ids = np.flatnonzero(out_flags).astype(np.int32)
+        n_outputs = out_ids.size
+        cells = {}
+        for name, cache in self.caches.items():
+            idxs = cache.find_slot(n_tokens)
+            cache.apply(idxs, pos)
+            cells[name] = idxs
+        n_kv = {name: c.n_kv() for name, c in self.caches.items()}
+        key = (n_tokens, n_outputs, tuple(sorted(n_kv.items())))
+        g = self._graph
+        if g is not None and g.key == key and os.environ.get("LLAMA_GRAPH_REUSE_DISABLE") is None:
+            self.n_reused += 1
+        else:
+            b = GraphBuilder(self.model, self.caches, self.layer_cache, n_tokens, n_outputs, n_kv, self.flash_attn)
+            g = b.build(key)
+            if not gallocr_alloc_graph(self.galloc, g.gf):
+                raise PyGGMLError("failed to allocate the compute graph")
+            self._graph = g
+            self.n_graph_builds += 1
+        # inputs
+        g.tokens.set(toks.astype(np.int32))
+        g.pos.set(pos.astype(np.int32))
+        if n_outputs:
+            g.out_ids.set(out_ids)
+        for name, inp in g.attn.items():
+            cache = inp.cache
+            idxs = cells[name]
+            inp.k_idxs.set(cache.k_idxs_data(idxs))
+            inp.v_idxs.set(cache.v_idxs_data(idxs, cache.layer_ids[0]))
+            mask = cache.mask_data(pos, inp.n_kv)
+            inp.kq_mask.set(mask.astype(np.float16) if inp.kq_mask.type == GGMLType.F16 else mask)
+        self._compute(g)
+        if n_outputs == 0:
+            return np.zeros((0, self.model.hparams.n_vocab), dtype=np.float32)
+        return np.array(g.logits.numpy().reshape(n_outputs, -1), dtype=np.float32)
+
+    def _compute(self, g: UbatchGraph) -> None:
+        cb = self.eval_callback
+        if cb is None:
+            backend_graph_compute(self.backend, g.gf)
+            return
+        # ggml_backend_sched's protocol: compute up to each node the callback asks for, then show it
+        nodes = g.gf.nodes
+        j0 = 0
+        for j, t in enumerate(nodes):
+            if not cb(t, True):
+                continue
+            backend_graph_compute(self.backend, g.gf.view(j0, j + 1))
+            j0 = j + 1
+            if not cb(t, False):
+                return
+        if j0 < len(nodes):
+            backend_graph_compute(self.backend, g.gf.view(j0, len(nodes)))
