@@ -1,0 +1,71 @@
+"""``pyggml chat``: a conversation with a model, its prompt built by the GGUF chat template (jinja2).
+
+Each user turn re-renders the whole conversation; the tokens already in the KV cache are kept and
+only the new suffix is decoded, so a turn costs only its own tokens. Replies stream to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import add_model_args, add_sampling_args, load_model_and_context, sampler_from_args
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "chat",
+        help="chat with a model using its chat template",
+        description="Chat with a GGUF model. Messages are read from stdin, one per line (an empty line or EOF "
+                    "ends the chat); with -p the conversation is that single message. The prompt is rendered "
+                    "with the model's tokenizer.chat_template (jinja2).",
+    )
+    add_model_args(p)
+    p.add_argument("-sys", "--system-prompt", default=None, help="system message to start the conversation")
+    p.add_argument("-p", "--prompt", default=None, help="a single user message: answer it and exit")
+    p.add_argument("-n", "--n-predict", type=int, default=512, help="maximum tokens per reply (default 512)")
+    add_sampling_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..llm.chat import template_for
+    from ..llm.generate import generate
+
+    model, vocab, ctx = load_model_and_context(args)
+    template = template_for(model.reader, vocab)
+    sampler = sampler_from_args(args)
+    messages: list[dict[str, str]] = []
+    if args.system_prompt:
+        messages.append({"role": "system", "content": args.system_prompt})
+    cached: list[int] = []
+    interactive = args.prompt is None
+    while True:
+        if interactive:
+            if sys.stdin.isatty():
+                print("> ", end="", file=sys.stderr, flush=True)
+            line = sys.stdin.readline()
+            if not line or not line.strip():
+                break
+            user = line.rstrip("\n")
+        else:
+            user = args.prompt
+        messages.append({"role": "user", "content": user})
+        tokens = vocab.tokenize(template.render(messages, add_generation_prompt=True), add_special=True,
+                                parse_special=True)
+        keep = 0
+        while keep < min(len(cached), len(tokens) - 1) and cached[keep] == tokens[keep]:
+            keep += 1
+        ctx.seq_rm(keep)
+        ctx.n_past = keep
+        out = generate(ctx, vocab, tokens[keep:], sampler, args.n_predict,
+                       on_text=lambda s: (sys.stdout.write(s), sys.stdout.flush()))
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        cached = tokens + out.tokens
+        messages.append({"role": "assistant", "content": out.text})
+        if not args.quiet:
+            print(out.timings.summary(), file=sys.stderr)
+        if not interactive:
+            break
+    return 0

@@ -1,0 +1,81 @@
+"""``pyggml perplexity -f FILE``: perplexity of a text, computed as llama-perplexity computes it.
+
+The whole file is tokenized with BOS and no special-token parsing, split into chunks of ``-c``
+tokens (default 512). Each chunk is evaluated in a fresh cache with its first token replaced by BOS;
+only the second half is scored: the logits at positions first+i (first = n_ctx/2) predict token
+first+i+1. The running estimate ``[k]ppl`` is printed after each chunk, then PPL = exp(mean NLL)
+with its standard error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .common import add_model_args
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("perplexity", help="perplexity of a text file (like llama-perplexity)",
+                       description="Compute the perplexity of a model on a text file, chunk by chunk, "
+                                   "scoring the second half of each chunk as llama-perplexity does.")
+    add_model_args(p, ctx_size=512)
+    p.add_argument("-f", "--file", required=True, help="text file to evaluate")
+    p.add_argument("--chunks", type=int, default=-1, help="evaluate at most this many chunks (default: all)")
+    p.set_defaults(func=run)
+
+
+def log_softmax_nll(logits: np.ndarray, target: int) -> float:
+    """-log p(target): the max-shifted log-sum-exp with expf terms summed in double (llama.cpp's)."""
+    mx = float(logits.max())
+    s = float(np.exp((logits - np.float32(mx)).astype(np.float32)).astype(np.float64).sum())
+    return -(float(logits[target]) - mx - math.log(s))
+
+
+def run(args: argparse.Namespace) -> int:
+    from .common import load_model_and_context
+    from .main import CLIError
+
+    try:
+        text = Path(args.file).read_text(encoding="utf-8")
+    except OSError as e:
+        raise CLIError(f"cannot read {args.file}: {e.strerror}") from e
+    if args.ctx_size < 8:
+        raise CLIError("perplexity needs --ctx-size of at least 8")
+    _model, vocab, ctx = load_model_and_context(args)
+    n_ctx = args.ctx_size
+    tokens = vocab.tokenize(text, add_special=True, parse_special=False)
+    if len(tokens) < 2 * n_ctx:
+        raise CLIError(f"you need at least {2 * n_ctx} tokens to evaluate perplexity with a context of {n_ctx}; "
+                       f"{args.file} has {len(tokens)}")
+    n_chunk = len(tokens) // n_ctx
+    if args.chunks > 0:
+        n_chunk = min(n_chunk, args.chunks)
+    first = n_ctx // 2
+    add_bos = bool(vocab.add_bos) and vocab.bos >= 0
+    nlls: list[float] = []
+    if not args.quiet:
+        print(f"perplexity: {len(tokens)} tokens, {n_chunk} chunks of {n_ctx}", file=sys.stderr)
+    for c in range(n_chunk):
+        chunk = list(tokens[c * n_ctx : (c + 1) * n_ctx])
+        if add_bos:
+            chunk[0] = vocab.bos
+        ctx.clear()
+        outputs = [i >= first for i in range(n_ctx)]
+        rows = []
+        for s in range(0, n_ctx, ctx.n_batch):
+            rows.append(ctx.decode(chunk[s : s + ctx.n_batch], outputs=outputs[s : s + ctx.n_batch]))
+        logits = np.concatenate([r for r in rows if r.size], axis=0)
+        for i in range(n_ctx - first - 1):
+            nlls.append(log_softmax_nll(logits[i], tokens[c * n_ctx + first + i + 1]))
+        print(f"[{c + 1}]{math.exp(sum(nlls) / len(nlls)):.4f},", end="", flush=True)
+    mean = sum(nlls) / len(nlls)
+    var = sum(x * x for x in nlls) / len(nlls) - mean * mean
+    ppl = math.exp(mean)
+    err = math.sqrt(max(var, 0.0) / (len(nlls) - 1)) * ppl if len(nlls) > 1 else 0.0
+    print(f"\nFinal estimate: PPL = {ppl:.4f} +/- {err:.5f}")
+    return 0

@@ -1,0 +1,99 @@
+"""Chat templates: the GGUF's ``tokenizer.chat_template`` rendered with jinja2, as llama.cpp does.
+
+The context handed to the template is llama.cpp's: ``messages``, ``bos_token`` / ``eos_token`` (the
+vocabulary's piece texts), ``add_generation_prompt``, plus the helpers Hugging Face templates call
+(``raise_exception``, ``strftime_now``). After rendering, a leading BOS text is stripped when the
+vocabulary adds BOS itself (common/chat.cpp), so tokenizing the result gives exactly one BOS.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from ..errors import PyGGMLError
+
+#: llama.cpp's fallback when a model has no template
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+#: Gemma's turn format (the Hugging Face gemma-3 template), used for models whose vocabulary has
+#: Gemma's turn tokens but whose file carries no template (llama.cpp would fall back to ChatML)
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set prefix = messages[0]['content'] + '\n\n' %}"
+    "{% set messages = messages[1:] %}{% else %}{% set prefix = '' %}{% endif %}"
+    "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<start_of_turn>' + role + '\n' + (prefix if loop.first else '') + message['content'] | trim + "
+    "'<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+
+
+class ChatTemplateError(PyGGMLError):
+    """The chat template failed to render (it raised, or the messages break its rules)."""
+
+
+def _raise(msg: str) -> None:
+    raise ChatTemplateError(f"chat template: {msg}")
+
+
+class ChatTemplate:
+    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "", add_bos: bool = False,
+                 add_eos: bool = False) -> None:
+        import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        self.source = source if source and source != "chatml" else CHATML_TEMPLATE
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined)
+        env.globals["raise_exception"] = _raise
+        env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+        env.filters["tojson"] = _tojson
+        try:
+            self._tpl = env.from_string(self.source)
+        except jinja2.TemplateSyntaxError as e:
+            raise ChatTemplateError(f"chat template does not parse: {e}") from e
+        self.bos_token, self.eos_token = bos_token, eos_token
+        self.add_bos, self.add_eos = add_bos, add_eos
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+        try:
+            text = self._tpl.render(messages=messages, bos_token=self.bos_token, eos_token=self.eos_token,
+                                    add_generation_prompt=add_generation_prompt)
+        except ChatTemplateError:
+            raise
+        except Exception as e:  # a template bug or a message it rejects
+            raise ChatTemplateError(f"chat template failed: {e}") from e
+        if self.add_bos and self.bos_token and text.startswith(self.bos_token):
+            text = text[len(self.bos_token):]
+        if self.add_eos and self.eos_token and text.endswith(self.eos_token):
+            text = text[: -len(self.eos_token)]
+        return text
+
+
+def _tojson(value: Any, indent: int | None = None) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+def template_for(reader: Any, vocab: Any) -> ChatTemplate:
+    """The chat template of a model: its GGUF template, or ChatML when it has none."""
+    src = reader.get("tokenizer.chat_template", None)
+    if not src and _has_tokens(vocab, "<start_of_turn>", "<end_of_turn>"):
+        src = GEMMA_TEMPLATE
+
+    def piece(tok: int) -> str:
+        return vocab.token_to_piece(tok, special=True).decode("utf-8", errors="replace") if tok >= 0 else ""
+
+    return ChatTemplate(src, piece(vocab.bos), piece(vocab.eos), bool(vocab.add_bos), bool(vocab.add_eos))
+
+
+def _has_tokens(vocab: Any, *texts: str) -> bool:
+    try:
+        return all(vocab.text_to_token(t) >= 0 for t in texts)
+    except Exception:
+        return False
