@@ -1,0 +1,183 @@
+"""GGUF's constants and value types: the one place each GGUF fact lives.
+
+Numbers come from ggml's ``gguf.h`` / ``gguf.cpp`` (see section 3 of ggml-internals.md).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+
+GGUF_MAGIC = b"GGUF"
+GGUF_VERSION = 3
+GGUF_DEFAULT_ALIGNMENT = 32
+GGUF_KEY_GENERAL_ALIGNMENT = "general.alignment"
+
+#: ggml refuses strings and arrays longer than this (gguf.cpp:18-19)
+GGUF_MAX_STRING_LENGTH = 1024**3
+GGUF_MAX_ARRAY_ELEMENTS = 1024**3
+
+#: a tensor name must be shorter than this many bytes (ggml.h GGML_MAX_NAME)
+GGML_MAX_NAME = 64
+GGML_MAX_DIMS = 4
+
+INT64_MAX = 2**63 - 1
+SIZE_MAX = 2**64 - 1
+
+# ggml bounds the header counts by how many C++ records could be addressed. The record
+# sizes are those of a 64-bit libstdc++ build: gguf_tensor_info is a ggml_tensor (336
+# bytes) plus a u64 offset; gguf_kv is a std::string, a bool, an enum and two vectors.
+_SIZEOF_GGUF_TENSOR_INFO = 336 + 8
+_SIZEOF_GGUF_KV = 32 + 8 + 24 + 24
+MAX_N_TENSORS = SIZE_MAX // _SIZEOF_GGUF_TENSOR_INFO
+MAX_N_KV = SIZE_MAX // _SIZEOF_GGUF_KV
+
+
+class GGUFValueType(IntEnum):
+    """``enum gguf_type``: the type tag of a metadata value (gguf.h:52-67)."""
+
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
+
+    @property
+    def type_name(self) -> str:
+        """ggml's ``gguf_type_name`` (``u8``, ``str``, ``arr`` ...)."""
+        return _TYPE_NAME[self]
+
+    @property
+    def size(self) -> int:
+        """Bytes of one element; 0 for STRING and ARRAY, whose size varies (``gguf_type_size``)."""
+        return _TYPE_SIZE[self]
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        """Little-endian numpy dtype of one element of a fixed-size type."""
+        dt = _NP_DTYPE.get(self)
+        if dt is None:
+            raise ValueError(f"GGUF type {self.type_name} has no fixed-size element")
+        return dt
+
+    @property
+    def is_fixed_size(self) -> bool:
+        return self in _NP_DTYPE
+
+
+GGUF_TYPE_COUNT = 13
+
+_TYPE_NAME = {
+    GGUFValueType.UINT8: "u8",
+    GGUFValueType.INT8: "i8",
+    GGUFValueType.UINT16: "u16",
+    GGUFValueType.INT16: "i16",
+    GGUFValueType.UINT32: "u32",
+    GGUFValueType.INT32: "i32",
+    GGUFValueType.FLOAT32: "f32",
+    GGUFValueType.BOOL: "bool",
+    GGUFValueType.STRING: "str",
+    GGUFValueType.ARRAY: "arr",
+    GGUFValueType.UINT64: "u64",
+    GGUFValueType.INT64: "i64",
+    GGUFValueType.FLOAT64: "f64",
+}
+
+# BOOL is stored as one int8 byte; it is read as ``!= 0`` and written as 0/1.
+_NP_DTYPE = {
+    GGUFValueType.UINT8: np.dtype("u1"),
+    GGUFValueType.INT8: np.dtype("i1"),
+    GGUFValueType.UINT16: np.dtype("<u2"),
+    GGUFValueType.INT16: np.dtype("<i2"),
+    GGUFValueType.UINT32: np.dtype("<u4"),
+    GGUFValueType.INT32: np.dtype("<i4"),
+    GGUFValueType.FLOAT32: np.dtype("<f4"),
+    GGUFValueType.BOOL: np.dtype("i1"),
+    GGUFValueType.UINT64: np.dtype("<u8"),
+    GGUFValueType.INT64: np.dtype("<i8"),
+    GGUFValueType.FLOAT64: np.dtype("<f8"),
+}
+
+_TYPE_SIZE = {t: (_NP_DTYPE[t].itemsize if t in _NP_DTYPE else 0) for t in GGUFValueType}
+
+#: integer range of each integer value type, for checking values before they are written
+INT_RANGES: dict[GGUFValueType, tuple[int, int]] = {
+    t: (int(np.iinfo(_NP_DTYPE[t]).min), int(np.iinfo(_NP_DTYPE[t]).max))
+    for t in (
+        GGUFValueType.UINT8,
+        GGUFValueType.INT8,
+        GGUFValueType.UINT16,
+        GGUFValueType.INT16,
+        GGUFValueType.UINT32,
+        GGUFValueType.INT32,
+        GGUFValueType.UINT64,
+        GGUFValueType.INT64,
+    )
+}
+
+
+def gguf_type_name(t: int) -> str | None:
+    """``gguf_type_name``: the short name of a type id, or None for an unknown id."""
+    try:
+        return GGUFValueType(t).type_name
+    except ValueError:
+        return None
+
+
+def gguf_type_size(t: int) -> int:
+    """``gguf_type_size``: bytes of one element, 0 for STRING, ARRAY and unknown ids."""
+    try:
+        return GGUFValueType(t).size
+    except ValueError:
+        return 0
+
+
+class Keys:
+    """Well-known metadata keys (llama.cpp's llama-arch.cpp); ``{arch}`` is the architecture name."""
+
+    GENERAL_ARCHITECTURE = "general.architecture"
+    GENERAL_QUANTIZATION_VERSION = "general.quantization_version"
+    GENERAL_ALIGNMENT = GGUF_KEY_GENERAL_ALIGNMENT
+    GENERAL_NAME = "general.name"
+    GENERAL_FILE_TYPE = "general.file_type"
+    GENERAL_TYPE = "general.type"
+
+    CONTEXT_LENGTH = "{arch}.context_length"
+    EMBEDDING_LENGTH = "{arch}.embedding_length"
+    BLOCK_COUNT = "{arch}.block_count"
+    FEED_FORWARD_LENGTH = "{arch}.feed_forward_length"
+    VOCAB_SIZE = "{arch}.vocab_size"
+    ATTENTION_HEAD_COUNT = "{arch}.attention.head_count"
+    ATTENTION_HEAD_COUNT_KV = "{arch}.attention.head_count_kv"
+    ATTENTION_KEY_LENGTH = "{arch}.attention.key_length"
+    ATTENTION_VALUE_LENGTH = "{arch}.attention.value_length"
+    ATTENTION_LAYERNORM_RMS_EPS = "{arch}.attention.layer_norm_rms_epsilon"
+    ATTENTION_SLIDING_WINDOW = "{arch}.attention.sliding_window"
+    ROPE_FREQ_BASE = "{arch}.rope.freq_base"
+    ROPE_SCALING_TYPE = "{arch}.rope.scaling.type"
+    ROPE_SCALING_FACTOR = "{arch}.rope.scaling.factor"
+
+    TOKENIZER_MODEL = "tokenizer.ggml.model"
+    TOKENIZER_PRE = "tokenizer.ggml.pre"
+    TOKENIZER_TOKENS = "tokenizer.ggml.tokens"
+    TOKENIZER_SCORES = "tokenizer.ggml.scores"
+    TOKENIZER_TOKEN_TYPE = "tokenizer.ggml.token_type"
+    TOKENIZER_MERGES = "tokenizer.ggml.merges"
+    TOKENIZER_BOS_ID = "tokenizer.ggml.bos_token_id"
+    TOKENIZER_EOS_ID = "tokenizer.ggml.eos_token_id"
+    TOKENIZER_UNK_ID = "tokenizer.ggml.unknown_token_id"
+    TOKENIZER_PAD_ID = "tokenizer.ggml.padding_token_id"
+    TOKENIZER_ADD_BOS = "tokenizer.ggml.add_bos_token"
+    TOKENIZER_ADD_EOS = "tokenizer.ggml.add_eos_token"
+    TOKENIZER_ADD_SEP = "tokenizer.ggml.add_sep_token"
+    TOKENIZER_ADD_SPACE_PREFIX = "tokenizer.ggml.add_space_prefix"
+    TOKENIZER_CHAT_TEMPLATE = "tokenizer.chat_template"
