@@ -7,6 +7,23 @@ is ``ggml_mul_mat``); the objects carry Pythonic methods on top (``ctx.new_tenso
 
 from __future__ import annotations
 
+from .alloc import (
+    backend_alloc_ctx_tensors,
+    backend_alloc_ctx_tensors_from_buft,
+    backend_alloc_ctx_tensors_from_buft_size,
+    gallocr_alloc_graph,
+    gallocr_free,
+    gallocr_get_buffer_size,
+    gallocr_new,
+    gallocr_new_n,
+    gallocr_reserve,
+    gallocr_reserve_n,
+    gallocr_reserve_n_size,
+    tallocr_alloc,
+    tallocr_new,
+)
+from .backend.api import *  # noqa: F403  (ggml-backend's flat API)
+from .backend.cpu.backend import backend_cpu_buffer_type, backend_cpu_init, backend_cpu_set_n_threads
 from .context import (
     Context,
     dup_tensor,
@@ -31,6 +48,7 @@ from .errors import (
     TypeMismatchError,
     UnsupportedOpError,
 )
+from .gguf import *  # noqa: F403  (gguf_* functions, GGUFReader, GGUFWriter, GGUFError)
 from .graph import (
     GGML_DEFAULT_GRAPH_SIZE,
     Graph,

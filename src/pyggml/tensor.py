@@ -154,7 +154,11 @@ class Tensor:
         self.flags |= TensorFlag.INPUT
 
     def set_output(self) -> None:
-        self.flags |= TensorFlag.OUTPUT
+        """Mark as a graph output; as in ggml, the tensors it views are kept alive too."""
+        t: Tensor | None = self
+        while t is not None:
+            t.flags |= TensorFlag.OUTPUT
+            t = t.view_src
 
     def set_param(self) -> None:
         self.flags |= TensorFlag.PARAM

@@ -675,7 +675,11 @@ def rope_yarn_corr_dims(n_dims: int, n_ctx_orig: int, freq_base: float, beta_fas
 
 # ---------------------------------------------------------------------- clamp / activations
 def clamp(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:
-    """Clamp to [min, max]. As in ggml the result is always a view of a (in place)."""
+    """Clamp to [min, max]."""
+    return _node(ctx.dup_tensor(a), Op.CLAMP, a, params=[float(min), float(max)])
+
+
+def clamp_inplace(ctx: Context, a: Tensor, min: float, max: float) -> Tensor:
     return _node(ctx.view_tensor(a), Op.CLAMP, a, params=[float(min), float(max)])
 
 

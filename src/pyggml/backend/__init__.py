@@ -1,0 +1,1 @@
+"""ggml-backend: buffer types, buffers, backends, devices and registries (see base.py, api.py)."""

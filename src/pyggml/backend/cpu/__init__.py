@@ -1,0 +1,1 @@
+"""The CPU backend: host buffers and the numpy/numba kernels."""
