@@ -13,7 +13,7 @@ import importlib
 import sys
 
 #: sub-command modules, in the order ``--help`` lists them
-COMMANDS = ["dump"]
+COMMANDS = ["generate", "chat", "bench", "perplexity", "tokenize", "dump", "rpc_server"]
 
 
 class CLIError(Exception):
