@@ -10,7 +10,9 @@ on the CPU backend. Only positions flagged as outputs get logits.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,6 +96,36 @@ class LlamaContext:
         for c in self.caches.values():
             c.seq_rm(p0, p1)
         self.n_past = min(self.n_past, p0) if p1 < 0 else self.n_past
+
+    # ------------------------------------------------------------------ inspection
+    @contextmanager
+    def capture(self, pattern: str) -> Iterator[dict[str, np.ndarray]]:
+        """Collect copies of the intermediate tensors whose names fully match ``pattern``.
+
+        Names follow llama.cpp's callback names (``l_out-5`` is layer 5's residual stream,
+        ``attn_norm-0``, ``kq_soft_max-3``, ``result_norm``, ``result_output``). Each captured
+        array has numpy shape (n_tokens, ne0) for row-major activations; a later ubatch or decode
+        overwrites an earlier value of the same name.
+
+            with ctx.capture(r"l_out-\d+") as hidden:
+                ctx.decode(tokens)
+            hidden["l_out-3"]
+        """
+        rx = re.compile(pattern)
+        found: dict[str, np.ndarray] = {}
+
+        def cb(t: Tensor, ask: bool) -> bool:
+            if ask:
+                return rx.fullmatch(t.name) is not None
+            found[t.name] = np.array(t.to_float(), copy=True)
+            return True
+
+        previous = self.eval_callback
+        self.eval_callback = cb
+        try:
+            yield found
+        finally:
+            self.eval_callback = previous
 
     # ------------------------------------------------------------------ decoding
     def decode(self, tokens: Sequence[int], positions: Sequence[int] | None = None,

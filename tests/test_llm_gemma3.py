@@ -1,0 +1,58 @@
+"""Gemma 3 270M Q4_K_M against llama.cpp's own outputs (tests/data/gemma3, made with llama.cpp 0c1e570).
+
+Same settings as the reference: n_ctx 2048, n_ubatch 512, F16 KV cache with V transposed (no flash
+attention). Checks: top-1 token at every prompt position wherever llama.cpp's top-2 margin is at least
+0.5; last-position logits with cosine >= 0.999; greedy continuations identical up to the first step
+whose reference margin is below 0.3 (``greedy_safe_steps``).
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pyggml.llm.context import ContextParams, LlamaContext
+from pyggml.llm.model import Model
+from pyggml.llm.models import default_model_path
+
+DATA = Path(__file__).parent / "data" / "gemma3"
+REF = json.loads((DATA / "reference.json").read_text())
+LAST = np.load(DATA / "last_logits.npz")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Model(default_model_path(), progress=False)
+
+
+def _context(model):
+    return LlamaContext(model, ContextParams(n_ctx=2048, n_ubatch=512, n_threads=2))
+
+
+@pytest.mark.parametrize("i", range(len(REF["prompts"])))
+def test_prompt_logits_and_greedy(model, i):
+    p = REF["prompts"][i]
+    toks = p["tokens"]
+    ctx = _context(model)
+    logits = ctx.decode(toks, outputs=[True] * len(toks))
+    checked = 0
+    for pos, row in enumerate(p["top10_per_position"]):
+        ref_logits = row["logits"]
+        if ref_logits[0] - ref_logits[1] >= 0.5:
+            assert int(np.argmax(logits[pos])) == row["ids"][0], f"prompt {i} position {pos}"
+            checked += 1
+    assert checked > 0
+    ref_last = LAST[f"p{i}"]
+    cos = float(np.dot(logits[-1], ref_last) / (np.linalg.norm(logits[-1]) * np.linalg.norm(ref_last)))
+    assert cos >= 0.999, f"prompt {i}: cosine {cos:.5f}"
+    # greedy continuation up to the first step llama.cpp itself decided by less than 0.3
+    n_safe = p["greedy_safe_steps"]
+    got = []
+    tok = int(np.argmax(logits[-1]))
+    for _ in range(n_safe):
+        got.append(tok)
+        tok = int(np.argmax(ctx.decode([tok])[-1]))
+    assert got == p["greedy_continuation"][:n_safe]
+    if n_safe > 1:
+        assert ctx.n_reused >= n_safe - 2  # every generation step after the first reused the graph
