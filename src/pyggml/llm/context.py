@@ -100,7 +100,7 @@ class LlamaContext:
     # ------------------------------------------------------------------ inspection
     @contextmanager
     def capture(self, pattern: str) -> Iterator[dict[str, np.ndarray]]:
-        """Collect copies of the intermediate tensors whose names fully match ``pattern``.
+        r"""Collect copies of the intermediate tensors whose names fully match ``pattern``.
 
         Names follow llama.cpp's callback names (``l_out-5`` is layer 5's residual stream,
         ``attn_norm-0``, ``kq_soft_max-3``, ``result_norm``, ``result_output``). Each captured
