@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..types import GGMLType, as_type
-from . import floats, iquants, kquants, legacy, other  # noqa: F401  (registers the codecs)
+from . import floats, iquants, kquants, legacy, other  # importing registers the codecs
 from .codec import CODECS, Codec, QuantError, get_codec, n_per_row_of
 from .validate import validate_row_data
 

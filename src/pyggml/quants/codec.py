@@ -27,7 +27,8 @@ class Codec:
     block_dtype: np.dtype | None = None
     #: ggml_quantize_requires_imatrix
     requires_imatrix: bool = False
-    #: whether ggml has a quantizer for this type (q8_K has none in ggml_quantize_chunk)
+    #: whether this type can be quantized (ggml_quantize_chunk has no q8_K case; pyggml offers
+    #: quantize_row_q8_K_ref for it, the activation format of the K-quant dot products)
     can_quantize: bool = True
 
     def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:

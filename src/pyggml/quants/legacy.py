@@ -1,1 +1,628 @@
-"""(being written)"""
+"""The original block formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q8_1 (32 elements a block).
+
+Quantizing follows ``ggml_quantize_chunk``: without an importance matrix each type runs its
+``quantize_row_*_ref`` (ggml-quants.c); with one, Q4_0/Q5_0 search a symmetric scale with
+``make_qx_quants`` and Q4_1/Q5_1 fit scale and minimum with ``make_qkx3_quants``, both weighted
+by ``imatrix * sqrt(sigma2 + x^2)``. Q8_0 ignores the imatrix and Q8_1 is only ever produced by
+its reference row quantizer (ggml quantizes activations to it).
+
+ggml's reference code is plain float32 C built without FMA, so the kernels below keep every
+intermediate in float32 and keep ggml's operation order. The C float->int8 casts are emulated
+with x86's truncating conversion (NaN and overflow give INT_MIN, of which the low byte is kept),
+so that non-finite input too gets the bytes ggml produces on x86. Every kernel is compiled with
+numba's ``error_model="numpy"``: a float division by zero must give inf/NaN as in C, not raise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba as nb
+import numpy as np
+
+from ..types import GGMLType
+from ._blocks import (
+    as_blocks,
+    assemble,
+    fp16_bytes,
+    pack_bits,
+    pack_nibbles,
+    read_fp16,
+)
+from .codec import Codec, QuantError, register
+from .fp import nearest_int_nb, roundf_nb, trunc_to_i8_nb
+
+QK = 32
+F32 = np.float32
+
+BLOCK_Q4_0 = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
+BLOCK_Q4_1 = np.dtype([("d", "<f2"), ("m", "<f2"), ("qs", "u1", (16,))])
+BLOCK_Q5_0 = np.dtype([("d", "<f2"), ("qh", "u1", (4,)), ("qs", "u1", (16,))])
+BLOCK_Q5_1 = np.dtype([("d", "<f2"), ("m", "<f2"), ("qh", "u1", (4,)), ("qs", "u1", (16,))])
+BLOCK_Q8_0 = np.dtype([("d", "<f2"), ("qs", "i1", (32,))])
+BLOCK_Q8_1 = np.dtype([("d", "<f2"), ("s", "<f2"), ("qs", "i1", (32,))])
+
+GROUP_MAX_EPS = F32(1e-15)
+
+
+# ---------------------------------------------------------------------------------------------
+# reference (imatrix-free) quantizers: one numba kernel per type, parallel over rows
+# ---------------------------------------------------------------------------------------------
+
+
+@nb.njit(cache=True, error_model="numpy")
+def _signed_absmax(x: np.ndarray) -> tuple[np.float32, np.float32]:
+    """(max |x|, the first x reaching it): strict ``<`` means ties and NaNs never replace it."""
+    amax = F32(0.0)
+    vmax = F32(0.0)
+    for v in x:
+        a = abs(v)
+        if amax < a:
+            amax = a
+            vmax = v
+    return amax, vmax
+
+
+@nb.njit(cache=True, error_model="numpy")
+def _min_max(x: np.ndarray) -> tuple[np.float32, np.float32]:
+    """(min, max) started from +-FLT_MAX as ggml does, so an all-NaN block gives the same d and m."""
+    lo = F32(3.4028234663852886e38)
+    hi = -lo
+    for v in x:
+        if v < lo:
+            lo = v
+        if v > hi:
+            hi = v
+    return lo, hi
+
+
+@nb.njit(cache=True, parallel=True, error_model="numpy")
+def _ref_symmetric(x: np.ndarray, nmax: int, d_out: np.ndarray, levels: np.ndarray) -> None:
+    """quantize_row_q4_0_ref / q5_0_ref: d = max/-nmax, level = MIN(2nmax-1, (int8)(x*id + nmax+0.5))."""
+    n_rows, n = x.shape
+    top = 2 * nmax - 1
+    offset = F32(nmax) + F32(0.5)
+    for r in nb.prange(n_rows):
+        for ib in range(n // QK):
+            xb = x[r, ib * QK : (ib + 1) * QK]
+            _amax, vmax = _signed_absmax(xb)
+            d = vmax / F32(-nmax)
+            inv = F32(1.0) / d if d != 0 else F32(0.0)
+            d_out[r, ib] = d
+            for j in range(QK):
+                v = F32(xb[j] * inv)
+                levels[r, ib * QK + j] = min(top, trunc_to_i8_nb(F32(v + offset))) & 0xFF
+
+
+@nb.njit(cache=True, parallel=True, error_model="numpy")
+def _ref_affine(
+    x: np.ndarray, nmax: int, clamp: bool, d_out: np.ndarray, m_out: np.ndarray, levels: np.ndarray
+) -> None:
+    """quantize_row_q4_1_ref / q5_1_ref: d = (max-min)/nmax, level = (x-min)*id + 0.5 truncated.
+
+    Q4_1 clamps with MIN(15, (int8)...); Q5_1 stores ``(uint8)`` of the sum unclamped.
+    """
+    n_rows, n = x.shape
+    for r in nb.prange(n_rows):
+        for ib in range(n // QK):
+            xb = x[r, ib * QK : (ib + 1) * QK]
+            lo, hi = _min_max(xb)
+            d = F32(hi - lo) / F32(nmax)
+            inv = F32(1.0) / d if d != 0 else F32(0.0)
+            d_out[r, ib] = d
+            m_out[r, ib] = lo
+            for j in range(QK):
+                v = F32(F32(xb[j] - lo) * inv)
+                q = trunc_to_i8_nb(F32(v + F32(0.5)))
+                if clamp:
+                    q = min(nmax, q)
+                levels[r, ib * QK + j] = q & 0xFF
+
+
+@nb.njit(cache=True, parallel=True, error_model="numpy")
+def _ref_q8(x: np.ndarray, d_out: np.ndarray, s_out: np.ndarray, levels: np.ndarray) -> None:
+    """quantize_row_q8_0_ref / q8_1_ref: d = amax/127, q = roundf(x*(1/d)); s = sum(q)*d for Q8_1."""
+    n_rows, n = x.shape
+    for r in nb.prange(n_rows):
+        for ib in range(n // QK):
+            xb = x[r, ib * QK : (ib + 1) * QK]
+            amax = F32(0.0)
+            for v in xb:
+                a = abs(v)
+                # MAX(amax, |v|) in C: (amax > a ? amax : a), so a NaN |v| is taken
+                amax = amax if amax > a else a
+            d = amax / F32(127.0)
+            inv = F32(1.0) / d if d != 0 else F32(0.0)
+            d_out[r, ib] = d
+            total = 0
+            for j in range(QK):
+                q = trunc_to_i8_nb(roundf_nb(F32(xb[j] * inv)))
+                levels[r, ib * QK + j] = q & 0xFF
+                total += q
+            s_out[r, ib] = F32(F32(total) * d)
+
+
+# ---------------------------------------------------------------------------------------------
+# importance-weighted quantizers (quantize_row_q4_0_impl and friends)
+# ---------------------------------------------------------------------------------------------
+
+
+@nb.njit(cache=True, error_model="numpy")
+def _row_sigma2(x: np.ndarray) -> np.float32:
+    """sum(x^2)/n accumulated left to right in float32, as the C loop does."""
+    s = F32(0.0)
+    for v in x:
+        s = F32(s + F32(v * v))
+    return F32(s / F32(x.size))
+
+
+@nb.njit(cache=True, error_model="numpy")
+def _fill_weights(xb: np.ndarray, qw: np.ndarray, sigma2: np.float32, weight: np.ndarray) -> None:
+    for j in range(xb.size):
+        weight[j] = F32(qw[j] * F32(math.sqrt(F32(sigma2 + F32(xb[j] * xb[j])))))
+
+
+@nb.njit(cache=True, error_model="numpy")
+def _clamp_level(iscale: np.float32, v: np.float32, nmax: int) -> int:
+    return max(-nmax, min(nmax - 1, nearest_int_nb(F32(iscale * v))))
+
+
+@nb.njit(cache=True, error_model="numpy")
+def _make_qx_quants(x: np.ndarray, nmax: int, qw: np.ndarray, levels: np.ndarray) -> np.float32:
+    """ggml's make_qx_quants with rmse_type 1 and weights: symmetric levels -nmax..nmax-1.
+
+    Tries the 19 scales -(nmax + 0.1*is)/max and keeps the one whose weighted least-squares
+    fit explains the most (largest sumlx^2/suml2). Levels are stored offset by +nmax.
+    """
+    n = x.size
+    amax, vmax = _signed_absmax(x)
+    if amax < GROUP_MAX_EPS:
+        for i in range(n):
+            levels[i] = 0
+        return F32(0.0)
+    iscale = F32(F32(-nmax) / vmax)
+    sumlx = F32(0.0)
+    suml2 = F32(0.0)
+    for i in range(n):
+        l = _clamp_level(iscale, x[i], nmax)
+        levels[i] = l + nmax
+        fl = F32(l)
+        sumlx = F32(sumlx + F32(F32(qw[i] * x[i]) * fl))
+        suml2 = F32(suml2 + F32(F32(qw[i] * fl) * fl))
+    scale = F32(sumlx / suml2) if suml2 != 0 else F32(0.0)
+    best = F32(scale * sumlx)
+    for step in range(-9, 10):
+        if step == 0:
+            continue
+        iscale = F32(-F32(F32(nmax) + F32(F32(0.1) * F32(step))) / vmax)
+        sumlx = F32(0.0)
+        suml2 = F32(0.0)
+        for i in range(n):
+            fl = F32(_clamp_level(iscale, x[i], nmax))
+            sumlx = F32(sumlx + F32(F32(qw[i] * x[i]) * fl))
+            suml2 = F32(suml2 + F32(F32(qw[i] * fl) * fl))
+        if suml2 > 0 and F32(sumlx * sumlx) > F32(best * suml2):
+            for i in range(n):
+                levels[i] = _clamp_level(iscale, x[i], nmax) + nmax
+            scale = F32(sumlx / suml2)
+            best = F32(scale * sumlx)
+    return scale
+
+
+@nb.njit(cache=True, error_model="numpy")
+def _make_qkx3_quants(
+    x: np.ndarray, nmax: int, weights: np.ndarray, levels: np.ndarray, aux: np.ndarray
+) -> tuple[np.float32, np.float32]:
+    """ggml's make_qkx3_quants(rmin=-0.9, rdelta=0.05, nstep=36, use_mad=false) with weights.
+
+    Levels 0..nmax with x ~ scale*l + min (min <= 0). Each of the 37 trial grids is refitted by
+    weighted least squares for (scale, min); the fit with the smallest weighted squared error
+    wins. Returns (scale, -min), ggml's ``the_min``.
+    """
+    n = x.size
+    rmin = F32(-0.9)
+    rdelta = F32(0.05)
+    nstep = 36
+    lo = x[0]
+    hi = x[0]
+    sum_w = weights[0]
+    sum_x = F32(sum_w * x[0])
+    for i in range(1, n):
+        if x[i] < lo:
+            lo = x[i]
+        if x[i] > hi:
+            hi = x[i]
+        w = weights[i]
+        sum_w = F32(sum_w + w)
+        sum_x = F32(sum_x + F32(w * x[i]))
+    if lo > 0:
+        lo = F32(0.0)
+    if hi <= lo:
+        for i in range(n):
+            levels[i] = 0
+        return F32(0.0), F32(-lo)
+    iscale = F32(F32(nmax) / F32(hi - lo))
+    scale = F32(F32(1.0) / iscale)
+    best_err = F32(0.0)
+    for i in range(n):
+        l = max(0, min(nmax, nearest_int_nb(F32(iscale * F32(x[i] - lo)))))
+        levels[i] = l
+        diff = F32(F32(F32(scale * F32(l)) + lo) - x[i])
+        best_err = F32(best_err + F32(weights[i] * F32(diff * diff)))
+    fmax = F32(nmax)
+    for step in range(nstep + 1):
+        iscale = F32(F32(F32(rmin + F32(rdelta * F32(step))) + fmax) / F32(hi - lo))
+        sum_l = F32(0.0)
+        sum_l2 = F32(0.0)
+        sum_xl = F32(0.0)
+        for i in range(n):
+            v = F32(iscale * F32(x[i] - lo))
+            l = nearest_int_nb(v if v < fmax else fmax) if v > 0 else 0
+            aux[i] = l
+            w = weights[i]
+            fl = F32(l)
+            wl = F32(w * fl)
+            sum_l = F32(sum_l + wl)
+            sum_l2 = F32(sum_l2 + F32(wl * fl))
+            sum_xl = F32(sum_xl + F32(wl * x[i]))
+        det = F32(F32(sum_w * sum_l2) - F32(sum_l * sum_l))
+        if det > 0:
+            this_scale = F32(F32(F32(sum_w * sum_xl) - F32(sum_x * sum_l)) / det)
+            this_min = F32(F32(F32(sum_l2 * sum_x) - F32(sum_l * sum_xl)) / det)
+            if this_min > 0:
+                this_min = F32(0.0)
+                this_scale = F32(sum_xl / sum_l2)
+            err = F32(0.0)
+            for i in range(n):
+                diff = F32(F32(F32(this_scale * F32(aux[i])) + this_min) - x[i])
+                err = F32(err + F32(weights[i] * F32(diff * diff)))
+            if err < best_err:
+                for i in range(n):
+                    levels[i] = aux[i]
+                best_err = err
+                scale = this_scale
+                lo = this_min
+    return scale, F32(-lo)
+
+
+@nb.njit(cache=True, parallel=True, error_model="numpy")
+def _impl_symmetric(x: np.ndarray, qw: np.ndarray, nmax: int, d_out: np.ndarray, levels: np.ndarray) -> None:
+    """quantize_row_q4_0_impl / q5_0_impl."""
+    n_rows, n = x.shape
+    for r in nb.prange(n_rows):
+        sigma2 = _row_sigma2(x[r])
+        weight = np.empty(QK, dtype=np.float32)
+        for ib in range(n // QK):
+            sl = slice(ib * QK, (ib + 1) * QK)
+            xb = x[r, sl]
+            _fill_weights(xb, qw[sl], sigma2, weight)
+            d_out[r, ib] = _make_qx_quants(xb, nmax, weight, levels[r, sl])
+
+
+@nb.njit(cache=True, parallel=True, error_model="numpy")
+def _impl_affine(
+    x: np.ndarray, qw: np.ndarray, nmax: int, d_out: np.ndarray, m_out: np.ndarray, levels: np.ndarray
+) -> None:
+    """quantize_row_q4_1_impl / q5_1_impl: the block minimum is stored as m = -the_min."""
+    n_rows, n = x.shape
+    for r in nb.prange(n_rows):
+        sigma2 = _row_sigma2(x[r])
+        weight = np.empty(QK, dtype=np.float32)
+        aux = np.empty(QK, dtype=np.uint8)
+        for ib in range(n // QK):
+            sl = slice(ib * QK, (ib + 1) * QK)
+            xb = x[r, sl]
+            _fill_weights(xb, qw[sl], sigma2, weight)
+            d, the_min = _make_qkx3_quants(xb, nmax, weight, levels[r, sl], aux)
+            d_out[r, ib] = d
+            m_out[r, ib] = -the_min
+
+
+# ---------------------------------------------------------------------------------------------
+# dequantization: one pass over the blocks (the fp16 scales are widened beforehand by numpy)
+# ---------------------------------------------------------------------------------------------
+
+
+@nb.njit(cache=True, parallel=True, error_model="numpy")
+def _deq_nibbles(
+    blocks: np.ndarray,
+    d: np.ndarray,
+    m: np.ndarray,
+    has_min: bool,
+    qh_off: int,
+    qs_off: int,
+    bias: int,
+    out: np.ndarray,
+) -> None:
+    """dequantize_row_q4_0/q4_1/q5_0/q5_1: level j in the low nibble of qs[j], j+16 in the high
+    one, a fifth bit from the u32 ``qh`` (when qh_off >= 0); y = (level - bias)*d, or level*d + m.
+
+    The product is rounded to float32 before m is added, as in ggml's ``x0*d + m`` (no FMA).
+    """
+    n_rows, n_blocks, _ = blocks.shape
+    for r in nb.prange(n_rows):
+        for b in range(n_blocks):
+            db = d[r, b]
+            mb = m[r, b]
+            qh = 0
+            if qh_off >= 0:
+                for k in range(4):
+                    qh |= np.int64(blocks[r, b, qh_off + k]) << (8 * k)
+            base = b * QK
+            for j in range(16):
+                v = np.int64(blocks[r, b, qs_off + j])
+                lo = (v & 15) | (((qh >> j) & 1) << 4)
+                hi = (v >> 4) | (((qh >> (j + 16)) & 1) << 4)
+                if has_min:
+                    out[r, base + j] = F32(F32(lo) * db) + mb
+                    out[r, base + j + 16] = F32(F32(hi) * db) + mb
+                else:
+                    out[r, base + j] = F32(lo - bias) * db
+                    out[r, base + j + 16] = F32(hi - bias) * db
+
+
+@nb.njit(cache=True, parallel=True, error_model="numpy")
+def _deq_int8(blocks: np.ndarray, d: np.ndarray, qs_off: int, out: np.ndarray) -> None:
+    """dequantize_row_q8_0 (and Q8_1's d*q): y = int8 * d."""
+    n_rows, n_blocks, _ = blocks.shape
+    for r in nb.prange(n_rows):
+        for b in range(n_blocks):
+            db = d[r, b]
+            for j in range(QK):
+                v = np.int64(blocks[r, b, qs_off + j])
+                out[r, b * QK + j] = F32(v - 256 if v >= 128 else v) * db
+
+
+def _dequantize_nibbles(
+    q: np.ndarray, type_size: int, has_min: bool, qh_off: int, qs_off: int, bias: int
+) -> np.ndarray:
+    blocks = as_blocks(q, type_size)
+    d = read_fp16(blocks, 0)
+    m = read_fp16(blocks, 2) if has_min else d
+    out = np.empty((q.shape[0], blocks.shape[1] * QK), np.float32)
+    _deq_nibbles(blocks, d, m, has_min, qh_off, qs_off, bias, out)
+    return out
+
+
+def _dequantize_int8(q: np.ndarray, type_size: int, qs_off: int) -> np.ndarray:
+    blocks = as_blocks(q, type_size)
+    out = np.empty((q.shape[0], blocks.shape[1] * QK), np.float32)
+    _deq_int8(blocks, read_fp16(blocks, 0), qs_off, out)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# layout
+# ---------------------------------------------------------------------------------------------
+
+
+def _q5_split(levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """5-bit levels (..., 32) -> (qh, qs). qh is the u32 whose bit j is bit 4 of level j, which in
+    little-endian bytes is simply the fifth bits packed LSB first."""
+    qs = pack_nibbles(levels & np.uint8(0x0F))
+    return pack_bits((levels >> np.uint8(4)) & np.uint8(1)), qs
+
+
+class _LegacyCodec(Codec):
+    """Shared plumbing: allocate scale/level buffers, run a kernel, lay out the blocks."""
+
+    def _buffers(self, x: np.ndarray) -> tuple[int, int, np.ndarray, np.ndarray]:
+        n_rows, n = x.shape
+        n_blocks = n // QK
+        return n_rows, n_blocks, np.empty((n_rows, n_blocks), np.float32), np.empty((n_rows, n), np.uint8)
+
+
+class _SymmetricCodec(_LegacyCodec):
+    nmax: int
+
+    def _levels(self, x: np.ndarray, imatrix: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        n_rows, n_blocks, d, levels = self._buffers(x)
+        if imatrix is None:
+            _ref_symmetric(x, self.nmax, d, levels)
+        else:
+            _impl_symmetric(x, imatrix, self.nmax, d, levels)
+        return d, levels.reshape(n_rows, n_blocks, QK)
+
+
+class _AffineCodec(_LegacyCodec):
+    nmax: int
+
+    def _levels(self, x: np.ndarray, imatrix: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n_rows, n_blocks, d, levels = self._buffers(x)
+        m = np.empty_like(d)
+        if imatrix is None:
+            _ref_affine(x, self.nmax, self.nmax == 15, d, m, levels)
+        else:
+            _impl_affine(x, imatrix, self.nmax, d, m, levels)
+        return d, m, levels.reshape(n_rows, n_blocks, QK)
+
+
+@register
+class Q4_0Codec(_SymmetricCodec):
+    qtype = GGMLType.Q4_0
+    vec_dot_type = GGMLType.Q8_0
+    block_dtype = BLOCK_Q4_0
+    nmax = 8
+
+    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+        d, levels = self._levels(x, imatrix)
+        n_rows, n_blocks = d.shape
+        return assemble(n_rows, n_blocks, 18, [(0, fp16_bytes(d)), (2, pack_nibbles(levels))])
+
+    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
+        return _dequantize_nibbles(q, 18, has_min=False, qh_off=-1, qs_off=2, bias=8)
+
+
+@register
+class Q4_1Codec(_AffineCodec):
+    qtype = GGMLType.Q4_1
+    vec_dot_type = GGMLType.Q8_1
+    block_dtype = BLOCK_Q4_1
+    nmax = 15
+
+    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+        d, m, levels = self._levels(x, imatrix)
+        n_rows, n_blocks = d.shape
+        return assemble(n_rows, n_blocks, 20, [(0, fp16_bytes(d)), (2, fp16_bytes(m)), (4, pack_nibbles(levels))])
+
+    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
+        return _dequantize_nibbles(q, 20, has_min=True, qh_off=-1, qs_off=4, bias=0)
+
+
+@register
+class Q5_0Codec(_SymmetricCodec):
+    qtype = GGMLType.Q5_0
+    vec_dot_type = GGMLType.Q8_0
+    block_dtype = BLOCK_Q5_0
+    nmax = 16
+
+    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+        d, levels = self._levels(x, imatrix)
+        n_rows, n_blocks = d.shape
+        qh, qs = _q5_split(levels)
+        return assemble(n_rows, n_blocks, 22, [(0, fp16_bytes(d)), (2, qh), (6, qs)])
+
+    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
+        return _dequantize_nibbles(q, 22, has_min=False, qh_off=2, qs_off=6, bias=16)
+
+
+@register
+class Q5_1Codec(_AffineCodec):
+    qtype = GGMLType.Q5_1
+    vec_dot_type = GGMLType.Q8_1
+    block_dtype = BLOCK_Q5_1
+    nmax = 31
+
+    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+        d, m, levels = self._levels(x, imatrix)
+        n_rows, n_blocks = d.shape
+        qh, qs = _q5_split(levels)
+        return assemble(n_rows, n_blocks, 24, [(0, fp16_bytes(d)), (2, fp16_bytes(m)), (4, qh), (8, qs)])
+
+    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
+        return _dequantize_nibbles(q, 24, has_min=True, qh_off=4, qs_off=8, bias=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# activation quantizers: what ggml-cpu's matmul uses for src1 (not the _ref code above)
+# ---------------------------------------------------------------------------------------------
+
+
+@nb.njit(cache=True, parallel=True, error_model="numpy")
+def _q8_activations(x: np.ndarray, d_out: np.ndarray, s_out: np.ndarray, levels: np.ndarray) -> None:
+    """quantize_row_q8_0 / q8_1 of ggml-cpu's x86 AVX path: id = 127/amax (not 1/d), levels
+    rounded half to even (``_mm256_round_ps``) and saturated to int8; s = d * sum(q) with the
+    unrounded d. NaN becomes -128, as cvtps2dq's "integer indefinite" saturated to int8."""
+    n_rows, n = x.shape
+    for r in nb.prange(n_rows):
+        for ib in range(n // QK):
+            xb = x[r, ib * QK : (ib + 1) * QK]
+            amax = F32(0.0)
+            for v in xb:
+                a = abs(v)
+                if a > amax:
+                    amax = a
+            d = F32(amax / F32(127.0))
+            inv = F32(F32(127.0) / amax) if amax != 0 else F32(0.0)
+            d_out[r, ib] = d
+            total = 0
+            for j in range(QK):
+                v = F32(xb[j] * inv)
+                q = -128 if v != v else max(-128, min(127, nearest_int_nb(v)))
+                levels[r, ib * QK + j] = q & 0xFF
+                total += q
+            s_out[r, ib] = F32(d * F32(total))
+
+
+def _activation_blocks(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim != 2 or x.shape[1] % QK:
+        raise QuantError(f"activations must be 2-d with rows a multiple of {QK}, got shape {x.shape}")
+    n_rows, n = x.shape
+    d = np.empty((n_rows, n // QK), np.float32)
+    s = np.empty_like(d)
+    levels = np.empty((n_rows, n), np.uint8)
+    _q8_activations(x, d, s, levels)
+    return d, s, levels.reshape(n_rows, n // QK, QK)
+
+
+def quantize_q8_0_activations(x: np.ndarray) -> np.ndarray:
+    """Rows of float32 -> Q8_0 bytes exactly as ggml-cpu converts a matmul's src1 on x86.
+
+    This differs from ``quantize(x, Q8_0)`` (ggml's reference): e.g. with amax 127 the value 2.5
+    becomes 2 here and 3 there. Bit-exact for finite input.
+    """
+    d, _s, levels = _activation_blocks(x)
+    n_rows, n_blocks = d.shape
+    return assemble(n_rows, n_blocks, 34, [(0, fp16_bytes(d)), (2, levels)])
+
+
+def quantize_q8_1_activations(x: np.ndarray) -> np.ndarray:
+    """Rows of float32 -> Q8_1 bytes as ggml-cpu's x86 ``quantize_row_q8_1`` (Q4_1/Q5_1 matmuls)."""
+    d, s, levels = _activation_blocks(x)
+    n_rows, n_blocks = d.shape
+    return assemble(n_rows, n_blocks, 36, [(0, fp16_bytes(d)), (2, fp16_bytes(s)), (4, levels)])
+
+
+class _Q8Codec(_LegacyCodec):
+    def _levels(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n_rows, n_blocks, d, levels = self._buffers(x)
+        s = np.empty_like(d)
+        _ref_q8(x, d, s, levels)
+        return d, s, levels.reshape(n_rows, n_blocks, QK)
+
+
+@register
+class Q8_0Codec(_Q8Codec):
+    """ggml's quantize_q8_0 ignores the importance matrix: 8 bits leave nothing to weigh."""
+
+    qtype = GGMLType.Q8_0
+    vec_dot_type = GGMLType.Q8_0
+    block_dtype = BLOCK_Q8_0
+
+    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+        d, _s, levels = self._levels(x)
+        n_rows, n_blocks = d.shape
+        return assemble(n_rows, n_blocks, 34, [(0, fp16_bytes(d)), (2, levels)])
+
+    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
+        return _dequantize_int8(q, 34, qs_off=2)
+
+
+@register
+class Q8_1Codec(_Q8Codec):
+    """Activation format for Q4_1/Q5_1 dot products: Q8_0 plus ``s = d * sum(q)``.
+
+    ggml has no ``to_float`` for it (dequantize_row_q8_1 is commented out); pyggml's
+    ``d * q`` dequantizer is an extension, useful for checking dot products.
+    """
+
+    qtype = GGMLType.Q8_1
+    vec_dot_type = GGMLType.Q8_1
+    block_dtype = BLOCK_Q8_1
+
+    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+        d, s, levels = self._levels(x)
+        n_rows, n_blocks = d.shape
+        return assemble(n_rows, n_blocks, 36, [(0, fp16_bytes(d)), (2, fp16_bytes(s)), (4, levels)])
+
+    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
+        return _dequantize_int8(q, 36, qs_off=4)
+
+
+__all__ = [
+    "BLOCK_Q4_0",
+    "BLOCK_Q4_1",
+    "BLOCK_Q5_0",
+    "BLOCK_Q5_1",
+    "BLOCK_Q8_0",
+    "BLOCK_Q8_1",
+    "Q4_0Codec",
+    "Q4_1Codec",
+    "Q5_0Codec",
+    "Q5_1Codec",
+    "Q8_0Codec",
+    "Q8_1Codec",
+    "quantize_q8_0_activations",
+    "quantize_q8_1_activations",
+]
