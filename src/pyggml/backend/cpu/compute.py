@@ -1,0 +1,113 @@
+"""The CPU backend's kernel registry and graph executor (ggml_graph_compute for the CPU).
+
+One kernel per ``Op``, registered with ``@kernel(Op.X)`` from the kernels_* modules. A kernel is
+``fn(node, n_threads) -> None``: it reads ``node.src`` and writes ``node`` through numpy views of
+real memory. ggml runs every thread through every node with ``(ith, nth)``; here numpy and BLAS
+do the parallel work, so a kernel runs once per node. ``n_threads`` sets the BLAS threads of
+mat-mat products (mat-vec products run on one, see blas.py) and the ``nth`` custom ops see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...context import Context
+from ...errors import UnsupportedOpError
+from ...graph import Graph
+from ...ops.enums import EMPTY_OPS
+from ...tensor import Tensor, TensorFlag
+from . import blas
+from ._common import KernelInputError, types_of
+from .registry import KERNELS, Kernel, kernel, required_srcs
+
+GGML_STATUS_SUCCESS = 0
+GGML_STATUS_ABORTED = 1
+
+
+def supports_op(node: Tensor) -> bool:
+    """Whether an op has a CPU kernel at all (type support is checked when the kernel runs)."""
+    return node.op in EMPTY_OPS or node.op in KERNELS
+
+
+def _resolve(node: Tensor) -> Kernel:
+    """The kernel of a non-empty node, after checking it has one and has its operands."""
+    fn = KERNELS.get(node.op)
+    if fn is None:
+        raise UnsupportedOpError(f"CPU backend has no kernel for op {node.op.name} ({types_of(node)})")
+    need = required_srcs(node.op)
+    missing = [i for i in range(need) if node.src[i] is None]
+    if missing:
+        raise KernelInputError(f"{node.op.name} node {node.name!r} is missing src{missing[0]} (needs {need} operands)")
+    return fn
+
+
+def compute_forward(node: Tensor, n_threads: int = 1) -> None:
+    """Compute one node (ggml_compute_forward). Empty ops (views, leafs) compute nothing."""
+    if node.op in EMPTY_OPS:
+        return
+    _resolve(node)(node, n_threads)
+
+
+def graph_compute(graph: Graph, n_threads: int = 1, abort_callback: Callable[[], bool] | None = None) -> int:
+    """Run every node of ``graph`` in order whose flags have COMPUTE and whose op is not empty.
+
+    Dispatch is a dict lookup per node, resolved before any kernel runs so that an unsupported op
+    is reported before the graph has half-computed. As in ggml, ``abort_callback`` is asked after
+    each computed node; when it returns True the remaining nodes are skipped.
+    Returns ggml's status: GGML_STATUS_SUCCESS (0) or GGML_STATUS_ABORTED (1).
+    """
+    if n_threads < 1:
+        raise KernelInputError(f"n_threads must be >= 1, got {n_threads}")
+    plan = [(_resolve(node), node) for node in graph.nodes
+            if node.flags & TensorFlag.COMPUTE and node.op not in EMPTY_OPS]
+    blas_threads = blas.get_threads()  # MUL_MAT adjusts BLAS threads per product; give them back after
+    try:
+        for fn, node in plan:
+            fn(node, n_threads)
+            if abort_callback is not None and abort_callback():
+                return GGML_STATUS_ABORTED
+    finally:
+        blas.set_threads(blas_threads)
+    return GGML_STATUS_SUCCESS
+
+
+def graph_compute_with_ctx(ctx: Context, graph: Graph, n_threads: int = 1) -> int:
+    """ggml_graph_compute_with_ctx: compute a graph whose tensors live in ``ctx``'s own memory.
+
+    ggml takes the work buffer from ctx; the numpy kernels need none, so ctx is only checked.
+    """
+    if ctx.get_no_alloc():
+        raise KernelInputError("graph_compute_with_ctx needs a context that allocates tensor data (no_alloc=False)")
+    return graph_compute(graph, n_threads)
+
+
+# Importing the kernel modules registers their kernels.
+from . import (  # noqa: E402
+    kernels_conv,
+    kernels_custom,
+    kernels_elementwise,
+    kernels_extra,
+    kernels_mat,
+    kernels_nn,
+    kernels_recurrent,
+    kernels_reduce,
+    kernels_shape,
+)
+
+__all__ = [
+    "KERNELS",
+    "compute_forward",
+    "graph_compute",
+    "graph_compute_with_ctx",
+    "kernel",
+    "kernels_conv",
+    "kernels_custom",
+    "kernels_elementwise",
+    "kernels_extra",
+    "kernels_mat",
+    "kernels_nn",
+    "kernels_recurrent",
+    "kernels_reduce",
+    "kernels_shape",
+    "supports_op",
+]

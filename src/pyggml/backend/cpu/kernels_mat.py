@@ -1,0 +1,304 @@
+"""Matrix and row kernels: MUL_MAT, OUT_PROD, GET_ROWS, SET_ROWS, and DUP/CPY/CONT.
+
+MUL_MAT follows ggml's numerics through BLAS: src1 is first converted to the weight's
+``vec_dot_type`` (fp16/bf16 rounding, or Q8_0/Q8_1/Q8_K quantization, see actquant) and the
+weight is dequantized in row tiles, so the float dot of the two equals ggml's integer dot up to
+summation order. A big weight is never dequantized whole: tiles of about 1 M floats keep the
+temporary small and the BLAS calls large.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import quants
+from ...ops.enums import Op
+from ...tensor import Tensor
+from ...types import GGMLType
+from . import blas, qmatvec
+from ._common import (
+    F16,
+    F32,
+    FLOAT_TYPES,
+    I32,
+    I64,
+    INT_TYPES,
+    KernelInputError,
+    load_f32,
+    require_types,
+    shape4,
+    store,
+    to_type,
+    unsupported,
+)
+from .actquant import fake_quant
+from .registry import kernel
+
+#: floats of dequantized weight per tile
+_TILE_FLOATS = 1 << 20
+#: op_params[1] of MUL_MAT (ggml_mul_mat_set_hint): src0 is a Hadamard matrix
+GGML_HINT_SRC0_IS_HADAMARD = 1
+#: up to this many src1 rows per weight plane, BLAS runs on one thread (see blas.py)
+_MATVEC_ROWS = 4
+
+
+def _vec_dot_type(ty: GGMLType) -> GGMLType:
+    if ty in FLOAT_TYPES:
+        return ty
+    return quants.get_codec(ty).vec_dot_type
+
+
+def _weight_rows_f32(w: np.ndarray, ty: GGMLType) -> np.ndarray:
+    """Stored weight rows (r, row) of type ``ty`` -> float32 (r, ne0)."""
+    if ty == F32:
+        return w
+    if ty == F16:
+        return w.astype(np.float32)
+    if ty.is_quantized:
+        return quants.dequantize(np.ascontiguousarray(w), ty)
+    from ...convert import bf16_to_f32
+
+    return bf16_to_f32(w)
+
+
+def _check_mul_mat(node: Tensor, a: Tensor, b: Tensor) -> None:
+    if not (a.type in FLOAT_TYPES or a.type.is_quantized):
+        raise unsupported(node)
+    require_types(node, b, FLOAT_TYPES)
+    require_types(node, node, (F32,))
+    if a.ne[0] != b.ne[0] or b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
+        raise KernelInputError(f"MUL_MAT: cannot multiply {a.ne} by {b.ne}")
+
+
+def weight_product(w: np.ndarray, ty: GGMLType, x: np.ndarray, n_threads: int) -> np.ndarray:
+    """x (N, k) float32 times the weight rows w (m, stored row) of type ``ty`` -> (N, m) float32, as ggml.
+
+    Decode-sized products (N <= 4) of the common quantized types take the fused integer kernels
+    (qmatvec.py); everything else quantizes x to the weight's vec_dot_type and multiplies it with
+    the weight dequantized in row tiles, through BLAS.
+    """
+    n, k = x.shape
+    m = w.shape[0]
+    matvec = n <= _MATVEC_ROWS
+    if matvec and ty in qmatvec.SUPPORTED:
+        return qmatvec.matvec(np.ascontiguousarray(w), ty, x, n_threads)
+    vdt = _vec_dot_type(ty)
+    if vdt != F32:
+        x = fake_quant(np.ascontiguousarray(x), vdt)
+    blas.set_threads(1 if matvec else n_threads)
+    out = np.empty((n, m), dtype=np.float32)
+    tile = max(16, _TILE_FLOATS // max(k, 1))
+    for r0 in range(0, m, tile):
+        r1 = min(m, r0 + tile)
+        out[:, r0:r1] = x @ _weight_rows_f32(w[r0:r1], ty).T
+    return out
+
+
+@kernel(Op.MUL_MAT)
+def mul_mat(node: Tensor, n_threads: int) -> None:
+    """dst[n, m] = dot(src0 row m, src1 row n) per (i2, i3); src0 broadcasts over dims 2 and 3.
+
+    Source plane i02 = i12 / (ne12/ne02), so consecutive src1 planes share a weight plane (GQA):
+    all src1 rows that use one weight plane are multiplied together.
+    """
+    a, b = node.src[0], node.src[1]
+    if node.get_op_params_i32(1) == GGML_HINT_SRC0_IS_HADAMARD:
+        _hadamard(node, b)
+        return
+    _check_mul_mat(node, a, b)
+    ne03, ne02, m, k = shape4(a)
+    ne13, ne12, n, _ = shape4(b)
+    r2, r3 = ne12 // ne02, ne13 // ne03
+    # rows of src1 grouped by weight plane: (ne03, r3, ne02, r2, n, k) -> per plane (r3*r2*n, k)
+    xg = load_f32(b).reshape(ne03, r3, ne02, r2, n, k)
+    out4 = node.view4()
+    # dst is normally a fresh contiguous tensor; otherwise compute into a buffer and copy back
+    direct = out4.flags.c_contiguous
+    out = out4.reshape(ne03, r3, ne02, r2, n, m) if direct else np.empty((ne03, r3, ne02, r2, n, m), np.float32)
+    w4 = a.view4()
+    for i3 in range(ne03):
+        for i2 in range(ne02):
+            res = weight_product(w4[i3, i2], a.type, xg[i3, :, i2].reshape(-1, k), n_threads)
+            out[i3, :, i2] = res.reshape(r3, r2, n, m)
+    if not direct:
+        out4[...] = out.reshape(out4.shape)
+
+
+def _hadamard(node: Tensor, b: Tensor) -> None:
+    """MUL_MAT with hint SRC0_IS_HADAMARD: src0 is a Sylvester Hadamard matrix, so ggml skips the
+    product and runs a fast Walsh-Hadamard transform of each src1 row, scaled by 1/sqrt(n)."""
+    require_types(node, b, (F32,))
+    n = b.ne[0]
+    if n & (n - 1):
+        raise KernelInputError(f"MUL_MAT (Hadamard hint): row length {n} is not a power of 2")
+    y = b.view4() * (np.float32(1.0) / np.sqrt(np.float32(n)))
+    length = 1
+    while length < n:  # butterflies: (u, v) -> (u + v, u - v), elementwise as ggml
+        blk = y.reshape(*y.shape[:-1], n // (2 * length), 2, length)
+        u, v = blk[..., 0, :], blk[..., 1, :]
+        y = np.stack([u + v, u - v], axis=-2).reshape(y.shape)
+        length *= 2
+    node.view4()[...] = y
+
+
+@kernel(Op.MUL_MAT_ID)
+def mul_mat_id(node: Tensor, n_threads: int) -> None:
+    """Mixture-of-experts matmul: dst[:, e, t] = as[:, :, ids[e, t]] · b[:, e % b.ne1, t].
+
+    src0 = as [k, m, n_expert], src1 = b [k, n_used or 1, n_tokens], src2 = ids I32 [n_used, n_tokens];
+    dst F32 [m, n_used, n_tokens]. The rows routed to one expert are multiplied together.
+    """
+    w, b, ids_t = node.src[0], node.src[1], node.src[2]
+    if not (w.type in FLOAT_TYPES or w.type.is_quantized):
+        raise unsupported(node)
+    require_types(node, b, FLOAT_TYPES)
+    require_types(node, ids_t, (I32,))
+    require_types(node, node, (F32,))
+    _, n_expert, _, k = shape4(w)
+    _, n_tok, nb1, _ = shape4(b)
+    ids = ids_t.view4()[0, 0]  # (n_tokens, n_used)
+    n_used = ids.shape[1]
+    if b.ne[0] != k or n_used % nb1 or ids.shape[0] != n_tok:
+        raise KernelInputError(f"MUL_MAT_ID: as {w.ne}, b {b.ne} and ids {ids_t.ne} do not fit")
+    _check_rows_index(ids, n_expert, "MUL_MAT_ID")
+    x = load_f32(b)[0]  # (n_tok, nb1, k)
+    out = node.view4()[0]  # (n_tok, n_used, m)
+    w4 = w.view4()[0]  # (n_expert, m, row)
+    tok, slot = np.meshgrid(np.arange(n_tok), np.arange(n_used), indexing="ij")
+    for e in np.unique(ids):
+        sel = ids == e
+        t_sel, s_sel = tok[sel], slot[sel]
+        res = weight_product(w4[e], w.type, np.ascontiguousarray(x[t_sel, s_sel % nb1]), n_threads)
+        out[t_sel, s_sel] = res
+
+
+@kernel(Op.ADD_ID)
+def add_id(node: Tensor, n_threads: int) -> None:
+    """dst[i0, i1, i2] = a[i0, i1, i2] + b[i0, ids[i1, i2]] (per-expert bias); F32 with I32 ids."""
+    a, b, ids_t = node.src[0], node.src[1], node.src[2]
+    require_types(node, a, (F32,))
+    require_types(node, b, (F32,))
+    require_types(node, ids_t, (I32,))
+    ids = ids_t.view4()[0]  # (ne2, ne1)
+    _check_rows_index(ids, b.ne[1], "ADD_ID")
+    rows = b.view4()[0, 0]  # (n_expert, ne0)
+    node.view4()[...] = a.view4() + rows[ids][None]
+
+
+@kernel(Op.OUT_PROD)
+def out_prod(node: Tensor, n_threads: int) -> None:
+    """dst[i0, i1] = sum_j src0[i0, j] * src1[i1, j] per plane; src0 planes broadcast over dst planes."""
+    a, b = node.src[0], node.src[1]
+    if not (a.type in FLOAT_TYPES or a.type.is_quantized):
+        raise unsupported(node)
+    require_types(node, b, (F32,))
+    require_types(node, node, (F32,))
+    ne03, ne02, _, _ = shape4(a)
+    ne13, ne12, _, _ = shape4(b)
+    if ne12 % ne02 or ne13 % ne03:
+        raise KernelInputError(f"OUT_PROD: cannot broadcast {a.ne} over {b.ne}")
+    x = load_f32(a)  # (ne03, ne02, j, ne00)
+    y = b.view4()  # (ne13, ne12, j, ne10)
+    xb = np.repeat(np.repeat(x, ne12 // ne02, axis=1), ne13 // ne03, axis=0)
+    node.view4()[...] = np.matmul(np.swapaxes(y, -1, -2), xb)
+
+
+def _check_rows_index(idx: np.ndarray, limit: int, op: str) -> None:
+    if idx.size and (idx.min() < 0 or idx.max() >= limit):
+        bad = idx[(idx < 0) | (idx >= limit)][0]
+        raise KernelInputError(f"{op}: row index {int(bad)} out of range [0, {limit})")
+
+
+@kernel(Op.GET_ROWS)
+def get_rows(node: Tensor, n_threads: int) -> None:
+    """dst[:, i10, i11, i12] = to_float(src0[:, idx[i10, i11, i12], i11, i12]); only gathered rows convert."""
+    a, b = node.src[0], node.src[1]
+    if not (a.type in FLOAT_TYPES or a.type == I32 or a.type.is_quantized):
+        raise unsupported(node)
+    require_types(node, b, (I32,))
+    idx = b.view4()[0]  # (ne12, ne11, ne10)
+    ne03, ne02, ne01, _ = shape4(a)
+    if idx.shape[0] != ne03 or idx.shape[1] != ne02:
+        raise KernelInputError(f"GET_ROWS: index planes {idx.shape[:2]} do not match table planes {(ne03, ne02)}")
+    _check_rows_index(idx, ne01, "GET_ROWS")
+    i3 = np.arange(ne03)[:, None, None]
+    i2 = np.arange(ne02)[None, :, None]
+    rows = a.view4()[i3, i2, idx]  # (ne12, ne11, ne10, row)
+    if a.type == I32:
+        if node.type != I32:
+            raise unsupported(node)
+        node.view4()[...] = rows
+        return
+    if a.type.is_quantized:
+        flat = quants.dequantize(np.ascontiguousarray(rows).reshape(-1, rows.shape[-1]), a.type)
+        vals = flat.reshape(*rows.shape[:-1], a.ne[0])
+    else:
+        vals = _weight_rows_f32(rows, a.type)
+    store(node, vals)
+
+
+@kernel(Op.SET_ROWS)
+def set_rows(node: Tensor, n_threads: int) -> None:
+    """dst[idx[i, i02 % ne11, i03 % ne12]] = from_float(src[i]) for every row i of src (src0 F32/F16, idx I32/I64).
+
+    node is a view of src[2] (the destination); each row goes through the destination type's CPU
+    from_float, so quantized KV caches are filled the way ggml fills them.
+    """
+    src, idx_t = node.src[0], node.src[1]
+    require_types(node, src, (F32, F16))
+    require_types(node, idx_t, (I32, I64))
+    if not (node.type in FLOAT_TYPES or node.type.is_quantized):
+        raise unsupported(node)
+    ne03, ne02, ne01, _ = shape4(src)
+    idx = idx_t.view4()[0]  # (ne12, ne11, ne10)
+    if idx.shape[2] != ne01 or ne02 % idx.shape[1] or ne03 % idx.shape[0]:
+        raise KernelInputError(f"SET_ROWS: indices {idx_t.ne} do not fit source rows {src.ne}")
+    full = np.tile(idx, (ne03 // idx.shape[0], ne02 // idx.shape[1], 1)).astype(np.int64)
+    _check_rows_index(full, node.ne[1], "SET_ROWS")
+    out = node.view4()
+    if src.type == F16 and node.type == F16:
+        vals = src.view4()
+    else:
+        vals = to_type(load_f32(src), node.type)
+    i3 = np.arange(ne03)[:, None, None]
+    i2 = np.arange(ne02)[None, :, None]
+    out[i3, i2, full] = vals
+
+
+def _copy(node: Tensor, src: Tensor) -> None:
+    """ggml_compute_forward_dup: elements are copied in logical (row-major ne) order, converting type."""
+    if src.nelements() != node.nelements():
+        raise KernelInputError(f"{node.op.name}: {src.nelements()} elements into {node.nelements()}")
+    dshape = shape4(node)
+    sty, dty = src.type, node.type
+    if sty == dty:
+        # same type: a byte/bit copy in logical order (quantized: whole blocks)
+        if sty.is_quantized and src.ne[0] != node.ne[0] and (src.ne[0] % sty.blck_size or node.ne[0] % sty.blck_size):
+            raise unsupported(node, "quantized copy must keep whole blocks")
+        raw = np.ascontiguousarray(src.view4()).reshape(-1)
+        node.view4()[...] = raw.reshape(node.view4().shape)
+        return
+    known = FLOAT_TYPES | INT_TYPES
+    if sty not in known and not sty.is_quantized:
+        raise unsupported(node)
+    if dty not in known and not dty.is_quantized:
+        raise unsupported(node)
+    if sty in INT_TYPES and dty in INT_TYPES:
+        node.view4()[...] = np.ascontiguousarray(src.view4()).reshape(dshape)
+        return
+    vals = np.ascontiguousarray(load_f32(src)).reshape(dshape)
+    if dty.is_quantized and node.ne[0] % dty.blck_size:
+        raise unsupported(node, f"row of {node.ne[0]} is not whole {dty.type_name} blocks")
+    store(node, vals)
+
+
+@kernel(Op.DUP, Op.CONT)
+def dup(node: Tensor, n_threads: int) -> None:
+    """Copy src0 into dst (new layout or new shape, same or other type)."""
+    _copy(node, node.src[0])
+
+
+@kernel(Op.CPY)
+def cpy(node: Tensor, n_threads: int) -> None:
+    """Copy/convert src0 into src1; the node is a view of src1 (or src1 is the node itself: ggml_cast)."""
+    _copy(node, node.src[0])

@@ -1,0 +1,114 @@
+"""Shared helpers for the op tests: build tensors in a Context, compute through the CPU executor,
+and compare with a numpy reference using test-backend-ops' NMSE.
+
+The references in the tests are written independently of the kernels (plain numpy or loops);
+input values are read back with pyggml.convert (not the kernels' loaders), so a view's strides
+are interpreted by code the kernels do not share.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pyggml import quants
+from pyggml.backend.cpu.compute import graph_compute
+from pyggml.context import Context
+from pyggml.convert import to_f32_4d
+from pyggml.graph import Graph
+from pyggml.tensor import Tensor
+from pyggml.types import GGMLType
+
+#: test-backend-ops thresholds
+NMSE_DEFAULT = 1e-7
+NMSE_MATMUL = 5e-4
+NMSE_SOFTMAX = 1e-6
+
+
+def nmse(out: np.ndarray, ref: np.ndarray) -> float:
+    """test-backend-ops' error: sum((a-b)^2) / sum(a^2), a being the backend's result."""
+    a = np.asarray(out, dtype=np.float64).reshape(-1)
+    b = np.asarray(ref, dtype=np.float64).reshape(-1)
+    num = float(((a - b) ** 2).sum())
+    den = float((a**2).sum())
+    if den == 0.0:
+        return 0.0 if num == 0.0 else float("inf")
+    return num / den
+
+
+def assert_close(out: np.ndarray, ref: np.ndarray, max_nmse: float = NMSE_DEFAULT) -> float:
+    """Fail like test-backend-ops: shape mismatch, any NaN, mismatched infinities, or NMSE > max."""
+    out = np.asarray(out)
+    ref = np.asarray(ref)
+    assert out.shape == ref.shape, f"shape {out.shape} != reference {ref.shape}"
+    assert not np.isnan(out).any(), "result has NaN"
+    assert not np.isnan(ref).any(), "reference has NaN"
+    inf_o, inf_r = np.isinf(out), np.isinf(ref)
+    assert (inf_o == inf_r).all(), "infinities differ in position"
+    assert (np.sign(out[inf_o]) == np.sign(ref[inf_r])).all(), "infinities differ in sign"
+    fin = ~inf_o
+    err = nmse(out[fin], ref[fin])
+    assert err <= max_nmse, f"NMSE {err:.3g} > {max_nmse:.3g}"
+    return err
+
+
+class OpCase:
+    """One small world for an op test: a Context, a seeded RNG, and compute()."""
+
+    def __init__(self, mem: int = 64 << 20, seed: int = 0) -> None:
+        self.ctx = Context(mem)
+        self.rng = np.random.default_rng(seed)
+
+    def tensor(self, ty: GGMLType, *ne: int, data: np.ndarray | None = None, lo: float = -1.0,
+               hi: float = 1.0) -> Tensor:
+        """A new tensor with ggml's ne, filled with ``data`` (numpy order) or uniform [lo, hi)."""
+        t = self.ctx.new_tensor(ty, *ne)
+        shape = (t.ne[3], t.ne[2], t.ne[1], t.ne[0])
+        if data is None:
+            data = self.rng.uniform(lo, hi, size=shape).astype(np.float32)
+        data = np.asarray(data).reshape(shape)
+        if ty.is_quantized and quants.requires_imatrix(ty):
+            rows = np.ascontiguousarray(data, dtype=np.float32).reshape(-1, t.ne[0])
+            q = quants.quantize(rows, ty, imatrix=np.ones(t.ne[0], dtype=np.float32))
+            t.view4()[...] = q.reshape(t.view4().shape)
+        else:
+            t.set(data)
+        return t
+
+    def ints(self, ty: GGMLType, *ne: int, data: np.ndarray) -> Tensor:
+        t = self.ctx.new_tensor(ty, *ne)
+        t.set(np.asarray(data).astype(ty.traits.np_dtype))
+        return t
+
+    def compute(self, out: Tensor, n_threads: int = 1) -> np.ndarray:
+        """Build the forward graph of ``out``, run it on the CPU executor, return out as float32 4-d."""
+        g = Graph()
+        g.build_forward_expand(out)
+        graph_compute(g, n_threads)
+        return values(out)
+
+
+def values(t: Tensor) -> np.ndarray:
+    """t's data as float32 (ne3, ne2, ne1, ne0), read through pyggml.convert (honours strides)."""
+    if t.type in (GGMLType.I8, GGMLType.I16, GGMLType.I32, GGMLType.I64):
+        return np.array(t.view4())
+    return np.array(to_f32_4d(t), dtype=np.float32)
+
+
+def round_f16(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    """bf16 round to nearest even, independent of pyggml.convert (float64 arithmetic on the bits)."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return r.astype(np.uint32).view(np.float32)
+
+
+def round_to(x: np.ndarray, ty: GGMLType) -> np.ndarray:
+    if ty == GGMLType.F16:
+        return round_f16(x)
+    if ty == GGMLType.BF16:
+        return round_bf16(x)
+    return np.asarray(x, dtype=np.float32)
