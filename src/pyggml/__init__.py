@@ -83,11 +83,11 @@ from .types import GGML_TYPE_COUNT, QK_K, GGMLType, GGMLTypeError, TypeTraits, b
 __version__ = "0.1.0"
 
 
-def graph_compute_with_ctx(ctx: Context, graph: Graph, n_threads: int = 1) -> None:
+def graph_compute_with_ctx(ctx: Context, graph: Graph, n_threads: int = 1) -> int:
     """ggml_graph_compute_with_ctx: run every node of ``graph`` on the CPU, in the tensors' memory."""
-    from .backend.cpu.compute import graph_compute
+    from .backend.cpu.compute import graph_compute_with_ctx as compute
 
-    graph_compute(graph, n_threads)
+    return compute(ctx, graph, n_threads)
 
 
 def set_input(t: Tensor) -> None:
