@@ -304,14 +304,14 @@ class Tensor:
         Writes through the view change the tensor. Quantized tensors give raw uint8 rows.
         """
         v = self.view4()
-        return v.reshape(v.shape[GGML_MAX_DIMS - self.n_dims() :])
+        return v.reshape(v.shape[GGML_MAX_DIMS - self._np_ndim() :])
 
     def to_float(self) -> np.ndarray:
         """The data converted to float32 (dequantized if quantized), numpy order."""
         from .convert import to_f32_4d
 
         v = to_f32_4d(self)
-        return v.reshape(v.shape[GGML_MAX_DIMS - self.n_dims() :])
+        return v.reshape(v.shape[GGML_MAX_DIMS - self._np_ndim() :])
 
     def set(self, array: Any) -> Tensor:
         """Write ``array`` into the tensor, checking its shape and type.
@@ -337,10 +337,17 @@ class Tensor:
         return self
 
     # ------------------------------------------------------------------ python niceties
+    def _np_ndim(self) -> int:
+        """Dimensions numpy views keep: up to the last ne that is not 1 (an empty dim counts)."""
+        for i in range(GGML_MAX_DIMS - 1, 0, -1):
+            if self.ne[i] != 1:
+                return i + 1
+        return 1
+
     @property
     def shape(self) -> tuple[int, ...]:
-        """numpy-order shape of the tensor (n_dims dimensions)."""
-        return tuple(reversed(self.ne[: self.n_dims()]))
+        """numpy-order shape of the tensor (ne reversed, trailing ne of 1 dropped as in ggml_n_dims)."""
+        return tuple(reversed(self.ne[: self._np_ndim()]))
 
     def __repr__(self) -> str:
         ne = ", ".join(str(n) for n in self.ne[: self.n_dims()])
