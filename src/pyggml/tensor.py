@@ -55,6 +55,7 @@ class Tensor:
 
     __slots__ = (
         "__weakref__",
+        "_v4",
         "buffer",
         "ctx",
         "data",
@@ -97,6 +98,7 @@ class Tensor:
         self.data = data
         self.name = ""
         self.extra: Any = None
+        self._v4: tuple[tuple, np.ndarray] | None = None  # view4's last (key, view)
 
     # ------------------------------------------------------------------ op params
     @property
@@ -279,8 +281,18 @@ class Tensor:
         """The data as a 4-d numpy view of shape (ne3, ne2, ne1, ne0) with ggml's strides.
 
         Quantized types give uint8 of shape (ne3, ne2, ne1, row_bytes) (rows must be contiguous);
-        BF16 gives the raw uint16 bits.
+        BF16 gives the raw uint16 bits. The view is cached while data, type, ne and nb stay the
+        same (a reused graph computes every step through the same views).
         """
+        key = (self.data, self.type, *self.ne, *self.nb, id(self.buffer))
+        cached = self._v4
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        view = self._make_view4()
+        self._v4 = (key, view)
+        return view
+
+    def _make_view4(self) -> np.ndarray:
         region, off = self._host_bytes()
         ne, nb = self.ne, self.nb
         tr = self.type.traits
