@@ -239,7 +239,7 @@ def test_cpu_backend_device_and_registry():
     feats = dict(api.backend_reg_get_proc_address(reg, "ggml_backend_get_features")())
     assert "NUMPY" in feats
     assert backend_is_cpu(api.backend_init_best())
-    assert api.backend_reg_by_name("cpu") is reg and api.backend_dev_get(0) is dev
+    assert api.backend_reg_by_name("cpu") is reg and api.backend_dev_by_type(DeviceType.CPU) is dev
     with pytest.raises(IndexError):
         api.backend_reg_dev_get(reg, 1)
     with pytest.raises(NotSupportedError):

@@ -34,6 +34,11 @@ class EvalOrder(IntEnum):
     RIGHT_TO_LEFT = 1
 
 
+def graph_next_uid() -> int:
+    """ggml_graph_next_uid: a process-wide counter starting at 1 (0 means "no uid")."""
+    return next(_uid_counter)
+
+
 def hash_size(min_sz: int) -> int:
     """ggml_hash_size: the smallest tabled prime >= min_sz (or min_sz | 1 past the table)."""
     for p in _PRIMES:
@@ -76,7 +81,7 @@ class Graph:
         if _parent is None:
             self.visited: dict[int, Tensor] = {}
             self.use_counts: dict[int, int] = {}
-            self.uid = next(_uid_counter)
+            self.uid = graph_next_uid()
         else:  # a graph view shares its parent's hash set and use counts (ggml_graph_view)
             self.visited = _parent.visited
             self.use_counts = _parent.use_counts

@@ -15,7 +15,7 @@ import numpy as np
 from .. import memory
 from ..tensor import NoDataError, are_same_layout
 from .base import Backend, Buffer, BufferType, BufferUsage, Device, DeviceProps, DeviceType, Event, GGMLStatus, Registry
-from .errors import BackendError, BufferNotSetError, LayoutMismatchError, NotSupportedError, TensorBoundsError
+from .errors import BackendError, BufferNotSetError, LayoutMismatchError, TensorBoundsError
 from .multi_buffer import (
     backend_buffer_is_multi_buffer,
     backend_multi_buffer_alloc_buffer,
@@ -479,83 +479,24 @@ def backend_reg_get_proc_address(reg: Registry, name: str) -> Any:
 
 
 # ------------------------------------------------------------------ global registry (ggml-backend-reg.cpp)
-_registries: list[Registry] = []
-
-
-def _ensure_builtin() -> None:
-    """The CPU backend is always registered, as in a static ggml build; imported lazily
-    because the CPU module itself depends on this one."""
-    if not _registries:
-        from .cpu.backend import backend_cpu_reg
-
-        _registries.append(backend_cpu_reg())
-
-
-def backend_register(reg: Registry) -> None:
-    _ensure_builtin()
-    if any(r is reg for r in _registries):
-        return
-    _registries.append(reg)
-
-
-def backend_reg_count() -> int:
-    _ensure_builtin()
-    return len(_registries)
-
-
-def backend_reg_get(index: int) -> Registry:
-    _ensure_builtin()
-    if not 0 <= index < len(_registries):
-        raise IndexError(f"there are {len(_registries)} backend registries, no registry {index}")
-    return _registries[index]
-
-
-def backend_reg_by_name(name: str) -> Registry | None:
-    _ensure_builtin()
-    return next((r for r in _registries if r.name().lower() == name.lower()), None)
-
-
-def _all_devices() -> list[Device]:
-    _ensure_builtin()
-    return [d for r in _registries for d in r.devices()]
-
-
-def backend_dev_count() -> int:
-    return len(_all_devices())
-
-
-def backend_dev_get(index: int) -> Device:
-    devs = _all_devices()
-    if not 0 <= index < len(devs):
-        raise IndexError(f"there are {len(devs)} backend devices, no device {index}")
-    return devs[index]
-
-
-def backend_dev_by_name(name: str) -> Device | None:
-    return next((d for d in _all_devices() if d.name().lower() == name.lower()), None)
-
-
-def backend_dev_by_type(type: DeviceType | int) -> Device | None:
-    return next((d for d in _all_devices() if d.type() == type), None)
-
-
-def backend_init_by_name(name: str, params: str | None = None) -> Backend | None:
-    dev = backend_dev_by_name(name)
-    return None if dev is None else dev.init_backend(params)
-
-
-def backend_init_by_type(type: DeviceType | int, params: str | None = None) -> Backend | None:
-    dev = backend_dev_by_type(type)
-    return None if dev is None else dev.init_backend(params)
-
-
-def backend_init_best() -> Backend:
-    """ggml_backend_init_best: a GPU if one is registered, else an integrated GPU, else the CPU."""
-    for kind in (DeviceType.GPU, DeviceType.IGPU, DeviceType.CPU):
-        dev = backend_dev_by_type(kind)
-        if dev is not None:
-            return dev.init_backend(None)
-    raise NotSupportedError("no backend device is registered")
-
+# One registry for the process lives in registry.py (built-ins plus entry-point plugins).
+from .registry import (  # noqa: E402, F401  (re-exported)
+    backend_dev_by_name,
+    backend_dev_by_type,
+    backend_dev_count,
+    backend_dev_get,
+    backend_device_register,
+    backend_devices,
+    backend_init_best,
+    backend_init_by_name,
+    backend_init_by_type,
+    backend_load,
+    backend_load_all,
+    backend_reg_by_name,
+    backend_reg_count,
+    backend_reg_get,
+    backend_register,
+    backend_unload,
+)
 
 __all__ += [n for n, v in list(globals().items()) if n.startswith("backend_") and callable(v) and n not in __all__]
