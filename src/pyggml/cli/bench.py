@@ -15,7 +15,7 @@ import statistics
 import sys
 import time
 
-from .common import add_model_args
+from .common import add_model_args, placement_from_args
 
 
 def glibc_rand(n: int, seed: int = 1) -> list[int]:
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if args.repetitions < 1:
         raise CLIError("-r must be at least 1")
     path = args.model or default_model_path()
-    model = Model(path, progress=not args.quiet)
+    model = Model(path, progress=not args.quiet, **placement_from_args(args))
     vocab = Vocab.from_metadata(model.reader)
     hp = model.hparams
     bos = vocab.bos if vocab.add_bos and vocab.bos >= 0 else None
@@ -114,11 +114,12 @@ def run(args: argparse.Namespace) -> int:
             "model_filename": str(path), "model_type": f"{hp.arch} {hp.n_layer}L", "model_size": model.size_bytes(),
             "model_n_params": model.n_params(), "n_batch": args.batch_size, "n_ubatch": args.ubatch_size,
             "n_threads": threads, "type_k": params.type_k.type_name, "type_v": params.type_v.type_name,
-            "n_gpu_layers": 0, "flash_attn": params.flash_attn, "n_prompt": n_prompt, "n_gen": n_gen,
+            "n_gpu_layers": args.n_gpu_layers, "flash_attn": params.flash_attn, "n_prompt": n_prompt, "n_gen": n_gen,
             "test_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "avg_ns": int(statistics.mean(samples)), "stddev_ns": int(statistics.stdev(samples)) if len(samples) > 1
             else 0, "avg_ts": statistics.mean(ts), "stddev_ts": statistics.stdev(ts) if len(ts) > 1 else 0.0,
             "samples_ns": samples, "samples_ts": ts,
+            "backend": ",".join([d.name() for d in model.devices] + ["CPU"]),
         })
         if not args.quiet:
             print(f"{'pp' if n_prompt else 'tg'}{n_prompt or n_gen}: {results[-1]['avg_ts']:.2f} t/s", file=sys.stderr)
@@ -135,7 +136,7 @@ def _print_markdown(results: list[dict], model: object) -> None:
     for r in results:
         test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
         rows.append([r["model_type"], f"{r['model_size'] / 2**20:.2f} MiB", f"{r['model_n_params'] / 1e6:.2f} M",
-                     "CPU", str(r["n_threads"]), test, f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}"])
+                     r["backend"], str(r["n_threads"]), test, f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}"])
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(hdr)]
     print("| " + " | ".join(h.ljust(w) for h, w in zip(hdr, widths, strict=True)) + " |")
     print("| " + " | ".join("-" * (w - 1) + (":" if i >= 4 else "-") for i, w in enumerate(widths)) + " |")

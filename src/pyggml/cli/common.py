@@ -20,6 +20,15 @@ def add_model_args(p: argparse.ArgumentParser, ctx_size: int = 4096) -> None:
     p.add_argument("-t", "--threads", type=int, default=0, help=f"CPU threads (default: all {os.cpu_count()})")
     p.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="off",
                    help="flash attention (default off, which keeps V transposed in the cache as llama.cpp does)")
+    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0,
+                   help="layers to offload to the offload devices (-1 = all; default 0). As in llama.cpp, "
+                        "k offloads the last k-1 repeating layers and the output layer")
+    p.add_argument("-dev", "--device", default=None,
+                   help="comma-separated devices to offload to (default: every GPU device; see `pyggml devices`), "
+                        "e.g. TORCH_CPU")
+    p.add_argument("-ot", "--override-tensor", action="append", default=[], metavar="PATTERN=BUFT",
+                   help="place tensors whose name matches the regex PATTERN in buffer type BUFT (e.g. "
+                        "'ffn_.*=CPU'); repeatable, first match wins")
     p.add_argument("-q", "--quiet", action="store_true", help="print no logs or timings on stderr")
 
 
@@ -42,6 +51,30 @@ def sampler_from_args(args: argparse.Namespace) -> Sampler:
                                   penalty_repeat=args.repeat_penalty, penalty_last_n=args.repeat_last_n))
 
 
+def placement_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Model() keyword arguments for -ngl, --device and -ot."""
+    from ..backend.registry import backend_dev_by_name, backend_devices
+    from .main import CLIError
+
+    devices = None
+    if args.device:
+        devices = []
+        for name in args.device.split(","):
+            dev = backend_dev_by_name(name.strip())
+            if dev is None:
+                known = ", ".join(d.name() for d in backend_devices())
+                raise CLIError(f"unknown device {name.strip()!r} (available: {known})")
+            devices.append(dev)
+    overrides = []
+    for spec in args.override_tensor:
+        for item in spec.split(","):
+            pattern, sep, buft = item.rpartition("=")
+            if not sep or not pattern or not buft:
+                raise CLIError(f"--override-tensor expects PATTERN=BUFFER_TYPE, got {item!r}")
+            overrides.append((pattern, buft))
+    return {"n_gpu_layers": args.n_gpu_layers, "devices": devices, "override_tensor": overrides}
+
+
 def load_model_and_context(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """Load the model (default model if -m is absent), its vocabulary and a context."""
     from ..llm.context import ContextParams, LlamaContext
@@ -52,7 +85,7 @@ def load_model_and_context(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     path = args.model or default_model_path()
     if not args.quiet:
         print(f"loading model {path}", file=sys.stderr)
-    model = Model(path, progress=not args.quiet)
+    model = Model(path, progress=not args.quiet, **placement_from_args(args))
     vocab = Vocab.from_metadata(model.reader)
     params = ContextParams(n_ctx=args.ctx_size, n_batch=args.batch_size, n_ubatch=args.ubatch_size,
                            n_threads=args.threads, flash_attn=args.flash_attn == "on")

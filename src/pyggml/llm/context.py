@@ -3,8 +3,9 @@
 A batch is split into ubatches of at most ``n_ubatch`` tokens (split_simple). For each ubatch the
 KV cells are found and applied first, then the graph for its shape is built, or the previous one
 reused when llama.cpp would reuse it (same n_tokens, n_outputs and n_kv per cache; ``n_reused``
-counts those steps), its intermediate memory planned by gallocr, its inputs written, and it runs
-on the CPU backend. Only positions flagged as outputs get logits.
+counts those steps). The backend scheduler places each node by where its weights live, plans the
+intermediate memory and runs the splits; inputs are written and logits read through the backend
+API, so any backend works. Only positions flagged as outputs get logits.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..alloc.gallocr import gallocr_alloc_graph, gallocr_new
-from ..backend.api import backend_graph_compute
-from ..backend.cpu.backend import backend_cpu_buffer_type, backend_cpu_init
+from ..backend.api import backend_tensor_get, backend_tensor_set
+from ..backend.cpu.backend import backend_cpu_init
+from ..backend.sched import BackendSched, backend_sched_new, backend_sched_set_eval_callback
 from ..errors import PyGGMLError
 from ..tensor import Tensor, ggml_pad
 from ..types import GGMLType
-from .graph import GraphBuilder, UbatchGraph
+from .graph import GRAPH_MAX_NODES, GraphBuilder, UbatchGraph
 from .kv_cache import KV_PAD, KVCache
 from .model import Model
 
@@ -60,7 +61,7 @@ class LlamaContext:
         self.n_ubatch = min(self.n_batch, p.n_ubatch)
         self.n_ctx = ggml_pad(n_ctx_user, KV_PAD)
         self.flash_attn = p.flash_attn
-        buft = backend_cpu_buffer_type()
+        buft = {il: model.layer_buft(il) for il in range(hp.n_layer)}
         v_trans = not p.flash_attn
         if hp.uses_swa:
             base_layers = [il for il in range(hp.n_layer) if not hp.is_swa(il)]
@@ -77,7 +78,9 @@ class LlamaContext:
             self.layer_cache = ["base"] * hp.n_layer
         self.backend = backend_cpu_init()
         self.backend.set_n_threads(p.n_threads or os.cpu_count() or 1)
-        self.galloc = gallocr_new(buft)
+        # the devices holding weights first, the CPU last (llama.cpp's order)
+        self.backends = [d.init_backend(None) for d in model.devices] + [self.backend]
+        self.sched: BackendSched = backend_sched_new(self.backends, None, GRAPH_MAX_NODES, False, True)
         self.eval_callback = eval_callback
         self._graph: UbatchGraph | None = None
         self.n_reused = 0  # ubatches that reused the previous graph (llama.cpp's n_reused)
@@ -117,7 +120,7 @@ class LlamaContext:
         def cb(t: Tensor, ask: bool) -> bool:
             if ask:
                 return rx.fullmatch(t.name) is not None
-            found[t.name] = np.array(t.to_float(), copy=True)
+            found[t.name] = tensor_to_numpy(t)
             return True
 
         previous = self.eval_callback
@@ -182,41 +185,44 @@ class LlamaContext:
         else:
             b = GraphBuilder(self.model, self.caches, self.layer_cache, n_tokens, n_outputs, n_kv, self.flash_attn)
             g = b.build(key)
-            if not gallocr_alloc_graph(self.galloc, g.gf):
+            self.sched.reset()
+            if not self.sched.alloc_graph(g.gf):
                 raise PyGGMLError("failed to allocate the compute graph")
             self._graph = g
             self.n_graph_builds += 1
-        # inputs
-        g.tokens.set(toks.astype(np.int32))
-        g.pos.set(pos.astype(np.int32))
+        # inputs, through the backend API: they may live on any backend
+        backend_tensor_set(g.tokens, toks.astype(np.int32))
+        backend_tensor_set(g.pos, pos.astype(np.int32))
         if n_outputs:
-            g.out_ids.set(out_ids)
+            backend_tensor_set(g.out_ids, out_ids)
         for name, inp in g.attn.items():
             cache = inp.cache
             idxs = cells[name]
-            inp.k_idxs.set(cache.k_idxs_data(idxs))
-            inp.v_idxs.set(cache.v_idxs_data(idxs, cache.layer_ids[0]))
+            backend_tensor_set(inp.k_idxs, cache.k_idxs_data(idxs))
+            backend_tensor_set(inp.v_idxs, cache.v_idxs_data(idxs, cache.layer_ids[0]))
             mask = cache.mask_data(pos, inp.n_kv)
-            inp.kq_mask.set(mask.astype(np.float16) if inp.kq_mask.type == GGMLType.F16 else mask)
-        self._compute(g)
+            backend_tensor_set(inp.kq_mask, mask.astype(np.float16) if inp.kq_mask.type == GGMLType.F16 else mask)
+        backend_sched_set_eval_callback(self.sched, self.eval_callback)
+        self.sched.graph_compute(g.gf)
         if n_outputs == 0:
             return np.zeros((0, self.model.hparams.n_vocab), dtype=np.float32)
-        return np.array(g.logits.numpy().reshape(n_outputs, -1), dtype=np.float32)
+        return tensor_to_numpy(g.logits).reshape(n_outputs, -1)
 
-    def _compute(self, g: UbatchGraph) -> None:
-        cb = self.eval_callback
-        if cb is None:
-            backend_graph_compute(self.backend, g.gf)
-            return
-        # ggml_backend_sched's protocol: compute up to each node the callback asks for, then show it
-        nodes = g.gf.nodes
-        j0 = 0
-        for j, t in enumerate(nodes):
-            if not cb(t, True):
-                continue
-            backend_graph_compute(self.backend, g.gf.view(j0, j + 1))
-            j0 = j + 1
-            if not cb(t, False):
-                return
-        if j0 < len(nodes):
-            backend_graph_compute(self.backend, g.gf.view(j0, len(nodes)))
+
+def tensor_to_numpy(t: Tensor) -> np.ndarray:
+    """A float32 copy of a tensor's data in numpy order, wherever it lives (host or device)."""
+    if t.buffer is None or t.buffer.is_host():
+        return np.array(t.to_float(), dtype=np.float32, copy=True)
+    from ..convert import rows_to_f32
+
+    if not t.is_contiguous():
+        raise PyGGMLError(f"cannot read non-contiguous device tensor {t.name!r}")
+    raw = backend_tensor_get(t)
+    tr = t.type.traits
+    if tr.blck_size == 1:
+        dt = tr.np_dtype if t.type != GGMLType.BF16 else np.dtype("<u2")
+        rows = raw.view(dt).reshape(t.ne[3], t.ne[2], t.ne[1], t.ne[0])
+    else:
+        rows = raw.reshape(t.ne[3], t.ne[2], t.ne[1], t.row_size())
+    v = rows_to_f32(rows, t.type)
+    return np.ascontiguousarray(v.reshape(v.shape[4 - t._np_ndim():]), dtype=np.float32)

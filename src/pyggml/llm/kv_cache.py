@@ -30,7 +30,7 @@ class KVCacheFullError(PyGGMLError):
 class KVCache:
     """One cache (llama_kv_cache) over the layers ``layer_ids`` of a model."""
 
-    def __init__(self, hp: HParams, layer_ids: list[int], kv_size: int, buft: BufferType,
+    def __init__(self, hp: HParams, layer_ids: list[int], kv_size: int, buft: BufferType | dict[int, BufferType],
                  type_k: GGMLType = GGMLType.F16, type_v: GGMLType = GGMLType.F16, v_trans: bool = True,
                  n_swa: int = 0, name: str = "") -> None:
         self.hp = hp
@@ -45,16 +45,22 @@ class KVCache:
         for il in self.layer_ids:
             self.k[il] = self.ctx.new_tensor(type_k, hp.n_embd_k_gqa(il), kv_size, 1).set_name(f"cache_k_l{il}")
             self.v[il] = self.ctx.new_tensor(type_v, hp.n_embd_v_gqa(il), kv_size, 1).set_name(f"cache_v_l{il}")
-        align = buft.get_alignment()
-        total = sum(ggml_pad(t.nbytes(), align) for t in self.ctx)
-        self.buffer: Buffer = buft.alloc_buffer(total)
-        backend_buffer_set_usage(self.buffer, BufferUsage.ANY)
-        base = self.buffer.get_base()
-        offs = 0
-        for t in self.ctx:
-            backend_tensor_alloc(self.buffer, t, base + offs)
-            offs += ggml_pad(t.nbytes(), align)
-        backend_buffer_clear(self.buffer, 0)
+        # each layer's cache lives with the layer (llama.cpp's offload_kqv): one buffer per buffer type
+        layer_buft = buft if isinstance(buft, dict) else dict.fromkeys(self.layer_ids, buft)
+        groups: dict[BufferType, list[Tensor]] = {}
+        for il in self.layer_ids:
+            groups.setdefault(layer_buft[il], []).extend((self.k[il], self.v[il]))
+        self.buffers: list[Buffer] = []
+        for bt, tensors in groups.items():
+            align = bt.get_alignment()
+            buf = bt.alloc_buffer(sum(ggml_pad(bt.get_alloc_size(t), align) for t in tensors))
+            backend_buffer_set_usage(buf, BufferUsage.ANY)
+            addr = buf.get_base()
+            for t in tensors:
+                backend_tensor_alloc(buf, t, addr)
+                addr += ggml_pad(bt.get_alloc_size(t), align)
+            backend_buffer_clear(buf, 0)
+            self.buffers.append(buf)
         self.pos = np.full(kv_size, -1, dtype=np.int64)  # -1: empty cell
         self.head = 0
 
@@ -62,7 +68,8 @@ class KVCache:
     def clear(self) -> None:
         self.pos.fill(-1)
         self.head = 0
-        backend_buffer_clear(self.buffer, 0)
+        for buf in self.buffers:
+            backend_buffer_clear(buf, 0)
 
     @property
     def used(self) -> int:

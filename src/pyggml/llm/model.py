@@ -3,24 +3,33 @@
 On the CPU the weights are never copied: each weight tensor's data points into the mmap'd file,
 through a ``CPU_Mapped`` buffer marked with WEIGHTS usage (llama.cpp's use_mmap path). Weights
 stay in their stored (quantized) type; kernels dequantize row tiles as they go.
+
+Placement follows llama.cpp: with ``n_gpu_layers = k`` the last ``k - 1`` repeating layers and
+the output head go to the offload devices (split evenly over several), the token embeddings stay
+on the CPU, and ``override_tensor`` rules (regex on the tensor name -> buffer type name, first
+match wins) come before everything else. Weights on another device are copied there once.
 """
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .. import memory
-from ..backend.api import backend_buffer_set_usage, backend_tensor_alloc
-from ..backend.base import Buffer, BufferUsage
-from ..backend.cpu.backend import cpu_buffer_from_ptr
+from ..backend.api import backend_buffer_set_usage, backend_tensor_alloc, backend_tensor_set
+from ..backend.base import Buffer, BufferType, BufferUsage, Device, DeviceType
+from ..backend.cpu.backend import backend_cpu_buffer_type, cpu_buffer_from_ptr
 from ..context import Context, tensor_overhead
 from ..gguf import GGUFReader
-from ..tensor import Tensor
+from ..tensor import Tensor, ggml_pad
 from .hparams import HParams, ModelLoadError
+
+_LAYER_RE = re.compile(r"^blk\.(\d+)\.")
 
 
 @dataclass
@@ -50,7 +59,9 @@ class Layer:
 class Model:
     """``llama_model``: ``Model(path)`` maps a GGUF file and exposes its weights as pyggml tensors."""
 
-    def __init__(self, path: str | Path, progress: bool = True) -> None:
+    def __init__(self, path: str | Path, progress: bool = True, n_gpu_layers: int = 0,
+                 devices: Sequence[Device] | None = None,
+                 override_tensor: Sequence[tuple[str, str]] = ()) -> None:
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelLoadError(f"model file not found: {self.path}")
@@ -59,14 +70,17 @@ class Model:
         self.arch = self.hparams.arch
         infos = self.reader.tensors
         self.ctx = Context((len(infos) + 2) * tensor_overhead(), no_alloc=True)
+        self._placement = _Placement(self.hparams.n_layer, n_gpu_layers, devices, override_tensor)
         # the whole file as one zero-copy CPU_Mapped buffer with WEIGHTS usage
         file_bytes = np.frombuffer(self.reader._buf, dtype=np.uint8)
         memory.register(file_bytes)
         self._file_bytes = file_bytes
         self.buffer: Buffer = cpu_buffer_from_ptr(file_bytes)
         backend_buffer_set_usage(self.buffer, BufferUsage.WEIGHTS)
+        self.buffers: list[Buffer] = [self.buffer]
         base = memory.address_of(file_bytes)
         self.tensors: dict[str, Tensor] = {}
+        elsewhere: dict[BufferType, list[tuple[Tensor, np.ndarray]]] = {}
         items = infos
         if progress and sys.stderr.isatty():
             from tqdm import tqdm
@@ -74,9 +88,33 @@ class Model:
             items = tqdm(infos, desc=f"loading {self.path.name}", unit="tensor", file=sys.stderr, leave=False)
         for ti in items:
             t = self.ctx.new_tensor(ti.type, *ti.ne[: max(ti.n_dims, 1)]).set_name(ti.name)
-            backend_tensor_alloc(self.buffer, t, base + self.reader.data_offset + ti.offset)
+            buft = self._placement.buft_for(ti.name)
+            if buft is None:
+                backend_tensor_alloc(self.buffer, t, base + self.reader.data_offset + ti.offset)
+            else:
+                elsewhere.setdefault(buft, []).append((t, self.reader.tensor_bytes(ti.name)))
             self.tensors[ti.name] = t
+        self._tied_output: Tensor | None = None
+        if "output.weight" not in self.tensors and "token_embd.weight" in self.tensors:
+            # llama.cpp duplicates tied embeddings for the output layer's device (TENSOR_DUPLICATED)
+            buft = self._placement.buft_for("output.weight")
+            if buft is not None:
+                emb = self.tensors["token_embd.weight"]
+                dup = self.ctx.new_tensor(emb.type, *emb.ne[: emb.n_dims()]).set_name("output.weight")
+                elsewhere.setdefault(buft, []).append((dup, self.reader.tensor_bytes("token_embd.weight")))
+                self._tied_output = dup
+        for buft, group in elsewhere.items():
+            self.buffers.append(_upload(buft, group))
         self._build_layers()
+
+    @property
+    def devices(self) -> list[Device]:
+        """The devices other than the CPU that hold weights (the scheduler needs their backends)."""
+        return self._placement.used_devices()
+
+    def layer_buft(self, il: int) -> BufferType:
+        """The buffer type of layer ``il`` (its KV cache lives there too, as with offload_kqv)."""
+        return self._placement.buft_for(f"blk.{il}.attn_norm.weight") or backend_cpu_buffer_type()
 
     # ------------------------------------------------------------------ tensors
     def _get(self, name: str, ne: tuple[int, ...] | None = None, required: bool = True) -> Tensor | None:
@@ -97,7 +135,9 @@ class Model:
             hp.n_vocab = self.tok_embd.ne[1]
         self.output_norm = g("output_norm.weight", (hp.n_embd,))
         out = g("output.weight", (hp.n_embd, hp.n_vocab), required=False)
-        self.output = out if out is not None else self.tok_embd  # tied embeddings
+        if out is None:
+            out = self._tied_output if self._tied_output is not None else self.tok_embd  # tied embeddings
+        self.output = out
         self.output_b = g("output.bias", required=False)
         self.rope_freqs = g("rope_freqs.weight", required=False)
         self.layers: list[Layer] = []
@@ -139,3 +179,80 @@ class Model:
 
     def size_bytes(self) -> int:
         return sum(t.nbytes() for t in self.tensors.values())
+
+
+def _upload(buft: BufferType, group: list[tuple[Tensor, np.ndarray]]) -> Buffer:
+    """One WEIGHTS buffer of ``buft`` holding ``group``'s tensors, their bytes copied from the file."""
+    align = buft.get_alignment()
+    sizes = [ggml_pad(buft.get_alloc_size(t), align) for t, _ in group]
+    buf = buft.alloc_buffer(sum(sizes))
+    backend_buffer_set_usage(buf, BufferUsage.WEIGHTS)
+    addr = buf.get_base()
+    for (t, data), size in zip(group, sizes, strict=True):
+        backend_tensor_alloc(buf, t, addr)
+        backend_tensor_set(t, data)
+        addr += size
+    return buf
+
+
+class _Placement:
+    """Which buffer type each weight goes to (None: the CPU, mapped from the file)."""
+
+    def __init__(self, n_layer: int, n_gpu_layers: int, devices: Sequence[Device] | None,
+                 override_tensor: Sequence[tuple[str, str]]) -> None:
+        from ..backend.registry import backend_devices
+
+        all_devs = backend_devices()
+        if devices is None:
+            devices = [d for d in all_devs if d.type() == DeviceType.GPU]
+        self.gpus = list(devices)
+        self.n_layer = n_layer
+        ngl = n_gpu_layers if n_gpu_layers >= 0 else n_layer + 1
+        self.i_gpu_start = max(n_layer + 1 - ngl, 0) if self.gpus else n_layer + 1
+        self.act_gpu_layers = n_layer + 1 - self.i_gpu_start
+        bufts = {backend_cpu_buffer_type().name(): backend_cpu_buffer_type()}
+        for d in all_devs:
+            bt = d.get_buffer_type()
+            bufts.setdefault(bt.name(), bt)
+        self.overrides: list[tuple[re.Pattern[str], BufferType | None]] = []
+        for pattern, name in override_tensor:
+            bt = next((b for n, b in bufts.items() if n.lower() == name.lower()), None)
+            if bt is None:
+                raise ModelLoadError(f"--override-tensor: unknown buffer type {name!r} "
+                                     f"(available: {', '.join(sorted(bufts))})")
+            try:
+                rx = re.compile(pattern)
+            except re.error as e:
+                raise ModelLoadError(f"--override-tensor: bad regular expression {pattern!r}: {e}") from e
+            self.overrides.append((rx, None if bt is backend_cpu_buffer_type() else bt))
+        self._used: list[Device] = []
+
+    def _layer_of(self, name: str) -> int | None:
+        """llama.cpp's layer classes: blk.N -> N; output / output_norm -> the output layer; else input."""
+        m = _LAYER_RE.match(name)
+        if m:
+            return int(m.group(1))
+        if name.startswith(("output.", "output_norm.")):
+            return self.n_layer
+        if name.startswith("rope_freqs."):
+            return 0
+        return None
+
+    def buft_for(self, name: str) -> BufferType | None:
+        for rx, bt in self.overrides:
+            if rx.search(name):
+                return self._note(bt)
+        il = self._layer_of(name)
+        if il is None or il < self.i_gpu_start or not self.gpus:
+            return None
+        # the cumulative split over the offload devices, even by default (llama.cpp's tensor_split)
+        idx = min(len(self.gpus) - 1, (il - self.i_gpu_start) * len(self.gpus) // self.act_gpu_layers)
+        return self._note(self.gpus[idx].get_buffer_type())
+
+    def _note(self, bt: BufferType | None) -> BufferType | None:
+        if bt is not None and bt.device is not None and bt.device not in self._used:
+            self._used.append(bt.device)
+        return bt
+
+    def used_devices(self) -> list[Device]:
+        return list(self._used)

@@ -83,7 +83,10 @@ class TorchBuffer(Buffer):
         self.bytes_of(tensor, offset, size).fill_(value)
 
     def set_tensor(self, tensor: Tensor, data: np.ndarray, offset: int, size: int) -> None:
-        src = torch.from_numpy(np.ascontiguousarray(data[:size]))
+        host = np.ascontiguousarray(data[:size])
+        if not host.flags.writeable:  # e.g. a view of a read-only mapped model file
+            host = host.copy()
+        src = torch.from_numpy(host)
         self.bytes_of(tensor, offset, size).copy_(src)
 
     def get_tensor(self, tensor: Tensor, data: np.ndarray, offset: int, size: int) -> None:
