@@ -56,3 +56,28 @@ def test_prompt_logits_and_greedy(model, i):
     assert got == p["greedy_continuation"][:n_safe]
     if n_safe > 1:
         assert ctx.n_reused >= n_safe - 2  # every generation step after the first reused the graph
+
+
+def test_offloaded_layers_give_the_same_greedy_text():
+    """-ngl 10 onto the torch device: layers 9..17 and the output head leave the CPU, the scheduler
+    splits the graph, and the greedy continuation is unchanged."""
+    from pyggml.backend.registry import backend_dev_by_name
+
+    torch_dev = backend_dev_by_name("TORCH_CPU")
+    assert torch_dev is not None
+    m = Model(default_model_path(), progress=False, n_gpu_layers=10, devices=[torch_dev],
+              override_tensor=[(r"blk\.17\.ffn_down", "CPU")])
+    assert [d.name() for d in m.devices] == ["TORCH_CPU"]
+    assert m.layer_buft(8).name() == "CPU" and m.layer_buft(9).name() == "TORCH_CPU"
+    assert m.tensors["blk.17.ffn_down.weight"].buffer.is_host()
+    assert not m.output.buffer.is_host()  # the tied embeddings were duplicated for the output layer
+    ctx = _context(m)
+    p = REF["prompts"][0]
+    logits = ctx.decode(p["tokens"])
+    assert ctx.sched.n_splits > 1
+    got = []
+    tok = int(np.argmax(logits[-1]))
+    for _ in range(p["greedy_safe_steps"]):
+        got.append(tok)
+        tok = int(np.argmax(ctx.decode([tok])[-1]))
+    assert got == p["greedy_continuation"][: p["greedy_safe_steps"]]
