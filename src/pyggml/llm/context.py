@@ -67,10 +67,13 @@ class LlamaContext:
             base_layers = [il for il in range(hp.n_layer) if not hp.is_swa(il)]
             swa_layers = [il for il in range(hp.n_layer) if hp.is_swa(il)]
             swa_size = self.n_ctx if p.swa_full else ggml_pad(min(self.n_ctx, hp.n_swa + self.n_ubatch), KV_PAD)
-            self.caches = {
-                "base": KVCache(hp, base_layers, self.n_ctx, buft, p.type_k, p.type_v, v_trans, 0, "base"),
-                "swa": KVCache(hp, swa_layers, swa_size, buft, p.type_k, p.type_v, v_trans, hp.n_swa, "swa"),
-            }
+            self.caches = {}  # a cache only for the kinds of layers the model has
+            if base_layers:
+                self.caches["base"] = KVCache(hp, base_layers, self.n_ctx, buft, p.type_k, p.type_v, v_trans, 0,
+                                              "base")
+            if swa_layers:
+                self.caches["swa"] = KVCache(hp, swa_layers, swa_size, buft, p.type_k, p.type_v, v_trans, hp.n_swa,
+                                             "swa")
             self.layer_cache = ["swa" if hp.is_swa(il) else "base" for il in range(hp.n_layer)]
         else:
             self.caches = {"base": KVCache(hp, list(range(hp.n_layer)), self.n_ctx, buft, p.type_k, p.type_v,
