@@ -22,7 +22,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("-H", "--host", default="127.0.0.1", help="IPv4 address to bind (default 127.0.0.1)")
     p.add_argument("-p", "--port", type=int, default=50052, help="TCP port (default 50052)")
     p.add_argument("-d", "--device", default=None,
-                   help="comma- or slash-separated device names; repeat a name to expose it twice (default: CPU)")
+                   help="comma- or slash-separated device names; repeat a name to expose it twice "
+                        "(default: the GPU devices, else the CPU)")
     p.add_argument("-t", "--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                    help="threads for the CPU backend (default: half the cores)")
     p.add_argument("-c", "--cache", action="store_true",
@@ -33,10 +34,17 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _devices(spec: str | None) -> list[Any]:
-    from ..backend.registry import backend_dev_by_name, backend_devices
+    """rpc-server.cpp's choice: the named devices, else every device that is not a CPU or an
+    accelerator (GPUs), else the CPU."""
+    from ..backend.base import DeviceType
+    from ..backend.registry import backend_dev_by_name, backend_dev_by_type, backend_devices
 
     if spec is None:
-        return [backend_dev_by_name("CPU")]
+        gpus = [d for d in backend_devices() if d.type() not in (DeviceType.CPU, DeviceType.ACCEL)]
+        cpu = backend_dev_by_type(DeviceType.CPU)
+        if not gpus and cpu is None:
+            raise CLIError("no devices found")
+        return gpus or [cpu]
     devs = []
     for name in (n for n in re.split(r"[,/]", spec) if n):
         dev = backend_dev_by_name(name)
