@@ -26,6 +26,8 @@ def add_model_args(p: argparse.ArgumentParser, ctx_size: int = 4096) -> None:
     p.add_argument("-dev", "--device", default=None,
                    help="comma-separated devices to offload to (default: every GPU device; see `pyggml devices`), "
                         "e.g. TORCH_CPU")
+    p.add_argument("--rpc", default=None, metavar="HOST:PORT[,HOST:PORT...]",
+                   help="ggml RPC servers (pyggml rpc-server or llama.cpp's) whose devices take offloaded layers")
     p.add_argument("-ot", "--override-tensor", action="append", default=[], metavar="PATTERN=BUFT",
                    help="place tensors whose name matches the regex PATTERN in buffer type BUFT (e.g. "
                         "'ffn_.*=CPU'); repeatable, first match wins")
@@ -57,6 +59,11 @@ def placement_from_args(args: argparse.Namespace) -> dict[str, Any]:
     from .main import CLIError
 
     devices = None
+    if getattr(args, "rpc", None):
+        from ..rpc.client import parse_rpc_servers
+
+        # registering puts the servers' devices (GPU type) first, so -ngl offloads to them
+        parse_rpc_servers(args.rpc)
     if args.device:
         devices = []
         for name in args.device.split(","):
@@ -94,4 +101,7 @@ def load_model_and_context(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         hp = model.hparams
         print(f"model: {hp.arch}, {hp.n_layer} layers, n_embd {hp.n_embd}, vocab {hp.n_vocab}, "
               f"{model.size_bytes() / 2**20:.1f} MiB of weights; n_ctx {ctx.n_ctx}", file=sys.stderr)
+        if model.devices:
+            print(f"offloaded to: {', '.join(f'{d.name()} ({d.description()})' for d in model.devices)}",
+                  file=sys.stderr)
     return model, vocab, ctx
