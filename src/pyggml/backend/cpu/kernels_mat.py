@@ -15,7 +15,7 @@ from ... import quants
 from ...ops.enums import Op
 from ...tensor import Tensor
 from ...types import GGMLType
-from . import blas, qmatvec
+from . import blas, qmatmul
 from ._common import (
     F16,
     F32,
@@ -73,15 +73,15 @@ def _check_mul_mat(node: Tensor, a: Tensor, b: Tensor) -> None:
 def weight_product(w: np.ndarray, ty: GGMLType, x: np.ndarray, n_threads: int) -> np.ndarray:
     """x (N, k) float32 times the weight rows w (m, stored row) of type ``ty`` -> (N, m) float32, as ggml.
 
-    Decode-sized products (N <= 4) of the common quantized types take the fused integer kernels
-    (qmatvec.py); everything else quantizes x to the weight's vec_dot_type and multiplies it with
-    the weight dequantized in row tiles, through BLAS.
+    Quantized weights go through qmatmul: fused integer dot products against x quantized to the
+    weight's vec_dot_type for few columns, dequantized row tiles through BLAS for many. Float
+    weights quantize x to their vec_dot_type (F16/BF16 rounding) and use BLAS on row tiles.
     """
+    if ty.is_quantized:
+        return qmatmul.mul_mat_q(w, ty, x, None, n_threads)
     n, k = x.shape
     m = w.shape[0]
     matvec = n <= _MATVEC_ROWS
-    if matvec and ty in qmatvec.SUPPORTED:
-        return qmatvec.matvec(np.ascontiguousarray(w), ty, x, n_threads)
     vdt = _vec_dot_type(ty)
     if vdt != F32:
         x = fake_quant(np.ascontiguousarray(x), vdt)

@@ -13,16 +13,20 @@ scales are applied in float32. The BLAS path multiplies the dequantized weight w
 quantized activations dequantized ("fake quant"), which equals ggml's integer dot up to float
 summation order.
 
-Why the numba loops look the way they do (measured, see bench/bench_matvec.py):
+Why the kernels look the way they do (measured, see bench/bench_matvec.py):
 
-* numba types ``int32 * int32`` as int64; an int64 reduction vectorizes into 8-lane quadword
-  multiplies. Re-casting the accumulator every step (``s = np.int32(s + a * b)``) lets LLVM keep
-  32-bit lanes and form ``vpmaddwd`` (32 int8 products per instruction on AVX-512).
-* A loop with a constant trip count of 16 or 32 is fully unrolled before the loop vectorizer
-  runs, and the unrolled scalar code is then not re-vectorized: the block lengths are therefore
-  passed in as run-time arguments (``n16``, ``n32``), which keeps them loops the vectorizer takes.
+* The block dot products are LLVM vector IR emitted by the intrinsics below. Plain
+  numba loops over a 16- or 32-code block came out 2-3x slower: numba types ``int32 * int32`` as
+  int64, a constant trip count is unrolled to scalar code, and a run-time one is vectorized for
+  64 codes per iteration so a block runs in the 8-lane epilogue.
+* Q8_0/Q4_0/Q5_0 (most of a Q4_K_M model's decode bytes) use whole-row intrinsics that keep 8
+  float lanes across the row like ggml's AVX2 kernels, instead of a horizontal sum per block.
 * Rows are addressed through one flat byte array and a row stride, so strided row views (rows
-  of a larger buffer) need no copy and the innermost loops always see unit stride.
+  of a larger buffer) need no copy.
+* The activations are quantized once per call, not once per weight row chunk.
+* Threads are Python threads running ``nogil`` kernels on rows claimed first come, first served
+  (:func:`parallel_ranges`), not numba's OpenMP prange: on a busy machine an OpenMP region
+  waits for every worker to be scheduled, which cost milliseconds per call.
 
 Entry point: :func:`mul_mat_q`.
 """
@@ -30,19 +34,22 @@ Entry point: :func:`mul_mat_q`.
 from __future__ import annotations
 
 import math
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
-import numba
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
 from ... import quants
 from ...types import GGMLType
-from ._simd import dot_nib_32, dot_q4_32, dot_q5_32, dot_q5k_32, dot_q6_16, rowdot_q4_0, rowdot_q5_0, rowdot_q8_0
 
 #: fp16 bit pattern -> float32 (exact, as GGML_FP16_TO_FP32)
 _F16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
-#: IQ4_NL / IQ4_XS code book (kvalues_iq4nl)
-_KV_IQ4 = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int8)
 
 Q8_0_FAMILY = (GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.IQ4_NL)
 Q8_1_FAMILY = (GGMLType.Q4_1, GGMLType.Q5_1)
@@ -50,11 +57,352 @@ Q8_K_FAMILY = (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
 #: weight types with a fused integer mat-vec kernel
 FUSED = frozenset(Q8_0_FAMILY + Q8_1_FAMILY + Q8_K_FAMILY)
 
-#: src1 rows up to which the fused kernels beat dequantize + BLAS (measured on 2 cores, see bench)
-MATVEC_MAX_COLS = 8
+#: src1 rows up to which the fused kernels beat dequantize + BLAS, per type (bench/bench_matvec.py,
+#: one thread, Gemma's shapes, ms fused/BLAS: Q5_0 1.5/1.8 at 16 columns, 2.2/2.0 at 24; Q4_K
+#: 2.4/2.5 at 32; Q6_K 2.4/3.1 at 24, 3.3/3.5 at 32; Q8_0 0.27/0.33 at 32). The fused kernels
+#: re-read the weight row (from L1) per column, so their cost grows linearly with the columns.
+#: IQ4_NL/Q4_1/Q5_1 have plainer kernels, hence the lower limit.
+MATVEC_MAX_COLS = {
+    GGMLType.Q8_0: 32, GGMLType.Q4_0: 16, GGMLType.Q5_0: 16, GGMLType.IQ4_NL: 8, GGMLType.Q4_1: 8,
+    GGMLType.Q5_1: 8, GGMLType.Q4_K: 32, GGMLType.Q5_K: 24, GGMLType.Q6_K: 24,
+}
+#: fused products reading fewer weight bytes than this (times columns) run on one thread: waking a
+#: helper thread costs 20-50 us, and Gemma's 0.4-1.1 MB layer weights (0.05-0.13 ms) measured 20-40%
+#: slower on 2 threads; the 178 MB output head is the one that gains (9.6 -> 5.8 ms)
+PARALLEL_MIN_BYTES = 4 << 20
+#: products smaller than this many flops run BLAS on one thread, for the same reason
+BLAS_PARALLEL_MIN_FLOPS = 64_000_000
 #: bytes of float32 weight per dequantized tile: about half an L2, so the tile stays cached
 #: while BLAS streams the activations past it
 _TILE_BYTES = 512 * 1024
+
+
+# --------------------------------------------------------------------------------------------
+# Short fixed-length integer dot products as numba intrinsics (portable LLVM vector IR).
+#
+# A quantized block is only 16 or 32 codes long. Written as a numba loop, LLVM either unrolls it
+# fully and leaves scalar code, or (with a run-time trip count) vectorizes it for 64 codes per
+# iteration and runs a block through the slow 8-lane epilogue. Emitting the block as one
+# <32 x i8> load, the code unpacking, a widening multiply and llvm.vector.reduce.add lets LLVM
+# pick the target's best instructions (vpmaddwd on AVX2/AVX-512) with no loop at all. The IR is
+# target-independent: other CPUs get whatever vector code LLVM has for them. Offsets are not
+# bounds-checked, exactly like numba's own indexing. They live in this file, not a module of
+# their own, because numba's cache only notices edits to the file of the cached function.
+
+_I8 = ir.IntType(8)
+_I32 = ir.IntType(32)
+
+
+def _vec(n: int, t: ir.Type = _I8) -> ir.VectorType:
+    return ir.VectorType(t, n)
+
+
+def _splat(builder: ir.IRBuilder, value: ir.Value, n: int) -> ir.Value:
+    """A scalar broadcast to n lanes."""
+    v = builder.insert_element(ir.Constant(_vec(n, value.type), ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(v, ir.Constant(_vec(n, value.type), ir.Undefined),
+                                  ir.Constant(_vec(n, _I32), [0] * n))
+
+
+def _load(context, builder, arrty, arr, off, n: int) -> ir.Value:
+    """n bytes of a 1-d (u)int8 array starting at element ``off``, as <n x i8>."""
+    ary = context.make_array(arrty)(context, builder, arr)
+    ptr = builder.gep(ary.data, [off])
+    return builder.load(builder.bitcast(ptr, _vec(n).as_pointer()), align=1)
+
+
+def _dot(builder: ir.IRBuilder, w: ir.Value, w_signed: bool, a: ir.Value) -> ir.Value:
+    """sum(w * a) over the lanes, w and a <n x i8> (a signed), widened to i32."""
+    n = w.type.count
+    wide = _vec(n, _I32)
+    wv = builder.sext(w, wide) if w_signed else builder.zext(w, wide)
+    prod = builder.mul(wv, builder.sext(a, wide))
+    fnty = ir.FunctionType(_I32, [wide])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, f"llvm.vector.reduce.add.v{n}i32")
+    return builder.call(fn, [prod])
+
+
+def _consts(n: int, values: list[int]) -> ir.Constant:
+    return ir.Constant(_vec(n), values)
+
+
+def _arr1(t) -> bool:
+    """A contiguous 1-d byte array: the intrinsics address it by pointer arithmetic."""
+    return isinstance(t, types.Array) and t.ndim == 1 and t.layout == "C" and t.dtype in (types.uint8, types.int8)
+
+
+def _nibbles32(builder: ir.IRBuilder, q: ir.Value) -> ir.Value:
+    """16 packed bytes -> 32 codes: low nibbles first, then high nibbles (the Q4_0 order)."""
+    lo = builder.and_(q, _consts(16, [15] * 16))
+    hi = builder.lshr(q, _consts(16, [4] * 16))
+    return builder.shuffle_vector(lo, hi, ir.Constant(_vec(32, _I32), list(range(32))))
+
+
+@intrinsic
+def dot_q4_32(typingctx, w, wo, a, ao):
+    """sum_{i<16} (w[wo+i] & 15) * a[ao+i] + (w[wo+i] >> 4) * a[ao+16+i], codes unsigned (Q4_0/Q4_1)."""
+    if not (_arr1(w) and _arr1(a)):
+        return None
+    sig = types.int32(w, wo, a, ao)
+
+    def codegen(context, builder, sig, args):
+        q = _nibbles32(builder, _load(context, builder, sig.args[0], args[0], args[1], 16))
+        av = _load(context, builder, sig.args[2], args[2], args[3], 32)
+        return _dot(builder, q, False, av)
+
+    return sig, codegen
+
+
+def _high_bits32(builder: ir.IRBuilder, h32: ir.Value) -> ir.Value:
+    """Bit i of the i32 h32 as 16 or 0 in byte lane i (<32 x i8>): the Q5 fifth bit, in place.
+
+    Byte i/8 of h32 is copied to lane i, masked with 1 << (i % 8) and compared with zero: one
+    byte shuffle and one test, where shifting 32 i32 lanes by 0..31 took several wide ops.
+    """
+    by = builder.bitcast(h32, _vec(4))
+    spread = builder.shuffle_vector(by, ir.Constant(_vec(4), ir.Undefined),
+                                    ir.Constant(_vec(32, _I32), [i // 8 for i in range(32)]))
+    hit = builder.icmp_unsigned("!=", builder.and_(spread, _consts(32, [1 << (i % 8) for i in range(32)])),
+                                _consts(32, [0] * 32))
+    return builder.select(hit, _consts(32, [16] * 32), _consts(32, [0] * 32))
+
+
+@intrinsic
+def dot_q5_32(typingctx, w, wo, qh, a, ao):
+    """Q5_0/Q5_1 codes: nibble | bit i of the u32 qh << 4, unsigned 0..31, times a[ao+i]."""
+    if not (_arr1(w) and _arr1(a) and isinstance(qh, types.Integer)):
+        return None
+    sig = types.int32(w, wo, qh, a, ao)
+
+    def codegen(context, builder, sig, args):
+        q = _nibbles32(builder, _load(context, builder, sig.args[0], args[0], args[1], 16))
+        h32 = builder.trunc(args[2], _I32) if args[2].type.width > 32 else builder.zext(args[2], _I32)
+        hb = _high_bits32(builder, h32)
+        av = _load(context, builder, sig.args[3], args[3], args[4], 32)
+        return _dot(builder, builder.or_(q, hb), False, av)
+
+    return sig, codegen
+
+
+# --------------------------------------------------------------------------------------------
+# whole-row dot products for the 32-element block types. A per-block horizontal sum costs more
+# than the block's multiply; ggml's AVX2 kernels instead keep 8 int32 lanes per block, convert
+# them to float and accumulate ``lanes * (d_w*d_a)`` in 8 float lanes across the row, summing
+# the lanes once at the end. These intrinsics do the same, in portable vector IR.
+
+_F32 = ir.FloatType()
+_I64 = ir.IntType(64)
+
+
+def _pairs(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """<2n x i32> -> <n x i32> by adding adjacent lanes (with a widening multiply before it,
+    this is the pattern LLVM turns into pmaddwd)."""
+    n = v.type.count // 2
+    undef = ir.Constant(v.type, ir.Undefined)
+    even = builder.shuffle_vector(v, undef, ir.Constant(_vec(n, _I32), list(range(0, 2 * n, 2))))
+    odd = builder.shuffle_vector(v, undef, ir.Constant(_vec(n, _I32), list(range(1, 2 * n, 2))))
+    return builder.add(even, odd)
+
+
+def _halves(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """<2n x T> -> <n x T>: low half + high half."""
+    n = v.type.count // 2
+    undef = ir.Constant(v.type, ir.Undefined)
+    lo = builder.shuffle_vector(v, undef, ir.Constant(_vec(n, _I32), list(range(n))))
+    hi = builder.shuffle_vector(v, undef, ir.Constant(_vec(n, _I32), list(range(n, 2 * n))))
+    return builder.fadd(lo, hi) if isinstance(v.type.element, ir.FloatType) else builder.add(lo, hi)
+
+
+def _ptr_at(context, builder, arrty, arr, off):
+    ary = context.make_array(arrty)(context, builder, arr)
+    return builder.gep(ary.data, [off])
+
+
+def _decode_q8_0(builder, blk):
+    return builder.load(builder.bitcast(builder.gep(blk, [ir.Constant(_I64, 2)]), _vec(32).as_pointer()), align=1)
+
+
+def _decode_q4_0(builder, blk):
+    q = builder.load(builder.bitcast(builder.gep(blk, [ir.Constant(_I64, 2)]), _vec(16).as_pointer()), align=1)
+    return builder.sub(_nibbles32(builder, q), _consts(32, [8] * 32))
+
+
+def _decode_q5_0(builder, blk):
+    hptr = builder.bitcast(builder.gep(blk, [ir.Constant(_I64, 2)]), _I32.as_pointer())
+    hb = _high_bits32(builder, builder.load(hptr, align=1))
+    q = builder.load(builder.bitcast(builder.gep(blk, [ir.Constant(_I64, 6)]), _vec(16).as_pointer()), align=1)
+    return builder.sub(builder.or_(_nibbles32(builder, q), hb), _consts(32, [16] * 32))
+
+
+def _rowdot32(decode, block_bytes: int):
+    """Build an intrinsic rowdot(w, wo, nb, a, ao, da, dao, tab) -> float32:
+    sum_b float(sum_i code_i * a_i) * (d_w[b] * da[b]) over nb blocks of ``block_bytes`` bytes,
+    codes from ``decode`` (signed <32 x i8>), d_w the fp16 at each block's start (via tab)."""
+
+    def typer(typingctx, w, wo, nb, a, ao, da, dao, tab):
+        if not (_arr1(w) and _arr1(a)):
+            return None
+        sig = types.float32(w, wo, nb, a, ao, da, dao, tab)
+
+        def codegen(context, builder, sig, args):
+            w_arr, wo_v, nb_v, a_arr, ao_v, da_arr, dao_v, tab_arr = args
+            wbase = _ptr_at(context, builder, sig.args[0], w_arr, wo_v)
+            abase = _ptr_at(context, builder, sig.args[3], a_arr, ao_v)
+            dbase = _ptr_at(context, builder, sig.args[5], da_arr, dao_v)
+            tbase = _ptr_at(context, builder, sig.args[7], tab_arr, ir.Constant(_I64, 0))
+            f8 = _vec(8, _F32)
+            acc = cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8))
+            with cgutils.for_range(builder, nb_v) as loop:
+                b = loop.index
+                blk = builder.gep(wbase, [builder.mul(b, ir.Constant(_I64, block_bytes))])
+                dbits = builder.load(builder.bitcast(blk, ir.IntType(16).as_pointer()), align=1)
+                dw = builder.load(builder.gep(tbase, [builder.zext(dbits, _I64)]))
+                d = builder.fmul(dw, builder.load(builder.gep(dbase, [b])))
+                codes = decode(builder, blk)
+                av = builder.load(builder.bitcast(builder.gep(abase, [builder.mul(b, ir.Constant(_I64, 32))]),
+                                                  _vec(32).as_pointer()), align=1)
+                prod = builder.mul(builder.sext(codes, _vec(32, _I32)), builder.sext(av, _vec(32, _I32)))
+                lanes = _halves(builder, _pairs(builder, prod))  # <8 x i32>
+                contrib = builder.fmul(builder.sitofp(lanes, f8), _splat(builder, d, 8))
+                builder.store(builder.fadd(builder.load(acc), contrib), acc)
+            v = builder.load(acc)
+            v4 = _halves(builder, v)
+            v2 = _halves(builder, v4)
+            return builder.fadd(builder.extract_element(v2, ir.Constant(_I32, 0)),
+                                builder.extract_element(v2, ir.Constant(_I32, 1)))
+
+        return sig, codegen
+
+    return intrinsic(typer)
+
+
+rowdot_q8_0 = _rowdot32(_decode_q8_0, 34)
+rowdot_q4_0 = _rowdot32(_decode_q4_0, 18)
+rowdot_q5_0 = _rowdot32(_decode_q5_0, 22)
+
+
+# Superblock dots for the K-quants: the sub-block sums stay in 8 int32 lanes, are multiplied by
+# their sub-block scale as vectors and reduced once per 256 codes instead of once per 32 or 16.
+
+
+def _lanes8(builder: ir.IRBuilder, codes: ir.Value, a: ir.Value) -> ir.Value:
+    """<n x i8> unsigned codes times <n x i8> signed activations, folded to <8 x i32> lane sums."""
+    n = codes.type.count
+    prod = builder.mul(builder.zext(codes, _vec(n, _I32)), builder.sext(a, _vec(n, _I32)))
+    v = _pairs(builder, prod)
+    while v.type.count > 8:
+        v = _halves(builder, v)
+    return v
+
+
+def _reduce_i32(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [v.type]),
+                                        f"llvm.vector.reduce.add.v{v.type.count}i32")
+    return builder.call(fn, [v])
+
+
+def _load_at(builder: ir.IRBuilder, base: ir.Value, off: int, n: int) -> ir.Value:
+    return builder.load(builder.bitcast(builder.gep(base, [ir.Constant(_I64, off)]), _vec(n).as_pointer()), align=1)
+
+
+def _k4_scale_words(builder: ir.IRBuilder, base: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """The 12 scale bytes of a Q4_K/Q5_K superblock at base -> (<8 x i32> scales, <8 x i32> mins).
+
+    get_scale_min_k4 done on three little-endian u32 words, four 6-bit values per word at once.
+    """
+    def word(i: int) -> ir.Value:
+        return builder.load(builder.bitcast(builder.gep(base, [ir.Constant(_I64, 4 * i)]), _I32.as_pointer()), align=1)
+
+    def c(v: int) -> ir.Constant:
+        return ir.Constant(_I32, v)
+
+    u0, u1, u2 = word(0), word(1), word(2)
+    six, four, two = c(0x3F3F3F3F), c(0x0F0F0F0F), c(0x03030303)
+    sc_hi = builder.or_(builder.and_(u2, four), builder.shl(builder.and_(builder.lshr(u0, c(6)), two), c(4)))
+    mn_hi = builder.or_(builder.and_(builder.lshr(u2, c(4)), four),
+                        builder.shl(builder.and_(builder.lshr(u1, c(6)), two), c(4)))
+
+    def bytes8(lo: ir.Value, hi: ir.Value) -> ir.Value:
+        v = builder.insert_element(ir.Constant(_vec(2, _I32), ir.Undefined), lo, c(0))
+        v = builder.insert_element(v, hi, c(1))
+        return builder.zext(builder.bitcast(v, _vec(8)), _vec(8, _I32))
+
+    return bytes8(builder.and_(u0, six), sc_hi), bytes8(builder.and_(u1, six), mn_hi)
+
+
+def _sbdot_k4(five: bool):
+    """Build the Q4_K (five=False) or Q5_K superblock intrinsic sbdot(w, o, a, ao, bs, bso) ->
+    (sum_s sc_s * sum q*a, sum_s m_s * sum a) for the superblock at w[o] and a[ao:ao+256], the
+    second from the activation's 16-sums bs[bso:bso+16] (int32). Q5_K adds bit 2g+half of each
+    qh byte as the codes' fifth bit."""
+    qs_at = 48 if five else 16
+
+    def typer(typingctx, w, o, a, ao, bs, bso):
+        if not (_arr1(w) and _arr1(a) and isinstance(bs, types.Array) and bs.layout == "C" and bs.dtype == types.int32):
+            return None
+        sig = types.UniTuple(types.int32, 2)(w, o, a, ao, bs, bso)
+
+        def codegen(context, builder, sig, args):
+            wb = _ptr_at(context, builder, sig.args[0], args[0], args[1])
+            ab = _ptr_at(context, builder, sig.args[2], args[2], args[3])
+            bb = _ptr_at(context, builder, sig.args[4], args[4], args[5])
+            scales, mins = _k4_scale_words(builder, builder.gep(wb, [ir.Constant(_I64, 4)]))
+            qh = _load_at(builder, wb, 16, 32) if five else None
+            acc = ir.Constant(_vec(8, _I32), [0] * 8)
+            for g in range(4):
+                v = _load_at(builder, wb, qs_at + 32 * g, 32)
+                for half in range(2):
+                    if half == 0:
+                        codes = builder.and_(v, _consts(32, [15] * 32))
+                    else:
+                        codes = builder.lshr(v, _consts(32, [4] * 32))
+                    if five:
+                        bit = builder.and_(qh, _consts(32, [1 << (2 * g + half)] * 32))
+                        hit = builder.icmp_unsigned("!=", bit, _consts(32, [0] * 32))
+                        codes = builder.or_(codes, builder.select(hit, _consts(32, [16] * 32), _consts(32, [0] * 32)))
+                    lanes = _lanes8(builder, codes, _load_at(builder, ab, 64 * g + 32 * half, 32))
+                    scale = builder.extract_element(scales, ir.Constant(_I32, 2 * g + half))
+                    acc = builder.add(acc, builder.mul(lanes, _splat(builder, scale, 8)))
+            bsums = builder.load(builder.bitcast(bb, _vec(16, _I32).as_pointer()), align=4)
+            summ = _reduce_i32(builder, builder.mul(_pairs(builder, bsums), mins))
+            return context.make_tuple(builder, sig.return_type, [_reduce_i32(builder, acc), summ])
+
+        return sig, codegen
+
+    return intrinsic(typer)
+
+
+sbdot_q4_k = _sbdot_k4(False)
+sbdot_q5_k = _sbdot_k4(True)
+
+
+@intrinsic
+def sbdot_q6_k(typingctx, w, o, a, ao):
+    """sum_{j<16} scale_j * sum over sub-block j of q6u*a for the Q6_K superblock at w[o]: codes
+    unsigned 0..63 (the caller takes off 32*sum scale_j*bsum_j), int8 scales at o+192."""
+    if not (_arr1(w) and _arr1(a)):
+        return None
+    sig = types.int32(w, o, a, ao)
+
+    def codegen(context, builder, sig, args):
+        wb = _ptr_at(context, builder, sig.args[0], args[0], args[1])
+        ab = _ptr_at(context, builder, sig.args[2], args[2], args[3])
+        acc = ir.Constant(_vec(8, _I32), [0] * 8)
+        for hf in range(2):
+            for g in range(2):
+                ql0 = _load_at(builder, wb, 64 * hf + 16 * g, 16)
+                ql1 = _load_at(builder, wb, 64 * hf + 32 + 16 * g, 16)
+                qh = _load_at(builder, wb, 128 + 32 * hf + 16 * g, 16)
+                for k, (ql, shift) in enumerate(((ql0, 0), (ql1, 0), (ql0, 4), (ql1, 4))):
+                    lo = builder.and_(builder.lshr(ql, _consts(16, [shift] * 16)), _consts(16, [15] * 16))
+                    hi = builder.and_(builder.lshr(qh, _consts(16, [2 * k] * 16)), _consts(16, [3] * 16))
+                    codes = builder.or_(lo, builder.shl(hi, _consts(16, [4] * 16)))
+                    lanes = _lanes8(builder, codes, _load_at(builder, ab, 128 * hf + 32 * k + 16 * g, 16))
+                    sc = builder.load(builder.gep(wb, [ir.Constant(_I64, 192 + 8 * hf + 2 * k + g)]))
+                    acc = builder.add(acc, builder.mul(lanes, _splat(builder, builder.sext(sc, _I32), 8)))
+        return _reduce_i32(builder, acc)
+
+    return sig, codegen
 
 
 # --------------------------------------------------------------------------------------------
@@ -91,9 +439,7 @@ def _quantize_q8_0(x, qa, da, asum):  # pragma: no cover - compiled
         for b in range(k // 32):
             amax = np.float32(0.0)
             for i in range(32):
-                a = abs(x[j, 32 * b + i])
-                if a > amax:
-                    amax = a
+                amax = max(amax, abs(x[j, 32 * b + i]))
             d = amax / np.float32(127.0)
             inv = np.float32(127.0) / amax if amax != 0 else np.float32(0.0)
             s = 0
@@ -113,9 +459,7 @@ def _q8_1_sums(x, da, asum, sa):  # pragma: no cover - compiled
         for b in range(k // 32):
             amax = np.float32(0.0)
             for i in range(32):
-                a = abs(x[j, 32 * b + i])
-                if a > amax:
-                    amax = a
+                amax = max(amax, abs(x[j, 32 * b + i]))
             d = amax / np.float32(127.0)
             v = d * np.float32(asum[j, b])
             sa[j, b] = _round_fp16(v) if v >= 0 else -_round_fp16(-v)
@@ -132,13 +476,14 @@ def _quantize_q8_k(x, qa, da, bsum):  # pragma: no cover - compiled
     for j in range(n):
         for b in range(k // 256):
             o = 256 * b
-            mx = np.float32(0.0)
             amax = np.float32(0.0)
             for i in range(256):
-                a = abs(x[j, o + i])
-                if a > amax:
-                    amax = a
+                amax = max(amax, abs(x[j, o + i]))
+            mx = np.float32(0.0)
+            for i in range(256):  # the first element of that magnitude decides the sign
+                if abs(x[j, o + i]) == amax:
                     mx = x[j, o + i]
+                    break
             if amax == 0:
                 da[j, b] = 0.0
                 for i in range(256):
@@ -157,12 +502,24 @@ def _quantize_q8_k(x, qa, da, bsum):  # pragma: no cover - compiled
                 bsum[j, 16 * b + g] = s
 
 
+@njit(cache=True, nogil=True)
+def _scale_blocks(qa, da, y):  # pragma: no cover - compiled
+    """y = da[block] * qa (the dequantized activations), one pass instead of numpy's two."""
+    n, k = qa.shape
+    blk = k // da.shape[1]
+    for j in range(n):
+        for b in range(da.shape[1]):
+            d = da[j, b]
+            for i in range(blk):
+                y[j, blk * b + i] = np.float32(qa[j, blk * b + i]) * d
+
+
 # --------------------------------------------------------------------------------------------
 # fused mat-vec kernels. Shared arguments:
 #   wu/wi  the weight bytes as one flat uint8 / int8 array; row r starts at r*rs
 #   m      number of weight rows;  qa/da  quantized activations (n, K) and their block scales
 #   out    (n, m) float32;  nch  row chunks (one per thread), each a contiguous row range
-# The block dot products are the _simd intrinsics. Q8_0/Q4_0/Q5_0 use whole-row intrinsics that
+# The block dot products are the intrinsics above. Q8_0/Q4_0/Q5_0 use whole-row intrinsics that
 # keep 8 float lanes like ggml's AVX2 kernels; the others combine each block in float as ggml's
 # generic vec_dot (quants.c) does. Either way results match llama.cpp up to float summation order.
 
@@ -179,83 +536,75 @@ def _u32(wu, o):  # pragma: no cover - compiled
     return np.int64(wu[o]) | (np.int64(wu[o + 1]) << 8) | (np.int64(wu[o + 2]) << 16) | (np.int64(wu[o + 3]) << 24)
 
 
-@njit(parallel=True, cache=True)
-def _mv_rowdot(kind, wu, wi, rs, m, qa, da, asum, tab, out, nch):  # pragma: no cover - compiled
-    """Q8_0 / Q4_0 / Q5_0 (kind 0/1/2): one whole-row vector dot per output (see _simd.rowdot_*)."""
+@njit(cache=True, nogil=True)
+def _mv_rowdot(kind, wu, wi, rs, m, qa, da, asum, tab, out, r0, r1):  # pragma: no cover - compiled
+    """Q8_0 / Q4_0 / Q5_0 (kind 0/1/2): one whole-row vector dot per output (see rowdot_*)."""
     n, nb = qa.shape[0], qa.shape[1] // 32
-    step = (m + nch - 1) // nch
-    for c in prange(nch):
-        for r in range(c * step, min(m, (c + 1) * step)):
-            for j in range(n):
-                if kind == 0:
-                    out[j, r] = rowdot_q8_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
-                elif kind == 1:
-                    out[j, r] = rowdot_q4_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
-                else:
-                    out[j, r] = rowdot_q5_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
+    for r in range(r0, r1):
+        for j in range(n):
+            if kind == 0:
+                out[j, r] = rowdot_q8_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
+            elif kind == 1:
+                out[j, r] = rowdot_q4_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
+            else:
+                out[j, r] = rowdot_q5_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
 
 
-@njit(parallel=True, cache=True)
-def _mv_iq4_nl(wu, wi, rs, m, qa, da, asum, tab, out, nch):  # pragma: no cover - compiled
+@njit(cache=True, nogil=True)
+def _mv_iq4_nl(wu, wi, rs, m, qa, da, asum, tab, out, r0, r1):  # pragma: no cover - compiled
     """IQ4_NL's codes index a 16-entry table, which no portable vector op expresses: plain loop."""
     n, nb = qa.shape[0], qa.shape[1] // 32
     kv = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int32)
-    step = (m + nch - 1) // nch
-    for c in prange(nch):
-        acc = np.empty(n, np.float32)
-        for r in range(c * step, min(m, (c + 1) * step)):
-            acc[:] = 0
-            for b in range(nb):
-                o = r * rs + 18 * b
-                dw = _h(tab, wu, o)
-                for j in range(n):
-                    s = np.int32(0)
-                    for i in range(16):
-                        v = np.int32(wu[o + 2 + i])
-                        s = np.int32(s + kv[v & 15] * np.int32(qa[j, 32 * b + i])
-                                     + kv[v >> 4] * np.int32(qa[j, 32 * b + 16 + i]))
-                    acc[j] += (dw * da[j, b]) * np.float32(s)
+    acc = np.empty(n, np.float32)
+    for r in range(r0, r1):
+        acc[:] = 0
+        for b in range(nb):
+            o = r * rs + 18 * b
+            dw = _h(tab, wu, o)
             for j in range(n):
-                out[j, r] = acc[j]
+                s = np.int32(0)
+                for i in range(16):
+                    v = np.int32(wu[o + 2 + i])
+                    s = np.int32(s + kv[v & 15] * np.int32(qa[j, 32 * b + i])
+                                 + kv[v >> 4] * np.int32(qa[j, 32 * b + 16 + i]))
+                acc[j] += (dw * da[j, b]) * np.float32(s)
+        for j in range(n):
+            out[j, r] = acc[j]
 
 
-@njit(parallel=True, cache=True)
-def _mv_q4_1(wu, wi, rs, m, qa, da, sa, tab, out, nch):  # pragma: no cover - compiled
+@njit(cache=True, nogil=True)
+def _mv_q4_1(wu, wi, rs, m, qa, da, sa, tab, out, r0, r1):  # pragma: no cover - compiled
     n, nb = qa.shape[0], qa.shape[1] // 32
-    step = (m + nch - 1) // nch
-    for c in prange(nch):
-        acc = np.empty(n, np.float32)
-        for r in range(c * step, min(m, (c + 1) * step)):
-            acc[:] = 0
-            for b in range(nb):
-                o = r * rs + 20 * b
-                dw = _h(tab, wu, o)
-                mw = _h(tab, wu, o + 2)
-                for j in range(n):
-                    s = dot_q4_32(wu, o + 4, qa[j], 32 * b)
-                    acc[j] += (dw * da[j, b]) * np.float32(s) + mw * sa[j, b]
+    acc = np.empty(n, np.float32)
+    for r in range(r0, r1):
+        acc[:] = 0
+        for b in range(nb):
+            o = r * rs + 20 * b
+            dw = _h(tab, wu, o)
+            mw = _h(tab, wu, o + 2)
             for j in range(n):
-                out[j, r] = acc[j]
+                s = dot_q4_32(wu, o + 4, qa[j], 32 * b)
+                acc[j] += (dw * da[j, b]) * np.float32(s) + mw * sa[j, b]
+        for j in range(n):
+            out[j, r] = acc[j]
 
 
-@njit(parallel=True, cache=True)
-def _mv_q5_1(wu, wi, rs, m, qa, da, sa, tab, out, nch):  # pragma: no cover - compiled
+@njit(cache=True, nogil=True)
+def _mv_q5_1(wu, wi, rs, m, qa, da, sa, tab, out, r0, r1):  # pragma: no cover - compiled
     n, nb = qa.shape[0], qa.shape[1] // 32
-    step = (m + nch - 1) // nch
-    for c in prange(nch):
-        acc = np.empty(n, np.float32)
-        for r in range(c * step, min(m, (c + 1) * step)):
-            acc[:] = 0
-            for b in range(nb):
-                o = r * rs + 24 * b
-                dw = _h(tab, wu, o)
-                mw = _h(tab, wu, o + 2)
-                qh = _u32(wu, o + 4)
-                for j in range(n):
-                    s = dot_q5_32(wu, o + 8, qh, qa[j], 32 * b)
-                    acc[j] += (dw * da[j, b]) * np.float32(s) + mw * sa[j, b]
+    acc = np.empty(n, np.float32)
+    for r in range(r0, r1):
+        acc[:] = 0
+        for b in range(nb):
+            o = r * rs + 24 * b
+            dw = _h(tab, wu, o)
+            mw = _h(tab, wu, o + 2)
+            qh = _u32(wu, o + 4)
             for j in range(n):
-                out[j, r] = acc[j]
+                s = dot_q5_32(wu, o + 8, qh, qa[j], 32 * b)
+                acc[j] += (dw * da[j, b]) * np.float32(s) + mw * sa[j, b]
+        for j in range(n):
+            out[j, r] = acc[j]
 
 
 @njit(cache=True, inline="always")
@@ -269,114 +618,67 @@ def _scale_min_k4(wu, o, sc, mn):  # pragma: no cover - compiled
         mn[k] = (np.int32(wu[o + k + 4]) >> 4) | ((np.int32(wu[o + k]) >> 6) << 4)
 
 
-@njit(cache=True, inline="always")
-def _mins_k(mn, bsum, j, b):  # pragma: no cover - compiled
-    """sum over the 8 sub-blocks of min * (sum of their activation codes), from the 16-sums."""
-    s = np.int32(0)
-    for k in range(8):
-        s = np.int32(s + mn[k] * (bsum[j, 16 * b + 2 * k] + bsum[j, 16 * b + 2 * k + 1]))
-    return s
-
-
-@njit(parallel=True, cache=True)
-def _mv_q4_k(wu, wi, rs, m, qa, da, bsum, tab, out, nch):  # pragma: no cover - compiled
+@njit(cache=True, nogil=True)
+def _mv_q4_k(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
     n, nb = qa.shape[0], qa.shape[1] // 256
-    step = (m + nch - 1) // nch
-    for c in prange(nch):
-        acc = np.empty(n, np.float32)
-        sc = np.empty(8, np.int32)
-        mn = np.empty(8, np.int32)
-        for r in range(c * step, min(m, (c + 1) * step)):
-            acc[:] = 0
+    for r in range(r0, r1):
+        for j in range(n):
+            a = qa[j]
+            bs = bsum[j]
+            acc0 = np.float32(0.0)
+            acc1 = np.float32(0.0)
             for b in range(nb):
                 o = r * rs + 144 * b
-                d = _h(tab, wu, o)
-                dmin = _h(tab, wu, o + 2)
-                _scale_min_k4(wu, o + 4, sc, mn)
-                for j in range(n):
-                    a = qa[j]
-                    e = 256 * b
-                    sumi = np.int32(0)
-                    for g in range(4):
-                        q = o + 16 + 32 * g
-                        sumi += sc[2 * g] * dot_nib_32(wu, q, 0, a, e + 64 * g)
-                        sumi += sc[2 * g + 1] * dot_nib_32(wu, q, 4, a, e + 64 * g + 32)
-                    summ = _mins_k(mn, bsum, j, b)
-                    acc[j] += (d * da[j, b]) * np.float32(sumi) - (dmin * da[j, b]) * np.float32(summ)
-            for j in range(n):
-                out[j, r] = acc[j]
+                sumi, summ = sbdot_q4_k(wu, o, a, 256 * b, bs, 16 * b)
+                acc0 += (_h(tab, wu, o) * da[j, b]) * np.float32(sumi)
+                acc1 += (_h(tab, wu, o + 2) * da[j, b]) * np.float32(summ)
+            out[j, r] = acc0 - acc1
 
 
-@njit(parallel=True, cache=True)
-def _mv_q5_k(wu, wi, rs, m, qa, da, bsum, tab, out, nch):  # pragma: no cover - compiled
+@njit(cache=True, nogil=True)
+def _mv_q5_k(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
     n, nb = qa.shape[0], qa.shape[1] // 256
-    step = (m + nch - 1) // nch
-    for c in prange(nch):
-        acc = np.empty(n, np.float32)
-        sc = np.empty(8, np.int32)
-        mn = np.empty(8, np.int32)
-        for r in range(c * step, min(m, (c + 1) * step)):
-            acc[:] = 0
+    for r in range(r0, r1):
+        for j in range(n):
+            a = qa[j]
+            bs = bsum[j]
+            acc0 = np.float32(0.0)
+            acc1 = np.float32(0.0)
             for b in range(nb):
                 o = r * rs + 176 * b
-                d = _h(tab, wu, o)
-                dmin = _h(tab, wu, o + 2)
-                _scale_min_k4(wu, o + 4, sc, mn)
-                for j in range(n):
-                    a = qa[j]
-                    e = 256 * b
-                    sumi = np.int32(0)
-                    for g in range(4):
-                        q = o + 48 + 32 * g
-                        sumi += sc[2 * g] * dot_q5k_32(wu, q, 0, wu, o + 16, 2 * g, a, e + 64 * g)
-                        sumi += sc[2 * g + 1] * dot_q5k_32(wu, q, 4, wu, o + 16, 2 * g + 1, a, e + 64 * g + 32)
-                    summ = _mins_k(mn, bsum, j, b)
-                    acc[j] += (d * da[j, b]) * np.float32(sumi) - (dmin * da[j, b]) * np.float32(summ)
-            for j in range(n):
-                out[j, r] = acc[j]
+                sumi, summ = sbdot_q5_k(wu, o, a, 256 * b, bs, 16 * b)
+                acc0 += (_h(tab, wu, o) * da[j, b]) * np.float32(sumi)
+                acc1 += (_h(tab, wu, o + 2) * da[j, b]) * np.float32(summ)
+            out[j, r] = acc0 - acc1
 
 
-@njit(parallel=True, cache=True)
-def _mv_q6_k(wu, wi, rs, m, qa, da, bsum, tab, out, nch):  # pragma: no cover - compiled
+@njit(cache=True, nogil=True)
+def _mv_q6_k(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
     """Codes are used unsigned (0..63) and the -32 offset is taken off once via the block sums,
     as ggml's AVX2 kernel does: sum sc*(q-32)*a = sum sc*q*a - 32*sum sc*bsum."""
     n, nb = qa.shape[0], qa.shape[1] // 256
-    step = (m + nch - 1) // nch
-    for c in prange(nch):
-        acc = np.empty(n, np.float32)
-        for r in range(c * step, min(m, (c + 1) * step)):
-            acc[:] = 0
-            for b in range(nb):
-                o = r * rs + 210 * b
-                d = _h(tab, wu, o + 208)
-                for j in range(n):
-                    a = qa[j]
-                    sumi = np.int32(0)
-                    off = np.int32(0)
-                    for hf in range(2):
-                        for g in range(2):
-                            ql = o + 64 * hf + 16 * g
-                            qh = o + 128 + 32 * hf + 16 * g
-                            e = 256 * b + 128 * hf + 16 * g
-                            so = o + 192 + 8 * hf + g
-                            sumi += np.int32(wi[so]) * dot_q6_16(wu, ql, 0, wu, qh, 0, a, e)
-                            sumi += np.int32(wi[so + 2]) * dot_q6_16(wu, ql + 32, 0, wu, qh, 2, a, e + 32)
-                            sumi += np.int32(wi[so + 4]) * dot_q6_16(wu, ql, 4, wu, qh, 4, a, e + 64)
-                            sumi += np.int32(wi[so + 6]) * dot_q6_16(wu, ql + 32, 4, wu, qh, 6, a, e + 96)
-                    for k in range(16):
-                        off += np.int32(wi[o + 192 + k]) * bsum[j, 16 * b + k]
-                    acc[j] += (d * da[j, b]) * np.float32(sumi - 32 * off)
+    acc = np.empty(n, np.float32)
+    for r in range(r0, r1):
+        acc[:] = 0
+        for b in range(nb):
+            o = r * rs + 210 * b
+            d = _h(tab, wu, o + 208)
             for j in range(n):
-                out[j, r] = acc[j]
+                a = qa[j]
+                sumi = sbdot_q6_k(wi, o, a, 256 * b)
+                off = np.int32(0)
+                for k in range(16):
+                    off += np.int32(wi[o + 192 + k]) * bsum[j, 16 * b + k]
+                acc[j] += (d * da[j, b]) * np.float32(sumi - 32 * off)
+        for j in range(n):
+            out[j, r] = acc[j]
 
 
 # --------------------------------------------------------------------------------------------
 # dequantizers to float32 for the BLAS tiles (ggml's reference to_float, one rounding per product).
-# Serial on purpose: BLAS runs the product on its own threads right after, and numba's OpenMP
-# workers spinning next to OpenBLAS's made a 512-column product 20x slower on a busy 2-core box.
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _dq_q8_0(wu, wi, rs, r0, r1, tab, y):  # pragma: no cover - compiled
     nb = y.shape[1] // 32
     for r in range(r0, r1):
@@ -387,7 +689,7 @@ def _dq_q8_0(wu, wi, rs, r0, r1, tab, y):  # pragma: no cover - compiled
                 y[r - r0, 32 * b + i] = np.float32(wi[o + 2 + i]) * d
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _dq_q4_0(wu, wi, rs, r0, r1, tab, y):  # pragma: no cover - compiled
     nb = y.shape[1] // 32
     for r in range(r0, r1):
@@ -400,7 +702,7 @@ def _dq_q4_0(wu, wi, rs, r0, r1, tab, y):  # pragma: no cover - compiled
                 y[r - r0, 32 * b + 16 + i] = np.float32((v >> 4) - 8) * d
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _dq_q5_0(wu, wi, rs, r0, r1, tab, y):  # pragma: no cover - compiled
     nb = y.shape[1] // 32
     for r in range(r0, r1):
@@ -415,7 +717,7 @@ def _dq_q5_0(wu, wi, rs, r0, r1, tab, y):  # pragma: no cover - compiled
                 y[r - r0, 32 * b + 16 + i] = np.float32(((v >> 4) | (((qh >> (i + 16)) & 1) << 4)) - 16) * d
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _dq_q4_k(wu, wi, rs, r0, r1, tab, y):  # pragma: no cover - compiled
     nb = y.shape[1] // 256
     for r in range(r0, r1):
@@ -438,7 +740,7 @@ def _dq_q4_k(wu, wi, rs, r0, r1, tab, y):  # pragma: no cover - compiled
                     y[r - r0, e + 32 + i] = d2 * np.float32(v >> 4) - m2
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _dq_q6_k(wu, wi, rs, r0, r1, tab, y):  # pragma: no cover - compiled
     nb = y.shape[1] // 256
     for r in range(r0, r1):
@@ -478,23 +780,80 @@ _DEQUANT = {
 
 def _flat_rows(w: np.ndarray) -> tuple[np.ndarray, int]:
     """(flat uint8 view of the rows' memory, row stride in bytes), without copying when rows are
-    unit-stride inside; the flat view runs from the first byte of row 0 to the last of row m-1."""
+    unit-stride inside; the flat view runs from the first byte of row 0 to the last of row m-1.
+
+    The view is always read-only: weights mmapped from a GGUF are, and numba compiles (and
+    caches) a separate specialization per writeability, so one kind means one compile per kernel.
+    """
     if w.dtype != np.uint8:
         w = w.view(np.uint8)
     m, rb = w.shape
     if w.strides[1] != 1 or w.strides[0] < rb or m == 0:
         w = np.ascontiguousarray(w)
     if w.flags.c_contiguous:
-        return w.reshape(-1), rb
-    rs = w.strides[0]
-    span = (m - 1) * rs + rb
-    return np.lib.stride_tricks.as_strided(w, shape=(span,), strides=(1,), writeable=False), rs
+        flat, rs = w.reshape(-1).view(), rb
+    else:
+        rs = w.strides[0]
+        flat = np.lib.stride_tricks.as_strided(w, shape=((m - 1) * rs + rb,), strides=(1,))
+    flat.flags.writeable = False
+    return flat, rs
 
 
-def _threads(n_threads: int) -> int:
-    nt = max(1, min(int(n_threads), numba.config.NUMBA_NUM_THREADS))
-    numba.set_num_threads(nt)
-    return nt
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 1), thread_name_prefix="qmatmul")
+        return _POOL
+
+
+def parallel_ranges(fn: Callable[[int, int], None], total: int, n_threads: int, n_chunks: int) -> None:
+    """Run fn(i0, i1) over [0, total) cut into n_chunks ranges, on the caller plus n_threads-1 helpers.
+
+    Why not numba's prange (OpenMP): its region cannot end before every worker has woken up and
+    reached the barrier, and on a busy machine a worker waits for a scheduler tick (4 ms here)
+    to run, so a 0.1 ms product took 4-12 ms on 2 threads. Here the chunks are claimed first come,
+    first served and the caller works too: it only ever waits for chunks a helper has actually
+    started, so a late helper costs nothing and the worst case is the single-thread time. The
+    kernels are ``nogil`` numba functions (and BLAS calls), so the threads run at the same time.
+    """
+    if n_threads <= 1 or n_chunks <= 1 or total <= 1:
+        fn(0, total)
+        return
+    n_chunks = min(n_chunks, total)
+    bounds = [total * i // n_chunks for i in range(n_chunks + 1)]
+    cond = threading.Condition()
+    state = {"next": 0, "done": 0}
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        while True:
+            with cond:
+                i = state["next"]
+                if i >= n_chunks:
+                    return
+                state["next"] = i + 1
+            try:
+                fn(bounds[i], bounds[i + 1])
+            except BaseException as e:  # re-raised in the caller
+                errors.append(e)
+            with cond:
+                state["done"] += 1
+                cond.notify_all()
+
+    pool = _pool()
+    for _ in range(min(n_threads, n_chunks) - 1):
+        pool.submit(work)
+    work()
+    with cond:
+        while state["done"] < n_chunks:
+            cond.wait()
+    if errors:
+        raise errors[0]
 
 
 def quantize_activations(x: np.ndarray, vec_dot_type: GGMLType) -> tuple[np.ndarray, ...]:
@@ -531,9 +890,9 @@ def fake_quant(x: np.ndarray, vec_dot_type: GGMLType) -> np.ndarray:
             return bf16_to_f32(f32_to_bf16(np.ascontiguousarray(x, dtype=np.float32)))
         return np.ascontiguousarray(x, dtype=np.float32)
     qa, da, _ = quantize_activations(x, vec_dot_type)
-    n, k = qa.shape
-    nb = da.shape[1]
-    return (qa.reshape(n, nb, k // nb) * da[:, :, None]).reshape(n, k)
+    y = np.empty(qa.shape, np.float32)
+    _scale_blocks(qa, da, y)
+    return y
 
 
 def vec_dot_type_of(qtype: GGMLType) -> GGMLType:
@@ -547,18 +906,25 @@ def matvec_q(w_rows: np.ndarray, qtype: GGMLType, x: np.ndarray, out: np.ndarray
     """Fused integer path: out[j, r] = ggml vec_dot(w row r, Q8(x[j])) for a type in FUSED.
 
     Reads the weight once per call in its quantized form; cost grows with x's row count, so it
-    is meant for few rows (decode). Rows are split into contiguous ranges, one per thread; each
-    output element is one sequential dot, so the result does not depend on n_threads.
+    is meant for few rows (decode). Rows are split into contiguous ranges shared by the threads
+    (parallel_ranges); each output element is one sequential dot, so the result does not depend
+    on n_threads.
     """
     wf, rs = _flat_rows(w_rows)
+    wi = wf.view(np.int8)
     m = w_rows.shape[0]
-    nt = _threads(n_threads)
     qa, da, extra = quantize_activations(x, vec_dot_type_of(qtype))
     kern, kind = _MATVEC[qtype]
-    if kind >= 0:
-        kern(kind, wf, wf.view(np.int8), rs, m, qa, da, extra, _F16, out, nt)
-    else:
-        kern(wf, wf.view(np.int8), rs, m, qa, da, extra, _F16, out, nt)
+
+    def rows(r0: int, r1: int) -> None:
+        if kind >= 0:
+            kern(kind, wf, wi, rs, m, qa, da, extra, _F16, out, r0, r1)
+        else:
+            kern(wf, wi, rs, m, qa, da, extra, _F16, out, r0, r1)
+
+    work_bytes = m * w_rows.shape[1] * x.shape[0]
+    nt = n_threads if work_bytes >= PARALLEL_MIN_BYTES else 1
+    parallel_ranges(rows, m, nt, min(4 * nt, max(1, m // 64)))
 
 
 def dequantize_rows(w_rows: np.ndarray, qtype: GGMLType, r0: int, r1: int, y: np.ndarray | None = None) -> np.ndarray:
@@ -590,8 +956,8 @@ def matmul_tiles(w_rows: np.ndarray, qtype: GGMLType, x: np.ndarray, out: np.nda
     """BLAS path: out = fake_quant(x) @ dequant(w)^T, the weight dequantized a row tile at a time.
 
     Works for every type with a dequantizer. The tile holds about _TILE_BYTES of float32 so it
-    stays in L2 while sgemm streams x past it; the product runs on ``n_threads`` BLAS threads,
-    the (much cheaper) dequantization on the calling thread.
+    stays in L2 while sgemm streams x past it. Tiles are shared by ``n_threads`` threads
+    (parallel_ranges), each dequantizing its tile and running a one-thread sgemm on it.
     """
     from . import blas
 
@@ -600,17 +966,24 @@ def matmul_tiles(w_rows: np.ndarray, qtype: GGMLType, x: np.ndarray, out: np.nda
     k = xf.shape[1]
     if qtype == GGMLType.F32 and w_rows.dtype == np.float32:
         w_rows = w_rows.view(np.uint8)
-    blas.set_threads(n_threads)
+    blas.set_threads(1)  # the threads are ours (parallel_ranges), one sgemm per tile each
+    nt = n_threads if 2 * m * k * xf.shape[0] >= BLAS_PARALLEL_MIN_FLOPS else 1
     tile = max(8, min(m, _TILE_BYTES // (4 * max(k, 1)) // 8 * 8))
-    buf = np.empty((tile, k), np.float32)
-    contiguous_out = out.flags.c_contiguous
-    for r0 in range(0, m, tile):
-        r1 = min(m, r0 + tile)
-        wt = dequantize_rows(w_rows, qtype, r0, r1, buf[: r1 - r0])
-        if contiguous_out and r1 - r0 == m:
-            np.matmul(xf, wt.T, out=out)
-        else:
-            out[:, r0:r1] = xf @ wt.T
+    if nt > 1:  # at least two tiles per thread, so both threads have work on small weights
+        tile = max(8, min(tile, (m + 2 * nt - 1) // (2 * nt) + 7) // 8 * 8)
+    n_tiles = (m + tile - 1) // tile
+
+    def tiles(t0: int, t1: int) -> None:
+        buf = np.empty((tile, k), np.float32)
+        for t in range(t0, t1):
+            r0, r1 = t * tile, min(m, (t + 1) * tile)
+            wt = dequantize_rows(w_rows, qtype, r0, r1, buf[: r1 - r0])
+            if r1 - r0 == m and out.flags.c_contiguous:
+                np.matmul(xf, wt.T, out=out)
+            else:
+                out[:, r0:r1] = xf @ wt.T
+
+    parallel_ranges(tiles, n_tiles, nt, n_tiles)
 
 
 def mul_mat_q(w_rows: np.ndarray, qtype: GGMLType, x: np.ndarray, out: np.ndarray | None = None,
@@ -618,18 +991,30 @@ def mul_mat_q(w_rows: np.ndarray, qtype: GGMLType, x: np.ndarray, out: np.ndarra
     """out (n, m) float32 = rows of x (n, K) dotted with the m weight rows of ``qtype``, as ggml.
 
     w_rows: uint8 (m, row_bytes), rows may be strided (a view into a bigger buffer) but each row
-    must be contiguous bytes. Few x rows (<= MATVEC_MAX_COLS) of a FUSED type take the fused
-    integer kernels; everything else goes through dequantized row tiles and BLAS.
+    must be contiguous bytes. Few x rows (<= MATVEC_MAX_COLS[qtype]) of a FUSED type take the fused
+    integer kernels; everything else goes through dequantized row tiles and BLAS. ``out`` may be
+    a strided float32 (n, m) view (e.g. the destination tensor's slice); it is returned.
     """
     qtype = GGMLType(qtype)
     x = np.ascontiguousarray(x, dtype=np.float32)
     n = x.shape[0]
-    m = w_rows.shape[0]
+    m, row_bytes = w_rows.shape[0], w_rows.shape[1] * w_rows.itemsize
+    if x.ndim != 2 or w_rows.ndim != 2:
+        raise ValueError(f"mul_mat_q: w_rows and x must be 2-d, got {w_rows.shape} and {x.shape}")
+    if row_bytes % qtype.type_size:
+        raise ValueError(f"mul_mat_q: rows of {row_bytes} bytes are not whole {qtype.type_name} blocks")
+    k = row_bytes // qtype.type_size * qtype.blck_size
+    if x.shape[1] != k:
+        raise ValueError(f"mul_mat_q: {qtype.type_name} rows hold {k} values but x rows have {x.shape[1]}")
+    if w_rows.dtype != np.uint8:
+        w_rows = w_rows.view(np.uint8)
     if out is None:
         out = np.empty((n, m), np.float32)
+    elif out.shape != (n, m) or out.dtype != np.float32:
+        raise ValueError(f"mul_mat_q: out must be float32 {(n, m)}, got {out.dtype} {out.shape}")
     if n == 0 or m == 0:
         return out
-    if qtype in FUSED and n <= MATVEC_MAX_COLS:
+    if n <= MATVEC_MAX_COLS.get(qtype, 0):
         target = out if out.flags.c_contiguous else np.empty((n, m), np.float32)
         matvec_q(w_rows, qtype, x, target, n_threads)
         if target is not out:

@@ -1,0 +1,215 @@
+"""qmatmul.mul_mat_q: the fused integer mat-vec and the tiled BLAS paths against float references.
+
+Two references per case:
+* the float64 product of the dequantized weight with the raw activations, at ggml's MUL_MAT
+  threshold (NMSE <= 5e-4): what a user of MUL_MAT is promised;
+* the float64 product with the activations quantized as ggml-cpu does (actquant.fake_quant, an
+  independent numpy implementation), much tighter: this is what llama.cpp's logits are made of,
+  so a kernel that skipped the activation quantization, or got an offset or a scale wrong,
+  fails here even where it would pass the loose check.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyggml import quants
+from pyggml.backend.cpu import actquant, qmatmul
+from pyggml.convert import bf16_to_f32, f32_to_bf16
+from pyggml.types import GGMLType
+
+T = GGMLType
+NMSE_MATMUL = 5e-4
+#: every type with a fused kernel, plus types that only take the BLAS path
+TYPES = [*sorted(qmatmul.FUSED, key=int), T.Q2_K, T.Q3_K, T.IQ4_XS, T.F16, T.BF16, T.F32]
+#: 1: decode; 3: fused small batch; 40: BLAS tiles (test_crossover_boundaries covers the edges)
+COLS = [1, 3, 40]
+
+
+def _weights(ty: GGMLType, m: int, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(stored rows uint8 (m, row_bytes), their float32 values as ggml's to_float gives them)."""
+    w = rng.standard_normal((m, k)).astype(np.float32)
+    if ty == T.F32:
+        return w.view(np.uint8), w
+    if ty == T.F16:
+        h = w.astype(np.float16)
+        return h.view(np.uint8), h.astype(np.float32)
+    if ty == T.BF16:
+        b = f32_to_bf16(w)
+        return b.view(np.uint8), bf16_to_f32(b)
+    q = quants.quantize(w, ty)
+    return q, quants.dequantize(q, ty)
+
+
+def _nmse(out: np.ndarray, ref: np.ndarray) -> float:
+    return float(((out.astype(np.float64) - ref) ** 2).sum() / (ref**2).sum())
+
+
+def _k_for(ty: GGMLType) -> int:
+    return 512 if ty.blck_size == 256 else 96  # 96: an odd number of 32-blocks
+
+
+def _check(ty: GGMLType, n: int) -> None:
+    rng = np.random.default_rng(1000 * int(ty) + n)
+    k, m = _k_for(ty), 37
+    w, wf = _weights(ty, m, k, rng)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    out = qmatmul.mul_mat_q(w, ty, x, n_threads=2)
+    assert out.shape == (n, m) and out.dtype == np.float32
+    assert _nmse(out, x.astype(np.float64) @ wf.T.astype(np.float64)) <= NMSE_MATMUL
+    # ggml's semantics: activations quantized to the vec_dot_type first
+    xq = actquant.fake_quant(x, qmatmul.vec_dot_type_of(ty)).astype(np.float64)
+    ref = xq @ wf.T.astype(np.float64)
+    scale = np.sqrt(((xq[:, None, :] * wf[None, :, :]) ** 2).sum(-1))  # natural size of each dot
+    err = np.abs(out - ref) / scale
+    # Q4_1/Q5_1 mat-vec use Q8_1's fp16 s = d*sum(q), an extra fp16 rounding fake_quant lacks
+    tol = 5e-3 if ty in (T.Q4_1, T.Q5_1) else 2e-5
+    assert err.max() <= tol, f"{ty.name}: max error {err.max():.2e} of the dot's scale"
+
+
+@pytest.mark.parametrize("n", COLS)
+@pytest.mark.parametrize("ty", TYPES, ids=lambda t: t.name)
+def test_against_float_reference(ty: GGMLType, n: int) -> None:
+    _check(ty, n)
+
+
+@pytest.mark.parametrize("side", [0, 1], ids=["fused", "blas"])
+@pytest.mark.parametrize("ty", sorted(qmatmul.FUSED, key=int), ids=lambda t: t.name)
+def test_crossover_boundaries(ty: GGMLType, side: int) -> None:
+    """The last column count of the fused path and the first of the BLAS path."""
+    _check(ty, qmatmul.MATVEC_MAX_COLS[ty] + side)
+
+
+@pytest.mark.parametrize("ty", [T.Q8_0, T.Q5_0, T.Q4_K, T.Q6_K, T.Q2_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("n", [1, 5, 33])
+def test_strided_rows_need_no_copy_and_match(ty: GGMLType, n: int) -> None:
+    """Rows taken from a bigger buffer (every other row, and a leading part of longer rows)."""
+    rng = np.random.default_rng(7 + n)
+    k, m = _k_for(ty), 23
+    w, _ = _weights(ty, 2 * m, k, rng)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    every_other = w[::2]
+    assert not every_other.flags.c_contiguous
+    wide = np.zeros((m, w.shape[1] + 40), np.uint8)
+    wide[:, : w.shape[1]] = w[::2]
+    leading = wide[:, : w.shape[1]]
+    want = qmatmul.mul_mat_q(np.ascontiguousarray(every_other), ty, x)
+    np.testing.assert_array_equal(qmatmul.mul_mat_q(every_other, ty, x), want)
+    np.testing.assert_array_equal(qmatmul.mul_mat_q(leading, ty, x), want)
+
+
+def test_every_fused_type_has_a_crossover() -> None:
+    assert set(qmatmul.MATVEC_MAX_COLS) == qmatmul.FUSED
+    assert all(n >= 1 for n in qmatmul.MATVEC_MAX_COLS.values())
+
+
+def test_read_only_weights() -> None:
+    """Weights straight from a mmapped GGUF are read-only views."""
+    rng = np.random.default_rng(2)
+    w, _ = _weights(T.Q4_K, 6, 256, rng)
+    ro = w.copy()
+    ro.flags.writeable = False
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    np.testing.assert_array_equal(qmatmul.mul_mat_q(ro, T.Q4_K, x), qmatmul.mul_mat_q(w, T.Q4_K, x))
+
+
+def test_flat_rows_is_a_view_for_strided_rows() -> None:
+    buf = np.arange(10 * 50, dtype=np.uint8).reshape(10, 50)
+    rows = buf[1::3, :34]
+    flat, rs = qmatmul._flat_rows(rows)
+    assert rs == 150 and np.shares_memory(flat, buf)
+    assert flat[rs * 2 + 5] == rows[2, 5]
+
+
+@pytest.mark.parametrize("ty", sorted(qmatmul.FUSED, key=int), ids=lambda t: t.name)
+def test_fused_and_blas_paths_agree(ty: GGMLType) -> None:
+    rng = np.random.default_rng(int(ty))
+    k = _k_for(ty)
+    w, _ = _weights(ty, 19, k, rng)
+    x = rng.standard_normal((4, k)).astype(np.float32)
+    a = np.empty((4, 19), np.float32)
+    b = np.empty((4, 19), np.float32)
+    qmatmul.matvec_q(w, ty, x, a, 1)
+    qmatmul.matmul_tiles(w, ty, x, b, 1)
+    tol = 5e-3 if ty in (T.Q4_1, T.Q5_1) else 1e-5
+    assert np.abs(a - b).max() <= tol * np.abs(b).max()
+
+
+@pytest.mark.parametrize(("ty", "n"), [(T.Q8_0, 2), (T.Q4_K, 3), (T.Q6_K, 40), (T.Q5_0, 40)])
+def test_thread_count_does_not_change_results(ty: GGMLType, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each output is one sequential dot (fused) or comes from one tile's sgemm (BLAS), whatever
+    the split (as in ggml)."""
+    rng = np.random.default_rng(3)
+    k = _k_for(ty)
+    w, _ = _weights(ty, 300, k, rng)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    monkeypatch.setattr(qmatmul, "PARALLEL_MIN_BYTES", 0)  # force the split even for small products
+    monkeypatch.setattr(qmatmul, "BLAS_PARALLEL_MIN_FLOPS", 0)
+    monkeypatch.setattr(qmatmul, "_TILE_BYTES", 8 * 4 * k)  # many tiles
+    one = qmatmul.mul_mat_q(w, ty, x, n_threads=1)
+    np.testing.assert_array_equal(qmatmul.mul_mat_q(w, ty, x, n_threads=2), one)
+    np.testing.assert_array_equal(qmatmul.mul_mat_q(w, ty, x, n_threads=3), one)
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 4])
+def test_parallel_ranges_covers_each_item_once(n_threads: int) -> None:
+    seen = np.zeros(1000, np.int64)
+
+    def fn(i0: int, i1: int) -> None:
+        seen[i0:i1] += 1
+
+    qmatmul.parallel_ranges(fn, 1000, n_threads, 13)
+    assert (seen == 1).all()
+    qmatmul.parallel_ranges(fn, 0, n_threads, 4)  # nothing to do
+    assert (seen == 1).all()
+
+
+def test_parallel_ranges_reraises_in_the_caller() -> None:
+    def fn(i0: int, i1: int) -> None:
+        if i0 <= 500 < i1:
+            raise RuntimeError("chunk failed")
+
+    with pytest.raises(RuntimeError, match="chunk failed"):
+        qmatmul.parallel_ranges(fn, 1000, 2, 8)
+
+
+@pytest.mark.parametrize("n", [1, 20])
+def test_writes_into_a_strided_out(n: int) -> None:
+    rng = np.random.default_rng(5)
+    w, _ = _weights(T.Q4_K, 10, 256, rng)
+    x = rng.standard_normal((n, 256)).astype(np.float32)
+    big = np.full((n, 20), -1.0, np.float32)
+    out = big[:, ::2]
+    qmatmul.mul_mat_q(w, T.Q4_K, x, out=out)
+    np.testing.assert_array_equal(out, qmatmul.mul_mat_q(w, T.Q4_K, x))
+    assert (big[:, 1::2] == -1).all()
+
+
+def test_activation_quantizers_match_actquant() -> None:
+    """The numba Q8_0 / Q8_K quantizers are byte-exact with ggml-cpu's (actquant, numpy)."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 1024)).astype(np.float32)
+    x[0, :256] = 0  # an all-zero block (both block sizes)
+    x[1, 32:64] *= 1e-5  # fp16-subnormal d
+    x[2, 64:96] = np.round(x[2, 64:96] * 4) / 4  # ties for rint
+    x[2, 90] = -127.0  # Q8_K: the first of two equal magnitudes sets the sign of d
+    x[2, 96] = 127.0
+    x[2, 97:128] = 2.5
+    qa, da, asum = qmatmul.quantize_activations(x, T.Q8_0)
+    _, d16, q = actquant._q8_0_parts(x)
+    np.testing.assert_array_equal(qa.reshape(q.shape), q)
+    np.testing.assert_array_equal(da, d16.astype(np.float32))
+    np.testing.assert_array_equal(asum, q.astype(np.int32).sum(-1))
+    qk, dk, bs = qmatmul.quantize_activations(x, T.Q8_K)
+    dref, qref = actquant._q8_k_parts(x)
+    np.testing.assert_array_equal(qk.reshape(qref.shape), qref)
+    np.testing.assert_array_equal(dk, dref)
+    np.testing.assert_array_equal(bs, qref.reshape(3, 64, 16).astype(np.int32).sum(-1))
+
+
+def test_empty_and_bad_shapes() -> None:
+    w, _ = _weights(T.Q8_0, 4, 64, np.random.default_rng(0))
+    assert qmatmul.mul_mat_q(w, T.Q8_0, np.zeros((0, 64), np.float32)).shape == (0, 4)
+    with pytest.raises(ValueError, match="64"):
+        qmatmul.mul_mat_q(w, T.Q8_0, np.zeros((1, 32), np.float32))
