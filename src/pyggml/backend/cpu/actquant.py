@@ -12,6 +12,7 @@ order, the float dot of dequantized weights with these values, which lets MUL_MA
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 
 from ...types import GGMLType
@@ -62,7 +63,7 @@ def fake_quant(x: np.ndarray, vec_dot_type: GGMLType) -> np.ndarray:
         d, q = _q8_k_parts(x)
         return (d[..., None] * q).reshape(x.shape)
     if vec_dot_type == GGMLType.F16:
-        return x.astype(np.float16).astype(np.float32)
+        return round_to_f16(x)
     if vec_dot_type == GGMLType.BF16:
         from ...convert import bf16_to_f32, f32_to_bf16
 
@@ -73,7 +74,8 @@ def fake_quant(x: np.ndarray, vec_dot_type: GGMLType) -> np.ndarray:
 def from_float_rows(x: np.ndarray, ty: GGMLType) -> np.ndarray:
     """Quantize float32 rows (n, k) to ``ty``'s bytes (n, row_bytes) the way ggml-cpu's from_float does.
 
-    Q8_0/Q8_1 use the x86 quantizer; every other type's CPU from_float is the reference quantizer.
+    Q8_0/Q8_1 use the x86 quantizer, IQ4_NL quantize_row_iq4_nl_ref; every other type's CPU
+    from_float is what ggml_quantize_chunk does without an imatrix.
     """
     n, k = x.shape
     if ty in (Q8_0, Q8_1):
@@ -101,4 +103,50 @@ def from_float_rows(x: np.ndarray, ty: GGMLType) -> np.ndarray:
         return out.reshape(n, -1)
     from ... import quants
 
+    if ty == GGMLType.IQ4_NL:  # quantize_row_iq4_nl: the reference, without ggml_quantize_chunk's scale search
+        from ...quants.iq4 import quantize_iq4_nl_ref
+
+        return quantize_iq4_nl_ref(x)
     return quants.quantize(x, ty)
+
+
+@nb.njit(cache=True, nogil=True)
+def _round_to_f16(src: np.ndarray, dst: np.ndarray) -> None:
+    """float32 -> nearest fp16 (ties to even) -> float32, on the bits: numpy's astype(float16) does
+    the same rounding several times slower."""
+    for i in range(src.size):
+        u = src[i]
+        a = u & np.uint32(0x7FFFFFFF)
+        sign = u & np.uint32(0x80000000)
+        if a > np.uint32(0x7F800000):  # NaN: keep the top mantissa bits, made quiet as fp16 does
+            dst[i] = sign | np.uint32(0x7FC00000) | (a & np.uint32(0x007FE000))
+        elif a >= np.uint32(0x477FF000):  # rounds past 65504: infinity
+            dst[i] = sign | np.uint32(0x7F800000)
+        elif a >= np.uint32(0x38800000):  # fp16 normal range: keep 10 mantissa bits
+            r = a + np.uint32(0xFFF) + ((a >> np.uint32(13)) & np.uint32(1))
+            dst[i] = sign | (r & np.uint32(0xFFFFE000))
+        elif a > np.uint32(0x33000000):  # fp16 subnormal: a multiple of 2^-24, ties to even
+            e = a >> np.uint32(23)
+            m = (a & np.uint32(0x007FFFFF)) | np.uint32(0x00800000)
+            shift = np.uint32(126) - e  # bits below 2^-24 in m
+            q = m >> shift
+            rem = m & ((np.uint32(1) << shift) - np.uint32(1))
+            half = np.uint32(1) << (shift - np.uint32(1))
+            if rem > half or (rem == half and (q & np.uint32(1))):
+                q += np.uint32(1)
+            # q * 2^-24 as a float32 bit pattern (exact: q < 2^11)
+            if q == 0:
+                dst[i] = sign
+            else:
+                f = np.float32(q) * np.float32(5.9604644775390625e-08)
+                dst[i] = sign | (np.array([f]).view(np.uint32)[0])
+        else:  # below half the smallest subnormal: zero (a tie at 2^-25 goes to the even zero)
+            dst[i] = sign
+
+
+def round_to_f16(x: np.ndarray) -> np.ndarray:
+    """x rounded to fp16 precision (as ggml rounds src1 for an F16 weight), returned as float32."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty_like(x)
+    _round_to_f16(x.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint32))
+    return out
