@@ -57,17 +57,54 @@ _GELU_TABLE = _fp16_table(gelu_tanh_exact)
 _GELU_QUICK_TABLE = _fp16_table(gelu_quick_exact)
 
 
+_GELU_TABLE_F32 = _GELU_TABLE.astype(np.float32)
+
+
 def _lookup(table: np.ndarray, x: np.ndarray) -> np.ndarray:
     idx = np.asarray(x, dtype=np.float32).astype(np.float16).view(np.uint16)
     return table[idx].astype(np.float32)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _f16_bits(u: np.uint32) -> np.uint32:
+    """The fp16 bit pattern nearest (ties to even) to the float32 with bits u (finite |x| < 65520)."""
+    sign = (u >> np.uint32(16)) & np.uint32(0x8000)
+    a = u & np.uint32(0x7FFFFFFF)
+    if a >= np.uint32(0x38800000):  # normal fp16
+        r = a + np.uint32(0xFFF) + ((a >> np.uint32(13)) & np.uint32(1))
+        return sign | ((r - np.uint32(0x38000000)) >> np.uint32(13))
+    if a <= np.uint32(0x33000000):  # rounds to zero
+        return sign
+    e = a >> np.uint32(23)
+    m = (a & np.uint32(0x007FFFFF)) | np.uint32(0x00800000)
+    shift = np.uint32(126) - e
+    q = m >> shift
+    rem = m & ((np.uint32(1) << shift) - np.uint32(1))
+    half = np.uint32(1) << (shift - np.uint32(1))
+    if rem > half or (rem == half and (q & np.uint32(1))):
+        q += np.uint32(1)
+    return sign | q
+
+
+@numba.njit(cache=True, nogil=True)
+def _gelu_fp16(x: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:
+    xu = x.view(np.uint32)
+    for i in range(x.size):
+        v = x[i]
+        if v <= np.float32(-10.0):
+            out[i] = np.float32(0.0)
+        elif v >= np.float32(10.0):
+            out[i] = v
+        else:
+            out[i] = table[_f16_bits(xu[i])]
+
+
 def gelu(x: np.ndarray) -> np.ndarray:
     """ggml_vec_gelu_f32 with GGML_GELU_FP16: 0 below -10, x above 10, else the fp16 table."""
-    x = np.asarray(x, dtype=np.float32)
-    y = _lookup(_GELU_TABLE, np.clip(x, -10, 10))
-    y = np.where(x <= -10, np.float32(0.0), y)
-    return np.where(x >= 10, x, y)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty_like(x)
+    _gelu_fp16(x.reshape(-1), _GELU_TABLE_F32, out.reshape(-1))
+    return out
 
 
 def gelu_quick(x: np.ndarray) -> np.ndarray:
