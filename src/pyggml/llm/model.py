@@ -202,9 +202,11 @@ class _Placement:
                  override_tensor: Sequence[tuple[str, str]]) -> None:
         from ..backend.registry import backend_devices
 
-        all_devs = backend_devices()
+        # enumerating devices imports their backends (torch is heavy): only when placement needs them
+        need_devices = n_gpu_layers != 0 and devices is None
+        all_devs = backend_devices() if need_devices or override_tensor else list(devices or [])
         if devices is None:
-            devices = [d for d in all_devs if d.type() == DeviceType.GPU]
+            devices = [d for d in all_devs if d.type() == DeviceType.GPU] if need_devices else []
         self.gpus = list(devices)
         self.n_layer = n_layer
         ngl = n_gpu_layers if n_gpu_layers >= 0 else n_layer + 1
