@@ -1,4 +1,4 @@
-"""Byte-level helpers shared by the codecs of the legacy and "other" block formats.
+"""Byte-level helpers shared by the codecs: block views, fp16 fields, packing, data tables.
 
 Codecs compute per-block scales and per-element levels in numba, then lay the bytes out here
 with numpy; keeping layout apart from the search lets a reference quantizer and its
@@ -7,9 +7,20 @@ importance-weighted variant share one packer.
 
 from __future__ import annotations
 
+import re
+from importlib import resources
+
 import numpy as np
 
 from .fp import fp16_bits_to_fp32, fp32_to_fp16_bits
+
+
+def load_table(name: str) -> np.ndarray:
+    """One of the integer tables in ``quants/data`` as int64: numbers (decimal or 0x hex) separated
+    by commas or white space; lines starting with ``#`` are headers."""
+    text = resources.files(__package__).joinpath("data", name).read_text()
+    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    return np.array([int(tok, 0) for tok in re.split(r"[\s,]+", body) if tok], dtype=np.int64)
 
 
 def as_blocks(q: np.ndarray, type_size: int) -> np.ndarray:

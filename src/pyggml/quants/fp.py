@@ -50,6 +50,40 @@ def round_fp16(x: np.ndarray) -> np.ndarray:
     return fp16_bits_to_fp32(fp32_to_fp16_bits(x))
 
 
+@nb.njit(cache=True, error_model="numpy")
+def fp32_to_fp16_bits_nb(v: float) -> int:
+    """float32 -> IEEE half bits (``GGML_FP32_TO_FP16``) on one value, for ``@njit`` kernels that
+    write their block bytes themselves: round to nearest even, overflow to inf, NaN -> 0x7E00
+    with its sign (as :func:`fp32_to_fp16_bits`)."""
+    sign = 0x8000 if math.copysign(1.0, v) < 0 else 0
+    a = abs(float(v))
+    if a != a:
+        return sign | 0x7E00
+    if a == math.inf:
+        return sign | 0x7C00
+    if a < 6.103515625e-05:  # below the smallest normal half: units of 2**-24
+        return sign | int(np.rint(a * 16777216.0))
+    m, e = math.frexp(a)
+    bits = ((e + 14) << 10) + int(np.rint(m * 2048.0)) - 1024
+    if bits > 0x7C00:
+        bits = 0x7C00
+    return sign | bits
+
+
+@nb.njit(cache=True, error_model="numpy")
+def fp16_bits_to_fp32_nb(h: int) -> np.float32:
+    """IEEE half bits -> float32 (exact) on one value; a NaN comes back as the default quiet NaN."""
+    e = (h >> 10) & 31
+    f = h & 1023
+    if e == 0:
+        a = math.ldexp(float(f), -24)
+    elif e == 31:
+        a = math.inf if f == 0 else math.nan
+    else:
+        a = math.ldexp(float(1024 + f), e - 25)
+    return np.float32(-a) if h & 0x8000 else np.float32(a)
+
+
 # ---------------------------------------------------------------------------------------------
 # bf16
 # ---------------------------------------------------------------------------------------------
@@ -187,8 +221,12 @@ def nearest_int_nb(fval: float) -> int:
 
 
 def nearest_int(x: np.ndarray) -> np.ndarray:
-    """ggml's ``nearest_int`` over an array (int32): round half to even, valid for |x| < 2^22."""
-    return np.rint(np.asarray(x, dtype=np.float32)).astype(np.int32)
+    """ggml's ``nearest_int`` over an array (int32), bit for bit: the same magic-number trick on
+    float32, so it is round-half-to-even for |x| < 2^22 and gives C's bits beyond (a NaN gives
+    what its payload gives, as on x86; a default quiet NaN gives 0)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = np.asarray(x, dtype=np.float32) + _MAGIC
+    return (v.view(np.int32) & 0x007FFFFF) - 0x00400000
 
 
 @nb.njit(cache=True, error_model="numpy")
@@ -230,21 +268,12 @@ def lroundf_nb(v: float) -> int:
 def round_fp16_nb(x: float) -> np.float32:
     """float32 -> nearest fp16 value (round-half-even, overflow to inf), returned as float32.
 
-    Used inside kernels that must continue with the fp16-rounded scale, as ggml does with
-    ``GGML_FP16_TO_FP32(y.d)``. Works on the value, not the bits: the scaling by powers of two is
-    exact in float64 and rint rounds half to even.
+    For kernels that continue with the fp16-rounded scale, as ggml does with
+    ``GGML_FP16_TO_FP32(y.d)``. A NaN is returned unchanged (payload and all).
     """
-    a = abs(np.float64(x))
-    if a != a:
+    if x != x:
         return np.float32(x)
-    if a >= 65520.0:  # halfway between 65504 (fp16 max) and 2^16 rounds to inf
-        return np.float32(math.copysign(math.inf, x))
-    if a == 0.0:
-        return np.float32(x)
-    _m, e = math.frexp(a)  # a = m * 2^e, 0.5 <= m < 1
-    q = max(e - 11, -24)  # fp16 keeps 11 significant bits; its smallest step is 2^-24
-    r = np.rint(math.ldexp(a, -q))
-    return np.float32(math.copysign(math.ldexp(r, q), x))
+    return fp16_bits_to_fp32_nb(fp32_to_fp16_bits_nb(x))
 
 
 __all__ = [
@@ -253,8 +282,10 @@ __all__ = [
     "bf16_bits_to_fp32",
     "e8m0_to_fp32_half",
     "fp16_bits_to_fp32",
+    "fp16_bits_to_fp32_nb",
     "fp32_to_bf16_bits",
     "fp32_to_fp16_bits",
+    "fp32_to_fp16_bits_nb",
     "fp32_to_ue4m3",
     "fp32_to_ue4m3_nb",
     "lroundf_nb",

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..types import QK_K, GGMLType
 from . import iq2_quant as kernels
+from ._blocks import fp16_bytes
 from .codec import Codec, QuantError, register
 from .fp import fp16_bits_to_fp32, fp32_to_fp16_bits
 from .iq2_tables import IQ1_DELTA, common_grid_bytes, ksigns_iq2xs, quant_tables
@@ -219,7 +220,7 @@ class _IQ2Family(Codec):
 
     @staticmethod
     def _store_d(blocks: np.ndarray, dvals: np.ndarray) -> np.ndarray:
-        blocks[..., 0:2] = fp32_to_fp16_bits(dvals).astype("<u2")[..., None].view(np.uint8)
+        blocks[..., 0:2] = fp16_bytes(dvals)
         return _flat_rows(blocks)
 
 

@@ -23,11 +23,10 @@ import numpy as np
 from numba import prange
 
 from .fp import nearest_int_nb
+from .ksearch import FLT_MAX, GROUP_MAX_EPS, imatrix_weights, make_qp_quants, sum_squares
 
 f32 = np.float32
-FLT_MAX = f32(3.4028234663852886e38)
 
-GROUP_MAX_EPS = f32(1e-15)
 GROUP_MAX_EPS_IQ2_S = f32(1e-8)
 GROUP_MAX_EPS_IQ1_M = f32(1e-7)
 GROUP_MAX_EPS_IQ1_S = f32(1e-12)
@@ -63,69 +62,6 @@ def _clamp(v, lo, hi):  # pragma: no cover - numba
 def _level(inv_scale, v):  # pragma: no cover - numba
     """Grid level of ``v``: nearest_int(0.5f*(id*x - 1))."""
     return nearest_int_nb(f32(f32(0.5) * _msub(inv_scale, v, f32(1.0))))
-
-
-@nb.njit(cache=True)
-def _make_qp_quants(n, nmax, x, L, quant_weights):  # pragma: no cover - numba
-    """make_qp_quants (ggml-quants.c): L is uint8 as in ggml, so negative levels wrap."""
-    mx = f32(0.0)
-    for i in range(n):
-        mx = mx if mx > x[i] else x[i]
-    if mx < GROUP_MAX_EPS:
-        L[:n] = 0
-        return f32(0.0)
-    iscale = f32(f32(nmax) / mx)
-    for i in range(n):
-        L[i] = nearest_int_nb(f32(iscale * x[i]))
-    scale = f32(f32(1.0) / iscale)
-    best_mse = f32(0.0)
-    for i in range(n):
-        diff = f32(x[i] - f32(scale * f32(L[i])))
-        w = quant_weights[i]
-        best_mse = _madd(f32(w * diff), diff, best_mse)
-    for step in range(-4, 5):
-        if step == 0:
-            continue
-        iscale_is = f32(_madd(f32(0.1), f32(step), f32(nmax)) / mx)
-        scale_is = f32(f32(1.0) / iscale_is)
-        mse = f32(0.0)
-        for i in range(n):
-            lv = min(nmax, nearest_int_nb(f32(iscale_is * x[i])))
-            diff = f32(x[i] - f32(scale_is * f32(lv)))
-            w = quant_weights[i]
-            mse = _madd(f32(w * diff), diff, mse)
-        if mse < best_mse:
-            best_mse = mse
-            iscale = iscale_is
-    sumlx = f32(0.0)
-    suml2 = f32(0.0)
-    for i in range(n):
-        lv = min(nmax, nearest_int_nb(f32(iscale * x[i])))
-        L[i] = lv
-        w = quant_weights[i]
-        sumlx = _madd(f32(w * x[i]), f32(lv), sumlx)
-        suml2 = _madd(f32(w * f32(lv)), f32(lv), suml2)
-    for _itry in range(5):
-        n_changed = 0
-        for i in range(n):
-            w = quant_weights[i]
-            li = f32(L[i])
-            slx = f32(sumlx - f32(f32(w * x[i]) * li))
-            sl2 = f32(suml2 - f32(f32(w * li) * li))
-            if slx > 0 and sl2 > 0:
-                new_l = min(nmax, nearest_int_nb(f32(f32(x[i] * sl2) / slx)))
-                if new_l != L[i]:
-                    nl = f32(new_l)
-                    slx = _madd(f32(w * x[i]), nl, slx)
-                    sl2 = _madd(f32(w * nl), nl, sl2)
-                    if f32(f32(slx * slx) * suml2) > f32(f32(sumlx * sumlx) * sl2):
-                        L[i] = new_l
-                        sumlx = slx
-                        suml2 = sl2
-                        n_changed += 1
-        if n_changed == 0:
-            break
-    return f32(sumlx / suml2) if suml2 > 0 else f32(0.0)
 
 
 @nb.njit(cache=True)
@@ -165,27 +101,35 @@ def _pack(L, off):  # pragma: no cover - numba
 
 
 @nb.njit(cache=True)
-def _block_sigma2(x, row, base, factor):  # pragma: no cover - numba
+def block_sigma2(x, row, base, factor):  # pragma: no cover - numba
     """factor * sum(x^2) / QK_K over one super-block (sequential, in C order)."""
-    sumx2 = f32(0.0)
-    for i in range(256):
-        v = x[row, base + i]
-        sumx2 = _madd(v, v, sumx2)
-    return f32(f32(factor * sumx2) / f32(256.0))
+    return f32(f32(factor * sum_squares(x[row, base : base + 256])) / f32(256.0))
 
 
 @nb.njit(cache=True)
-def _imatrix_weights(x, row, base, n, qw, sigma2, weight):  # pragma: no cover - numba
-    for i in range(n):
-        v = x[row, base + i]
-        weight[i] = f32(qw[base + i] * _sqrtf(_madd(v, v, sigma2)))
+def sign_groups(x, row, base, ngroups, xval, signs):  # pragma: no cover - numba
+    """|x| per group of 8 into ``xval``, and per group its sign byte (bit i: x < 0) into ``signs``.
+
+    IQ2_S and IQ3_S store these bytes as they are.
+    """
+    for k in range(ngroups):
+        s = 0
+        for i in range(8):
+            v = x[row, base + 8 * k + i]
+            if v >= 0:
+                xval[8 * k + i] = v
+            else:
+                xval[8 * k + i] = -v
+                s |= 1 << i
+        signs[k] = s
 
 
 @nb.njit(cache=True)
-def _even_sign_groups(x, row, base, ngroups, weight, xval, signs):  # pragma: no cover - numba
+def even_sign_groups(x, row, base, ngroups, weight, xval, signs):  # pragma: no cover - numba
     """|x| per group of 8 with an even number of negatives: the least important one is flipped.
 
-    Writes the 7-bit sign indices into ``signs`` (ksigns_iq2xs stores the 8th bit as parity).
+    Writes the 7-bit sign indices into ``signs`` (ksigns_iq2xs stores the 8th bit as parity);
+    IQ2_XXS, IQ2_XS and IQ3_XXS store signs this way.
     """
     for k in range(ngroups):
         nflip = 0
@@ -238,7 +182,8 @@ def _levels_for(inv_scale, xval, off, L):  # pragma: no cover - numba
 
 
 @nb.njit(cache=True)
-def _scale_nibble(inv_d, scale, top):  # pragma: no cover - numba
+def scale_nibble(inv_d, scale, top):  # pragma: no cover - numba
+    """A sub-block scale as stored by the IQ2/IQ3 types: nearest_int(0.5*(scale/d - 1)) in 0..top."""
     return _clamp(_level(inv_d, scale), 0, top)
 
 
@@ -264,20 +209,20 @@ def _row_iq2_xxs(x, row, qw, grid, kmap, neighbours, out, dvals, status):  # pra
         xbase = 256 * ibl
         q2[:] = 0
         max_scale = f32(0.0)
-        sigma2 = _block_sigma2(x, row, xbase, f32(1.0))
+        sigma2 = block_sigma2(x, row, xbase, f32(1.0))
         for ib in range(8):
             base = xbase + 32 * ib
-            _imatrix_weights(x, row, base, 32, qw, sigma2, weight)
+            imatrix_weights(x[row, base : base + 32], qw[base : base + 32], sigma2, weight)
             for i in range(32):
                 waux[i] = _sqrtf(weight[i])
-            _even_sign_groups(x, row, base, 4, weight, xval, signs)
+            even_sign_groups(x, row, base, 4, weight, xval, signs)
             mx = xval[0]
             for i in range(1, 32):
                 mx = mx if mx > xval[i] else xval[i]
             if mx < GROUP_MAX_EPS:
                 scales[ib] = 0
                 continue
-            scale = _make_qp_quants(32, 4, xval, Lqp, weight)
+            scale = make_qp_quants(4, xval, Lqp, weight)
             for i in range(32):
                 L[i] = np.int8(Lqp[i])
             eff_max = f32(scale * f32(3.0))
@@ -334,7 +279,7 @@ def _row_iq2_xxs(x, row, qw, grid, kmap, neighbours, out, dvals, status):  # pra
         dvals[row, ibl] = d
         inv_d = f32(f32(1.0) / d)
         for ib in range(8):
-            q2[2 * ib + 1] |= np.uint32(_scale_nibble(inv_d, scales[ib], 15) << 28)
+            q2[2 * ib + 1] |= np.uint32(scale_nibble(inv_d, scales[ib], 15) << 28)
         for w in range(16):
             for b in range(4):
                 out[row, obase + 2 + 4 * w + b] = (q2[w] >> (8 * b)) & 255
@@ -404,13 +349,13 @@ def _row_iq2_xs(x, row, qw, grid, kmap, neighbours, out, dvals, status):  # prag
         obase = 74 * ibl
         q2[:] = 0
         max_scale = f32(0.0)
-        sigma2 = _block_sigma2(x, row, xbase, f32(1.0))
+        sigma2 = block_sigma2(x, row, xbase, f32(1.0))
         for ib in range(16):
             base = xbase + 16 * ib
-            _imatrix_weights(x, row, base, 16, qw, sigma2, weight)
+            imatrix_weights(x[row, base : base + 16], qw[base : base + 16], sigma2, weight)
             for i in range(16):
                 waux[i] = _sqrtf(weight[i])
-            _even_sign_groups(x, row, base, 2, weight, xval, signs)
+            even_sign_groups(x, row, base, 2, weight, xval, signs)
             mx = xval[0]
             for i in range(1, 16):
                 mx = mx if mx > xval[i] else xval[i]
@@ -440,7 +385,7 @@ def _row_iq2_xs(x, row, qw, grid, kmap, neighbours, out, dvals, status):  # prag
         dvals[row, ibl] = d
         inv_d = f32(f32(1.0) / d)
         for ib in range(16):
-            lv = _scale_nibble(inv_d, scales[ib], 15)
+            lv = scale_nibble(inv_d, scales[ib], 15)
             out[row, obase + 66 + ib // 2] |= lv << (4 * (ib % 2))
         for w in range(32):
             out[row, obase + 2 + 2 * w] = q2[w] & 255
@@ -465,11 +410,11 @@ def _row_iq2_s(x, row, qw, has_qw, grid, kmap, neighbours, out, dvals, status): 
         obase = 82 * ibl
         out[row, obase : obase + 82] = 0
         max_scale = f32(0.0)
-        sigma2 = _block_sigma2(x, row, xbase, f32(2.0))
+        sigma2 = block_sigma2(x, row, xbase, f32(2.0))
         for ib in range(16):
             base = xbase + 16 * ib
             if has_qw:
-                _imatrix_weights(x, row, base, 16, qw, sigma2, weight)
+                imatrix_weights(x[row, base : base + 16], qw[base : base + 16], sigma2, weight)
             else:
                 quarter = f32(f32(0.25) * sigma2)
                 for i in range(16):
@@ -477,16 +422,7 @@ def _row_iq2_s(x, row, qw, has_qw, grid, kmap, neighbours, out, dvals, status): 
                     weight[i] = _madd(v, v, quarter)
             for i in range(16):
                 waux[i] = _sqrtf(weight[i])
-            for k in range(2):
-                s = 0
-                for i in range(8):
-                    v = x[row, base + 8 * k + i]
-                    if v >= 0:
-                        xval[8 * k + i] = v
-                    else:
-                        xval[8 * k + i] = -v
-                        s |= 1 << i
-                signs[k] = s
+            sign_groups(x, row, base, 2, xval, signs)
             mx = xval[0]
             for i in range(1, 16):
                 mx = mx if mx > xval[i] else xval[i]
@@ -517,7 +453,7 @@ def _row_iq2_s(x, row, qw, has_qw, grid, kmap, neighbours, out, dvals, status): 
         dvals[row, ibl] = f32(d * f32(0.9875))
         inv_d = f32(f32(1.0) / d)
         for ib in range(16):
-            lv = _scale_nibble(inv_d, scales[ib], 15)
+            lv = scale_nibble(inv_d, scales[ib], 15)
             out[row, obase + 74 + ib // 2] |= lv << (4 * (ib % 2))
 
 
@@ -618,10 +554,10 @@ def _row_iq1_s(x, row, qw, grid, kmap, neighbours, out, dvals, status):  # pragm
         obase = 50 * ibl
         out[row, obase : obase + 50] = 0
         max_scale = f32(0.0)
-        sigma2 = _block_sigma2(x, row, xbase, f32(2.0))
+        sigma2 = block_sigma2(x, row, xbase, f32(2.0))
         for ib in range(8):
             base = xbase + 32 * ib
-            _imatrix_weights(x, row, base, 32, qw, sigma2, weight)
+            imatrix_weights(x[row, base : base + 32], qw[base : base + 32], sigma2, weight)
             mx = abs(x[row, base])
             for i in range(32):
                 xb[i] = x[row, base + i]
@@ -701,7 +637,7 @@ def _row_iq1_s(x, row, qw, grid, kmap, neighbours, out, dvals, status):  # pragm
         dvals[row, ibl] = f32(d * f32(1.125))
         inv_d = f32(f32(1.0) / d)
         for ib in range(8):
-            lv = _scale_nibble(inv_d, scales[ib], 7)
+            lv = scale_nibble(inv_d, scales[ib], 7)
             if shifts[ib] == -1:
                 lv |= 8
             out[row, obase + 35 + 2 * ib] |= lv << 4
@@ -710,7 +646,7 @@ def _row_iq1_s(x, row, qw, grid, kmap, neighbours, out, dvals, status):  # pragm
 @nb.njit(cache=True)
 def _iq1m_weights(x, row, base, qw, has_qw, sigma2, weight):  # pragma: no cover - numba
     if has_qw:
-        _imatrix_weights(x, row, base, 16, qw, sigma2, weight)
+        imatrix_weights(x[row, base : base + 16], qw[base : base + 16], sigma2, weight)
     else:
         for i in range(16):
             v = x[row, base + i]
@@ -750,7 +686,7 @@ def _row_iq1_m(x, row, qw, has_qw, grid, kmap, neighbours, out, dvals, status): 
         obase = 56 * ibl
         out[row, obase : obase + 56] = 0
         max_scale = f32(0.0)
-        sigma2 = _block_sigma2(x, row, xbase, f32(2.0))
+        sigma2 = block_sigma2(x, row, xbase, f32(2.0))
         for ib in range(16):
             base = xbase + 16 * ib
             _iq1m_weights(x, row, base, qw, has_qw, sigma2, weight)
@@ -844,7 +780,7 @@ def _row_iq1_m(x, row, qw, has_qw, grid, kmap, neighbours, out, dvals, status): 
         sumqx_f = f32(0.0)
         sumq2_f = f32(0.0)
         for ib in range(16):
-            lv = _scale_nibble(inv_d, scales[ib], 7)
+            lv = scale_nibble(inv_d, scales[ib], 7)
             word = obase + 48 + 2 * (ib // 4)
             packed = lv << (3 * (ib % 4))
             out[row, word] |= packed & 255

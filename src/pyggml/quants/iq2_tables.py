@@ -15,7 +15,6 @@ See ``data/README.md`` for where every number comes from.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -24,6 +23,7 @@ import numba as nb
 import numpy as np
 
 from ..types import GGMLType
+from ._blocks import load_table
 
 DATA_DIR = Path(__file__).with_name("data")
 
@@ -59,9 +59,7 @@ _SPECS: dict[GGMLType, _TableSpec] = {
 
 def load_kgrid(name: str) -> np.ndarray:
     """A packed ``kgrid_*`` list from ggml-quants.c, as uint16 (comment lines start with '#')."""
-    text = (DATA_DIR / name).read_text()
-    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
-    return np.array([int(v) for v in re.findall(r"\d+", body)], dtype=np.uint16)
+    return load_table(name).astype(np.uint16)
 
 
 @cache
@@ -98,6 +96,22 @@ def unpack_kgrid(kgrid: np.ndarray) -> np.ndarray:
 
 
 @nb.njit(cache=True)
+def _distances(grid: np.ndarray, i: int, pos: np.ndarray, dist: np.ndarray, hist: np.ndarray):  # pragma: no cover
+    """Squared distances from packed point ``i`` to every grid point (into ``dist``) and how many
+    grid points lie at each distance (into ``hist``)."""
+    for k in range(8):
+        pos[k] = 2 * ((i >> (2 * k)) & 3) + 1
+    hist[:] = 0
+    for j in range(grid.shape[0]):
+        d2 = 0
+        for k in range(8):
+            diff = grid[j, k] - pos[k]
+            d2 += diff * diff
+        dist[j] = d2
+        hist[d2] += 1
+
+
+@nb.njit(cache=True)
 def _neighbour_lists(grid: np.ndarray, kmap: np.ndarray, nwant: int) -> np.ndarray:  # pragma: no cover
     """Fill kmap's off-grid slots and return the flat neighbour array, ggml's layout.
 
@@ -118,16 +132,7 @@ def _neighbour_lists(grid: np.ndarray, kmap: np.ndarray, nwant: int) -> np.ndarr
     for i in range(n_map):
         if kmap[i] >= 0:
             continue
-        for k in range(8):
-            pos[k] = 2 * ((i >> (2 * k)) & 3) + 1
-        hist[:] = 0
-        for j in range(n_grid):
-            d2 = 0
-            for k in range(8):
-                diff = grid[j, k] - pos[k]
-                d2 += diff * diff
-            dist[j] = d2
-            hist[d2] += 1
+        _distances(grid, i, pos, dist, hist)
         have = 0
         n = 0
         for d2 in range(max_d2):
@@ -144,16 +149,7 @@ def _neighbour_lists(grid: np.ndarray, kmap: np.ndarray, nwant: int) -> np.ndarr
     for i in range(n_map):
         if kmap[i] >= 0:
             continue
-        for k in range(8):
-            pos[k] = 2 * ((i >> (2 * k)) & 3) + 1
-        hist[:] = 0
-        for j in range(n_grid):
-            d2 = 0
-            for k in range(8):
-                diff = grid[j, k] - pos[k]
-                d2 += diff * diff
-            dist[j] = d2
-            hist[d2] += 1
+        _distances(grid, i, pos, dist, hist)
         kmap[i] = -(start + 1)
         neighbours[start] = counts[i]
         out = start + 1

@@ -15,19 +15,20 @@ on first use, exactly as ggml builds it in ``ggml_quantize_init``.
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
-from importlib import resources
 
 import numba as nb
 import numpy as np
 
 from ..types import QK_K, GGMLType
+from ._blocks import fp16_bytes, load_table, read_fp16
 from .codec import Codec, QuantError, register
-from .fp import fp16_bits_to_fp32, fp32_to_fp16_bits, nearest_int_nb
+from .fp import nearest_int_nb
+from .iq2_quant import block_sigma2, even_sign_groups, scale_nibble, sign_groups
+from .iq2_tables import ksigns_iq2xs
+from .ksearch import FLT_MAX, imatrix_weights
 
 _F32 = np.float32
-_FLT_MAX = np.float32(np.finfo(np.float32).max)
 
 #: dequantization magnitudes of IQ3_XXS's 3-bit levels (the byte values in ggml-common.h's
 #: iq3xxs_grid); the quantizer itself searches on the odd levels 2l+1 like IQ3_S
@@ -50,25 +51,10 @@ _ERR_TEXT = {
 # ---------------------------------------------------------------------------------------------
 
 
-def load_table(name: str) -> np.ndarray:
-    """Read one of the comma-separated integer tables in ``quants/data`` (``#`` lines are headers)."""
-    text = resources.files(__package__).joinpath("data", name).read_text()
-    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
-    return np.array([int(tok, 0) for tok in re.split(r"[\s,]+", body) if tok], dtype=np.int64)
-
-
 def grid_from_kgrid(kgrid: np.ndarray, levels: np.ndarray) -> np.ndarray:
     """Unpack ggml's 3-bits-per-coordinate grid list into (n, 4) uint8 magnitudes ``levels[l]``."""
     shifts = 3 * np.arange(4)
     return np.asarray(levels, dtype=np.uint8)[(np.asarray(kgrid)[:, None] >> shifts) & 7]
-
-
-@functools.cache
-def ksigns_iq2xs() -> np.ndarray:
-    """ggml-common.h's ksigns_iq2xs: 7 stored sign bits plus an 8th that makes the parity even."""
-    i = np.arange(128, dtype=np.uint8)
-    parity = np.unpackbits(i[:, None], axis=1).sum(axis=1) & 1
-    return (i | (parity.astype(np.uint8) << 7)).astype(np.uint8)
 
 
 @dataclass
@@ -144,7 +130,7 @@ def _dequant_grid(qtype: GGMLType) -> np.ndarray:
 def _best_neighbour(neighbours, start, grid, xval, waux, off, scale, L):  # pragma: no cover - numba
     """iq3_find_best_neighbour: the listed neighbour closest to xval/scale in waux-weighted L2."""
     count = neighbours[start]
-    best_d2 = _FLT_MAX
+    best_d2 = FLT_MAX
     best = -1
     for j in range(1, count + 1):
         g = np.int64(neighbours[start + j])
@@ -247,28 +233,13 @@ def _fit_subblock(
 @nb.njit(cache=True, error_model="numpy")
 def _subblock_weights(xb, qw, has_qw, sigma2, weight, waux):  # pragma: no cover - numba
     """Per-element weights: imatrix * sqrt(sigma2 + x^2) with an imatrix, x^2 without."""
-    for i in range(xb.shape[0]):
-        if has_qw:
-            weight[i] = _F32(qw[i] * np.sqrt(_F32(sigma2 + _F32(xb[i] * xb[i]))))
-        else:
+    if has_qw:
+        imatrix_weights(xb, qw, sigma2, weight)
+    else:
+        for i in range(xb.shape[0]):
             weight[i] = _F32(xb[i] * xb[i])
+    for i in range(xb.shape[0]):
         waux[i] = np.sqrt(weight[i])
-
-
-@nb.njit(cache=True, error_model="numpy")
-def _block_sigma2(xbl):  # pragma: no cover - numba
-    """2*sum(x^2)/256 over a super-block: the variance floor inside the imatrix weights."""
-    sumx2 = _F32(0.0)
-    for i in range(xbl.shape[0]):
-        sumx2 = sumx2 + _F32(xbl[i] * xbl[i])
-    return _F32(_F32(_F32(2.0) * sumx2) / _F32(QK_K))
-
-
-@nb.njit(cache=True, error_model="numpy")
-def _scale_index(inv_d, scale):  # pragma: no cover - numba
-    """The 4-bit sub-block scale: nearest_int(0.5*(scale/d - 1)) clamped to 0..15."""
-    l = nearest_int_nb(_F32(_F32(0.5) * _F32(_F32(inv_d * scale) - _F32(1.0))))
-    return min(15, max(0, l))
 
 
 @nb.njit(cache=True, parallel=True, error_model="numpy")
@@ -289,36 +260,14 @@ def _quantize_iq3_xxs(x, qw, has_qw, grid, kmap, neighbours, out, dvals, errors)
         q3 = np.zeros(96, np.uint8)  # 64 grid indices, then 8 little-endian u32 scales_and_signs
         for ibl in range(nbl):
             q3[:] = 0
-            xbl = x[row, ibl * QK_K : (ibl + 1) * QK_K]
-            sigma2 = _block_sigma2(xbl)
+            sigma2 = block_sigma2(x, row, ibl * QK_K, _F32(2.0))
             max_scale = _F32(0.0)
             for ib in range(8):
                 off = ibl * QK_K + 32 * ib
                 xb = x[row, off : off + 32]
                 _subblock_weights(xb, qw[off : off + 32], has_qw, sigma2, weight, waux)
-                for k in range(4):
-                    nflip = 0
-                    s = 0
-                    for i in range(8):
-                        v = xb[8 * k + i]
-                        if v >= _F32(0.0):
-                            xval[8 * k + i] = v
-                        else:
-                            xval[8 * k + i] = -v
-                            nflip += 1
-                            s |= 1 << i
-                    if nflip % 2:
-                        # odd flips cannot be stored: flip back the cheapest element instead
-                        imin = 0
-                        vmin = _F32(_F32(weight[8 * k] * xb[8 * k]) * xb[8 * k])
-                        for i in range(1, 8):
-                            ax = _F32(_F32(weight[8 * k + i] * xb[8 * k + i]) * xb[8 * k + i])
-                            if ax < vmin:
-                                vmin = ax
-                                imin = i
-                        xval[8 * k + imin] = -xval[8 * k + imin]
-                        s ^= 1 << imin
-                    signs[k] = s & 127
+                # odd flips cannot be stored: the cheapest element is flipped back instead
+                even_sign_groups(x, row, off, 4, weight, xval, signs)
                 vmax = xval[0]
                 for i in range(1, 32):
                     vmax = vmax if vmax > xval[i] else xval[i]
@@ -358,7 +307,7 @@ def _quantize_iq3_xxs(x, qw, has_qw, grid, kmap, neighbours, out, dvals, errors)
             dvals[row, ibl] = _F32(d * _F32(1.0125))
             inv_d = _F32(_F32(1.0) / d)
             for ib in range(8):
-                q3[64 + 4 * ib + 3] |= _scale_index(inv_d, scales[ib]) << 4
+                q3[64 + 4 * ib + 3] |= scale_nibble(inv_d, scales[ib], 15) << 4
             out[row, base + 2 : base + 98] = q3
 
 
@@ -387,23 +336,13 @@ def _quantize_iq3_s(x, qw, has_qw, grid, kmap, neighbours, out, dvals, errors): 
             blk[:] = 0
             qs_pos = 2
             signs_pos = 74
-            xbl = x[row, ibl * QK_K : (ibl + 1) * QK_K]
-            sigma2 = _block_sigma2(xbl)
+            sigma2 = block_sigma2(x, row, ibl * QK_K, _F32(2.0))
             max_scale = _F32(0.0)
             for ib in range(8):
                 off = ibl * QK_K + 32 * ib
                 xb = x[row, off : off + 32]
                 _subblock_weights(xb, qw[off : off + 32], has_qw, sigma2, weight, waux)
-                for k in range(4):
-                    s = 0
-                    for i in range(8):
-                        v = xb[8 * k + i]
-                        if v >= _F32(0.0):
-                            xval[8 * k + i] = v
-                        else:
-                            xval[8 * k + i] = -v
-                            s |= 1 << i
-                    signs[k] = s
+                sign_groups(x, row, off, 4, xval, signs)
                 vmax = xval[0]
                 for i in range(1, 32):
                     vmax = vmax if vmax > xval[i] else xval[i]
@@ -444,7 +383,8 @@ def _quantize_iq3_s(x, qw, has_qw, grid, kmap, neighbours, out, dvals, errors): 
             dvals[row, ibl] = _F32(d * _F32(1.033))
             inv_d = _F32(_F32(1.0) / d)
             for ib in range(0, 8, 2):
-                blk[106 + ib // 2] = _scale_index(inv_d, scales[ib]) | (_scale_index(inv_d, scales[ib + 1]) << 4)
+                lo = scale_nibble(inv_d, scales[ib], 15)
+                blk[106 + ib // 2] = lo | (scale_nibble(inv_d, scales[ib + 1], 15) << 4)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -471,7 +411,7 @@ def _run_quantizer(kernel, qtype: GGMLType, grid_size: int, x: np.ndarray, imatr
             "ggml aborts here too - check the input and imatrix for NaN/inf or float32 overflow"
         )
     blocks = out.reshape(n_rows, nbl, qtype.type_size)
-    blocks[:, :, 0:2] = fp32_to_fp16_bits(dvals).astype("<u2")[..., None].view(np.uint8)
+    blocks[:, :, 0:2] = fp16_bytes(dvals)
     return out
 
 
@@ -528,7 +468,7 @@ def _sign_rows() -> np.ndarray:
 def _dequantize(kernel, qtype: GGMLType, q: np.ndarray, *tables: np.ndarray) -> np.ndarray:
     n_rows = q.shape[0]
     blocks = q.reshape(-1, qtype.type_size)
-    d = fp16_bits_to_fp32(np.ascontiguousarray(blocks[:, 0:2]).view("<u2")[:, 0])
+    d = read_fp16(blocks, 0)
     out = np.empty((blocks.shape[0], QK_K), dtype=np.float32)
     kernel(blocks, d, *tables, out)
     return out.reshape(n_rows, -1)

@@ -9,30 +9,29 @@ weighting errors by the importance matrix when one is given and by x*x otherwise
 
 from __future__ import annotations
 
-from importlib import resources
-
 import numpy as np
 from numba import njit, prange
 
 from ..types import QK_K, GGMLType
+from ._blocks import load_table, read_fp16
 from .codec import Codec, QuantError, register
+from .fp import fp32_to_fp16_bits_nb
 from .ksearch import (
     GROUP_MAX_EPS,
     SERIAL_BELOW_DEQUANT,
     SERIAL_BELOW_QUANT,
     best_index_int8,
-    f16_bits,
     f32,
+    imatrix_weights,
     nearest_int,
     put_u16,
+    signed_absmax,
     threads_for,
 )
 
 
 def _load_kvalues() -> np.ndarray:
-    text = resources.files(__package__).joinpath("data/kvalues_iq4nl.txt").read_text()
-    words = [w for line in text.splitlines() if not line.startswith("#") for w in line.split()]
-    values = np.array([int(w) for w in words], dtype=np.int8)
+    values = load_table("kvalues_iq4nl.txt").astype(np.int8)
     if values.shape != (16,):
         raise ImportError(f"data/kvalues_iq4nl.txt holds {values.size} values, expected 16")
     return values
@@ -57,13 +56,7 @@ def _block_scale(xb: np.ndarray, weight: np.ndarray, values: np.ndarray, Lb: np.
     """Best weighted scale for one 32-value block: start from max/values[0] (negated when
     searching), then try the 2*ntry+1 inverse scales (itry + values[0])/max. Only the scale
     is kept from the trials; Lb holds the levels of the first fit."""
-    amax = f32(0.0)
-    vmax = f32(0.0)
-    for j in range(xb.shape[0]):
-        ax = abs(xb[j])
-        if ax > amax:
-            amax = ax
-            vmax = xb[j]
+    amax, vmax = signed_absmax(xb)
     if amax < GROUP_MAX_EPS:
         return f32(0.0)
     d = -vmax / values[0] if ntry > 0 else vmax / values[0]
@@ -111,10 +104,10 @@ def _iq4_block(x: np.ndarray, qw: np.ndarray, use_qw: bool, values: np.ndarray, 
     amax_scale = f32(0.0)
     for ib in range(nsub):
         xb = x[32 * ib : 32 * ib + 32]
-        for j in range(32):
-            if use_qw:
-                weight[j] = qw[32 * ib + j] * np.sqrt(sigma2 + xb[j] * xb[j])
-            else:
+        if use_qw:
+            imatrix_weights(xb, qw[32 * ib : 32 * ib + 32], sigma2, weight)
+        else:
+            for j in range(32):
                 weight[j] = xb[j] * xb[j]
         d = _block_scale(xb, weight, values, L[32 * ib : 32 * ib + 32], ntry)
         scales[ib] = d
@@ -124,7 +117,7 @@ def _iq4_block(x: np.ndarray, qw: np.ndarray, use_qw: bool, values: np.ndarray, 
     if nsub > 1:
         # IQ4_XS: 6-bit sub-block scales l-32 of a shared d, levels re-picked for d*l
         d = -max_scale / f32(32.0)
-        put_u16(out, 0, f16_bits(d))
+        put_u16(out, 0, fp32_to_fp16_bits_nb(d))
         inv = f32(1.0) / d if d != 0 else f32(0.0)
         scales_h = 0
         for ib in range(nsub):
@@ -143,7 +136,7 @@ def _iq4_block(x: np.ndarray, qw: np.ndarray, use_qw: bool, values: np.ndarray, 
         q0 = 8
     else:
         # IQ4_NL: the block scale itself (not its fp16 rounding) picks the final levels
-        put_u16(out, 0, f16_bits(scales[0]))
+        put_u16(out, 0, fp32_to_fp16_bits_nb(scales[0]))
         if ntry > 0:
             inv = f32(1.0) / scales[0] if scales[0] != 0 else f32(0.0)
             for j in range(n):
@@ -213,7 +206,7 @@ class _IQ4(Codec):
         blocks = q.reshape(-1, self.qtype.type_size)
         y = np.empty((blocks.shape[0], self.block_values), np.float32)
         if blocks.shape[0]:
-            d = np.ascontiguousarray(blocks[:, :2]).view("<f2")[:, 0].astype(np.float32)
+            d = read_fp16(blocks, 0)
             deq = _deq_iq4_xs if self.block_values == QK_K else _deq_iq4_nl
             with threads_for(y.size // QK_K, SERIAL_BELOW_DEQUANT):
                 deq(blocks, d, _KVALUES_F32, y)

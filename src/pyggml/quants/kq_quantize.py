@@ -17,11 +17,11 @@ import numpy as np
 from numba import njit, prange
 
 from ..types import QK_K
+from .fp import fp16_bits_to_fp32_nb, fp32_to_fp16_bits_nb
 from .ksearch import (
     GROUP_MAX_EPS,
-    f16_bits,
-    f16_value,
     f32,
+    imatrix_weights,
     make_q3_quants,
     make_qkx2_quants,
     make_qkx3_quants,
@@ -29,6 +29,7 @@ from .ksearch import (
     make_qx_quants,
     nearest_int,
     put_u16,
+    sum_squares,
 )
 
 
@@ -80,14 +81,6 @@ def _requantize_asym(x: np.ndarray, L: np.ndarray, d: float, dm: float, j0: int,
         L[ii] = min(max(nearest_int((x[ii] + dm) / d), 0), nmax)
 
 
-@njit(cache=True, error_model="numpy")
-def _sum_squares(x: np.ndarray) -> float:
-    s = f32(0.0)
-    for v in x:
-        s += v * v
-    return s
-
-
 # --------------------------------------------------------------------------- Q2_K
 
 
@@ -119,38 +112,35 @@ def _q2_K_block(x: np.ndarray, qw: np.ndarray, use_qw: bool, out: np.ndarray) ->
             iscale = q4scale / max_scale
             for j in range(16):
                 sc[j] = nearest_int(iscale * scales[j]) & 0xFF
-            dbits = f16_bits(max_scale / q4scale)
+            dbits = fp32_to_fp16_bits_nb(max_scale / q4scale)
         else:
             for j in range(16):
                 sc[j] = 0
-            dbits = f16_bits(f32(0.0))
+            dbits = fp32_to_fp16_bits_nb(f32(0.0))
         if max_min > 0:
             iscale = q4scale / max_min
             for j in range(16):
                 sc[j] = (np.int64(sc[j]) | (nearest_int(iscale * mins[j]) << 4)) & 0xFF
-            mbits = f16_bits(max_min / q4scale)
+            mbits = fp32_to_fp16_bits_nb(max_min / q4scale)
         else:
-            mbits = f16_bits(f32(0.0))
+            mbits = fp32_to_fp16_bits_nb(f32(0.0))
     else:
-        sigma2 = _sum_squares(x) / f32(QK_K)
-        sw = np.zeros(16, np.float32)
+        sigma2 = sum_squares(x) / f32(QK_K)
+        sw = np.empty(16, np.float32)
         for j in range(16):
             xs = x[16 * j : 16 * j + 16]
-            for l in range(16):
-                weight[l] = qw[16 * j + l] * np.sqrt(sigma2 + xs[l] * xs[l])
-            for l in range(16):
-                sw[j] += weight[l]
+            sw[j] = imatrix_weights(xs, qw[16 * j : 16 * j + 16], sigma2, weight)
             scales[j], mins[j] = make_qkx3_quants(
                 3, xs, weight, L[16 * j : 16 * j + 16], Laux, f32(-0.9), f32(0.05), 36, False
             )
         Ls = np.empty(16, np.uint8)
         Lm = np.empty(16, np.uint8)
-        dbits = f16_bits(make_qp_quants(15, scales, Ls, sw))
-        mbits = f16_bits(make_qp_quants(15, mins, Lm, sw))
+        dbits = fp32_to_fp16_bits_nb(make_qp_quants(15, scales, Ls, sw))
+        mbits = fp32_to_fp16_bits_nb(make_qp_quants(15, mins, Lm, sw))
         for j in range(16):
             sc[j] = (np.int64(Ls[j]) | (np.int64(Lm[j]) << 4)) & 0xFF
-    d_all = f16_value(dbits)
-    m_all = f16_value(mbits)
+    d_all = fp16_bits_to_fp32_nb(dbits)
+    m_all = fp16_bits_to_fp32_nb(mbits)
     for j in range(16):
         s = np.int64(sc[j])
         _requantize_asym(x, L, d_all * f32(s & 0xF), m_all * f32(s >> 4), 16 * j, 16, 3)
@@ -184,28 +174,23 @@ def _q3_K_block(x: np.ndarray, qw: np.ndarray, use_qw: bool, out: np.ndarray) ->
                 l = nearest_int(iscale * scales[j])
                 l = ((l + 128) & 0xFF) - 128  # stored in an int8_t first
                 _put_scale6(sc, j, min(max(l, -32), 31) + 32)
-            dbits = f16_bits(f32(1.0) / iscale)
+            dbits = fp32_to_fp16_bits_nb(f32(1.0) / iscale)
         else:
-            dbits = f16_bits(f32(0.0))
+            dbits = fp32_to_fp16_bits_nb(f32(0.0))
     else:
-        sigma2 = f32(2.0) * _sum_squares(x) / f32(QK_K)
+        sigma2 = f32(2.0) * sum_squares(x) / f32(QK_K)
         weight = np.empty(16, np.float32)
         sw = np.empty(16, np.float32)
         for j in range(16):
             xs = x[16 * j : 16 * j + 16]
-            for l in range(16):
-                weight[l] = qw[16 * j + l] * np.sqrt(sigma2 + xs[l] * xs[l])
-            sumw = f32(0.0)
-            for l in range(16):
-                sumw += weight[l]
-            sw[j] = sumw
+            sw[j] = imatrix_weights(xs, qw[16 * j : 16 * j + 16], sigma2, weight)
             scales[j] = make_qx_quants(4, xs, L[16 * j : 16 * j + 16], weight, True)
         Ls = np.empty(16, np.int8)
         d_block = make_qx_quants(32, scales, Ls, sw, True)
         for j in range(16):
             _put_scale6(sc, j, Ls[j])
-        dbits = f16_bits(d_block)
-    d_all = f16_value(dbits)
+        dbits = fp32_to_fp16_bits_nb(d_block)
+    d_all = fp16_bits_to_fp32_nb(dbits)
     for j in range(16):
         if j < 8:
             s = np.int64(sc[j]) & 0xF
@@ -242,11 +227,12 @@ def _put_scale6(sc: np.ndarray, j: int, l: int) -> None:
 
 
 @njit(cache=True, error_model="numpy")
-def _q45_K_scales(x: np.ndarray, qw: np.ndarray, use_qw: bool, nmax: int, L: np.ndarray, sc: np.ndarray):
+def _q45_K_scales(x: np.ndarray, qw: np.ndarray, use_qw: bool, nmax: int, L: np.ndarray, out: np.ndarray) -> None:
     """Shared first half of Q4_K and Q5_K: per-32 search, then the 6-bit scales and mins.
 
-    Returns the fp16 bits of d and dmin; ``sc`` (12 bytes) and ``L`` are filled.
+    Writes d, dmin and the 12 scale bytes (bytes 0-15 of ``out``) and fills ``L``.
     """
+    sc = out[4:16]
     Laux = np.zeros(32, np.uint8)
     weights = np.empty(32, np.float32)
     scales = np.empty(8, np.float32)
@@ -261,7 +247,7 @@ def _q45_K_scales(x: np.ndarray, qw: np.ndarray, use_qw: bool, nmax: int, L: np.
         max_min = f32(0.0)
         for j in range(8):
             xs = x[32 * j : 32 * j + 32]
-            av_x = np.sqrt(_sum_squares(xs) / f32(32.0))
+            av_x = np.sqrt(sum_squares(xs) / f32(32.0))
             for l in range(32):
                 weights[l] = av_x + abs(xs[l])
             scales[j], mins[j] = make_qkx2_quants(
@@ -276,45 +262,39 @@ def _q45_K_scales(x: np.ndarray, qw: np.ndarray, use_qw: bool, nmax: int, L: np.
         for j in range(8):
             ls[j] = min(nearest_int(inv_scale * scales[j]) & 0xFF, 63)
             lm[j] = min(nearest_int(inv_min * mins[j]) & 0xFF, 63)
-        dbits = f16_bits(max_scale / f32(63.0))
-        mbits = f16_bits(max_min / f32(63.0))
+        dbits = fp32_to_fp16_bits_nb(max_scale / f32(63.0))
+        mbits = fp32_to_fp16_bits_nb(max_min / f32(63.0))
     else:
-        sigma2 = f32(2.0) * _sum_squares(x) / f32(QK_K)
+        sigma2 = f32(2.0) * sum_squares(x) / f32(QK_K)
         sw = np.empty(8, np.float32)
         for j in range(8):
             xs = x[32 * j : 32 * j + 32]
-            for l in range(32):
-                weights[l] = qw[32 * j + l] * np.sqrt(sigma2 + xs[l] * xs[l])
-            sumw = f32(0.0)
-            for l in range(32):
-                sumw += weights[l]
-            sw[j] = sumw
+            sw[j] = imatrix_weights(xs, qw[32 * j : 32 * j + 32], sigma2, weights)
             scales[j], mins[j] = make_qkx3_quants(
                 nmax, xs, weights, L[32 * j : 32 * j + 32], Laux, f32(-0.9), f32(0.05), 36, False
             )
-        dbits = f16_bits(make_qp_quants(63, scales, ls, sw))
-        mbits = f16_bits(make_qp_quants(63, mins, lm, sw))
+        dbits = fp32_to_fp16_bits_nb(make_qp_quants(63, scales, ls, sw))
+        mbits = fp32_to_fp16_bits_nb(make_qp_quants(63, mins, lm, sw))
         if nmax == 31:  # only quantize_row_q5_K_impl clamps the (possibly wrapped) levels
             for j in range(8):
                 ls[j] = min(np.int64(ls[j]), 63)
                 lm[j] = min(np.int64(lm[j]), 63)
     sc[:] = 0
     _pack_scale_min_k4(sc, ls, lm)
-    d_all = f16_value(dbits)
-    m_all = f16_value(mbits)
+    d_all = fp16_bits_to_fp32_nb(dbits)
+    m_all = fp16_bits_to_fp32_nb(mbits)
     for j in range(8):
         s, m = _scale_min_k4(j, sc)
         _requantize_asym(x, L, d_all * f32(s), m_all * f32(m), 32 * j, 32, nmax)
-    return dbits, mbits
+    put_u16(out, 0, dbits)
+    put_u16(out, 2, mbits)
 
 
 @njit(cache=True, error_model="numpy")
 def _q4_K_block(x: np.ndarray, qw: np.ndarray, use_qw: bool, out: np.ndarray) -> None:
     """Layout: d f16, dmin f16, scales[12], qs[128] (sub-blocks 2c/2c+1 in low/high nibbles)."""
     L = np.zeros(QK_K, np.uint8)
-    dbits, mbits = _q45_K_scales(x, qw, use_qw, 15, L, out[4:16])
-    put_u16(out, 0, dbits)
-    put_u16(out, 2, mbits)
+    _q45_K_scales(x, qw, use_qw, 15, L, out)
     for c in range(4):
         for l in range(32):
             out[16 + 32 * c + l] = np.int64(L[64 * c + l]) | (np.int64(L[64 * c + 32 + l]) << 4)
@@ -324,9 +304,7 @@ def _q4_K_block(x: np.ndarray, qw: np.ndarray, use_qw: bool, out: np.ndarray) ->
 def _q5_K_block(x: np.ndarray, qw: np.ndarray, use_qw: bool, out: np.ndarray) -> None:
     """Layout: d, dmin, scales[12], qh[32] (5th bits), qs[128] (low nibbles as Q4_K)."""
     L = np.zeros(QK_K, np.uint8)
-    dbits, mbits = _q45_K_scales(x, qw, use_qw, 31, L, out[4:16])
-    put_u16(out, 0, dbits)
-    put_u16(out, 2, mbits)
+    _q45_K_scales(x, qw, use_qw, 31, L, out)
     qh = out[16:48]
     qh[:] = 0
     for c in range(4):
@@ -367,11 +345,11 @@ def _q6_K_block(x: np.ndarray, qw: np.ndarray, use_qw: bool, out: np.ndarray) ->
         out[:] = 0
         return
     iscale = f32(-128.0) / max_scale
-    dbits = f16_bits(f32(1.0) / iscale)
+    dbits = fp32_to_fp16_bits_nb(f32(1.0) / iscale)
     sc = out[192:208]
     for ib in range(16):
         sc[ib] = min(127, nearest_int(iscale * scales[ib])) & 0xFF
-    d_all = f16_value(dbits)
+    d_all = fp16_bits_to_fp32_nb(dbits)
     for j in range(16):
         s8 = np.int64(sc[j])
         if s8 > 127:

@@ -17,7 +17,9 @@ import numpy as np
 from numba import njit, prange
 
 from ..types import QK_K, GGMLType
+from ._blocks import read_fp16
 from .codec import Codec, register
+from .fp import nearest_int
 from .kq_quantize import quantize_superblocks
 from .ksearch import SERIAL_BELOW_DEQUANT, SERIAL_BELOW_QUANT, f32, threads_for
 
@@ -27,17 +29,6 @@ BLOCK_Q4_K = np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qs
 BLOCK_Q5_K = np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qh", "u1", 32), ("qs", "u1", 128)])
 BLOCK_Q6_K = np.dtype([("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2")])
 BLOCK_Q8_K = np.dtype([("d", "<f4"), ("qs", "i1", 256), ("bsums", "<i2", 16)])
-
-
-def _f16_field(blocks: np.ndarray, off: int) -> np.ndarray:
-    """The fp16 at byte ``off`` of every block, as float32 (exact)."""
-    return np.ascontiguousarray(blocks[:, off : off + 2]).view("<f2")[:, 0].astype(np.float32)
-
-
-def nearest_int_np(v: np.ndarray) -> np.ndarray:
-    """Vectorised ggml ``nearest_int`` (the 1.5*2**23 magic-number trick, bit for bit)."""
-    s = (v.astype(np.float32) + np.float32(12582912.0)).view(np.int32)
-    return (s & 0x007FFFFF) - 0x00400000
 
 
 # --------------------------------------------------------------------------- dequantizers
@@ -231,7 +222,7 @@ class Q2_K(_KQuant):
     kind = 2
 
     def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        _deq_q2_K(blocks, _f16_field(blocks, 80), _f16_field(blocks, 82), y)
+        _deq_q2_K(blocks, read_fp16(blocks, 80), read_fp16(blocks, 82), y)
 
 
 @register
@@ -241,7 +232,7 @@ class Q3_K(_KQuant):
     kind = 3
 
     def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        _deq_q3_K(blocks, _f16_field(blocks, 108), y)
+        _deq_q3_K(blocks, read_fp16(blocks, 108), y)
 
 
 @register
@@ -251,7 +242,7 @@ class Q4_K(_KQuant):
     kind = 4
 
     def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        _deq_q4_K(blocks, _f16_field(blocks, 0), _f16_field(blocks, 2), y)
+        _deq_q4_K(blocks, read_fp16(blocks, 0), read_fp16(blocks, 2), y)
 
 
 @register
@@ -261,7 +252,7 @@ class Q5_K(_KQuant):
     kind = 5
 
     def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        _deq_q5_K(blocks, _f16_field(blocks, 0), _f16_field(blocks, 2), y)
+        _deq_q5_K(blocks, read_fp16(blocks, 0), read_fp16(blocks, 2), y)
 
 
 @register
@@ -271,7 +262,7 @@ class Q6_K(_KQuant):
     kind = 6
 
     def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        _deq_q6_K(blocks, _f16_field(blocks, 208), y)
+        _deq_q6_K(blocks, read_fp16(blocks, 208), y)
 
 
 def quantize_q8_K(x: np.ndarray) -> np.ndarray:
@@ -291,7 +282,7 @@ def quantize_q8_K(x: np.ndarray) -> np.ndarray:
     blocks = np.zeros(nb, BLOCK_Q8_K)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         iscale = np.float32(-127.0) / np.where(live, vmax, np.float32(1.0))
-        qs = np.minimum(nearest_int_np(iscale[:, None] * xb), 127)
+        qs = np.minimum(nearest_int(iscale[:, None] * xb), 127)
         d = np.float32(1.0) / iscale
     qs[~live] = 0
     qs8 = qs.astype(np.int8)

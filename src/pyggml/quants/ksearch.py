@@ -1,4 +1,5 @@
-"""Scalar numba kernels shared by the K-quant and IQ4 quantizers.
+"""Scalar numba kernels shared by the quantizers: the K-quants, IQ4, the legacy and ternary
+types and the IQ2/IQ3 families (block statistics, importance weights, ggml's searches).
 
 ggml's super-block quantizers are float32 C code whose exact bits depend on the order and
 width of every operation. The helpers here are therefore written so that numba keeps every
@@ -16,7 +17,6 @@ per-super-block scratch arrays.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -27,6 +27,9 @@ from numba import njit
 from .fp import nearest_int_nb as nearest_int
 
 f32 = np.float32
+
+#: C's FLT_MAX as float32
+FLT_MAX = f32(3.4028234663852886e38)
 
 #: ggml-quants.c GROUP_MAX_EPS: a group whose largest |x| is below this is treated as zero
 GROUP_MAX_EPS = f32(1e-15)
@@ -55,49 +58,69 @@ def threads_for(n_blocks: int, serial_below: int) -> Iterator[None]:
         numba.set_num_threads(before)
 
 
-# --------------------------------------------------------------------------- fp16
-
-
-@njit(cache=True, error_model="numpy")
-def f16_bits(v: float) -> int:
-    """float32 -> IEEE half bits, round to nearest even (ggml's GGML_FP32_TO_FP16).
-
-    The block kernels write their bytes themselves, so they need the bits, not just the
-    rounded value (fp.round_fp16_nb); NaN becomes 0x7E00 with its sign, as in ggml.
-    """
-    sign = 0x8000 if math.copysign(1.0, v) < 0 else 0
-    a = abs(float(v))
-    if a != a:
-        return sign | 0x7E00
-    if a == math.inf:
-        return sign | 0x7C00
-    if a < 6.103515625e-05:  # below the smallest normal half: units of 2**-24
-        return sign | int(np.rint(a * 16777216.0))
-    m, e = math.frexp(a)
-    bits = ((e + 14) << 10) + int(np.rint(m * 2048.0)) - 1024
-    if bits > 0x7C00:
-        bits = 0x7C00
-    return sign | bits
-
-
-@njit(cache=True, error_model="numpy")
-def f16_value(h: int) -> float:
-    """IEEE half bits -> float32 (exact)."""
-    e = (h >> 10) & 31
-    f = h & 1023
-    if e == 0:
-        a = math.ldexp(float(f), -24)
-    elif e == 31:
-        a = math.inf if f == 0 else math.nan
-    else:
-        a = math.ldexp(float(1024 + f), e - 25)
-    return f32(-a) if h & 0x8000 else f32(a)
+# --------------------------------------------------------------------------- bytes
 
 
 @njit(cache=True, error_model="numpy")
 def put_u16(out: np.ndarray, off: int, v: int) -> None:
+    """Write ``v`` as a little-endian u16 at ``out[off]`` (a block's fp16 bits, for instance)."""
     out[off] = v & 0xFF
     out[off + 1] = (v >> 8) & 0xFF
+
+
+# --------------------------------------------------------------------------- block statistics
+
+
+@njit(cache=True, error_model="numpy")
+def signed_absmax(x: np.ndarray) -> tuple[np.float32, np.float32]:
+    """(max |x|, the first x reaching it), starting from (0, 0): ggml's ``if (ax > amax)`` loop,
+    so ties and NaNs never replace the first maximum."""
+    amax = f32(0.0)
+    vmax = f32(0.0)
+    for v in x:
+        a = abs(v)
+        if a > amax:
+            amax = a
+            vmax = v
+    return amax, vmax
+
+
+@njit(cache=True, error_model="numpy")
+def sum_squares(x: np.ndarray) -> np.float32:
+    """sum(x*x) in float32, left to right from 0, each product rounded before it is added."""
+    s = f32(0.0)
+    for v in x:
+        s += v * v
+    return s
+
+
+@njit(cache=True, error_model="numpy")
+def absmax_macro(x: np.ndarray) -> np.float32:
+    """max |x| as ggml's ``amax = MAX(amax, fabsf(v))`` computes it: the macro is
+    ``amax > a ? amax : a``, so a NaN |v| is taken (and replaced by the next larger value)."""
+    amax = f32(0.0)
+    for v in x:
+        a = abs(v)
+        amax = amax if amax > a else a
+    return amax
+
+
+# --------------------------------------------------------------------------- weights
+
+
+@njit(cache=True, error_model="numpy")
+def imatrix_weights(x: np.ndarray, qw: np.ndarray, sigma2: float, weight: np.ndarray) -> float:
+    """ggml's importance weights ``qw[i] * sqrtf(sigma2 + x[i]*x[i])`` into ``weight``.
+
+    Returns their float32 sum, accumulated left to right from 0 (the ``sumw``/``sw[j]`` that
+    the K-quant imatrix paths hand to ``make_qx_quants``/``make_qp_quants``).
+    """
+    s = f32(0.0)
+    for i in range(x.shape[0]):
+        w = qw[i] * np.sqrt(sigma2 + x[i] * x[i])
+        weight[i] = w
+        s += w
+    return s
 
 
 # --------------------------------------------------------------------------- searches
@@ -112,13 +135,7 @@ def make_qx_quants(nmax: int, x: np.ndarray, L: np.ndarray, qw: np.ndarray, use_
     ``-nmax/max`` and keeps the least-squares scale of the best one.
     """
     n = x.shape[0]
-    vmax = f32(0.0)
-    amax = f32(0.0)
-    for i in range(n):
-        ax = abs(x[i])
-        if ax > amax:
-            amax = ax
-            vmax = x[i]
+    amax, vmax = signed_absmax(x)
     if amax < GROUP_MAX_EPS:
         for i in range(n):
             L[i] = 0
@@ -160,13 +177,7 @@ def make_q3_quants(nmax: int, x: np.ndarray, L: np.ndarray) -> float:
     """Q3_K's reference search (``make_q3_quants`` with ``do_rmse``): x*x-weighted, then up
     to five passes that move single levels while that improves the least-squares fit."""
     n = x.shape[0]
-    vmax = f32(0.0)
-    amax = f32(0.0)
-    for i in range(n):
-        ax = abs(x[i])
-        if ax > amax:
-            amax = ax
-            vmax = x[i]
+    amax, vmax = signed_absmax(x)
     if amax < GROUP_MAX_EPS:
         for i in range(n):
             L[i] = 0
@@ -218,93 +229,16 @@ def make_qkx2_quants(
     nstep: int,
     use_mad: bool,
 ) -> tuple[float, float]:
-    """Asymmetric levels in [0, nmax] with a min: ``make_qkx2_quants``.
+    """Asymmetric levels in [0, nmax] with a min: ``make_qkx2_quants`` and ``make_qkx3_quants``.
 
     Returns ``(scale, the_min)`` where x ~ scale*L - the_min. Each of ``nstep+1`` trial
     inverse scales gets its weighted least-squares (scale, min); the one with the smallest
     weighted error (squared, or absolute with ``use_mad``) wins.
-    """
-    n = x.shape[0]
-    vmin = x[0]
-    vmax = x[0]
-    sum_w = weights[0]
-    sum_x = sum_w * x[0]
-    for i in range(1, n):
-        if x[i] < vmin:
-            vmin = x[i]
-        if x[i] > vmax:
-            vmax = x[i]
-        w = weights[i]
-        sum_w += w
-        sum_x += w * x[i]
-    if vmin > 0:
-        vmin = f32(0.0)
-    if vmax == vmin:
-        for i in range(n):
-            L[i] = 0
-        return f32(0.0), -vmin
-    fn = f32(nmax)
-    iscale = fn / (vmax - vmin)
-    scale = f32(1.0) / iscale
-    best_error = f32(0.0)
-    for i in range(n):
-        l = min(max(nearest_int(iscale * (x[i] - vmin)), 0), nmax)
-        L[i] = l
-        diff = scale * f32(l) + vmin - x[i]
-        diff = abs(diff) if use_mad else diff * diff
-        best_error += weights[i] * diff
-    if nstep < 1:
-        return scale, -vmin
-    for step in range(nstep + 1):
-        iscale = (rmin + rdelta * f32(step) + fn) / (vmax - vmin)
-        sum_l = f32(0.0)
-        sum_l2 = f32(0.0)
-        sum_xl = f32(0.0)
-        for i in range(n):
-            l = min(max(nearest_int(iscale * (x[i] - vmin)), 0), nmax)
-            Laux[i] = l
-            w = weights[i]
-            fl = f32(l)
-            sum_l += w * fl
-            sum_l2 += w * fl * fl
-            sum_xl += w * fl * x[i]
-        D = sum_w * sum_l2 - sum_l * sum_l
-        if D > 0:
-            this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
-            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
-            if this_min > 0:
-                this_min = f32(0.0)
-                this_scale = sum_xl / sum_l2
-            cur_error = f32(0.0)
-            for i in range(n):
-                diff = this_scale * f32(Laux[i]) + this_min - x[i]
-                diff = abs(diff) if use_mad else diff * diff
-                cur_error += weights[i] * diff
-            if cur_error < best_error:
-                for i in range(n):
-                    L[i] = Laux[i]
-                best_error = cur_error
-                scale = this_scale
-                vmin = this_min
-    return scale, -vmin
 
-
-@njit(cache=True, error_model="numpy")
-def make_qkx3_quants(
-    nmax: int,
-    x: np.ndarray,
-    weights: np.ndarray,
-    L: np.ndarray,
-    Laux: np.ndarray,
-    rmin: float,
-    rdelta: float,
-    nstep: int,
-    use_mad: bool,
-) -> tuple[float, float]:
-    """``make_qkx3_quants`` (the imatrix paths' variant of ``make_qkx2_quants``).
-
-    Differs from qkx2 only in giving up when ``max <= min`` (not just ``==``). Every caller
-    in ggml passes weights, so the ``x*x`` fallback is not needed here.
+    ggml has two copies of this search. ``make_qkx3_quants`` (the imatrix paths) gives up when
+    ``max <= min`` where qkx2 tests ``max == min``, but after ``min`` is clamped to <= 0 the
+    max is never below the min (a NaN fails both tests), so one function serves both. qkx3
+    also accepts NULL weights (x*x); no caller of it passes NULL.
     """
     n = x.shape[0]
     vmin = x[0]
@@ -370,6 +304,11 @@ def make_qkx3_quants(
                 scale = this_scale
                 vmin = this_min
     return scale, -vmin
+
+
+
+#: ggml's ``make_qkx3_quants``: the same search as ``make_qkx2_quants`` (see there)
+make_qkx3_quants = make_qkx2_quants
 
 
 @njit(cache=True, error_model="numpy")

@@ -15,8 +15,6 @@ numba's ``error_model="numpy"``: a float division by zero must give inf/NaN as i
 
 from __future__ import annotations
 
-import math
-
 import numba as nb
 import numpy as np
 
@@ -31,6 +29,15 @@ from ._blocks import (
 )
 from .codec import Codec, QuantError, register
 from .fp import nearest_int_nb, roundf_nb, trunc_to_i8_nb
+from .ksearch import (
+    FLT_MAX,
+    absmax_macro,
+    imatrix_weights,
+    make_qkx3_quants,
+    make_qx_quants,
+    signed_absmax,
+    sum_squares,
+)
 
 QK = 32
 F32 = np.float32
@@ -42,31 +49,15 @@ BLOCK_Q5_1 = np.dtype([("d", "<f2"), ("m", "<f2"), ("qh", "u1", (4,)), ("qs", "u
 BLOCK_Q8_0 = np.dtype([("d", "<f2"), ("qs", "i1", (32,))])
 BLOCK_Q8_1 = np.dtype([("d", "<f2"), ("s", "<f2"), ("qs", "i1", (32,))])
 
-GROUP_MAX_EPS = F32(1e-15)
-
-
 # ---------------------------------------------------------------------------------------------
 # reference (imatrix-free) quantizers: one numba kernel per type, parallel over rows
 # ---------------------------------------------------------------------------------------------
 
 
 @nb.njit(cache=True, error_model="numpy")
-def _signed_absmax(x: np.ndarray) -> tuple[np.float32, np.float32]:
-    """(max |x|, the first x reaching it): strict ``<`` means ties and NaNs never replace it."""
-    amax = F32(0.0)
-    vmax = F32(0.0)
-    for v in x:
-        a = abs(v)
-        if amax < a:
-            amax = a
-            vmax = v
-    return amax, vmax
-
-
-@nb.njit(cache=True, error_model="numpy")
 def _min_max(x: np.ndarray) -> tuple[np.float32, np.float32]:
     """(min, max) started from +-FLT_MAX as ggml does, so an all-NaN block gives the same d and m."""
-    lo = F32(3.4028234663852886e38)
+    lo = FLT_MAX
     hi = -lo
     for v in x:
         if v < lo:
@@ -85,7 +76,7 @@ def _ref_symmetric(x: np.ndarray, nmax: int, d_out: np.ndarray, levels: np.ndarr
     for r in nb.prange(n_rows):
         for ib in range(n // QK):
             xb = x[r, ib * QK : (ib + 1) * QK]
-            _amax, vmax = _signed_absmax(xb)
+            _amax, vmax = signed_absmax(xb)
             d = vmax / F32(-nmax)
             inv = F32(1.0) / d if d != 0 else F32(0.0)
             d_out[r, ib] = d
@@ -126,11 +117,7 @@ def _ref_q8(x: np.ndarray, d_out: np.ndarray, s_out: np.ndarray, levels: np.ndar
     for r in nb.prange(n_rows):
         for ib in range(n // QK):
             xb = x[r, ib * QK : (ib + 1) * QK]
-            amax = F32(0.0)
-            for v in xb:
-                a = abs(v)
-                # MAX(amax, |v|) in C: (amax > a ? amax : a), so a NaN |v| is taken
-                amax = amax if amax > a else a
+            amax = absmax_macro(xb)
             d = amax / F32(127.0)
             inv = F32(1.0) / d if d != 0 else F32(0.0)
             d_out[r, ib] = d
@@ -147,173 +134,36 @@ def _ref_q8(x: np.ndarray, d_out: np.ndarray, s_out: np.ndarray, levels: np.ndar
 # ---------------------------------------------------------------------------------------------
 
 
-@nb.njit(cache=True, error_model="numpy")
-def _row_sigma2(x: np.ndarray) -> np.float32:
-    """sum(x^2)/n accumulated left to right in float32, as the C loop does."""
-    s = F32(0.0)
-    for v in x:
-        s = F32(s + F32(v * v))
-    return F32(s / F32(x.size))
-
-
-@nb.njit(cache=True, error_model="numpy")
-def _fill_weights(xb: np.ndarray, qw: np.ndarray, sigma2: np.float32, weight: np.ndarray) -> None:
-    for j in range(xb.size):
-        weight[j] = F32(qw[j] * F32(math.sqrt(F32(sigma2 + F32(xb[j] * xb[j])))))
-
-
-@nb.njit(cache=True, error_model="numpy")
-def _clamp_level(iscale: np.float32, v: np.float32, nmax: int) -> int:
-    return max(-nmax, min(nmax - 1, nearest_int_nb(F32(iscale * v))))
-
-
-@nb.njit(cache=True, error_model="numpy")
-def _make_qx_quants(x: np.ndarray, nmax: int, qw: np.ndarray, levels: np.ndarray) -> np.float32:
-    """ggml's make_qx_quants with rmse_type 1 and weights: symmetric levels -nmax..nmax-1.
-
-    Tries the 19 scales -(nmax + 0.1*is)/max and keeps the one whose weighted least-squares
-    fit explains the most (largest sumlx^2/suml2). Levels are stored offset by +nmax.
-    """
-    n = x.size
-    amax, vmax = _signed_absmax(x)
-    if amax < GROUP_MAX_EPS:
-        for i in range(n):
-            levels[i] = 0
-        return F32(0.0)
-    iscale = F32(F32(-nmax) / vmax)
-    sumlx = F32(0.0)
-    suml2 = F32(0.0)
-    for i in range(n):
-        l = _clamp_level(iscale, x[i], nmax)
-        levels[i] = l + nmax
-        fl = F32(l)
-        sumlx = F32(sumlx + F32(F32(qw[i] * x[i]) * fl))
-        suml2 = F32(suml2 + F32(F32(qw[i] * fl) * fl))
-    scale = F32(sumlx / suml2) if suml2 != 0 else F32(0.0)
-    best = F32(scale * sumlx)
-    for step in range(-9, 10):
-        if step == 0:
-            continue
-        iscale = F32(-F32(F32(nmax) + F32(F32(0.1) * F32(step))) / vmax)
-        sumlx = F32(0.0)
-        suml2 = F32(0.0)
-        for i in range(n):
-            fl = F32(_clamp_level(iscale, x[i], nmax))
-            sumlx = F32(sumlx + F32(F32(qw[i] * x[i]) * fl))
-            suml2 = F32(suml2 + F32(F32(qw[i] * fl) * fl))
-        if suml2 > 0 and F32(sumlx * sumlx) > F32(best * suml2):
-            for i in range(n):
-                levels[i] = _clamp_level(iscale, x[i], nmax) + nmax
-            scale = F32(sumlx / suml2)
-            best = F32(scale * sumlx)
-    return scale
-
-
-@nb.njit(cache=True, error_model="numpy")
-def _make_qkx3_quants(
-    x: np.ndarray, nmax: int, weights: np.ndarray, levels: np.ndarray, aux: np.ndarray
-) -> tuple[np.float32, np.float32]:
-    """ggml's make_qkx3_quants(rmin=-0.9, rdelta=0.05, nstep=36, use_mad=false) with weights.
-
-    Levels 0..nmax with x ~ scale*l + min (min <= 0). Each of the 37 trial grids is refitted by
-    weighted least squares for (scale, min); the fit with the smallest weighted squared error
-    wins. Returns (scale, -min), ggml's ``the_min``.
-    """
-    n = x.size
-    rmin = F32(-0.9)
-    rdelta = F32(0.05)
-    nstep = 36
-    lo = x[0]
-    hi = x[0]
-    sum_w = weights[0]
-    sum_x = F32(sum_w * x[0])
-    for i in range(1, n):
-        if x[i] < lo:
-            lo = x[i]
-        if x[i] > hi:
-            hi = x[i]
-        w = weights[i]
-        sum_w = F32(sum_w + w)
-        sum_x = F32(sum_x + F32(w * x[i]))
-    if lo > 0:
-        lo = F32(0.0)
-    if hi <= lo:
-        for i in range(n):
-            levels[i] = 0
-        return F32(0.0), F32(-lo)
-    iscale = F32(F32(nmax) / F32(hi - lo))
-    scale = F32(F32(1.0) / iscale)
-    best_err = F32(0.0)
-    for i in range(n):
-        l = max(0, min(nmax, nearest_int_nb(F32(iscale * F32(x[i] - lo)))))
-        levels[i] = l
-        diff = F32(F32(F32(scale * F32(l)) + lo) - x[i])
-        best_err = F32(best_err + F32(weights[i] * F32(diff * diff)))
-    fmax = F32(nmax)
-    for step in range(nstep + 1):
-        iscale = F32(F32(F32(rmin + F32(rdelta * F32(step))) + fmax) / F32(hi - lo))
-        sum_l = F32(0.0)
-        sum_l2 = F32(0.0)
-        sum_xl = F32(0.0)
-        for i in range(n):
-            v = F32(iscale * F32(x[i] - lo))
-            l = nearest_int_nb(v if v < fmax else fmax) if v > 0 else 0
-            aux[i] = l
-            w = weights[i]
-            fl = F32(l)
-            wl = F32(w * fl)
-            sum_l = F32(sum_l + wl)
-            sum_l2 = F32(sum_l2 + F32(wl * fl))
-            sum_xl = F32(sum_xl + F32(wl * x[i]))
-        det = F32(F32(sum_w * sum_l2) - F32(sum_l * sum_l))
-        if det > 0:
-            this_scale = F32(F32(F32(sum_w * sum_xl) - F32(sum_x * sum_l)) / det)
-            this_min = F32(F32(F32(sum_l2 * sum_x) - F32(sum_l * sum_xl)) / det)
-            if this_min > 0:
-                this_min = F32(0.0)
-                this_scale = F32(sum_xl / sum_l2)
-            err = F32(0.0)
-            for i in range(n):
-                diff = F32(F32(F32(this_scale * F32(aux[i])) + this_min) - x[i])
-                err = F32(err + F32(weights[i] * F32(diff * diff)))
-            if err < best_err:
-                for i in range(n):
-                    levels[i] = aux[i]
-                best_err = err
-                scale = this_scale
-                lo = this_min
-    return scale, F32(-lo)
-
-
 @nb.njit(cache=True, parallel=True, error_model="numpy")
 def _impl_symmetric(x: np.ndarray, qw: np.ndarray, nmax: int, d_out: np.ndarray, levels: np.ndarray) -> None:
-    """quantize_row_q4_0_impl / q5_0_impl."""
+    """quantize_row_q4_0_impl / q5_0_impl: ``make_qx_quants`` (rmse_type 1) on the weights."""
     n_rows, n = x.shape
     for r in nb.prange(n_rows):
-        sigma2 = _row_sigma2(x[r])
+        sigma2 = F32(sum_squares(x[r]) / F32(n))
         weight = np.empty(QK, dtype=np.float32)
         for ib in range(n // QK):
             sl = slice(ib * QK, (ib + 1) * QK)
             xb = x[r, sl]
-            _fill_weights(xb, qw[sl], sigma2, weight)
-            d_out[r, ib] = _make_qx_quants(xb, nmax, weight, levels[r, sl])
+            imatrix_weights(xb, qw[sl], sigma2, weight)
+            d_out[r, ib] = make_qx_quants(nmax, xb, levels[r, sl], weight, True)
 
 
 @nb.njit(cache=True, parallel=True, error_model="numpy")
 def _impl_affine(
     x: np.ndarray, qw: np.ndarray, nmax: int, d_out: np.ndarray, m_out: np.ndarray, levels: np.ndarray
 ) -> None:
-    """quantize_row_q4_1_impl / q5_1_impl: the block minimum is stored as m = -the_min."""
+    """quantize_row_q4_1_impl / q5_1_impl: ``make_qkx3_quants(rmin=-0.9, rdelta=0.05, nstep=36,
+    use_mad=false)`` on the weights; the block minimum is stored as m = -the_min."""
     n_rows, n = x.shape
     for r in nb.prange(n_rows):
-        sigma2 = _row_sigma2(x[r])
+        sigma2 = F32(sum_squares(x[r]) / F32(n))
         weight = np.empty(QK, dtype=np.float32)
         aux = np.empty(QK, dtype=np.uint8)
         for ib in range(n // QK):
             sl = slice(ib * QK, (ib + 1) * QK)
             xb = x[r, sl]
-            _fill_weights(xb, qw[sl], sigma2, weight)
-            d, the_min = _make_qkx3_quants(xb, nmax, weight, levels[r, sl], aux)
+            imatrix_weights(xb, qw[sl], sigma2, weight)
+            d, the_min = make_qkx3_quants(nmax, xb, weight, levels[r, sl], aux, F32(-0.9), F32(0.05), 36, False)
             d_out[r, ib] = d
             m_out[r, ib] = -the_min
 

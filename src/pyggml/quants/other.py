@@ -11,26 +11,21 @@ the MXFP4 exponent comes from ``floorf(log2f(amax))``.
 from __future__ import annotations
 
 import math
-from importlib import resources
 
 import numba as nb
 import numpy as np
 
 from ..types import QK_K, GGMLType
-from ._blocks import as_blocks, assemble, fp16_bytes, pack_bits, pack_nibbles, read_fp16
+from ._blocks import as_blocks, assemble, fp16_bytes, load_table, pack_bits, pack_nibbles, read_fp16
 from .codec import Codec, register
 from .fp import E8M0_HALF, UE4M3, fp32_to_ue4m3_nb, lroundf_nb, roundf_nb, trunc_to_i32_nb
+from .ksearch import absmax_macro
 
 F32 = np.float32
 
 
-def _load_kvalues_fp4() -> np.ndarray:
-    lines = resources.files(__package__).joinpath("data/kvalues_fp4.txt").read_text().splitlines()
-    return np.array(" ".join(ln for ln in lines if not ln.startswith("#")).split(), dtype=np.int8)
-
-
 #: kvalues_mxfp4 / kvalues_fp4 (data/kvalues_fp4.txt): the E2M1 code book, doubled to integers
-KVALUES_FP4 = _load_kvalues_fp4()
+KVALUES_FP4 = load_table("kvalues_fp4.txt").astype(np.int8)
 _KV_F32 = KVALUES_FP4.astype(np.float32)
 
 QK_MXFP4 = 32
@@ -45,16 +40,6 @@ BLOCK_MXFP4 = np.dtype([("e", "u1"), ("qs", "u1", (16,))])
 BLOCK_NVFP4 = np.dtype([("d", "u1", (4,)), ("qs", "u1", (32,))])
 BLOCK_Q1_0 = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
 BLOCK_Q2_0 = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
-
-
-@nb.njit(cache=True, error_model="numpy")
-def _amax_macro(x: np.ndarray) -> np.float32:
-    """``amax = MAX(amax, fabsf(v))`` with ggml's macro: a NaN |v| is taken, then replaced."""
-    amax = F32(0.0)
-    for v in x:
-        a = abs(v)
-        amax = amax if amax > a else a
-    return amax
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,7 +71,7 @@ def _tq1_0_kernel(x: np.ndarray, d_out: np.ndarray, qs: np.ndarray, qh: np.ndarr
     for r in nb.prange(n_rows):
         for ib in range(n // QK_K):
             xb = x[r, ib * QK_K : (ib + 1) * QK_K]
-            d = _amax_macro(xb)
+            d = absmax_macro(xb)
             inv = F32(1.0) / d if d != 0 else F32(0.0)
             d_out[r, ib] = d
             for m in range(32):  # elements 0..159: five trits per byte, stride 32
@@ -103,7 +88,7 @@ def _tq2_0_kernel(x: np.ndarray, d_out: np.ndarray, qs: np.ndarray) -> None:
     for r in nb.prange(n_rows):
         for ib in range(n // QK_K):
             xb = x[r, ib * QK_K : (ib + 1) * QK_K]
-            d = _amax_macro(xb)
+            d = absmax_macro(xb)
             inv = F32(1.0) / d if d != 0 else F32(0.0)
             d_out[r, ib] = d
             for half in range(2):
