@@ -15,6 +15,7 @@ import numba
 import numpy as np
 
 from ...ops.enums import UnaryOp
+from .actquant import f16_bits
 
 _SQRT_2_OVER_PI = np.float32(0.79788456080286535587989211986876)
 _GELU_COEF_A = np.float32(0.044715)
@@ -65,27 +66,6 @@ def _lookup(table: np.ndarray, x: np.ndarray) -> np.ndarray:
     return table[idx].astype(np.float32)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _f16_bits(u: np.uint32) -> np.uint32:
-    """The fp16 bit pattern nearest (ties to even) to the float32 with bits u (finite |x| < 65520)."""
-    sign = (u >> np.uint32(16)) & np.uint32(0x8000)
-    a = u & np.uint32(0x7FFFFFFF)
-    if a >= np.uint32(0x38800000):  # normal fp16
-        r = a + np.uint32(0xFFF) + ((a >> np.uint32(13)) & np.uint32(1))
-        return sign | ((r - np.uint32(0x38000000)) >> np.uint32(13))
-    if a <= np.uint32(0x33000000):  # rounds to zero
-        return sign
-    e = a >> np.uint32(23)
-    m = (a & np.uint32(0x007FFFFF)) | np.uint32(0x00800000)
-    shift = np.uint32(126) - e
-    q = m >> shift
-    rem = m & ((np.uint32(1) << shift) - np.uint32(1))
-    half = np.uint32(1) << (shift - np.uint32(1))
-    if rem > half or (rem == half and (q & np.uint32(1))):
-        q += np.uint32(1)
-    return sign | q
-
-
 @numba.njit(cache=True, nogil=True)
 def _gelu_fp16(x: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:
     xu = x.view(np.uint32)
@@ -96,7 +76,7 @@ def _gelu_fp16(x: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:
         elif v >= np.float32(10.0):
             out[i] = v
         else:
-            out[i] = table[_f16_bits(xu[i])]
+            out[i] = table[f16_bits(xu[i])]
 
 
 def gelu(x: np.ndarray) -> np.ndarray:

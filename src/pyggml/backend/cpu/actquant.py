@@ -110,43 +110,45 @@ def from_float_rows(x: np.ndarray, ty: GGMLType) -> np.ndarray:
     return quants.quantize(x, ty)
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def f16_bits(u: np.uint32) -> np.uint32:
+    """The fp16 bits nearest (ties to even) to the float32 with bits ``u``, as numpy's and ggml's
+    conversions give them: overflow to inf, NaN kept quiet with its top payload bits."""
+    sign = (u >> np.uint32(16)) & np.uint32(0x8000)
+    a = u & np.uint32(0x7FFFFFFF)
+    if a > np.uint32(0x7F800000):  # NaN
+        return sign | np.uint32(0x7E00) | ((a >> np.uint32(13)) & np.uint32(0x3FF))
+    if a >= np.uint32(0x477FF000):  # rounds past 65504
+        return sign | np.uint32(0x7C00)
+    if a >= np.uint32(0x38800000):  # normal fp16: keep 10 mantissa bits
+        r = a + np.uint32(0xFFF) + ((a >> np.uint32(13)) & np.uint32(1))
+        return sign | ((r - np.uint32(0x38000000)) >> np.uint32(13))
+    if a <= np.uint32(0x33000000):  # below half the smallest subnormal (a tie goes to even zero)
+        return sign
+    e = a >> np.uint32(23)  # subnormal: a multiple of 2^-24, ties to even
+    m = (a & np.uint32(0x007FFFFF)) | np.uint32(0x00800000)
+    shift = np.uint32(126) - e
+    q = m >> shift
+    rem = m & ((np.uint32(1) << shift) - np.uint32(1))
+    half = np.uint32(1) << (shift - np.uint32(1))
+    if rem > half or (rem == half and (q & np.uint32(1))):
+        q += np.uint32(1)
+    return sign | q
+
+
+#: every fp16 bit pattern's float32 value (NaN payloads kept, as numpy widens them)
+F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+
+
 @nb.njit(cache=True, nogil=True)
-def _round_to_f16(src: np.ndarray, dst: np.ndarray) -> None:
-    """float32 -> nearest fp16 (ties to even) -> float32, on the bits: numpy's astype(float16) does
-    the same rounding several times slower."""
+def _round_to_f16(src: np.ndarray, table: np.ndarray, dst: np.ndarray) -> None:
     for i in range(src.size):
-        u = src[i]
-        a = u & np.uint32(0x7FFFFFFF)
-        sign = u & np.uint32(0x80000000)
-        if a > np.uint32(0x7F800000):  # NaN: keep the top mantissa bits, made quiet as fp16 does
-            dst[i] = sign | np.uint32(0x7FC00000) | (a & np.uint32(0x007FE000))
-        elif a >= np.uint32(0x477FF000):  # rounds past 65504: infinity
-            dst[i] = sign | np.uint32(0x7F800000)
-        elif a >= np.uint32(0x38800000):  # fp16 normal range: keep 10 mantissa bits
-            r = a + np.uint32(0xFFF) + ((a >> np.uint32(13)) & np.uint32(1))
-            dst[i] = sign | (r & np.uint32(0xFFFFE000))
-        elif a > np.uint32(0x33000000):  # fp16 subnormal: a multiple of 2^-24, ties to even
-            e = a >> np.uint32(23)
-            m = (a & np.uint32(0x007FFFFF)) | np.uint32(0x00800000)
-            shift = np.uint32(126) - e  # bits below 2^-24 in m
-            q = m >> shift
-            rem = m & ((np.uint32(1) << shift) - np.uint32(1))
-            half = np.uint32(1) << (shift - np.uint32(1))
-            if rem > half or (rem == half and (q & np.uint32(1))):
-                q += np.uint32(1)
-            # q * 2^-24 as a float32 bit pattern (exact: q < 2^11)
-            if q == 0:
-                dst[i] = sign
-            else:
-                f = np.float32(q) * np.float32(5.9604644775390625e-08)
-                dst[i] = sign | (np.array([f]).view(np.uint32)[0])
-        else:  # below half the smallest subnormal: zero (a tie at 2^-25 goes to the even zero)
-            dst[i] = sign
+        dst[i] = table[f16_bits(src[i])]
 
 
 def round_to_f16(x: np.ndarray) -> np.ndarray:
     """x rounded to fp16 precision (as ggml rounds src1 for an F16 weight), returned as float32."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty_like(x)
-    _round_to_f16(x.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint32))
+    _round_to_f16(x.reshape(-1).view(np.uint32), F16_TO_F32, out.reshape(-1))
     return out
