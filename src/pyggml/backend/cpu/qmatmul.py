@@ -47,9 +47,10 @@ from numba.extending import intrinsic
 
 from ... import quants
 from ...types import GGMLType
+from .actquant import F16_TO_F32
 
 #: fp16 bit pattern -> float32 (exact, as GGML_FP16_TO_FP32)
-_F16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+_F16 = F16_TO_F32
 
 Q8_0_FAMILY = (GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.IQ4_NL)
 Q8_1_FAMILY = (GGMLType.Q4_1, GGMLType.Q5_1)
