@@ -97,8 +97,13 @@ def penalties(c: Candidates, history: deque[int], p: SamplingParams) -> None:
 def top_k(c: Candidates, k: int) -> None:
     if k <= 0:
         return
+    k = min(k, c.ids.size)
+    if not c.sorted and k < c.ids.size:
+        # a partial sort, as llama.cpp's: select the k largest, then order only those
+        part = np.argpartition(-c.logits, k - 1)[:k]
+        c.ids, c.logits = c.ids[part], c.logits[part]
     c.sort()
-    c.keep(min(k, c.ids.size))
+    c.keep(k)
 
 
 def typical(c: Candidates, p: float, min_keep: int) -> None:
@@ -176,12 +181,19 @@ class Sampler:
         self.rng = MT19937(seed)
         self.history: deque[int] = deque(maxlen=max(p.penalty_last_n, 0) or None)
 
+    def _penalizes(self) -> bool:
+        p = self.params
+        return p.penalty_last_n != 0 and (p.penalty_repeat != 1.0 or p.penalty_freq != 0.0 or p.penalty_present != 0.0)
+
     def accept(self, token: int) -> None:
         if self.params.penalty_last_n != 0:
             self.history.append(int(token))
 
     def sample(self, logits: np.ndarray) -> int:
         p = self.params
+        if p.temp <= 0.0 and not self._penalizes():
+            # the chain ends in "keep the first maximum": truncations before it cannot change that
+            return greedy(logits)
         c = Candidates(logits)
         penalties(c, self.history, p)
         top_k(c, p.top_k)
