@@ -184,7 +184,7 @@ def test_dsv4_hyper_connections() -> None:
     n_embd, hc, n_tok = 6, 4, 3
     x = c.tensor(F32, n_embd, hc, n_tok)
     w = c.tensor(F32, hc, n_tok)
-    pre = c.compute(_node(c, Op.DSV4_HC_PRE, [n_embd, n_tok], [x, w]))
+    pre = c.compute(_node(c, Op.DSV4_HC_PRE, [n_embd, n_tok], [x, w], [1.0, 0]))  # ggml_dsv4_hc_pre: scale 1
     ref = np.einsum("the,th->te", values(x)[0].astype(np.float64), values(w)[0, 0].astype(np.float64))
     assert_close(pre[0, 0], ref.astype(np.float32))
 

@@ -58,8 +58,9 @@ def graph_compute(graph: Graph, n_threads: int = 1, abort_callback: Callable[[],
     """
     if n_threads < 1:
         raise KernelInputError(f"n_threads must be >= 1, got {n_threads}")
+    # as ggml_compute_forward: ops that compute nothing and nodes with no elements are skipped
     plan = [(_resolve(node), node) for node in graph.nodes
-            if node.flags & TensorFlag.COMPUTE and node.op not in EMPTY_OPS]
+            if node.flags & TensorFlag.COMPUTE and node.op not in EMPTY_OPS and not node.is_empty()]
     blas_threads = blas.get_threads()  # MUL_MAT adjusts BLAS threads per product; give them back after
     try:
         for fn, node in plan:

@@ -11,7 +11,7 @@ import numpy as np
 from ...ops.enums import Op
 from ...tensor import Tensor
 from ...types import GGMLType
-from ._common import F16, F32, KernelInputError, load_f32, require_types, shape4, store, unsupported
+from ._common import F16, F32, KernelInputError, load_f32, require_types, shape4, store
 from .registry import kernel
 
 GGML_OP_POOL_MAX = 0
@@ -149,8 +149,13 @@ def upscale(node: Tensor, n_threads: int) -> None:
         i0 = (np.arange(d0).astype(np.float32) / sf[0]).astype(np.int64)
         node.view4()[...] = x[:, :, i1][:, :, :, i0]
         return
-    if flags & GGML_SCALE_FLAG_ANTIALIAS:
-        raise unsupported(node, "antialiased upscale")
+    if flags & GGML_SCALE_FLAG_ANTIALIAS and mode == GGML_SCALE_MODE_BILINEAR:  # other modes ignore the flag
+        w1, w0 = _antialias_weights(d1, s1, sf[1], offset), _antialias_weights(d0, s0, sf[0], offset)
+        val = np.matmul(np.matmul(w1, x), w0.T)  # (.., d1, d0): sum over sy, sx of wy*wx*pixel
+        tot = w1.sum(axis=1, dtype=np.float32)[:, None] * w0.sum(axis=1, dtype=np.float32)[None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            node.view4()[...] = np.where(tot > 0, val / tot, val)
+        return
     y = (np.arange(d1).astype(np.float32) + offset) / sf[1] - offset
     xx = (np.arange(d0).astype(np.float32) + offset) / sf[0] - offset
     yf, xf = np.floor(y), np.floor(xx)
@@ -184,6 +189,24 @@ def upscale(node: Tensor, n_threads: int) -> None:
         node.view4()[...] = val
         return
     raise KernelInputError(f"UPSCALE: unknown mode {mode}")
+
+
+def _antialias_weights(n_dst: int, n_src: int, sf: np.float32, offset: np.float32) -> np.ndarray:
+    """(n_dst, n_src) triangle-filter weights of antialiased bilinear resampling along one axis.
+
+    The support widens to 1/sf source pixels when shrinking (at least 1); source pixel s weighs
+    max(0, 1 - |(s - x + offset) / support|) for x = (i + offset) / sf, over the pixels in
+    [trunc(x - support + offset), trunc(x + support + offset)) clipped to the image (ggml-cpu).
+    """
+    one = np.float32(1.0)
+    support = max(one, one / sf)
+    invscale = one / support
+    xs = (np.arange(n_dst, dtype=np.float32) + offset) / sf
+    lo = np.maximum(np.trunc(xs - support + offset), 0)[:, None]
+    hi = np.minimum(np.trunc(xs + support + offset), n_src)[:, None]
+    src = np.arange(n_src, dtype=np.float32)[None, :]
+    w = np.maximum(one - np.abs((src - xs[:, None] + offset) * invscale), np.float32(0.0))
+    return np.where((src >= lo) & (src < hi), w, np.float32(0.0)).astype(np.float32)
 
 
 def _taps_2d(x: np.ndarray, kh: int, kw: int, oh: int, ow: int, s: tuple[int, int], p: tuple[int, int],
@@ -260,23 +283,23 @@ def conv_transpose_1d(node: Tensor, n_threads: int) -> None:
 
 @kernel(Op.CONV_TRANSPOSE_2D)
 def conv_transpose_2d(node: Tensor, n_threads: int) -> None:
-    """Transposed 2-D convolution (padding 0): kernel [KW, KH, OC, IC], input [W, H, IC] -> [OW, OH, OC]."""
+    """Transposed 2-D convolution (padding 0): kernel [KW, KH, OC, IC], input [W, H, IC, N] -> [OW, OH, OC, N]."""
     kern, src = node.src[0], node.src[1]
     require_types(node, kern, (F32, F16))
     require_types(node, src, (F32,))
     stride = node.get_op_params_i32(0)
     w = load_f32(kern)  # (IC, OC, KH, KW)
-    x = load_f32(src)[0]  # (IC, H, W)
+    x = load_f32(src)  # (N, IC, H, W)
     if kern.type == F16:
         x = x.astype(np.float16).astype(np.float32)
     _, oc, kh, kw = w.shape
-    _, h, wd = x.shape
-    contrib = np.einsum("iokq,iyx->oyxkq", w, x, optimize=True)  # (OC, H, W, KH, KW)
-    out = np.zeros((oc, node.ne[1], node.ne[0]), dtype=np.float32)
+    n, _, h, wd = x.shape
+    contrib = np.einsum("iokq,niyx->noyxkq", w, x, optimize=True)  # (N, OC, H, W, KH, KW)
+    out = np.zeros((n, oc, node.ne[1], node.ne[0]), dtype=np.float32)
     for y in range(h):
         for xx in range(wd):
-            out[:, y * stride : y * stride + kh, xx * stride : xx * stride + kw] += contrib[:, y, xx]
-    store(node, out[None])
+            out[:, :, y * stride : y * stride + kh, xx * stride : xx * stride + kw] += contrib[:, :, y, xx]
+    store(node, out)
 
 
 def _taps_3d(x: np.ndarray, k: tuple[int, int, int], o: tuple[int, int, int], s: tuple[int, int, int],
@@ -302,6 +325,8 @@ def im2col_3d(node: Tensor, n_threads: int) -> None:
     require_types(node, img, (F32,))
     require_types(node, node, (F32, F16))
     s0, s1, s2, p0, p1, p2, d0, d1, d2, ic = (node.get_op_params_i32(i) for i in range(10))
+    if node.is_empty():  # fewer than IC input channels make N = 0; ggml computes nothing for an empty dst
+        return
     x = load_f32(img)  # (N*IC, ID, IH, IW)
     n = x.shape[0] // ic
     x = x.reshape(n, ic, *x.shape[1:])

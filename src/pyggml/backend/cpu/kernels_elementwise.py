@@ -13,7 +13,7 @@ import numpy as np
 from ...ops.enums import GluOp, Op, UnaryOp
 from ...tensor import Tensor
 from . import activations as act
-from ._common import F32, FLOAT_TYPES, load_f32, require_types, shape4, store, tile_to, unsupported
+from ._common import BF16, F16, F32, FLOAT_TYPES, load_f32, require_types, shape4, store, tile_to, unsupported
 from .registry import kernel
 
 _BINARY: dict[Op, Callable[..., np.ndarray]] = {
@@ -81,12 +81,16 @@ kernel(Op.COS)(_unary_math(np.cos))
 
 @kernel(Op.SCALE)
 def scale(node: Tensor, n_threads: int) -> None:
-    """dst = a*s (+ b when b != 0); op_params f32 {s, b}. ggml has it for F32 only."""
+    """dst = a*s (+ b when b != 0); op_params f32 {s, b}. ggml has it for F32 and BF16 (dst the type of a;
+    BF16 computes in float32 and rounds once)."""
     a = node.src[0]
-    require_types(node, a, (F32,))
-    require_types(node, node, (F32,))
+    require_types(node, a, (F32, BF16))
+    require_types(node, node, (a.type,))
     s = np.float32(node.get_op_params_f32(0))
     b = np.float32(node.get_op_params_f32(1))
+    if a.type == BF16:
+        store(node, load_f32(a) * s + b)
+        return
     x = a.view4()
     if b == 0:
         np.multiply(x, s, out=node.view4())
@@ -151,6 +155,18 @@ def _swiglu_oai(x: np.ndarray, g: np.ndarray, alpha: float, limit: float) -> np.
     return out * (g + np.float32(1.0))
 
 
+def _swiglu_clamp(x: np.ndarray, g: np.ndarray, limit: float) -> np.ndarray:
+    """ggml_swiglu_clamp: silu(min(x, limit)) * clamp(g, -limit, limit)."""
+    lim = np.float32(limit)
+    x = np.minimum(x, lim)
+    with np.errstate(over="ignore"):
+        out = x / (np.float32(1.0) + np.exp(-x))
+    return out * np.clip(g, -lim, lim)
+
+
+#: GGML_GLU_OP_SWIGLU_CLAMP, the glu sub-op after GEGLU_QUICK (not yet a GluOp member)
+GLU_OP_SWIGLU_CLAMP = 6
+
 _GLU: dict[GluOp, Callable[[np.ndarray], np.ndarray]] = {
     GluOp.REGLU: act.relu,
     GluOp.GEGLU: act.gelu,
@@ -167,10 +183,11 @@ def glu(node: Tensor, n_threads: int) -> None:
     a, b = node.src[0], node.src[1]
     require_types(node, a, FLOAT_TYPES)
     require_types(node, b, (a.type,))
+    raw = node.get_op_params_i32(0)
     try:
-        sub = GluOp(node.get_op_params_i32(0))
+        sub = raw if raw == GLU_OP_SWIGLU_CLAMP else GluOp(raw)
     except ValueError:
-        raise unsupported(node, f"unknown glu op {node.get_op_params_i32(0)}") from None
+        raise unsupported(node, f"unknown glu op {raw}") from None
     xa = load_f32(a)
     if b is None:
         nc = a.ne[0] // 2
@@ -182,6 +199,9 @@ def glu(node: Tensor, n_threads: int) -> None:
         raise unsupported(node, f"GLU result shape {shape4(node)} does not match its operands")
     if sub == GluOp.SWIGLU_OAI:
         y = _swiglu_oai(x, g, node.get_op_params_f32(2), node.get_op_params_f32(3))
+    elif sub == GLU_OP_SWIGLU_CLAMP:
+        require_types(node, a, (F32, F16))
+        y = _swiglu_clamp(x, g, node.get_op_params_f32(3))
     else:
         y = _GLU[sub](x) * g
     store(node, y)

@@ -242,31 +242,46 @@ _HC = 4  # DeepSeek-V4 hyper-connection count (fixed in ggml)
 
 @kernel(Op.DSV4_HC_PRE)
 def dsv4_hc_pre(node: Tensor, n_threads: int) -> None:
-    """dst[:, t] = sum_h x[:, h, t] * w[h, t]; x [n_embd, hc, T], w [hc, T]."""
+    """dst[:, t] = scale * sum_h x[:, h, t] * w; x [n_embd, hc, T]; op_params {f32 scale, i32 gated}.
+
+    Plain: w = weights[h, t] ([hc, T]). Gated: w = sigmoid(gate[:, h, t]) ([n_embd, hc, T]).
+    """
     x, w = node.src[0], node.src[1]
     for t in (x, w, node):
         require_types(node, t, (F32,))
+    scale = np.float32(node.get_op_params_f32(0))
+    gated = node.get_op_params_i32(1) != 0
     xv = x.view4()[0]  # (T, hc, n_embd)
-    wv = w.view4()[0, 0]  # (T, hc)
+    if gated:
+        g = w.view4()[0]  # (T, hc, n_embd)
+        wv = np.float32(1.0) / (np.float32(1.0) + np.exp(-g))
+    else:
+        wv = w.view4()[0, 0][:, :, None]  # (T, hc, 1)
     acc = np.zeros((xv.shape[0], xv.shape[2]), dtype=np.float32)
     for h in range(xv.shape[1]):  # sequential float sum over the streams, as ggml
-        acc += xv[:, h, :] * wv[:, h, None]
-    node.view4()[0, 0] = acc
+        acc += xv[:, h, :] * wv[:, h, :]
+    node.view4()[0, 0] = scale * acc
 
 
 @kernel(Op.DSV4_HC_POST)
 def dsv4_hc_post(node: Tensor, n_threads: int) -> None:
-    """dst[:, d, t] = x[:, t] post[d, t] + sum_s residual[:, s, t] comb[d, s, t]."""
+    """dst[:, d, t] = x[:, t] post[d, t] + sum_s residual[:, s, t] comb[d, s, t].
+
+    Without comb (src3 NULL) the mixing is the identity: each stream adds its own residual.
+    """
     x, res, post, comb = (node.src[i] for i in range(4))
     for t in (x, res, post, comb, node):
         require_types(node, t, (F32,))
     xv = x.view4()[0, 0]  # (T, n_embd)
     rv = res.view4()[0]  # (T, hc, n_embd)
     pv = post.view4()[0, 0]  # (T, hc)
-    cv = comb.view4()[0]  # (T, s, d)
     out = xv[:, None, :] * pv[:, :, None]  # (T, d, n_embd)
-    for s in range(rv.shape[1]):
-        out = out + rv[:, s, None, :] * cv[:, s, :, None]
+    if comb is None:
+        out = out + rv
+    else:
+        cv = comb.view4()[0]  # (T, s, d)
+        for s in range(rv.shape[1]):
+            out = out + rv[:, s, None, :] * cv[:, s, :, None]
     node.view4()[0] = out
 
 

@@ -289,9 +289,13 @@ def rope(node: Tensor, n_threads: int) -> None:
     n_dims, mode, n_ctx_orig = int(p[1]), int(p[2]), int(p[4])
     params = tuple(float(v) for v in node.op_params_f32[5:11])
     sections = [int(v) for v in p[11:15]]
+    n_offs = int(p[15])  # ggml_rope_set_offset: the rotated window starts at this dim
     _, ne2, _, ne0 = shape4(a)
     if n_dims > ne0 or n_dims % 2 or n_dims <= 0:
         raise KernelInputError(f"ROPE: n_dims={n_dims} must be even, positive and <= ne0={ne0}")
+    if n_offs < 0 or n_offs % 2 or n_offs + n_dims > ne0 or (n_offs and mode == GGML_ROPE_TYPE_VISION):
+        raise KernelInputError(f"ROPE: offset {n_offs} must be even, >= 0, fit n_dims={n_dims} in ne0={ne0}, "
+                               "and is not allowed in vision mode")
     if mode not in (0, GGML_ROPE_TYPE_NEOX, GGML_ROPE_TYPE_MROPE, GGML_ROPE_TYPE_VISION, GGML_ROPE_TYPE_IMROPE):
         raise unsupported(node, f"rope mode {mode}")
     if mode == GGML_ROPE_TYPE_VISION and n_dims != ne0 // 2:
@@ -306,17 +310,21 @@ def rope(node: Tensor, n_threads: int) -> None:
         sin = -sin
     x = load_f32(a)
     y = x.copy()
+    if mode == GGML_ROPE_TYPE_VISION:
+        win, xw = y, x
+    else:  # dims outside [n_offs, n_offs + n_dims) are copied unchanged
+        win, xw = y[..., n_offs : n_offs + n_dims], x[..., n_offs : n_offs + n_dims]
     if mode == 0:
         c, s = cos[None, :, None, : n_dims // 2], sin[None, :, None, : n_dims // 2]
-        x0, x1 = x[..., 0:n_dims:2], x[..., 1:n_dims:2]
-        y[..., 0:n_dims:2] = x0 * c - x1 * s
-        y[..., 1:n_dims:2] = x0 * s + x1 * c
+        x0, x1 = xw[..., 0:n_dims:2], xw[..., 1:n_dims:2]
+        win[..., 0:n_dims:2] = x0 * c - x1 * s
+        win[..., 1:n_dims:2] = x0 * s + x1 * c
     else:
         off = n_dims if mode == GGML_ROPE_TYPE_VISION else n_dims // 2
         c, s = cos[None, :, None, :off], sin[None, :, None, :off]
-        x0, x1 = x[..., :off], x[..., off : 2 * off]
-        y[..., :off] = x0 * c - x1 * s
-        y[..., off : 2 * off] = x0 * s + x1 * c
+        x0, x1 = xw[..., :off], xw[..., off : 2 * off]
+        win[..., :off] = x0 * c - x1 * s
+        win[..., off : 2 * off] = x0 * s + x1 * c
     store(node, y)
 
 

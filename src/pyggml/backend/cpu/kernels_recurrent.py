@@ -52,7 +52,10 @@ def _softplus(x: np.ndarray) -> np.ndarray:
 @kernel(Op.SSM_SCAN)
 def ssm_scan(node: Tensor, n_threads: int) -> None:
     """Mamba selective scan. src: s {d_state, dim, n_head, *}, x {dim, n_head, nt, ns}, dt {n_head, nt, ns},
-    A {d_state or 1, n_head}, B/C {d_state, n_group, nt, ns}, ids {ns}; dst = [y | final states]."""
+    A {d_state or 1, n_head}, B/C {d_state, n_group, nt, ns}, ids {ns}; dst = [y | K state slots].
+
+    op_params i32[0] = K (1 when unset): slot 0 holds each sequence's final state, slot k (0 < k < K)
+    the state after token nt-1-k (rollback snapshots; slots k >= nt are left untouched, as ggml)."""
     s_t, x_t, dt_t, a_t, b_t, c_t, ids_t = (node.src[i] for i in range(7))
     _f32(node, s_t, x_t, dt_t, a_t, b_t, c_t, node)
     require_types(node, ids_t, (I32,))
@@ -65,9 +68,10 @@ def ssm_scan(node: Tensor, n_threads: int) -> None:
     a = a_t.view4()[0, 0]  # (nh, nc or 1)
     bs, cs = b_t.view4(), c_t.view4()  # (ns, nt, ng, nc)
     ids = ids_t.view4().reshape(-1)
+    n_slots = max(1, node.get_op_params_i32(0))
     out = _flat(node)
     y = out[: ns * nt * nh * nr].reshape(ns, nt, nh, nr)
-    s_out = out[ns * nt * nh * nr :].reshape(ns, nh, nr, nc)
+    s_out = out[ns * nt * nh * nr :].reshape(n_slots, ns, nh, nr, nc)
     group = np.arange(nh) // (nh // ng)
     for i3 in range(ns):
         if not 0 <= ids[i3] < states.shape[0]:
@@ -81,7 +85,10 @@ def ssm_scan(node: Tensor, n_threads: int) -> None:
             decay = np.exp(dt_sp[:, None] * a)  # (nh, 1) for Mamba-2, (nh, nc) for Mamba-1
             st = st * decay[:, None, :] + b[:, None, :] * x_dt[:, :, None]
             y[i3, t] = (st * c[:, None, :]).sum(axis=-1, dtype=np.float32)
-        s_out[i3] = st
+            slot = nt - 1 - t
+            if 0 < slot < n_slots:
+                s_out[slot, i3] = st
+        s_out[0, i3] = st
 
 
 def _wkv_shapes(node: Tensor, v_t: Tensor, state_t: Tensor) -> tuple[int, int, int, int]:
