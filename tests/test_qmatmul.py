@@ -11,6 +11,8 @@ Two references per case:
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -213,3 +215,92 @@ def test_empty_and_bad_shapes() -> None:
     assert qmatmul.mul_mat_q(w, T.Q8_0, np.zeros((0, 64), np.float32)).shape == (0, 4)
     with pytest.raises(ValueError, match="64"):
         qmatmul.mul_mat_q(w, T.Q8_0, np.zeros((1, 32), np.float32))
+
+
+@pytest.mark.parametrize("ty", [T.Q5_0, T.Q4_K, T.Q2_K], ids=lambda t: t.name)
+def test_writes_into_column_slice_of_a_wider_out(ty: GGMLType) -> None:
+    """An out whose rows are unit-stride but longer than m: the sgemm writes straight into it."""
+    rng = np.random.default_rng(9)
+    k = _k_for(ty)
+    w, _ = _weights(ty, 30, k, rng)
+    x = rng.standard_normal((40, k)).astype(np.float32)
+    big = np.full((40, 50), -1.0, np.float32)
+    out = big[:, 7:37]
+    qmatmul.mul_mat_q(w, ty, x, out=out, n_threads=2)
+    np.testing.assert_array_equal(out, qmatmul.mul_mat_q(w, ty, x))
+    assert (big[:, :7] == -1).all() and (big[:, 37:] == -1).all()
+
+
+@pytest.mark.parametrize("vdt", [T.Q8_0, T.Q8_1, T.Q8_K, T.F16, T.F32], ids=lambda t: t.name)
+def test_scratch_fake_quant_matches_fake_quant(vdt: GGMLType) -> None:
+    rng = np.random.default_rng(13)
+    for n in (40, 3, 300):  # shrinking and growing reuse of the same scratch; 300: split in threads
+        x = rng.standard_normal((n, 512)).astype(np.float32)
+        want = qmatmul.fake_quant(x, vdt)
+        np.testing.assert_array_equal(qmatmul._fake_quant_scratch(x, vdt), want)
+        np.testing.assert_array_equal(qmatmul._fake_quant_scratch(x, vdt, 2), want)
+
+
+def test_scratch_is_reused_per_slot_and_thread() -> None:
+    a = qmatmul.scratch("test_a", (4, 8))
+    b = qmatmul.scratch("test_a", (2, 3), np.int32)
+    assert np.shares_memory(a, b) and b.flags.c_contiguous and b.dtype == np.int32
+    assert not np.shares_memory(a, qmatmul.scratch("test_b", (4, 8)))
+    big = qmatmul.scratch("test_a", (100, 100))  # grows
+    assert big.shape == (100, 100)
+    other: list[np.ndarray] = []
+    t = threading.Thread(target=lambda: other.append(qmatmul.scratch("test_a", (100, 100))))
+    t.start()
+    t.join()
+    assert not np.shares_memory(big, other[0])
+    huge = (qmatmul.SCRATCH_MAX_BYTES // 4 + 1,)
+    assert not np.shares_memory(qmatmul.scratch("test_a", huge), qmatmul.scratch("test_a", huge))
+
+
+def test_successive_products_do_not_share_results() -> None:
+    """Each product's result is right even though scratch buffers are reused between calls."""
+    rng = np.random.default_rng(17)
+    got, want = [], []
+    for ty, m, n in [(T.Q5_0, 48, 40), (T.Q4_K, 16, 64), (T.Q5_0, 80, 33), (T.Q8_0, 8, 2)]:
+        k = _k_for(ty)
+        w, wf = _weights(ty, m, k, rng)
+        x = rng.standard_normal((n, k)).astype(np.float32)
+        got.append(qmatmul.mul_mat_q(w, ty, x, n_threads=2))
+        want.append(qmatmul.fake_quant(x, qmatmul.vec_dot_type_of(ty)).astype(np.float64) @ wf.T.astype(np.float64))
+    for g, r in zip(got, want, strict=True):
+        assert np.abs(g - r).max() <= 1e-4 * np.abs(r).max()
+
+
+@pytest.mark.parametrize("ty", [T.F16, T.F32, T.BF16], ids=lambda t: t.name)
+@pytest.mark.parametrize("n", [3, 300])
+def test_weight_product_float_weights(ty: GGMLType, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kernels_mat.weight_product's float branch (attention with an F16 K/V cache): x rounded to
+    the weight's type, split over threads, identical for any thread count, into a scratch result."""
+    from pyggml.backend.cpu import kernels_mat
+
+    rng = np.random.default_rng(19)
+    k, m = 96, 70
+    w, wf = _weights(ty, m, k, rng)
+    stored = w.view({T.F16: np.float16, T.F32: np.float32, T.BF16: np.uint16}[ty])
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    xq = actquant.fake_quant(x, ty).astype(np.float64)
+    ref = xq @ wf.T.astype(np.float64)
+    monkeypatch.setattr(qmatmul, "BLAS_PARALLEL_MIN_FLOPS", 0)
+    monkeypatch.setattr(kernels_mat, "_X_BLOCK_ROWS", 64)  # several blocks of x rows
+    one = kernels_mat.weight_product(stored, ty, x, 1).copy()
+    assert np.abs(one - ref).max() <= 1e-5 * np.abs(ref).max()
+    np.testing.assert_array_equal(kernels_mat.weight_product(stored, ty, x, 2), one)
+    monkeypatch.setattr(kernels_mat, "_TILE_FLOATS", 16 * k)  # several weight tiles
+    tiled = kernels_mat.weight_product(stored, ty, x, 1).copy()
+    assert np.abs(tiled - ref).max() <= 1e-5 * np.abs(ref).max()
+    np.testing.assert_array_equal(kernels_mat.weight_product(stored, ty, x, 2), tiled)
+
+
+def test_widen_f16_matches_numpy_for_every_value_and_strides() -> None:
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(256, 256)
+    want = every.astype(np.float32)
+    got = qmatmul.widen_f16(every, np.empty((256, 256), np.float32))
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # NaN payloads too
+    view = every.T[::3, 5:200]  # transposed, strided both ways (like the V cache's rows)
+    got = qmatmul.widen_f16(view, np.empty(view.shape, np.float32))
+    np.testing.assert_array_equal(got.view(np.uint32), view.astype(np.float32).view(np.uint32))

@@ -31,13 +31,16 @@ from ._common import (
     to_type,
     unsupported,
 )
-from .actquant import fake_quant
+from .actquant import F16_TO_F32, _round_to_f16, fake_quant
 from .registry import kernel
 
 #: floats of dequantized weight per tile
 _TILE_FLOATS = 1 << 20
 #: op_params[1] of MUL_MAT (ggml_mul_mat_set_hint): src0 is a Hadamard matrix
 GGML_HINT_SRC0_IS_HADAMARD = 1
+#: float-weight products with many rows: rows of x per sgemm call (4 per attention product of a 512-token
+#: batch with 4 heads, so 2 threads take 2 each)
+_X_BLOCK_ROWS = 512
 #: up to this many src1 rows per weight plane, BLAS runs on one thread (see blas.py)
 _MATVEC_ROWS = 4
 
@@ -75,22 +78,57 @@ def weight_product(w: np.ndarray, ty: GGMLType, x: np.ndarray, n_threads: int) -
 
     Quantized weights go through qmatmul: fused integer dot products against x quantized to the
     weight's vec_dot_type for few columns, dequantized row tiles through BLAS for many. Float
-    weights quantize x to their vec_dot_type (F16/BF16 rounding) and use BLAS on row tiles.
+    weights quantize x to their vec_dot_type (F16/BF16 rounding) and use BLAS on row tiles; for
+    big products (attention's KQ and KQV with an F16 cache) the rounding and fixed blocks of x's
+    rows are shared between our threads, each running a one-thread sgemm into the result.
+
+    The result is this thread's scratch buffer (qmatmul.scratch), overwritten by the next call:
+    callers copy it into the destination right away. Reusing it (and the rounded activations and
+    widened weight below) saves the page faults of fresh multi-MB arrays on every product.
     """
-    if ty.is_quantized:
-        return qmatmul.mul_mat_q(w, ty, x, None, n_threads)
     n, k = x.shape
     m = w.shape[0]
+    out = qmatmul.scratch("wp_out", (n, m))
+    if ty.is_quantized:
+        return qmatmul.mul_mat_q(w, ty, x, out, n_threads)
     matvec = n <= _MATVEC_ROWS
+    # big products: x's rows split between our threads (qmatmul.parallel_ranges), one-thread
+    # sgemm each, as the quantized tiles do; OpenBLAS's own threads wait for each other at every
+    # call and lost to one thread whenever the other core was busy
+    nt = 1 if matvec or 2 * n * m * k < qmatmul.BLAS_PARALLEL_MIN_FLOPS else n_threads
     vdt = _vec_dot_type(ty)
-    if vdt != F32:
+    if vdt == F16:  # ggml rounds src1 to fp16: same as actquant.round_to_f16, into scratch
+        src = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+        x = qmatmul.scratch("wp_x", (n, k))
+
+        def round_rows(i0: int, i1: int) -> None:
+            _round_to_f16(src[i0:i1].reshape(-1), F16_TO_F32, x[i0:i1].reshape(-1))
+
+        qmatmul.parallel_ranges(round_rows, n, nt, nt)
+    elif vdt != F32:
         x = fake_quant(np.ascontiguousarray(x), vdt)
-    blas.set_threads(1 if matvec else n_threads)
-    out = np.empty((n, m), dtype=np.float32)
+    else:
+        x = np.ascontiguousarray(x, dtype=np.float32)
+    blas.set_threads(1 if matvec or nt > 1 else n_threads)
     tile = max(16, _TILE_FLOATS // max(k, 1))
     for r0 in range(0, m, tile):
         r1 = min(m, r0 + tile)
-        out[:, r0:r1] = x @ _weight_rows_f32(w[r0:r1], ty).T
+        rows = w[r0:r1]
+        if ty == F16 and rows.dtype == np.float16:
+            wf = qmatmul.widen_f16(rows, qmatmul.scratch("wp_w", (r1 - r0, k)))
+        else:
+            wf = _weight_rows_f32(rows, ty)
+
+        def blocks(b0: int, b1: int, wf: np.ndarray = wf, r0: int = r0, r1: int = r1) -> None:
+            # fixed blocks of x rows, whatever nt (parallel_ranges hands one thread all blocks at
+            # once): sgemm's result for a row depends on how the rows were cut, so the cut must
+            # not change with the thread count
+            for i0 in range(b0 * _X_BLOCK_ROWS, min(n, b1 * _X_BLOCK_ROWS), _X_BLOCK_ROWS):
+                i1 = min(n, i0 + _X_BLOCK_ROWS)
+                np.matmul(x[i0:i1], wf.T, out=out[i0:i1, r0:r1])
+
+        nblk = (n + _X_BLOCK_ROWS - 1) // _X_BLOCK_ROWS
+        qmatmul.parallel_ranges(blocks, nblk, nt, nblk)
     return out
 
 
@@ -126,12 +164,12 @@ def mul_mat(node: Tensor, n_threads: int) -> None:
 
 def _hadamard(node: Tensor, b: Tensor) -> None:
     """MUL_MAT with hint SRC0_IS_HADAMARD: src0 is a Sylvester Hadamard matrix, so ggml skips the
-    product and runs a fast Walsh-Hadamard transform of each src1 row, scaled by 1/sqrt(n)."""
-    require_types(node, b, (F32,))
+    product and runs a fast Walsh-Hadamard transform of each src1 row (F32, or F16 widened), scaled by 1/sqrt(n)."""
+    require_types(node, b, (F32, F16))
     n = b.ne[0]
     if n & (n - 1):
         raise KernelInputError(f"MUL_MAT (Hadamard hint): row length {n} is not a power of 2")
-    y = b.view4() * (np.float32(1.0) / np.sqrt(np.float32(n)))
+    y = load_f32(b) * (np.float32(1.0) / np.sqrt(np.float32(n)))
     length = 1
     while length < n:  # butterflies: (u, v) -> (u + v, u - v), elementwise as ggml
         blk = y.reshape(*y.shape[:-1], n // (2 * length), 2, length)
@@ -249,6 +287,8 @@ def set_rows(node: Tensor, n_threads: int) -> None:
     require_types(node, idx_t, (I32, I64))
     if not (node.type in FLOAT_TYPES or node.type.is_quantized):
         raise unsupported(node)
+    if src.is_empty():  # no rows to set (e.g. a zero-row view of the source): dst keeps its data
+        return
     ne03, ne02, ne01, _ = shape4(src)
     idx = idx_t.view4()[0]  # (ne12, ne11, ne10)
     if idx.shape[2] != ne01 or ne02 % idx.shape[1] or ne03 % idx.shape[0]:

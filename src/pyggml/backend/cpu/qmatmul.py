@@ -763,6 +763,24 @@ def _dq_q6_k(wu, wi, rs, r0, r1, tab, y):  # pragma: no cover - compiled
                         ((v1 >> 4) | ((h & 192) >> 2)) - 32)
 
 
+@njit(cache=True, nogil=True)
+def _widen_f16(src, tab, dst):  # pragma: no cover - compiled
+    for r in range(src.shape[0]):
+        for c in range(src.shape[1]):
+            dst[r, c] = tab[src[r, c]]
+
+
+def widen_f16(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """fp16 rows (r, k), any strides (e.g. a view of the transposed V cache) -> out float32 (r, k).
+
+    A table lookup per value (exact, NaN payloads as numpy keeps them): numpy's own
+    float16 -> float32 cast runs at ~1.6 ns a value here, which made widening the K/V cache
+    cost more than the attention products of a decode step.
+    """
+    _widen_f16(rows.view(np.uint16), _F16, out)
+    return out
+
+
 #: type -> (kernel, kind): kind selects the row-dot intrinsic of _mv_rowdot (-1: own kernel)
 _MATVEC = {
     GGMLType.Q8_0: (_mv_rowdot, 0), GGMLType.Q4_0: (_mv_rowdot, 1), GGMLType.Q5_0: (_mv_rowdot, 2),
@@ -953,17 +971,75 @@ def dequantize_rows(w_rows: np.ndarray, qtype: GGMLType, r0: int, r1: int, y: np
     return y
 
 
+#: largest per-thread scratch buffer kept between calls (bytes); bigger ones are allocated fresh
+SCRATCH_MAX_BYTES = 32 << 20
+_TLS = threading.local()
+
+
+def scratch(slot: str, shape: tuple[int, ...], dtype: type = np.float32) -> np.ndarray:
+    """A C-contiguous uninitialized array of ``shape``, reused by the next call with the same slot
+    on this thread (so valid only until then): the caller must be done with it, or copy it, first.
+
+    Why: a fresh np.empty of more than 128 KB comes from mmap, and every one of its pages then
+    page-faults (and is zeroed) on the first write. A 512-token prompt allocated ~250 MB of such
+    temporaries per decode (dequantized tiles, sgemm results, quantized activations): ~55k minor
+    faults, measured 0.2-0.3 s of a 1.65 s pp512. Arrays over SCRATCH_MAX_BYTES are not kept.
+    """
+    dt = np.dtype(dtype)
+    nbytes = math.prod(shape) * dt.itemsize
+    if nbytes > SCRATCH_MAX_BYTES:
+        return np.empty(shape, dt)
+    bufs = _TLS.__dict__.setdefault("bufs", {})
+    buf = bufs.get(slot)
+    if buf is None or buf.size < nbytes:
+        buf = bufs[slot] = np.empty(max(nbytes, 64), np.uint8)
+    return buf[:nbytes].view(dt).reshape(shape)
+
+
+#: activation rows from which _fake_quant_scratch splits the rows between threads (a 640-wide
+#: row takes ~1 us to quantize and scale; waking a helper 20-50 us)
+_FQ_PARALLEL_ROWS = 128
+
+
+def _fake_quant_scratch(x: np.ndarray, vec_dot_type: GGMLType, n_threads: int = 1) -> np.ndarray:
+    """fake_quant(x, vec_dot_type) into this thread's scratch (slot "xf"), for the Q8 types; rows
+    are independent, so many rows are split between ``n_threads`` threads (same bytes)."""
+    if vec_dot_type not in (GGMLType.Q8_0, GGMLType.Q8_1, GGMLType.Q8_K):
+        return fake_quant(x, vec_dot_type)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n, k = x.shape
+    qa = scratch("qa", (n, k), np.int8)
+    y = scratch("xf", (n, k))
+    if vec_dot_type == GGMLType.Q8_K:
+        da = scratch("da", (n, k // 256))
+        extra = scratch("extra", (n, k // 16), np.int32)
+        quantize = _quantize_q8_k
+    else:  # Q8_1's s is not needed for d * q
+        da = scratch("da", (n, k // 32))
+        extra = scratch("extra", (n, k // 32), np.int32)
+        quantize = _quantize_q8_0
+
+    def rows(i0: int, i1: int) -> None:
+        quantize(x[i0:i1], qa[i0:i1], da[i0:i1], extra[i0:i1])
+        _scale_blocks(qa[i0:i1], da[i0:i1], y[i0:i1])
+
+    nt = n_threads if n >= _FQ_PARALLEL_ROWS else 1
+    parallel_ranges(rows, n, nt, nt)
+    return y
+
+
 def matmul_tiles(w_rows: np.ndarray, qtype: GGMLType, x: np.ndarray, out: np.ndarray, n_threads: int) -> None:
     """BLAS path: out = fake_quant(x) @ dequant(w)^T, the weight dequantized a row tile at a time.
 
     Works for every type with a dequantizer. The tile holds about _TILE_BYTES of float32 so it
     stays in L2 while sgemm streams x past it. Tiles are shared by ``n_threads`` threads
-    (parallel_ranges), each dequantizing its tile and running a one-thread sgemm on it.
+    (parallel_ranges), each dequantizing its tile into its own scratch buffer and running a
+    one-thread sgemm that writes straight into out's columns (no temporary, no copy).
     """
     from . import blas
 
     m = w_rows.shape[0]
-    xf = fake_quant(x, vec_dot_type_of(qtype))
+    xf = _fake_quant_scratch(x, vec_dot_type_of(qtype), n_threads)
     k = xf.shape[1]
     if qtype == GGMLType.F32 and w_rows.dtype == np.float32:
         w_rows = w_rows.view(np.uint8)
@@ -973,14 +1049,17 @@ def matmul_tiles(w_rows: np.ndarray, qtype: GGMLType, x: np.ndarray, out: np.nda
     if nt > 1:  # at least two tiles per thread, so both threads have work on small weights
         tile = max(8, min(tile, (m + 2 * nt - 1) // (2 * nt) + 7) // 8 * 8)
     n_tiles = (m + tile - 1) // tile
+    # numpy's matmul calls sgemm on an out= view only if its rows are unit-stride float32
+    # (otherwise it silently takes its slow non-BLAS loop): then a temporary and a copy
+    direct = out.strides[1] == 4 and out.strides[0] % 4 == 0 and out.strides[0] >= 4 * m
 
     def tiles(t0: int, t1: int) -> None:
-        buf = np.empty((tile, k), np.float32)
+        buf = scratch("tile", (tile, k))
         for t in range(t0, t1):
             r0, r1 = t * tile, min(m, (t + 1) * tile)
             wt = dequantize_rows(w_rows, qtype, r0, r1, buf[: r1 - r0])
-            if r1 - r0 == m and out.flags.c_contiguous:
-                np.matmul(xf, wt.T, out=out)
+            if direct:
+                np.matmul(xf, wt.T, out=out[:, r0:r1])
             else:
                 out[:, r0:r1] = xf @ wt.T
 
