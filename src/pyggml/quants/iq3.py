@@ -415,7 +415,7 @@ def _run_quantizer(kernel, qtype: GGMLType, grid_size: int, x: np.ndarray, imatr
     return out
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, error_model="numpy")
 def _dequantize_iq3_xxs(blocks, d, grid, ksigns, sign_rows, out):  # pragma: no cover - numba
     """dequantize_row_iq3_xxs over all blocks: y = (d*(0.5+s)*0.5) * grid * sign."""
     for b in nb.prange(blocks.shape[0]):
@@ -438,7 +438,7 @@ def _dequantize_iq3_xxs(blocks, d, grid, ksigns, sign_rows, out):  # pragma: no 
                     out[b, o + 4 + j] = _F32(db * grid[g2, j]) * sign[4 + j]
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, error_model="numpy")
 def _dequantize_iq3_s(blocks, d, grid, sign_rows, out):  # pragma: no cover - numba
     """dequantize_row_iq3_s over all blocks: y = d*(1+2*scale) * grid[qs | qh bit << 8] * sign."""
     for b in nb.prange(blocks.shape[0]):

@@ -162,7 +162,7 @@ def _quantize_iq4(
         _iq4_block(x[r, b * bk : (b + 1) * bk], wb, use_qw, values, ntry, out[r, b * bs : (b + 1) * bs])
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _deq_iq4_nl(q: np.ndarray, d: np.ndarray, values: np.ndarray, y: np.ndarray) -> None:
     for b in prange(q.shape[0]):
         blk = q[b]
@@ -174,7 +174,7 @@ def _deq_iq4_nl(q: np.ndarray, d: np.ndarray, values: np.ndarray, y: np.ndarray)
             out[16 + j] = dl * values[v >> np.uint8(4)]
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _deq_iq4_xs(q: np.ndarray, d: np.ndarray, values: np.ndarray, y: np.ndarray) -> None:
     for b in prange(q.shape[0]):
         blk = q[b]

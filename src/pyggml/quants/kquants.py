@@ -44,7 +44,7 @@ _U6 = np.uint8(6)
 _U15 = np.uint8(15)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _deq_q2_K(q: np.ndarray, d: np.ndarray, dmin: np.ndarray, y: np.ndarray) -> None:
     # byte l of a 32-byte group holds values l, l+32, l+64, l+96 of its 128 (2 bits each)
     for b in prange(q.shape[0]):
@@ -71,7 +71,7 @@ def _deq_q2_K(q: np.ndarray, d: np.ndarray, dmin: np.ndarray, y: np.ndarray) -> 
                     out[dst + 96 + l] = a3 * f32(v >> _U6) - m3
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _deq_q3_K(q: np.ndarray, d: np.ndarray, y: np.ndarray) -> None:
     # as Q2_K for the low 2 bits; hmask byte l bit 4g+j is the high bit of value 128g+32j+l
     for b in prange(q.shape[0]):
@@ -115,7 +115,7 @@ def _scale_min_factors(blk: np.ndarray, d: float, dmin: float, dl: np.ndarray, m
         ml[s] = dmin * f32(m)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _deq_q4_K(q: np.ndarray, d: np.ndarray, dmin: np.ndarray, y: np.ndarray) -> None:
     for b in prange(q.shape[0]):
         blk = q[b]
@@ -134,7 +134,7 @@ def _deq_q4_K(q: np.ndarray, d: np.ndarray, dmin: np.ndarray, y: np.ndarray) -> 
                 out[64 * c + 32 + l] = d2 * f32(v >> _U4) - m2
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _deq_q5_K(q: np.ndarray, d: np.ndarray, dmin: np.ndarray, y: np.ndarray) -> None:
     one = np.uint8(1)
     for b in prange(q.shape[0]):
@@ -159,7 +159,7 @@ def _deq_q5_K(q: np.ndarray, d: np.ndarray, dmin: np.ndarray, y: np.ndarray) -> 
                 out[64 * c + 32 + l] = d2 * f32(hi) - m2
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def _deq_q6_K(q: np.ndarray, d: np.ndarray, y: np.ndarray) -> None:
     for b in prange(q.shape[0]):
         blk = q[b]

@@ -173,7 +173,7 @@ def _impl_affine(
 # ---------------------------------------------------------------------------------------------
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, error_model="numpy")
 def _deq_nibbles(
     blocks: np.ndarray,
     d: np.ndarray,
@@ -211,7 +211,7 @@ def _deq_nibbles(
                     out[r, base + j + 16] = F32(hi - bias) * db
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, error_model="numpy")
 def _deq_int8(blocks: np.ndarray, d: np.ndarray, qs_off: int, out: np.ndarray) -> None:
     """dequantize_row_q8_0 (and Q8_1's d*q): y = int8 * d."""
     n_rows, n_blocks, _ = blocks.shape

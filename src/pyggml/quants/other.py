@@ -126,7 +126,7 @@ _TQ1_BYTE, _TQ1_DIGIT = _tq1_0_order()
 _TQ1_TRITS = _trit_table()
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, error_model="numpy")
 def _deq_tq1_0(
     blocks: np.ndarray, d: np.ndarray, byte: np.ndarray, digit: np.ndarray, trits: np.ndarray, out: np.ndarray
 ) -> None:
@@ -138,7 +138,7 @@ def _deq_tq1_0(
                 out[r, b * QK_K + k] = trits[blocks[r, b, byte[k]], digit[k]] * db
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, error_model="numpy")
 def _deq_tq2_0(blocks: np.ndarray, d: np.ndarray, out: np.ndarray) -> None:
     """Element half*128 + k*32 + m is bits 2k..2k+1 of byte half*32 + m; value (code - 1)*d."""
     n_rows, n_blocks, _ = blocks.shape
@@ -269,7 +269,7 @@ def _nvfp4_kernel(x: np.ndarray, kv: np.ndarray, ue4m3: np.ndarray, ue_out: np.n
                 levels[r, base + j] = _best_fp4(x[r, base + j], d, kv)
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, error_model="numpy")
 def _deq_fp4(qs: np.ndarray, scale: np.ndarray, kv: np.ndarray, out: np.ndarray) -> None:
     """qs (rows, blocks, groups, h): code j of a group is the low nibble of byte j (j < h) or the
     high nibble of byte j-h; value kv[code] * scale[group] (one group for MXFP4, four for NVFP4)."""
@@ -376,7 +376,7 @@ def _q2_0_kernel(x: np.ndarray, d_out: np.ndarray, codes: np.ndarray) -> None:
                 codes[r, base + j] = min(3, max(0, c))
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, error_model="numpy")
 def _deq_q1_0(blocks: np.ndarray, d: np.ndarray, out: np.ndarray) -> None:
     """Bit j (LSB first) set -> +d, clear -> -d."""
     n_rows, n_blocks, _ = blocks.shape
@@ -388,7 +388,7 @@ def _deq_q1_0(blocks: np.ndarray, d: np.ndarray, out: np.ndarray) -> None:
                 out[r, b * QK1_0 + j] = db if bit else -db
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, error_model="numpy")
 def _deq_q2_0(blocks: np.ndarray, d: np.ndarray, out: np.ndarray) -> None:
     """Element j is bits 2*(j%4) of byte j/4; value (code - 1)*d."""
     n_rows, n_blocks, _ = blocks.shape
