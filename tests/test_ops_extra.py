@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from opcheck import OpCase, assert_close, values
+from opcheck import hand_node as _node
 from pyggml.ops import builders as B
 from pyggml.ops.enums import Op
 from pyggml.tensor import Tensor
@@ -14,14 +15,6 @@ from pyggml.types import GGMLType
 F32, I32 = GGMLType.F32, GGMLType.I32
 
 
-def _node(c: OpCase, op: Op, ne: list[int], srcs: list[Tensor], params: list[int | float] | None = None) -> Tensor:
-    t = c.ctx.new_tensor(F32, *ne)
-    t.op = op
-    for i, s in enumerate(srcs):
-        t.src[i] = s
-    if params:
-        t.set_op_params(params)
-    return t
 
 
 def test_silu_back_is_the_derivative() -> None:

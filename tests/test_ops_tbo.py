@@ -8,22 +8,13 @@ from __future__ import annotations
 import numpy as np
 
 from opcheck import OpCase, assert_close, values
+from opcheck import hand_node as _node
 from pyggml.ops.enums import Op
-from pyggml.tensor import Tensor
 from pyggml.types import GGMLType
 
 F32, F16, I32 = GGMLType.F32, GGMLType.F16, GGMLType.I32
 
 
-def _node(c: OpCase, op: Op, ne: list[int], srcs: list[Tensor], params: list[int | float] | None = None,
-          ty: GGMLType = F32) -> Tensor:
-    t = c.ctx.new_tensor(ty, *ne)
-    t.op = op
-    for i, s in enumerate(srcs):
-        t.src[i] = s
-    if params:
-        t.set_op_params(params)
-    return t
 
 
 def test_conv_transpose_2d_batched() -> None:
