@@ -12,24 +12,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import ShapeError, TypeMismatchError
+from .quants.fp import bf16_bits_to_fp32 as bf16_to_f32  # one place for ggml's bf16 rounding
+from .quants.fp import fp32_to_bf16_bits as f32_to_bf16
 from .types import GGMLType
 
 if TYPE_CHECKING:
     from .tensor import Tensor
-
-
-def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
-    """ggml_bf16_to_fp32 on an array of uint16 bit patterns."""
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def f32_to_bf16(x: np.ndarray) -> np.ndarray:
-    """ggml_compute_fp32_to_bf16: round to nearest even; NaN becomes a quiet NaN."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    is_nan = (u & 0x7FFFFFFF) > 0x7F800000
-    rounded = ((u.astype(np.uint64) + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)
-    quiet = ((u >> 16) | 64).astype(np.uint16)
-    return np.where(is_nan, quiet, rounded)
 
 
 def rows_to_f32(raw: np.ndarray, type: GGMLType) -> np.ndarray:
