@@ -163,9 +163,11 @@ def test_custom_node_without_callable_is_reported() -> None:
 
 
 def test_blas_threads_follow_the_product_shape(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Mat-vec products run BLAS on one thread, mat-mat products on n_threads; the count is restored after."""
+    """In the numpy kernel, mat-vec products run BLAS on one thread, mat-mat products on n_threads; the count
+    is restored after. (Compiled kernels take small products and use no BLAS: turned off here.)"""
     from pyggml.backend.cpu import blas
 
+    monkeypatch.setenv("PYGGML_JIT", "0")
     if not blas.available():
         pytest.fail("numpy's OpenBLAS thread control was not found")
     before = blas.get_threads()

@@ -15,13 +15,11 @@ from ...context import Context
 from ...errors import UnsupportedOpError
 from ...graph import Graph
 from ...ops.enums import EMPTY_OPS
-from ...tensor import Tensor, TensorFlag
+from ...tensor import Tensor
 from . import blas
 from ._common import KernelInputError, types_of
+from .plan import plan_for
 from .registry import KERNELS, Kernel, kernel, required_srcs
-
-GGML_STATUS_SUCCESS = 0
-GGML_STATUS_ABORTED = 1
 
 
 def supports_op(node: Tensor) -> bool:
@@ -51,25 +49,19 @@ def compute_forward(node: Tensor, n_threads: int = 1) -> None:
 def graph_compute(graph: Graph, n_threads: int = 1, abort_callback: Callable[[], bool] | None = None) -> int:
     """Run every node of ``graph`` in order whose flags have COMPUTE and whose op is not empty.
 
-    Dispatch is a dict lookup per node, resolved before any kernel runs so that an unsupported op
-    is reported before the graph has half-computed. As in ggml, ``abort_callback`` is asked after
-    each computed node; when it returns True the remaining nodes are skipped.
-    Returns ggml's status: GGML_STATUS_SUCCESS (0) or GGML_STATUS_ABORTED (1).
+    The graph's plan (plan.py) resolves every node's kernel before any runs, so an unsupported op
+    is reported before the graph has half-computed; a reused graph keeps its plan. As in ggml,
+    ``abort_callback`` is asked after each computed node; when it returns True the remaining
+    nodes are skipped. Returns ggml's status: GGML_STATUS_SUCCESS (0) or GGML_STATUS_ABORTED (1).
     """
     if n_threads < 1:
         raise KernelInputError(f"n_threads must be >= 1, got {n_threads}")
-    # as ggml_compute_forward: ops that compute nothing and nodes with no elements are skipped
-    plan = [(_resolve(node), node) for node in graph.nodes
-            if node.flags & TensorFlag.COMPUTE and node.op not in EMPTY_OPS and not node.is_empty()]
+    plan = plan_for(graph, _resolve)
     blas_threads = blas.get_threads()  # MUL_MAT adjusts BLAS threads per product; give them back after
     try:
-        for fn, node in plan:
-            fn(node, n_threads)
-            if abort_callback is not None and abort_callback():
-                return GGML_STATUS_ABORTED
+        return plan.compute(n_threads, abort_callback)
     finally:
         blas.set_threads(blas_threads)
-    return GGML_STATUS_SUCCESS
 
 
 def graph_compute_with_ctx(ctx: Context, graph: Graph, n_threads: int = 1) -> int:

@@ -1,0 +1,265 @@
+"""Compiled elementwise kernels: ADD/SUB/MUL/DIV with ggml broadcasting, SCALE, GLU and UNARY (F32).
+
+Same float32 operations, one rounding each, as the numpy kernels in kernels_elementwise.py;
+GELU goes through ggml's fp16 table (activations.py), SiLU is ``x / (1 + expf(-x))``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from ....ops.enums import GluOp, Op, UnaryOp
+from ....tensor import Tensor
+from ....types import GGMLType
+from ..activations import _GELU_TABLE_F32
+from ..actquant import f16_bits
+from ..native import f32p, u32p
+from . import Choice, jit_kernel, selector
+from .record import AUX, T_DST, T_SRC0, T_SRC1, aux_f32, params_f32, rec, span
+
+F32 = GGMLType.F32
+_ADD, _SUB, _MUL, _DIV = 0, 1, 2, 3
+_opts = {"inline": "always", "cache": True, "error_model": "numpy"}
+
+
+@numba.njit(**_opts)
+def _apply(op, a, b):  # pragma: no cover - compiled
+    if op == _ADD:
+        return a + b
+    if op == _SUB:
+        return a - b
+    if op == _MUL:
+        return a * b
+    return a / b
+
+
+@numba.njit(**_opts)
+def _row_index(ir, ne1, ne2):  # pragma: no cover - compiled
+    i3 = ir // (ne1 * ne2)
+    i2 = (ir - i3 * ne1 * ne2) // ne1
+    return ir - i3 * ne1 * ne2 - i2 * ne1, i2, i3
+
+
+@numba.njit(**_opts)
+def _binary(node, ith, nth, op):  # pragma: no cover - compiled
+    r = rec(node)
+    d, ne0, ne1, ne2 = r[T_DST], r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
+    nb0, nb1, nb2, nb3 = r[T_DST + 5], r[T_DST + 6], r[T_DST + 7], r[T_DST + 8]
+    a, na0, na1, na2, na3 = r[T_SRC0], r[T_SRC0 + 5], r[T_SRC0 + 6], r[T_SRC0 + 7], r[T_SRC0 + 8]
+    b, ne10, ne11, ne12, ne13 = r[T_SRC1], r[T_SRC1 + 1], r[T_SRC1 + 2], r[T_SRC1 + 3], r[T_SRC1 + 4]
+    nb10, nb11, nb12, nb13 = r[T_SRC1 + 5], r[T_SRC1 + 6], r[T_SRC1 + 7], r[T_SRC1 + 8]
+    ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
+    for ir in range(ir0, ir1):
+        i1, i2, i3 = _row_index(ir, ne1, ne2)
+        dp = d + i1 * nb1 + i2 * nb2 + i3 * nb3
+        ap = a + i1 * na1 + i2 * na2 + i3 * na3
+        bp = b + (i1 % ne11) * nb11 + (i2 % ne12) * nb12 + (i3 % ne13) * nb13
+        if nb0 == 4 and na0 == 4 and nb10 == 4:
+            dv = numba.carray(f32p(dp), ne0)
+            av = numba.carray(f32p(ap), ne0)
+            bv = numba.carray(f32p(bp), ne10)
+            if ne10 == ne0:
+                for i in range(ne0):
+                    dv[i] = _apply(op, av[i], bv[i])
+            elif ne10 == 1:
+                s = bv[0]
+                for i in range(ne0):
+                    dv[i] = _apply(op, av[i], s)
+            else:
+                for i in range(ne0):
+                    dv[i] = _apply(op, av[i], bv[i % ne10])
+        else:
+            for i in range(ne0):
+                x = f32p(ap + i * na0)[0]
+                y = f32p(bp + (i % ne10) * nb10)[0]
+                f32p(dp + i * nb0)[0] = _apply(op, x, y)
+
+
+@jit_kernel
+def k_add(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _binary(node, ith, nth, _ADD)
+
+
+@jit_kernel
+def k_sub(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _binary(node, ith, nth, _SUB)
+
+
+@jit_kernel
+def k_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _binary(node, ith, nth, _MUL)
+
+
+@jit_kernel
+def k_div(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _binary(node, ith, nth, _DIV)
+
+
+_BINARY = {Op.ADD: k_add, Op.SUB: k_sub, Op.MUL: k_mul, Op.DIV: k_div}
+
+
+def all_f32(*ts: Tensor | None) -> bool:
+    return all(t is None or t.type == F32 for t in ts)
+
+
+@selector(Op.ADD, Op.SUB, Op.MUL, Op.DIV)
+def _sel_binary(node: Tensor) -> Choice | None:
+    a, b = node.src[0], node.src[1]
+    if not all_f32(node, a, b) or a.ne != node.ne:
+        return None
+    if any(n % m for n, m in zip(node.ne, b.ne, strict=True)):
+        return None  # the Python kernel reports the bad broadcast
+    return Choice(_BINARY[node.op])
+
+
+@jit_kernel
+def k_scale(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    r = rec(node)
+    p = params_f32(node)
+    s, c = p[0], p[1]
+    d, ne0, ne1, ne2 = r[T_DST], r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
+    nb1, nb2, nb3 = r[T_DST + 6], r[T_DST + 7], r[T_DST + 8]
+    a, na1, na2, na3 = r[T_SRC0], r[T_SRC0 + 6], r[T_SRC0 + 7], r[T_SRC0 + 8]
+    ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
+    for ir in range(ir0, ir1):
+        i1, i2, i3 = _row_index(ir, ne1, ne2)
+        dv = numba.carray(f32p(d + i1 * nb1 + i2 * nb2 + i3 * nb3), ne0)
+        av = numba.carray(f32p(a + i1 * na1 + i2 * na2 + i3 * na3), ne0)
+        if c == 0:
+            for i in range(ne0):
+                dv[i] = av[i] * s
+        else:
+            for i in range(ne0):
+                dv[i] = av[i] * s + c
+
+
+def rows_contiguous(*ts: Tensor | None) -> bool:
+    return all(t is None or t.nb[0] == t.type.type_size for t in ts)
+
+
+@selector(Op.SCALE)
+def _sel_scale(node: Tensor) -> Choice | None:
+    a = node.src[0]
+    if not all_f32(node, a) or a.ne != node.ne or not rows_contiguous(node, a):
+        return None
+    return Choice(k_scale)
+
+
+# ------------------------------------------------------------------------------ activations
+_A_RELU, _A_GELU, _A_SILU, _A_TANH = 0, 1, 2, 3
+
+
+@numba.njit(**_opts)
+def _act(kind, v, vbits, table):  # pragma: no cover - compiled
+    if kind == _A_GELU:  # ggml_vec_gelu_f32 with GGML_GELU_FP16
+        if v <= np.float32(-10.0):
+            return np.float32(0.0)
+        if v >= np.float32(10.0):
+            return v
+        return table[f16_bits(vbits)]
+    if kind == _A_SILU:
+        return v / (np.float32(1.0) + np.float32(math.exp(-v)))
+    if kind == _A_TANH:
+        return np.float32(math.tanh(v))
+    return v if v > np.float32(0.0) else np.float32(0.0)
+
+
+@numba.njit(**_opts)
+def _activation_rows(node, ith, nth, kind, gated):  # pragma: no cover - compiled
+    """dst = act(x) (UNARY) or act(x) * g (GLU: g from src1, or the other half of each src0 row)."""
+    r = rec(node)
+    table = numba.carray(f32p(r[AUX]), 65536)
+    d, ne0, ne1, ne2 = r[T_DST], r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
+    nb1, nb2, nb3 = r[T_DST + 6], r[T_DST + 7], r[T_DST + 8]
+    a, na1, na2, na3 = r[T_SRC0], r[T_SRC0 + 6], r[T_SRC0 + 7], r[T_SRC0 + 8]
+    b, nb11, nb12, nb13 = r[T_SRC1], r[T_SRC1 + 6], r[T_SRC1 + 7], r[T_SRC1 + 8]
+    swapped = r[AUX + 1]
+    ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
+    for ir in range(ir0, ir1):
+        i1, i2, i3 = _row_index(ir, ne1, ne2)
+        dv = numba.carray(f32p(d + i1 * nb1 + i2 * nb2 + i3 * nb3), ne0)
+        ap = a + i1 * na1 + i2 * na2 + i3 * na3
+        if not gated:
+            xv = numba.carray(f32p(ap), ne0)
+            xb = numba.carray(u32p(ap), ne0)
+            for i in range(ne0):
+                dv[i] = _act(kind, xv[i], xb[i], table)
+            continue
+        if b != 0:
+            xp, gp = ap, b + i1 * nb11 + i2 * nb12 + i3 * nb13
+        elif swapped:
+            xp, gp = ap + 4 * ne0, ap
+        else:
+            xp, gp = ap, ap + 4 * ne0
+        xv = numba.carray(f32p(xp), ne0)
+        xb = numba.carray(u32p(xp), ne0)
+        gv = numba.carray(f32p(gp), ne0)
+        for i in range(ne0):
+            dv[i] = _act(kind, xv[i], xb[i], table) * gv[i]
+
+
+@jit_kernel
+def k_reglu(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _activation_rows(node, ith, nth, _A_RELU, True)
+
+
+@jit_kernel
+def k_geglu(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _activation_rows(node, ith, nth, _A_GELU, True)
+
+
+@jit_kernel
+def k_swiglu(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _activation_rows(node, ith, nth, _A_SILU, True)
+
+
+@jit_kernel
+def k_relu(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _activation_rows(node, ith, nth, _A_RELU, False)
+
+
+@jit_kernel
+def k_gelu(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _activation_rows(node, ith, nth, _A_GELU, False)
+
+
+@jit_kernel
+def k_silu(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _activation_rows(node, ith, nth, _A_SILU, False)
+
+
+@jit_kernel
+def k_tanh(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _activation_rows(node, ith, nth, _A_TANH, False)
+
+
+_GLU = {GluOp.REGLU: k_reglu, GluOp.GEGLU: k_geglu, GluOp.SWIGLU: k_swiglu}
+_UNARY = {UnaryOp.RELU: k_relu, UnaryOp.GELU: k_gelu, UnaryOp.SILU: k_silu, UnaryOp.TANH: k_tanh}
+_TABLE_ADDR = int(_GELU_TABLE_F32.ctypes.data)
+
+
+@selector(Op.GLU)
+def _sel_glu(node: Tensor) -> Choice | None:
+    a, b = node.src[0], node.src[1]
+    k = _GLU.get(node.get_op_params_i32(0))
+    if k is None or not all_f32(node, a, b) or not rows_contiguous(node, a, b):
+        return None
+    want = list(a.ne) if b is not None else [a.ne[0] // 2, *a.ne[1:]]
+    if node.ne != want or (b is not None and b.ne != a.ne):
+        return None
+    return Choice(k, ints=(_TABLE_ADDR, node.get_op_params_i32(1)))
+
+
+@selector(Op.UNARY)
+def _sel_unary(node: Tensor) -> Choice | None:
+    a = node.src[0]
+    k = _UNARY.get(node.get_op_params_i32(0))
+    if k is None or not all_f32(node, a) or a.ne != node.ne or not rows_contiguous(node, a):
+        return None
+    return Choice(k, ints=(_TABLE_ADDR, 0))
+
+
+__all__ = ["all_f32", "aux_f32", "rows_contiguous"]

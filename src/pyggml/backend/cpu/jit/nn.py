@@ -1,0 +1,238 @@
+"""Compiled RMS_NORM, SOFT_MAX and ROPE (F32), with the numerics of kernels_nn.py.
+
+RMS_NORM sums the float32 squares in double and narrows the mean once; SOFT_MAX sums the
+exponentials in double and multiplies by the float32 reciprocal; ROPE builds its angles by the
+cumulative float32 product theta_{i+1} = theta_i * theta_scale, per position row, as ggml does.
+Parameters ggml derives in float32 (theta_scale, YaRN corrections, ALiBi slopes) are computed by
+the selectors with the same numpy code the Python kernels use, so both paths get the same values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from ....ops.enums import Op
+from ....tensor import Tensor
+from ....types import GGMLType
+from ..kernels_nn import GGML_ROPE_TYPE_NEOX, alibi_slopes, rope_yarn_corr_dims
+from ..native import f32p, i32p, u16p
+from ..threads import C_ERR
+from . import Choice, jit_kernel, selector
+from .elementwise import _row_index, all_f32, rows_contiguous
+from .record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_f32, rec, span
+
+F32, F16, I32 = GGMLType.F32, GGMLType.F16, GGMLType.I32
+_opts = {"inline": "always", "cache": True, "error_model": "numpy"}
+#: float32 index of the first selector float in the AUX words (record.AUX + 8 words in)
+_F0 = 16
+
+
+@jit_kernel
+def k_rms_norm(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    r = rec(node)
+    eps = params_f32(node)[0]
+    d, ne0, ne1, ne2 = r[T_DST], r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
+    nb1, nb2, nb3 = r[T_DST + 6], r[T_DST + 7], r[T_DST + 8]
+    a, na1, na2, na3 = r[T_SRC0], r[T_SRC0 + 6], r[T_SRC0 + 7], r[T_SRC0 + 8]
+    ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
+    for ir in range(ir0, ir1):
+        i1, i2, i3 = _row_index(ir, ne1, ne2)
+        x = numba.carray(f32p(a + i1 * na1 + i2 * na2 + i3 * na3), ne0)
+        y = numba.carray(f32p(d + i1 * nb1 + i2 * nb2 + i3 * nb3), ne0)
+        s = 0.0
+        for i in range(ne0):
+            v = x[i]
+            s += np.float64(v * v)
+        mean = np.float32(s / ne0)
+        scale = np.float32(1.0) / np.float32(math.sqrt(mean + eps))
+        for i in range(ne0):
+            y[i] = x[i] * scale
+
+
+@selector(Op.RMS_NORM)
+def _sel_rms_norm(node: Tensor) -> Choice | None:
+    a = node.src[0]
+    if not all_f32(node, a) or a.ne != node.ne or not rows_contiguous(node, a):
+        return None
+    return Choice(k_rms_norm)
+
+
+# ------------------------------------------------------------------------------------ softmax
+@numba.njit(**_opts)
+def _soft_max(node, ith, nth, mask_f16):  # pragma: no cover - compiled
+    r = rec(node)
+    p = params_f32(node)
+    scale = p[0]
+    d, ne0, ne1, ne2 = r[T_DST], r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
+    nb1, nb2, nb3 = r[T_DST + 6], r[T_DST + 7], r[T_DST + 8]
+    a, na1, na2, na3 = r[T_SRC0], r[T_SRC0 + 6], r[T_SRC0 + 7], r[T_SRC0 + 8]
+    m, nem2, nem3 = r[T_SRC1], r[T_SRC1 + 3], r[T_SRC1 + 4]
+    nm1, nm2, nm3 = r[T_SRC1 + 6], r[T_SRC1 + 7], r[T_SRC1 + 8]
+    slopes = numba.carray(f32p(r[AUX]), max(ne2, 1))
+    tab = numba.carray(f32p(r[AUX + 1]), 65536)
+    w = np.empty(ne0, np.float32)
+    ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
+    for ir in range(ir0, ir1):
+        i1, i2, i3 = _row_index(ir, ne1, ne2)
+        x = numba.carray(f32p(a + i1 * na1 + i2 * na2 + i3 * na3), ne0)
+        y = numba.carray(f32p(d + i1 * nb1 + i2 * nb2 + i3 * nb3), ne0)
+        for i in range(ne0):
+            w[i] = x[i] * scale
+        if m != 0:
+            mp = m + i1 * nm1 + (i2 % nem2) * nm2 + (i3 % nem3) * nm3
+            slope = slopes[i2]
+            if mask_f16:
+                mh = numba.carray(u16p(mp), ne0)
+                for i in range(ne0):
+                    w[i] = w[i] + slope * tab[mh[i]]
+            else:
+                mf = numba.carray(f32p(mp), ne0)
+                for i in range(ne0):
+                    w[i] = w[i] + slope * mf[i]
+        mx = -np.inf
+        for i in range(ne0):
+            mx = max(mx, w[i])
+        s = 0.0
+        for i in range(ne0):
+            e = np.float32(math.exp(w[i] - mx))
+            w[i] = e
+            s += np.float64(e)
+        inv = np.float32(1.0 / s)
+        for i in range(ne0):
+            y[i] = w[i] * inv
+
+
+@jit_kernel
+def k_soft_max(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _soft_max(node, ith, nth, False)
+
+
+@jit_kernel
+def k_soft_max_mf16(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _soft_max(node, ith, nth, True)
+
+
+@selector(Op.SOFT_MAX)
+def _sel_soft_max(node: Tensor) -> Choice | None:
+    from ..actquant import F16_TO_F32
+
+    a, mask, sinks = node.src[0], node.src[1], node.src[2]
+    if sinks is not None or not all_f32(node, a) or a.ne != node.ne or not rows_contiguous(node, a, mask):
+        return None
+    if mask is not None and (mask.type not in (F32, F16) or mask.ne[0] != a.ne[0] or mask.ne[1] < a.ne[1]
+                             or a.ne[2] % mask.ne[2] or a.ne[3] % mask.ne[3]):
+        return None
+    slopes = alibi_slopes(a.ne[2], node.get_op_params_f32(1))
+    kern = k_soft_max_mf16 if mask is not None and mask.type == F16 else k_soft_max
+    return Choice(kern, ints=(slopes.ctypes.data, F16_TO_F32.ctypes.data), notes={"keep": slopes})
+
+
+# --------------------------------------------------------------------------------------- rope
+@numba.njit(**_opts)
+def _rope(node, ith, nth, neox, back):  # pragma: no cover - compiled
+    r = rec(node)
+    pi = numba.carray(i32p(node + 8 * 41), 16)
+    n_dims = pi[1]
+    n_offs = pi[15]
+    f = aux_f32(node)
+    theta_scale, freq_scale, ext_factor, mscale = f[_F0], f[_F0 + 1], f[_F0 + 2], f[_F0 + 3]
+    corr_low, corr_span = f[_F0 + 4], f[_F0 + 5]
+    d, ne0, ne1, ne2 = r[T_DST], r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
+    nb1, nb2, nb3 = r[T_DST + 6], r[T_DST + 7], r[T_DST + 8]
+    a, na1, na2, na3 = r[T_SRC0], r[T_SRC0 + 6], r[T_SRC0 + 7], r[T_SRC0 + 8]
+    pos = numba.carray(i32p(r[T_SRC1]), ne2)
+    ff_addr = r[T_SRC2]
+    half = n_dims // 2
+    cos = np.empty(half, np.float32)
+    sin = np.empty(half, np.float32)
+    cached = -1
+    ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
+    for ir in range(ir0, ir1):
+        i1, i2, i3 = _row_index(ir, ne1, ne2)
+        if i2 != cached:
+            cached = i2
+            theta = np.float32(pos[i2])
+            for i in range(half):
+                ff = f32p(ff_addr)[i] if ff_addr != 0 else np.float32(1.0)
+                extrap = theta / ff
+                interp = freq_scale * extrap
+                if ext_factor != 0:
+                    y = (np.float32(i) - corr_low) / corr_span
+                    ramp = (np.float32(1) - min(np.float32(1), max(np.float32(0), y))) * ext_factor
+                    th = interp * (np.float32(1) - ramp) + extrap * ramp
+                else:
+                    th = interp
+                cos[i] = np.float32(math.cos(th)) * mscale
+                s = np.float32(math.sin(th)) * mscale
+                sin[i] = -s if back else s
+                theta = theta * theta_scale
+        x = numba.carray(f32p(a + i1 * na1 + i2 * na2 + i3 * na3), ne0)
+        out = numba.carray(f32p(d + i1 * nb1 + i2 * nb2 + i3 * nb3), ne0)
+        for i in range(n_offs):
+            out[i] = x[i]
+        for i in range(n_offs + n_dims, ne0):
+            out[i] = x[i]
+        for i in range(half):
+            if neox:
+                j0, j1 = n_offs + i, n_offs + i + half
+            else:
+                j0, j1 = n_offs + 2 * i, n_offs + 2 * i + 1
+            x0, x1 = x[j0], x[j1]
+            out[j0] = x0 * cos[i] - x1 * sin[i]
+            out[j1] = x0 * sin[i] + x1 * cos[i]
+
+
+@jit_kernel
+def k_rope_norm(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _rope(node, ith, nth, False, False)
+
+
+@jit_kernel
+def k_rope_neox(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _rope(node, ith, nth, True, False)
+
+
+@jit_kernel
+def k_rope_norm_back(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _rope(node, ith, nth, False, True)
+
+
+@jit_kernel
+def k_rope_neox_back(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _rope(node, ith, nth, True, True)
+
+
+_ROPE = {(0, False): k_rope_norm, (GGML_ROPE_TYPE_NEOX, False): k_rope_neox,
+         (0, True): k_rope_norm_back, (GGML_ROPE_TYPE_NEOX, True): k_rope_neox_back}
+
+
+@selector(Op.ROPE, Op.ROPE_BACK)
+def _sel_rope(node: Tensor) -> Choice | None:
+    a, pos, ff = node.src[0], node.src[1], node.src[2]
+    p = node.op_params
+    n_dims, mode, n_ctx_orig, n_offs = int(p[1]), int(p[2]), int(p[4]), int(p[15])
+    kern = _ROPE.get((mode, node.op == Op.ROPE_BACK))
+    if kern is None or not all_f32(node, a, ff) or pos.type != I32 or a.ne != node.ne:
+        return None
+    if not rows_contiguous(node, a) or not pos.is_contiguous() or (ff is not None and not ff.is_contiguous()):
+        return None
+    ne0 = a.ne[0]
+    if n_dims <= 0 or n_dims % 2 or n_offs < 0 or n_offs % 2 or n_offs + n_dims > ne0 or pos.ne[0] < a.ne[2]:
+        return None  # the Python kernel names the problem
+    if ff is not None and ff.ne[0] < n_dims // 2:
+        return None
+    freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow = (
+        np.float32(v) for v in node.op_params_f32[5:11])
+    theta_scale = np.float32(np.power(freq_base, np.float32(-2.0) / np.float32(n_dims)))
+    mscale, low, span_ = attn_factor, np.float32(0), np.float32(1)
+    if ext_factor != 0:  # as rope_cache in kernels_nn.py
+        lo, hi = rope_yarn_corr_dims(n_dims, n_ctx_orig, float(freq_base), float(beta_fast), float(beta_slow))
+        low, span_ = np.float32(lo), np.float32(max(0.001, hi - lo))
+        mscale = mscale * (np.float32(1.0) + np.float32(0.1) * np.log(np.float32(1.0) / freq_scale))
+    return Choice(kern, floats=(theta_scale, freq_scale, ext_factor, np.float32(mscale), low, span_))
+
+
+__all__ = ["C_ERR"]

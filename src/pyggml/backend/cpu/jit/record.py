@@ -1,0 +1,68 @@
+"""The node record a compiled kernel reads: ggml's tensor fields flattened into 64 int64 words.
+
+The plan (plan.py) writes one record per node when it is built; the kernel gets the record's
+address and reads the destination's and sources' data addresses, ``ne`` and ``nb`` from it, the
+op_params as ggml stores them (16 int32 that may be read as float32), and up to 15 words the
+op's selector computed in Python (table addresses, YaRN corrections, ...).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ..native import f32p, i32p, i64p
+
+NODE_WORDS = 64
+#: tensor slots: data, ne[0..3], nb[0..3], type
+T_DST = 1
+T_SRC0 = 11
+T_SRC1 = 21
+T_SRC2 = 31
+T_WORDS = 10
+#: op_params: 16 int32 in 8 words
+PARAMS = 41
+#: selector-computed words
+AUX = 49
+AUX_WORDS = NODE_WORDS - AUX
+
+
+@numba.njit(inline="always", cache=True)
+def rec(node):  # pragma: no cover - compiled
+    """The record at address ``node`` as int64[NODE_WORDS]."""
+    return numba.carray(i64p(node), NODE_WORDS)
+
+
+@numba.njit(inline="always", cache=True)
+def params_i32(node):  # pragma: no cover - compiled
+    return numba.carray(i32p(node + 8 * PARAMS), 16)
+
+
+@numba.njit(inline="always", cache=True)
+def params_f32(node):  # pragma: no cover - compiled
+    return numba.carray(f32p(node + 8 * PARAMS), 16)
+
+
+@numba.njit(inline="always", cache=True)
+def aux_f32(node):  # pragma: no cover - compiled
+    """The AUX words as float32[2 * AUX_WORDS] (selectors store float parameters there)."""
+    return numba.carray(f32p(node + 8 * AUX), 2 * AUX_WORDS)
+
+
+@numba.njit(inline="always", cache=True)
+def span(n, ith, nth):  # pragma: no cover - compiled
+    """Thread ith's contiguous share [i0, i1) of n items (ggml's dr = ceil(n/nth) split)."""
+    dr = (n + nth - 1) // nth
+    i0 = min(n, dr * ith)
+    return i0, min(n, i0 + dr)
+
+
+def write_tensor(words: np.ndarray, base: int, t: object | None) -> None:
+    """Fill a tensor slot of a record (all zero when the source is absent)."""
+    if t is None:
+        words[base : base + T_WORDS] = 0
+        return
+    words[base] = t.data
+    words[base + 1 : base + 5] = t.ne
+    words[base + 5 : base + 9] = t.nb
+    words[base + 9] = int(t.type)

@@ -1,0 +1,136 @@
+"""Raw memory, atomics and indirect calls for numba code: what the compiled executor is built from.
+
+ggml-cpu's graph executor is C: every thread walks the node list, calls each op's kernel through a
+pointer with its ``(ith, nth)`` and meets the others at a barrier after each node. pyggml's
+compiled executor does the same inside numba, so a reused graph runs with no Python per node.
+That needs a few things numba does not offer on its own, written here as LLVM intrinsics:
+
+* a tensor's ``data`` (an integer address) as a typed pointer, so a kernel reads any buffer
+  through ``numba.carray(f32p(addr), n)`` without numpy views;
+* sequentially consistent atomics on int64 words (barrier counters, work-chunk counters);
+* the CPU's spin-wait hint and ``sched_yield``, for a barrier that stays polite on a busy machine;
+* a call through a function address (each op kernel is a ``cfunc`` compiled on first use).
+"""
+
+from __future__ import annotations
+
+import platform
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+_I64 = ir.IntType(64)
+_I32 = ir.IntType(32)
+
+
+def _pointer_intrinsic(nbtype: types.Type, lltype: ir.Type, doc: str):
+    def typer(typingctx, addr):
+        if not isinstance(addr, types.Integer):
+            return None
+        sig = types.CPointer(nbtype)(addr)
+
+        def codegen(context, builder, sig, args):
+            v = args[0] if args[0].type.width == 64 else builder.sext(args[0], _I64)
+            return builder.inttoptr(v, lltype.as_pointer())
+
+        return sig, codegen
+
+    typer.__doc__ = doc
+    return intrinsic(typer)
+
+
+f32p = _pointer_intrinsic(types.float32, ir.FloatType(), "address -> float32*")
+f64p = _pointer_intrinsic(types.float64, ir.DoubleType(), "address -> float64*")
+i8p = _pointer_intrinsic(types.int8, ir.IntType(8), "address -> int8*")
+u8p = _pointer_intrinsic(types.uint8, ir.IntType(8), "address -> uint8*")
+u16p = _pointer_intrinsic(types.uint16, ir.IntType(16), "address -> uint16*")
+i32p = _pointer_intrinsic(types.int32, _I32, "address -> int32*")
+u32p = _pointer_intrinsic(types.uint32, _I32, "address -> uint32*")
+i64p = _pointer_intrinsic(types.int64, _I64, "address -> int64*")
+
+
+def _word(builder: ir.IRBuilder, addr: ir.Value) -> ir.Value:
+    return builder.inttoptr(addr, _I64.as_pointer())
+
+
+@intrinsic
+def atomic_add(typingctx, addr, value):
+    """*addr += value atomically (seq_cst); returns the old value."""
+    sig = types.int64(types.int64, types.int64)
+
+    def codegen(context, builder, sig, args):
+        return builder.atomic_rmw("add", _word(builder, args[0]), args[1], "seq_cst")
+
+    return sig, codegen
+
+
+@intrinsic
+def atomic_load(typingctx, addr):
+    """*addr, read atomically (seq_cst)."""
+    sig = types.int64(types.int64)
+
+    def codegen(context, builder, sig, args):
+        return builder.load_atomic(_word(builder, args[0]), "seq_cst", 8)
+
+    return sig, codegen
+
+
+@intrinsic
+def atomic_store(typingctx, addr, value):
+    """*addr = value atomically (seq_cst)."""
+    sig = types.void(types.int64, types.int64)
+
+    def codegen(context, builder, sig, args):
+        builder.store_atomic(args[1], _word(builder, args[0]), "seq_cst", 8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+
+
+@intrinsic
+def cpu_relax(typingctx):
+    """The spin-wait hint (x86 ``pause``); nothing elsewhere."""
+    sig = types.void()
+
+    def codegen(context, builder, sig, args):
+        if _X86:
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                                "llvm.x86.sse2.pause")
+            builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def sched_yield(typingctx):
+    """libc's sched_yield(): let another thread run on this core."""
+    sig = types.int32()
+
+    def codegen(context, builder, sig, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, []), "sched_yield")
+        return builder.call(fn, [])
+
+    return sig, codegen
+
+
+#: the C signature of every compiled op kernel: (node record address, ith, nth, control block address)
+KERNEL_ARGS = 4
+
+
+@intrinsic
+def call_kernel(typingctx, fn, node, ith, nth, ctrl):
+    """Call the kernel at address ``fn`` as ``void fn(int64 node, int64 ith, int64 nth, int64 ctrl)``."""
+    sig = types.void(types.int64, types.int64, types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, sig, args):
+        fnty = ir.FunctionType(ir.VoidType(), [_I64] * KERNEL_ARGS)
+        builder.call(builder.inttoptr(args[0], fnty.as_pointer()), list(args[1:]))
+        return context.get_dummy_value()
+
+    return sig, codegen

@@ -1,0 +1,180 @@
+"""A graph's execution plan for the CPU backend (ggml_graph_plan), resolved once and reused.
+
+Building the plan does every per-node decision in Python once: which kernel computes the node
+(a compiled one from jit/, or the numpy kernel from kernels_*.py), the node's record (data
+addresses, ne, nb, op_params and kernel-specific words), the scratch it needs. Running it is a
+loop over *steps*: runs of compiled nodes go to the thread pool as one command (threads.py: every
+thread walks the run, kernel then barrier, with no Python in between), and each numpy node runs
+on the calling thread between runs.
+
+A plan is kept on its graph and reused while the graph's uid and its tensors' addresses are the
+same (the scheduler gives every new split graph a fresh uid, as ggml's backends expect when they
+cache per graph). Changing a node's op_params in place between computes is not noticed, as in
+ggml's RPC and CUDA graph reuse: build a new graph, or set ``graph.uid = graph_next_uid()``.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import PyGGMLError
+from ...graph import Graph
+from ...ops.enums import EMPTY_OPS
+from ...tensor import Tensor, TensorFlag
+from . import jit
+from .jit.record import AUX, NODE_WORDS, PARAMS, T_DST, T_SRC0, T_SRC1, T_SRC2, write_tensor
+from .registry import Kernel
+from .threads import ThreadPool, available_cores, get_pool, new_ctrl, run_nodes
+
+GGML_STATUS_SUCCESS = 0
+GGML_STATUS_ABORTED = 1
+_SLOTS = (T_SRC0, T_SRC1, T_SRC2)
+
+
+@dataclass
+class _Python:
+    """A node computed by its numpy kernel."""
+
+    node: Tensor
+    fn: Kernel
+
+
+@dataclass
+class _Run:
+    """Compiled nodes [n0, n1) of the plan's tables."""
+
+    n0: int
+    n1: int
+
+
+_data = operator.attrgetter("data")
+
+
+def _fingerprint(graph: Graph) -> tuple:
+    """What a plan baked in and may change without a new uid: the graph's node list and the data
+    addresses of its nodes and leafs (a re-allocation moves them)."""
+    return id(graph.nodes), len(graph.nodes), list(map(_data, graph.nodes)), list(map(_data, graph.leafs))
+
+
+class GraphPlan:
+    """The resolved steps of one graph (see the module docstring)."""
+
+    def __init__(self, graph: Graph, resolve: Callable[[Tensor], Kernel]) -> None:
+        self.uid = graph.uid
+        nodes = [n for n in graph.nodes
+                 if n.flags & TensorFlag.COMPUTE and n.op not in EMPTY_OPS and not n.is_empty()]
+        self.fingerprint = _fingerprint(graph)
+        use_jit = jit.enabled()
+        steps: list[_Python | _Run] = []
+        compiled: list[tuple[Tensor, jit.Choice]] = []
+        for node in nodes:
+            fn = resolve(node)  # checks the op has a kernel and its operands (raises before any compute)
+            choice = jit.select(node) if use_jit else None
+            if choice is None:
+                steps.append(_Python(node, fn))
+                continue
+            if steps and isinstance(steps[-1], _Run):
+                steps[-1].n1 += 1
+            else:
+                steps.append(_Run(len(compiled), len(compiled) + 1))
+            compiled.append((node, choice))
+        self.steps = steps
+        self.nodes = [node for node, _ in compiled]
+        self.keep = [choice.notes for _, choice in compiled if choice.notes]  # arrays records point into
+        self.python_fns = {id(s.node): s.fn for s in steps if isinstance(s, _Python)}
+        n = len(compiled)
+        self.fns = np.zeros(max(n, 1), dtype=np.int64)
+        self.recs = np.zeros((max(n, 1), NODE_WORDS), dtype=np.int64)
+        wsize = 0
+        for i, (node, choice) in enumerate(compiled):
+            self.fns[i] = choice.kernel.address
+            self._write_record(self.recs[i], node, choice)
+            wsize = max(wsize, choice.wsize)
+        self.wdata = np.zeros(max(wsize, 64), dtype=np.uint8)
+        self.n_compiled = n
+
+    @staticmethod
+    def _write_record(words: np.ndarray, node: Tensor, choice: jit.Choice) -> None:
+        words[0] = int(node.op)
+        write_tensor(words, T_DST, node)
+        for slot, src in zip(_SLOTS, node.src[:3], strict=True):
+            write_tensor(words, slot, src)
+        words[PARAMS : PARAMS + 8] = node.op_params.view(np.int64)
+        ints, floats = list(choice.ints), list(choice.floats)
+        if len(ints) > 8 or len(floats) > 14:
+            raise PyGGMLError(f"kernel {choice.kernel.name}: too many record words")
+        words[AUX : AUX + len(ints)] = ints
+        words.view(np.float32)[2 * (AUX + 8) : 2 * (AUX + 8) + len(floats)] = floats
+
+    def matches(self, graph: Graph) -> bool:
+        return graph.uid != 0 and graph.uid == self.uid and _fingerprint(graph) == self.fingerprint
+
+    # ------------------------------------------------------------------ running
+    def compute(self, n_threads: int, abort_callback: Callable[[], bool] | None = None) -> int:
+        """Run the plan on up to ``n_threads`` threads; ggml's status (0 success, 1 aborted)."""
+        nth = max(1, min(n_threads, available_cores()))
+        pool = get_pool()
+        if pool.acquire():
+            try:
+                nth = pool.ensure(nth)
+                return self._compute(pool, nth, n_threads, abort_callback)
+            finally:
+                pool.release()
+        return self._compute(None, 1, n_threads, abort_callback)
+
+    def _compute(self, pool: ThreadPool | None, nth: int, n_threads: int,
+                 abort_callback: Callable[[], bool] | None) -> int:
+        for step in self.steps:
+            if isinstance(step, _Python):
+                step.fn(step.node, n_threads)
+                if abort_callback is not None and abort_callback():
+                    return GGML_STATUS_ABORTED
+                continue
+            if abort_callback is None:
+                self._run(pool, nth, step.n0, step.n1)
+                continue
+            for i in range(step.n0, step.n1):  # ggml asks after every node
+                self._run(pool, nth, i, i + 1)
+                if abort_callback():
+                    return GGML_STATUS_ABORTED
+        return GGML_STATUS_SUCCESS
+
+    def _run(self, pool: ThreadPool | None, nth: int, n0: int, n1: int) -> None:
+        if pool is not None:
+            bad = pool.run_segment(self.fns, self.recs, n0, n1, nth, self.wdata)
+        else:
+            bad = _run_alone(self, n0, n1)
+        if bad >= 0:
+            # a compiled kernel met data it cannot compute (an index out of range...): the numpy
+            # kernel raises the precise error; if it does not, report what the compiled one saw
+            node = self.nodes[bad]
+            from .compute import _resolve
+
+            _resolve(node)(node, n_threads=1)
+            raise PyGGMLError(f"{node.op.name} node {node.name!r}: the compiled kernel rejected its inputs")
+
+
+def _run_alone(plan: GraphPlan, n0: int, n1: int) -> int:
+    """A run on the calling thread only, with a private control block (the pool is busy)."""
+    from .threads import C_FNS, C_N0, C_N1, C_NTH, C_RECS, C_WDATA, C_WSIZE
+
+    ctrl = new_ctrl()
+    ctrl[C_FNS], ctrl[C_RECS] = plan.fns.ctypes.data, plan.recs.ctypes.data
+    ctrl[C_N0], ctrl[C_N1], ctrl[C_NTH] = n0, n1, 1
+    ctrl[C_WDATA], ctrl[C_WSIZE] = plan.wdata.ctypes.data, plan.wdata.nbytes
+    return run_nodes(int(ctrl.ctypes.data), 0)
+
+
+def plan_for(graph: Graph, resolve: Callable[[Tensor], Kernel]) -> GraphPlan:
+    """The graph's cached plan if it still applies, else a new one (kept on the graph)."""
+    plan = getattr(graph, "_cpu_plan", None)
+    if plan is not None and plan.matches(graph):
+        return plan
+    plan = GraphPlan(graph, resolve)
+    if graph.uid != 0:
+        graph._cpu_plan = plan
+    return plan

@@ -1,0 +1,316 @@
+"""ggml-cpu's threading: persistent workers, one barrier per node, work split by ``(ith, nth)``.
+
+ggml runs a graph with a team of threads that all walk the node list; each calls the node's kernel
+with its index ``ith`` of ``nth`` (the kernel takes its share of rows), then all meet at a barrier.
+This module does the same with Python threads that spend their life inside numba code:
+
+* The **control block** is a small int64 array shared by all threads: barrier counters, the
+  work-chunk counter kernels hand out rows with, the current command, and error/abort words.
+  Hot words sit on cache lines of their own.
+* :func:`run_nodes` walks nodes ``[n0, n1)`` of a plan (a table of kernel addresses and node
+  records, see plan.py), calling each kernel and then :func:`barrier`. The caller is thread 0.
+* **Workers** (``nth - 1`` Python threads) sit in :func:`worker_loop`, a compiled spin-wait on the
+  command sequence number, so starting a graph costs a store, not a thread wake-up. After
+  ``IDLE_SPINS`` idle polls a worker goes to sleep on a ``threading.Event`` and is woken by the
+  next command. A worker can also be asked to run a Python callable (``run_python``): the numba
+  kernels and BLAS calls such callables make release the GIL, so both threads compute at once.
+* The barrier spins with the CPU's pause hint, and yields the core (``sched_yield``) once it has
+  waited a while, so an oversubscribed machine (more threads than free cores) still progresses.
+
+There is one pool per process (:func:`get_pool`). A graph computed while another thread holds the
+pool runs on its caller alone (``nth = 1``), as it would have with one thread.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+import numba
+import numpy as np
+
+from .native import atomic_add, atomic_load, atomic_store, call_kernel, cpu_relax, i64p, sched_yield
+
+# ------------------------------------------------------------------------------ control block
+#: int64 word offsets; each line of 8 words (64 bytes) holds one hot word
+C_ARRIVED = 0  # barrier: threads arrived at the current barrier
+C_PASSED = 8  # barrier: generation, bumped by the last thread to arrive
+C_CHUNK = 16  # next work chunk (kernels that hand out chunks dynamically, as ggml's current_chunk)
+C_SEQ = 24  # command sequence number; workers act when it changes
+C_ERR = 32  # a kernel's error code (0: none); C_ERR + 1: the node index that raised it
+C_ABORT = 40  # set by thread 0 to stop the others
+#: the command (written by thread 0 before bumping C_SEQ)
+C_KIND = 48
+C_FNS = 49  # address of the plan's int64[n] kernel addresses
+C_RECS = 50  # address of the plan's node records
+C_N0 = 51
+C_N1 = 52
+C_NTH = 53
+C_WDATA = 54  # address of the shared work buffer (activation quantization etc.)
+C_WSIZE = 55
+#: per-worker words from here on: state and last seen sequence number, one line per worker
+C_WORKERS = 64
+W_STATE = 0
+W_SEEN = 1
+MAX_THREADS = 64
+CTRL_WORDS = C_WORKERS + 8 * MAX_THREADS
+
+#: command kinds
+K_NODES = 1
+K_PYTHON = 2
+K_EXIT = 3
+#: worker states
+S_SPINNING = 0
+S_SLEEPING = 1
+#: worker_loop return codes
+R_IDLE = 0
+R_EXIT = 1
+R_PYTHON = 2
+
+#: idle polls (each a pause, ~10-40 ns) before a worker sleeps: about a millisecond, longer than
+#: the Python work between two decode steps, so back-to-back graphs never wait for a wake-up
+IDLE_SPINS = 1 << 16
+#: barrier polls between two sched_yield calls once the barrier has waited a while
+_YIELD_EVERY = 64
+_SPIN_BEFORE_YIELD = 1 << 12
+#: bytes of one node record (plan.NODE_WORDS int64 words); kept here so run_nodes needs no import
+NODE_BYTES = 64 * 8
+
+
+@numba.njit(nogil=True, cache=True)
+def barrier(ctrl: int, nth: int) -> None:  # pragma: no cover - compiled
+    """Wait until all ``nth`` threads have arrived (ggml_barrier: arrivals counter + generation)."""
+    if nth <= 1:
+        return
+    gen = atomic_load(ctrl + 8 * C_PASSED)
+    if atomic_add(ctrl + 8 * C_ARRIVED, 1) == nth - 1:
+        atomic_store(ctrl + 8 * C_ARRIVED, 0)
+        atomic_add(ctrl + 8 * C_PASSED, 1)
+        return
+    spins = 0
+    while atomic_load(ctrl + 8 * C_PASSED) == gen:
+        cpu_relax()
+        spins += 1
+        if spins >= _SPIN_BEFORE_YIELD and spins % _YIELD_EVERY == 0:
+            sched_yield()
+
+
+@numba.njit(nogil=True, cache=True)
+def run_nodes(ctrl: int, ith: int) -> int:  # pragma: no cover - compiled
+    """Run the current command's nodes as thread ``ith``; returns the failing node's index or -1.
+
+    After each node all threads meet at the barrier; a kernel that met bad data sets C_ERR, and
+    every thread sees it after that barrier and stops (thread 0 records the node).
+    """
+    c = numba.carray(i64p(ctrl), CTRL_WORDS)
+    n0, n1, nth = c[C_N0], c[C_N1], c[C_NTH]
+    fns = numba.carray(i64p(c[C_FNS]), n1)
+    recs = c[C_RECS]
+    for i in range(n0, n1):
+        call_kernel(fns[i], recs + i * NODE_BYTES, ith, nth, ctrl)
+        barrier(ctrl, nth)
+        if atomic_load(ctrl + 8 * C_ERR) != 0:
+            if ith == 0:
+                atomic_store(ctrl + 8 * (C_ERR + 1), i)
+            barrier(ctrl, nth)  # nobody leaves before the index is written
+            return i
+    return -1
+
+
+@numba.njit(nogil=True, cache=True)
+def worker_loop(ctrl: int, ith: int, idle_spins: int) -> int:  # pragma: no cover - compiled
+    """A worker's life between commands: poll C_SEQ, run node commands, hand Python ones back.
+
+    C_SEQ is a sequence lock: odd while thread 0 writes a command, even once it is complete. A
+    worker acts on an even value it has not seen, and only if the value did not move while it read
+    the command (a command this worker takes no part in may be replaced at any moment).
+    """
+    me = ctrl + 8 * (C_WORKERS + 8 * (ith - 1))
+    atomic_store(me + 8 * W_STATE, S_SPINNING)
+    seen = atomic_load(me + 8 * W_SEEN)
+    spins = 0
+    while True:
+        seq = atomic_load(ctrl + 8 * C_SEQ)
+        if seq != seen and seq % 2 == 0:
+            kind = atomic_load(ctrl + 8 * C_KIND)
+            nth = atomic_load(ctrl + 8 * C_NTH)
+            if atomic_load(ctrl + 8 * C_SEQ) != seq:
+                continue
+            seen = seq
+            atomic_store(me + 8 * W_SEEN, seq)
+            spins = 0
+            if kind == K_EXIT:
+                return R_EXIT
+            if ith >= nth:
+                continue
+            if kind == K_PYTHON:
+                return R_PYTHON
+            run_nodes(ctrl, ith)
+            continue
+        cpu_relax()
+        spins += 1
+        if spins >= idle_spins:
+            atomic_store(me + 8 * W_STATE, S_SLEEPING)
+            if atomic_load(ctrl + 8 * C_SEQ) != seen:  # a command raced in: take it
+                atomic_store(me + 8 * W_STATE, S_SPINNING)
+                spins = 0
+                continue
+            return R_IDLE
+
+
+@numba.njit(nogil=True, cache=True)
+def seq_begin(ctrl: int) -> None:  # pragma: no cover - compiled
+    """Thread 0 starts writing a command: C_SEQ becomes odd."""
+    atomic_add(ctrl + 8 * C_SEQ, 1)
+
+
+@numba.njit(nogil=True, cache=True)
+def seq_end(ctrl: int) -> None:  # pragma: no cover - compiled
+    """The command is written: clear the error words, make C_SEQ even (workers may act)."""
+    atomic_store(ctrl + 8 * C_ERR, 0)
+    atomic_store(ctrl + 8 * C_ABORT, 0)
+    atomic_add(ctrl + 8 * C_SEQ, 1)
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def new_ctrl() -> np.ndarray:
+    """A zeroed control block, aligned to a cache line."""
+    raw = np.zeros(CTRL_WORDS + 8, dtype=np.int64)
+    skip = (-raw.ctypes.data % 64) // 8
+    return raw[skip : skip + CTRL_WORDS]
+
+
+class ThreadPool:
+    """Persistent workers that run plan segments (compiled) and Python chunks for one owner at a time."""
+
+    def __init__(self) -> None:
+        self.ctrl = new_ctrl()
+        self.addr = int(self.ctrl.ctypes.data)
+        self._workers: list[threading.Thread] = []
+        self._wake: list[threading.Event] = []
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+        self._depth = 0
+        self._task: Callable[[], None] | None = None
+        self.idle_spins = IDLE_SPINS
+
+    # ------------------------------------------------------------------ ownership
+    def acquire(self) -> bool:
+        """Take the pool for this thread (re-entrant); False when another thread holds it."""
+        me = threading.get_ident()
+        if self._owner == me:
+            self._depth += 1
+            return True
+        if not self._lock.acquire(blocking=False):
+            return False
+        self._owner, self._depth = me, 1
+        return True
+
+    def release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+            self._lock.release()
+
+    def owned(self) -> bool:
+        return self._owner == threading.get_ident()
+
+    # ------------------------------------------------------------------ workers
+    def ensure(self, nth: int) -> int:
+        """Have ``nth - 1`` workers running (capped at MAX_THREADS); returns the usable nth."""
+        nth = max(1, min(nth, MAX_THREADS))
+        while len(self._workers) < nth - 1:
+            w = len(self._workers)
+            self.ctrl[C_WORKERS + 8 * w + W_STATE] = S_SLEEPING  # it starts in wake.wait()
+            self.ctrl[C_WORKERS + 8 * w + W_SEEN] = self.ctrl[C_SEQ]
+            ev = threading.Event()
+            t = threading.Thread(target=self._worker_main, args=(w + 1, ev), name=f"pyggml-cpu-{w + 1}", daemon=True)
+            self._wake.append(ev)
+            self._workers.append(t)
+            t.start()
+        return nth
+
+    def _worker_main(self, ith: int, wake: threading.Event) -> None:
+        while True:
+            wake.wait()
+            wake.clear()
+            while True:
+                rc = worker_loop(self.addr, ith, self.idle_spins)
+                if rc == R_PYTHON:
+                    task = self._task
+                    if task is not None:
+                        task()
+                    continue
+                break
+            if rc == R_EXIT:
+                return
+
+    def _command(self, kind: int, nth: int, fields: dict[int, int]) -> None:
+        """Write a command for threads 1..nth-1 and publish it, waking sleeping workers."""
+        c = self.ctrl
+        seq_begin(self.addr)
+        for word, value in fields.items():
+            c[word] = value
+        c[C_KIND], c[C_NTH] = kind, nth
+        seq_end(self.addr)
+        for w in range(nth - 1):
+            if c[C_WORKERS + 8 * w + W_STATE] == S_SLEEPING:
+                self._wake[w].set()
+
+    def run_segment(self, fns: np.ndarray, recs: np.ndarray, n0: int, n1: int, nth: int,
+                    wdata: np.ndarray) -> int:
+        """Run plan nodes [n0, n1) on nth threads (the caller is thread 0); the failing node or -1."""
+        nth = min(nth, len(self._workers) + 1)
+        self._command(K_NODES, nth, {C_FNS: fns.ctypes.data, C_RECS: recs.ctypes.data, C_N0: n0, C_N1: n1,
+                                     C_WDATA: wdata.ctypes.data, C_WSIZE: wdata.nbytes})
+        return run_nodes(self.addr, 0)
+
+    def run_python(self, task: Callable[[], None], nth: int) -> None:
+        """Run ``task()`` on the caller and on ``nth - 1`` workers at once (the task shares out its
+        own work and must tolerate a worker that joins late or not at all)."""
+        nth = min(nth, len(self._workers) + 1)
+        if nth > 1:
+            self._task = task
+            self._command(K_PYTHON, nth, {})
+        task()
+
+    def shutdown(self) -> None:
+        if self._workers:
+            self._command(K_EXIT, len(self._workers) + 1, {})
+            for ev in self._wake:
+                ev.set()
+            for t in self._workers:
+                t.join(timeout=1.0)
+        self._workers.clear()
+        self._wake.clear()
+
+
+_POOL: ThreadPool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def get_pool() -> ThreadPool:
+    """The process's thread pool (created on first use, recreated in a forked child)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPool()
+        return _POOL
+
+
+def _after_fork() -> None:
+    global _POOL, _POOL_LOCK
+    _POOL = None  # the workers did not survive the fork; a new pool starts its own
+    _POOL_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
