@@ -143,6 +143,31 @@ class GraphPlan:
                     return GGML_STATUS_ABORTED
         return GGML_STATUS_SUCCESS
 
+    def compute_timed(self, n_threads: int) -> list[tuple[Tensor, bool, float]]:
+        """Run the plan one node at a time: (node, compiled?, seconds) per node, for profiles
+        (bench/node_profile.py). Each compiled node then costs a command round-trip more."""
+        import time
+
+        out: list[tuple[Tensor, bool, float]] = []
+        pool = get_pool()
+        if not pool.acquire():
+            raise PyGGMLError("the CPU thread pool is busy")
+        try:
+            nth = pool.ensure(max(1, min(n_threads, available_cores())))
+            for step in self.steps:
+                if isinstance(step, _Python):
+                    t0 = time.perf_counter()
+                    step.fn(step.node, n_threads)
+                    out.append((step.node, False, time.perf_counter() - t0))
+                    continue
+                for i in range(step.n0, step.n1):
+                    t0 = time.perf_counter()
+                    self._run(pool, nth, i, i + 1)
+                    out.append((self.nodes[i], True, time.perf_counter() - t0))
+        finally:
+            pool.release()
+        return out
+
     def _run(self, pool: ThreadPool | None, nth: int, n0: int, n1: int) -> None:
         if pool is not None:
             bad = pool.run_segment(self.fns, self.recs, n0, n1, nth, self.wdata)

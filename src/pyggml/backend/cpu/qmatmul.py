@@ -214,6 +214,84 @@ def _halves(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
     return builder.fadd(lo, hi) if isinstance(v.type.element, ir.FloatType) else builder.add(lo, hi)
 
 
+def _host_has(feature: str) -> bool:
+    """Whether numba compiles for this host CPU and the CPU has ``feature`` (x86 names)."""
+    from llvmlite import binding
+    from numba.core import config
+
+    if config.CPU_NAME not in (None, "host") or config.CPU_FEATURES:
+        return False  # a portable build (NUMBA_CPU_NAME=generic ...): no target-specific intrinsics
+    try:
+        return bool(binding.get_host_cpu_features().get(feature, False))
+    except RuntimeError:
+        return False
+
+
+#: x86 AVX2: the block dots use pmaddubsw/pmaddwd as ggml's AVX2 kernels (u8 x s8 -> i16 pair sums,
+#: then i16 x i16 -> i32), about half the instructions of widening both operands to i16
+_AVX2 = _host_has("avx2")
+#: F16C: fp16 scales widened with vcvtph2ps instead of a table lookup; FMA: fused lane updates as ggml's
+_F16C = _host_has("f16c")
+_FMA = _host_has("fma")
+_I16 = ir.IntType(16)
+
+
+def _fp16_at(builder: ir.IRBuilder, ptr: ir.Value, tbase: ir.Value) -> ir.Value:
+    """The little-endian fp16 at byte pointer ``ptr`` as float32 (exact either way)."""
+    bits = builder.load(builder.bitcast(ptr, _I16.as_pointer()), align=1)
+    if _F16C:
+        return builder.fpext(builder.bitcast(bits, ir.HalfType()), ir.FloatType())
+    return builder.load(builder.gep(tbase, [builder.zext(bits, ir.IntType(64))]))
+
+
+def _lane_fma(builder: ir.IRBuilder, x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value:
+    """acc + x*y on float vectors: one rounding (vfmadd, as ggml's AVX2 kernels) where the CPU has FMA."""
+    if _FMA:
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(x.type, [x.type] * 3),
+                                            f"llvm.fma.v{x.type.count}f32")
+        return builder.call(fn, [x, y, acc])
+    return builder.fadd(acc, builder.fmul(x, y))
+
+
+def _x86(builder: ir.IRBuilder, name: str, ret: ir.Type, *args: ir.Value) -> ir.Value:
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, [a.type for a in args]), name)
+    return builder.call(fn, list(args))
+
+
+def _maddubs(builder: ir.IRBuilder, u: ir.Value, s: ir.Value) -> ir.Value:
+    """<32 x i8> unsigned x <32 x i8> signed -> <16 x i16> sums of adjacent products (no saturation
+    for the codes used here: |pair| <= 2*63*127)."""
+    return _x86(builder, "llvm.x86.avx2.pmadd.ub.sw", _vec(16, _I16), u, s)
+
+
+def _maddwd(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    """<16 x i16> x <16 x i16> -> <8 x i32> sums of adjacent products."""
+    return _x86(builder, "llvm.x86.avx2.pmadd.wd", _vec(8, _I32), a, b)
+
+
+def _i16_lanes(builder: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
+    """<16 x i16> with lane i = values[i * len(values) // 16] (i32 scalars truncated)."""
+    v = ir.Constant(_vec(16, _I16), ir.Undefined)
+    for i in range(16):
+        v = builder.insert_element(v, builder.trunc(values[i * len(values) // 16], _I16), ir.Constant(_I32, i))
+    return v
+
+
+def _signed_lanes8(builder: ir.IRBuilder, codes: ir.Value, a: ir.Value) -> ir.Value:
+    """<32 x i8> signed codes x <32 x i8> signed a -> <8 x i32> lane sums of 4 products each.
+
+    AVX2: ggml's sign trick, maddubs(|codes|, sign(a, codes)) then pmaddwd with ones (lane i sums
+    products 4i..4i+3); elsewhere widen both to i32 (lane i sums products 2i, 2i+1, 2i+16, 2i+17).
+    """
+    if _AVX2:
+        ax = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), codes, codes)
+        sy = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), a, codes)
+        ones = ir.Constant(_vec(16, _I16), [1] * 16)
+        return _maddwd(builder, _maddubs(builder, ax, sy), ones)
+    prod = builder.mul(builder.sext(codes, _vec(32, _I32)), builder.sext(a, _vec(32, _I32)))
+    return _halves(builder, _pairs(builder, prod))
+
+
 def _ptr_at(context, builder, arrty, arr, off):
     ary = context.make_array(arrty)(context, builder, arr)
     return builder.gep(ary.data, [off])
@@ -256,16 +334,13 @@ def _rowdot32(decode, block_bytes: int):
             with cgutils.for_range(builder, nb_v) as loop:
                 b = loop.index
                 blk = builder.gep(wbase, [builder.mul(b, ir.Constant(_I64, block_bytes))])
-                dbits = builder.load(builder.bitcast(blk, ir.IntType(16).as_pointer()), align=1)
-                dw = builder.load(builder.gep(tbase, [builder.zext(dbits, _I64)]))
-                d = builder.fmul(dw, builder.load(builder.gep(dbase, [b])))
+                d = builder.fmul(_fp16_at(builder, blk, tbase), builder.load(builder.gep(dbase, [b])))
                 codes = decode(builder, blk)
                 av = builder.load(builder.bitcast(builder.gep(abase, [builder.mul(b, ir.Constant(_I64, 32))]),
                                                   _vec(32).as_pointer()), align=1)
-                prod = builder.mul(builder.sext(codes, _vec(32, _I32)), builder.sext(av, _vec(32, _I32)))
-                lanes = _halves(builder, _pairs(builder, prod))  # <8 x i32>
-                contrib = builder.fmul(builder.sitofp(lanes, f8), _splat(builder, d, 8))
-                builder.store(builder.fadd(builder.load(acc), contrib), acc)
+                lanes = _signed_lanes8(builder, codes, av)  # <8 x i32>
+                builder.store(_lane_fma(builder, builder.sitofp(lanes, f8), _splat(builder, d, 8), builder.load(acc)),
+                              acc)
             v = builder.load(acc)
             v4 = _halves(builder, v)
             v2 = _halves(builder, v4)
@@ -286,11 +361,18 @@ rowdot_q5_0 = _rowdot32(_decode_q5_0, 22)
 # their sub-block scale as vectors and reduced once per 256 codes instead of once per 32 or 16.
 
 
-def _lanes8(builder: ir.IRBuilder, codes: ir.Value, a: ir.Value) -> ir.Value:
-    """<n x i8> unsigned codes times <n x i8> signed activations, folded to <8 x i32> lane sums."""
+def _scaled_lanes8(builder: ir.IRBuilder, codes: ir.Value, a: ir.Value, scales: list[ir.Value]) -> ir.Value:
+    """<32 x i8> unsigned codes x <32 x i8> signed a, each run of 32/len(scales) codes times its i32
+    scale, as <8 x i32> lanes whose total is the exact scaled dot (the lane split differs by path)."""
+    if _AVX2:
+        return _maddwd(builder, _maddubs(builder, codes, a), _i16_lanes(builder, scales))
     n = codes.type.count
     prod = builder.mul(builder.zext(codes, _vec(n, _I32)), builder.sext(a, _vec(n, _I32)))
-    v = _pairs(builder, prod)
+    per = n // len(scales)
+    sc = ir.Constant(_vec(n, _I32), ir.Undefined)
+    for i in range(n):
+        sc = builder.insert_element(sc, scales[i // per], ir.Constant(_I32, i))
+    v = _pairs(builder, builder.mul(prod, sc))
     while v.type.count > 8:
         v = _halves(builder, v)
     return v
@@ -361,9 +443,9 @@ def _sbdot_k4(five: bool):
                         bit = builder.and_(qh, _consts(32, [1 << (2 * g + half)] * 32))
                         hit = builder.icmp_unsigned("!=", bit, _consts(32, [0] * 32))
                         codes = builder.or_(codes, builder.select(hit, _consts(32, [16] * 32), _consts(32, [0] * 32)))
-                    lanes = _lanes8(builder, codes, _load_at(builder, ab, 64 * g + 32 * half, 32))
                     scale = builder.extract_element(scales, ir.Constant(_I32, 2 * g + half))
-                    acc = builder.add(acc, builder.mul(lanes, _splat(builder, scale, 8)))
+                    a32 = _load_at(builder, ab, 64 * g + 32 * half, 32)
+                    acc = builder.add(acc, _scaled_lanes8(builder, codes, a32, [scale]))
             bsums = builder.load(builder.bitcast(bb, _vec(16, _I32).as_pointer()), align=4)
             summ = _reduce_i32(builder, builder.mul(_pairs(builder, bsums), mins))
             return context.make_tuple(builder, sig.return_type, [_reduce_i32(builder, acc), summ])
@@ -390,17 +472,18 @@ def sbdot_q6_k(typingctx, w, o, a, ao):
         ab = _ptr_at(context, builder, sig.args[2], args[2], args[3])
         acc = ir.Constant(_vec(8, _I32), [0] * 8)
         for hf in range(2):
-            for g in range(2):
-                ql0 = _load_at(builder, wb, 64 * hf + 16 * g, 16)
-                ql1 = _load_at(builder, wb, 64 * hf + 32 + 16 * g, 16)
-                qh = _load_at(builder, wb, 128 + 32 * hf + 16 * g, 16)
-                for k, (ql, shift) in enumerate(((ql0, 0), (ql1, 0), (ql0, 4), (ql1, 4))):
-                    lo = builder.and_(builder.lshr(ql, _consts(16, [shift] * 16)), _consts(16, [15] * 16))
-                    hi = builder.and_(builder.lshr(qh, _consts(16, [2 * k] * 16)), _consts(16, [3] * 16))
-                    codes = builder.or_(lo, builder.shl(hi, _consts(16, [4] * 16)))
-                    lanes = _lanes8(builder, codes, _load_at(builder, ab, 128 * hf + 32 * k + 16 * g, 16))
-                    sc = builder.load(builder.gep(wb, [ir.Constant(_I64, 192 + 8 * hf + 2 * k + g)]))
-                    acc = builder.add(acc, builder.mul(lanes, _splat(builder, builder.sext(sc, _I32), 8)))
+            ql0 = _load_at(builder, wb, 64 * hf, 32)
+            ql1 = _load_at(builder, wb, 64 * hf + 32, 32)
+            qh = _load_at(builder, wb, 128 + 32 * hf, 32)
+            for k, (ql, shift) in enumerate(((ql0, 0), (ql1, 0), (ql0, 4), (ql1, 4))):
+                lo = builder.and_(builder.lshr(ql, _consts(32, [shift] * 32)), _consts(32, [15] * 32))
+                hi = builder.and_(builder.lshr(qh, _consts(32, [2 * k] * 32)), _consts(32, [3] * 32))
+                codes = builder.or_(lo, builder.shl(hi, _consts(32, [4] * 32)))
+                # 32 codes = two sub-blocks of 16, scales 8hf+2k and 8hf+2k+1
+                scales = [builder.sext(builder.load(builder.gep(wb, [ir.Constant(_I64, 192 + 8 * hf + 2 * k + g)])),
+                                       _I32) for g in range(2)]
+                a32 = _load_at(builder, ab, 128 * hf + 32 * k, 32)
+                acc = builder.add(acc, _scaled_lanes8(builder, codes, a32, scales))
         return _reduce_i32(builder, acc)
 
     return sig, codegen

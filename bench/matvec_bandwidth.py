@@ -1,0 +1,111 @@
+"""Decode mat-vec speed per weight type, against this machine's memory read bandwidth.
+
+Token generation reads every weight once per token, so a mat-vec kernel's speed is best told as
+GB/s of weight bytes next to what the memory can deliver. This script measures
+
+* the read bandwidth: a streaming numba int64 reduction over 1 GiB, on 1 and on N threads;
+* per weight type: a MUL_MAT of a (rows x K) weight by one activation row, through the CPU
+  backend's compiled graph plan (the path decode takes: Q8 activation quantization, barrier,
+  chunked integer dot products), on 1 and on N threads, as GB/s of weight bytes and as a
+  fraction of the measured bandwidth.
+
+The default shape (8960 x 1536, 13.8 M weights) is Qwen2.5 1.5B's ffn_up: large enough that the
+weight does not fit in cache, as in a real decode step.
+
+    python bench/matvec_bandwidth.py [-t 2] [--rows 8960 --k 1536] [--types q4_K,q6_K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+
+import numba
+import numpy as np
+
+import pyggml as gg
+from pyggml import quants
+from pyggml.types import GGMLType
+
+DEFAULT_TYPES = "q8_0,q4_0,q5_0,iq4_nl,q4_K,q5_K,q6_K,f16"
+
+
+@numba.njit(nogil=True, cache=True)
+def _stream_sum(a: np.ndarray, i0: int, i1: int) -> int:  # pragma: no cover - compiled
+    s0 = s1 = s2 = s3 = 0
+    for i in range(i0, i1, 4):
+        s0 += a[i]
+        s1 += a[i + 1]
+        s2 += a[i + 2]
+        s3 += a[i + 3]
+    return s0 + s1 + s2 + s3
+
+
+def read_bandwidth(n_threads: int, nbytes: int = 1 << 30, reps: int = 3) -> float:
+    """GB/s of a streaming read of ``nbytes`` split between ``n_threads`` threads (best of reps)."""
+    a = np.ones(nbytes // 8, np.int64)
+    _stream_sum(a, 0, 64)
+    n = a.size
+    best = float("inf")
+    for _ in range(reps):
+        chunk = n // n_threads // 4 * 4
+        ths = [threading.Thread(target=_stream_sum, args=(a, t * chunk, (t + 1) * chunk)) for t in range(n_threads)]
+        t0 = time.perf_counter()
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join()
+        best = min(best, time.perf_counter() - t0)
+    return n_threads * chunk * 8 / best / 1e9
+
+
+#: total weight bytes one timed graph reads: several copies of the weight, well past the L3 cache,
+#: so every product streams from memory as in a real decode step
+STREAM_BYTES = 192 << 20
+
+
+def matvec_gbs(ty: GGMLType, rows: int, k: int, n_threads: int, reps: int) -> float:
+    """GB/s of weight bytes of one-row MUL_MATs through the CPU plan (median of reps)."""
+    rng = np.random.default_rng(0)
+    w_f32 = rng.standard_normal((rows, k)).astype(np.float32)
+    wbytes = w_f32.astype(np.float16).view(np.uint8) if ty == GGMLType.F16 else quants.quantize(w_f32, ty)
+    copies = max(1, -(-STREAM_BYTES // wbytes.nbytes))
+    ctx = gg.init(copies * (wbytes.nbytes + 4 * rows + 1024) + 4 * k + 16 * 1024 * 1024)
+    x = ctx.new_tensor(GGMLType.F32, k, 1)
+    x.set(rng.standard_normal((1, k)).astype(np.float32))
+    gf = gg.new_graph(ctx)
+    for _ in range(copies):
+        w = ctx.new_tensor(ty, k, rows)
+        w.numpy()[...] = wbytes.view(w.numpy().dtype).reshape(w.numpy().shape)
+        gg.build_forward_expand(gf, gg.mul_mat(ctx, w, x))
+    gg.graph_compute_with_ctx(ctx, gf, n_threads)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        gg.graph_compute_with_ctx(ctx, gf, n_threads)
+        times.append(time.perf_counter() - t0)
+    return copies * wbytes.nbytes / float(np.median(times)) / 1e9
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--rows", type=int, default=8960)
+    ap.add_argument("--k", type=int, default=1536)
+    ap.add_argument("--types", default=DEFAULT_TYPES)
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args()
+    bw = {1: read_bandwidth(1), args.threads: read_bandwidth(args.threads)}
+    print(f"memory read bandwidth: {bw[1]:.1f} GB/s on 1 thread, {bw[args.threads]:.1f} GB/s on {args.threads}")
+    print(f"mat-vec {args.rows} x {args.k}, one activation row, GB/s of weight bytes (share of the bandwidth):")
+    print(f"{'type':<8} {'1 thread':>16} {f'{args.threads} threads':>16}")
+    for name in args.types.split(","):
+        ty = GGMLType[name.upper()]
+        g1 = matvec_gbs(ty, args.rows, args.k, 1, args.reps)
+        gn = matvec_gbs(ty, args.rows, args.k, args.threads, args.reps)
+        print(f"{name:<8} {g1:7.1f} ({g1 / bw[1]:5.0%}) {gn:7.1f} ({gn / bw[args.threads]:5.0%})")
+
+
+if __name__ == "__main__":
+    main()

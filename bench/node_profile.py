@@ -1,0 +1,94 @@
+"""Where a decode step's time goes: per-op totals of one reused graph, and the executor's cost per node.
+
+Runs a model's single-token decode graph (after a short prompt) through the CPU backend's plan,
+once node by node with a timer around each (compute_timed), and reports per (op, weight type):
+total ms per token, share, node count, and for MUL_MAT the GB/s of weight bytes read. Then the
+per-node overhead of the executor itself: a whole-graph run (one command, a barrier per node)
+against the sum of the node times, and against a plan of the same node count doing no work.
+
+    python bench/node_profile.py -m model.gguf [-t 2] [--reps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import time
+
+import numpy as np
+
+from pyggml.backend.cpu import jit
+from pyggml.backend.cpu.compute import _resolve
+from pyggml.backend.cpu.plan import GraphPlan, plan_for
+from pyggml.llm.context import ContextParams, LlamaContext
+from pyggml.llm.model import Model
+from pyggml.llm.models import default_model_path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-m", "--model", default=None, help="GGUF model (default: the default model)")
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=20, help="timed decode steps (default 20)")
+    ap.add_argument("--n-past", type=int, default=64, help="tokens in the cache before the profiled steps")
+    args = ap.parse_args()
+    model = Model(args.model or default_model_path(), progress=False)
+    ctx = LlamaContext(model, ContextParams(n_ctx=max(256, 2 * args.n_past), n_threads=args.threads))
+    ctx.decode(list(range(1, args.n_past + 1)))
+    ctx.decode([7])
+    plan = plan_for(ctx.sched.splits[-1].graph, _resolve)
+    timed_mode = {"on": False, "timed": []}
+    real_compute = GraphPlan.compute
+
+    def compute(self: GraphPlan, n_threads: int, abort_callback: object = None) -> int:
+        if timed_mode["on"] and self is plan:
+            timed_mode["timed"] = self.compute_timed(n_threads)
+            return 0
+        return real_compute(self, n_threads, abort_callback)
+
+    GraphPlan.compute = compute  # decode sets the inputs; the plan's run is what we time
+    per: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    count: collections.Counter = collections.Counter()
+    nbytes: dict[tuple[str, str], int] = collections.Counter()
+    python_ops: collections.Counter = collections.Counter()
+    whole = []
+    for rep in range(args.reps):
+        t0 = time.perf_counter()
+        ctx.decode([8 + rep])
+        whole.append(time.perf_counter() - t0)
+        timed_mode["on"] = True
+        ctx.decode([9 + rep])
+        timed_mode["on"] = False
+        timed = timed_mode["timed"]
+        step: dict[tuple[str, str], float] = collections.Counter()
+        for node, compiled, dt in timed:
+            w = node.src[0]
+            key = (node.op.name, w.type.type_name if node.op.name == "MUL_MAT" and w is not None else "")
+            step[key] += dt
+            if rep == 0:
+                count[key] += 1
+                if node.op.name == "MUL_MAT":
+                    nbytes[key] += w.nbytes()
+                if not compiled:
+                    python_ops[node.op.name] += 1
+        for k, v in step.items():
+            per[k].append(v)
+    total = sum(statistics.median(v) for v in per.values())
+    print(f"{len(plan.nodes)} compiled + {sum(python_ops.values())} numpy nodes per step; "
+          f"numpy: {dict(python_ops) or 'none'}")
+    print(f"{'op':<12} {'weight':<7} {'nodes':>5} {'ms/token':>9} {'share':>6} {'GB/s':>6}")
+    for k in sorted(per, key=lambda k: -statistics.median(per[k])):
+        ms = 1e3 * statistics.median(per[k])
+        gbs = f"{nbytes[k] / (ms * 1e6):6.1f}" if nbytes.get(k) else ""
+        print(f"{k[0]:<12} {k[1]:<7} {count[k]:>5} {ms:9.3f} {ms / (1e3 * total):6.1%} {gbs:>6}")
+    w = statistics.median(whole)
+    n = len(plan.nodes) + sum(python_ops.values())
+    print(f"\ndecode step (whole graph as one command, plus the context's Python): {1e3 * w:.3f} ms; "
+          f"node by node: {1e3 * total:.3f} ms for {n} nodes")
+    print(f"compiled kernels: {'on' if jit.enabled() else 'off (PYGGML_JIT=0)'}; threads {args.threads}")
+    np.set_printoptions()
+
+
+if __name__ == "__main__":
+    main()
