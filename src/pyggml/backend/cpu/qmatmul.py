@@ -452,16 +452,18 @@ sbdot_q5_k = _sbdot_k4(True)
 
 
 @intrinsic
-def sbdot_q6_k(typingctx, w, o, a, ao):
-    """sum_{j<16} scale_j * sum over sub-block j of q6u*a for the Q6_K superblock at w[o]: codes
-    unsigned 0..63 (the caller takes off 32*sum scale_j*bsum_j), int8 scales at o+192."""
-    if not (_arr1(w) and _arr1(a)):
+def sbdot_q6_k(typingctx, w, o, a, ao, bs, bso):
+    """sum_{j<16} scale_j * sum over sub-block j of (q-32)*a for the Q6_K superblock at w[o]: the
+    codes are used unsigned (0..63) and the -32 comes off once as 32*sum_j scale_j*bsum_j, from
+    the activation's 16-sums bs[bso:bso+16] (int32), as ggml's AVX2 kernel does. Scales: int8 at o+192."""
+    if not (_arr1(w) and _arr1(a) and isinstance(bs, types.Array) and bs.layout == "C" and bs.dtype == types.int32):
         return None
-    sig = types.int32(w, o, a, ao)
+    sig = types.int32(w, o, a, ao, bs, bso)
 
     def codegen(context, builder, sig, args):
         wb = _ptr_at(context, builder, sig.args[0], args[0], args[1])
         ab = _ptr_at(context, builder, sig.args[2], args[2], args[3])
+        bb = _ptr_at(context, builder, sig.args[4], args[4], args[5])
         acc = ir.Constant(_vec(8, _I32), [0] * 8)
         for hf in range(2):
             ql0 = _load_at(builder, wb, 64 * hf, 32)
@@ -476,7 +478,10 @@ def sbdot_q6_k(typingctx, w, o, a, ao):
                                        _I32) for g in range(2)]
                 a32 = _load_at(builder, ab, 128 * hf + 32 * k, 32)
                 acc = builder.add(acc, _scaled_lanes8(builder, codes, a32, scales))
-        return _reduce_i32(builder, acc)
+        sc16 = builder.sext(_load_at(builder, wb, 192, 16), _vec(16, _I32))
+        bsums = builder.load(builder.bitcast(bb, _vec(16, _I32).as_pointer()), align=4)
+        off = _reduce_i32(builder, builder.mul(sc16, bsums))
+        return builder.sub(_reduce_i32(builder, acc), builder.mul(off, ir.Constant(_I32, 32)))
 
     return sig, codegen
 
@@ -733,21 +738,15 @@ def _mv_q6_k(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover
     """Codes are used unsigned (0..63) and the -32 offset is taken off once via the block sums,
     as ggml's AVX2 kernel does: sum sc*(q-32)*a = sum sc*q*a - 32*sum sc*bsum."""
     n, nb = qa.shape[0], qa.shape[1] // 256
-    acc = np.empty(n, np.float32)
     for r in range(r0, r1):
-        acc[:] = 0
-        for b in range(nb):
-            o = r * rs + 210 * b
-            d = _h(tab, wu, o + 208)
-            for j in range(n):
-                a = qa[j]
-                sumi = sbdot_q6_k(wi, o, a, 256 * b)
-                off = np.int32(0)
-                for k in range(16):
-                    off += np.int32(wi[o + 192 + k]) * bsum[j, 16 * b + k]
-                acc[j] += (d * da[j, b]) * np.float32(sumi - 32 * off)
         for j in range(n):
-            out[j, r] = acc[j]
+            a = qa[j]
+            bs = bsum[j]
+            acc = np.float32(0.0)
+            for b in range(nb):
+                o = r * rs + 210 * b
+                acc += (_h(tab, wu, o + 208) * da[j, b]) * np.float32(sbdot_q6_k(wi, o, a, 256 * b, bs, 16 * b))
+            out[j, r] = acc
 
 
 # --------------------------------------------------------------------------------------------
