@@ -19,8 +19,7 @@ import time
 import numpy as np
 
 from pyggml.backend.cpu import jit
-from pyggml.backend.cpu.compute import _resolve
-from pyggml.backend.cpu.plan import GraphPlan, plan_for
+from pyggml.backend.cpu.plan import GraphPlan
 from pyggml.llm.context import ContextParams, LlamaContext
 from pyggml.llm.model import Model
 from pyggml.llm.models import default_model_path
@@ -32,17 +31,26 @@ def main() -> None:
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=20, help="timed decode steps (default 20)")
     ap.add_argument("--n-past", type=int, default=64, help="tokens in the cache before the profiled steps")
+    ap.add_argument("--prompt", type=int, default=1, help="tokens per profiled step (default 1: decode; "
+                                                           "e.g. 512 profiles a prompt ubatch)")
     args = ap.parse_args()
     model = Model(args.model or default_model_path(), progress=False)
-    ctx = LlamaContext(model, ContextParams(n_ctx=max(256, 2 * args.n_past), n_threads=args.threads))
+    n_ctx = max(256, 2 * args.n_past + (args.reps + 1) * args.prompt * 2)
+    ctx = LlamaContext(model, ContextParams(n_ctx=n_ctx, n_threads=args.threads, n_batch=max(512, args.prompt),
+                                            n_ubatch=max(512, args.prompt)))
     ctx.decode(list(range(1, args.n_past + 1)))
-    ctx.decode([7])
-    plan = plan_for(ctx.sched.splits[-1].graph, _resolve)
+
+    def step(first: int) -> None:
+        if args.prompt > 1:  # a prompt into an empty cache, as llama-bench's pp test
+            ctx.clear()
+        ctx.decode([(first + i) % 1000 + 1 for i in range(args.prompt)])
+
+    step(7)
     timed_mode = {"on": False, "timed": []}
     real_compute = GraphPlan.compute
 
     def compute(self: GraphPlan, n_threads: int, abort_callback: object = None) -> int:
-        if timed_mode["on"] and self is plan:
+        if timed_mode["on"]:
             timed_mode["timed"] = self.compute_timed(n_threads)
             return 0
         return real_compute(self, n_threads, abort_callback)
@@ -55,35 +63,36 @@ def main() -> None:
     whole = []
     for rep in range(args.reps):
         t0 = time.perf_counter()
-        ctx.decode([8 + rep])
+        step(8 + rep)
         whole.append(time.perf_counter() - t0)
         timed_mode["on"] = True
-        ctx.decode([9 + rep])
+        step(9 + rep)
         timed_mode["on"] = False
         timed = timed_mode["timed"]
-        step: dict[tuple[str, str], float] = collections.Counter()
+        spent: dict[tuple[str, str], float] = collections.Counter()
         for node, compiled, dt in timed:
             w = node.src[0]
             key = (node.op.name, w.type.type_name if node.op.name == "MUL_MAT" and w is not None else "")
-            step[key] += dt
+            spent[key] += dt
             if rep == 0:
                 count[key] += 1
                 if node.op.name == "MUL_MAT":
                     nbytes[key] += w.nbytes()
                 if not compiled:
                     python_ops[node.op.name] += 1
-        for k, v in step.items():
+        for k, v in spent.items():
             per[k].append(v)
     total = sum(statistics.median(v) for v in per.values())
-    print(f"{len(plan.nodes)} compiled + {sum(python_ops.values())} numpy nodes per step; "
+    n_compiled = sum(count.values()) - sum(python_ops.values())
+    print(f"{n_compiled} compiled + {sum(python_ops.values())} numpy nodes per step; "
           f"numpy: {dict(python_ops) or 'none'}")
-    print(f"{'op':<12} {'weight':<7} {'nodes':>5} {'ms/token':>9} {'share':>6} {'GB/s':>6}")
+    print(f"{'op':<12} {'weight':<7} {'nodes':>5} {'ms/step':>9} {'share':>6} {'GB/s':>6}")
     for k in sorted(per, key=lambda k: -statistics.median(per[k])):
         ms = 1e3 * statistics.median(per[k])
         gbs = f"{nbytes[k] / (ms * 1e6):6.1f}" if nbytes.get(k) else ""
         print(f"{k[0]:<12} {k[1]:<7} {count[k]:>5} {ms:9.3f} {ms / (1e3 * total):6.1%} {gbs:>6}")
     w = statistics.median(whole)
-    n = len(plan.nodes) + sum(python_ops.values())
+    n = sum(count.values())
     print(f"\ndecode step (whole graph as one command, plus the context's Python): {1e3 * w:.3f} ms; "
           f"node by node: {1e3 * total:.3f} ms for {n} nodes")
     print(f"compiled kernels: {'on' if jit.enabled() else 'off (PYGGML_JIT=0)'}; threads {args.threads}")

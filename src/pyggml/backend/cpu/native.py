@@ -134,3 +134,19 @@ def call_kernel(typingctx, fn, node, ith, nth, ctrl):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def f32_from_bits(typingctx, bits):
+    """The float32 whose bit pattern is the int32 ``bits`` (a register bitcast, so loops stay vectorizable)."""
+    if not isinstance(bits, types.Integer):
+        return None
+    sig = types.float32(bits)
+
+    def codegen(context, builder, sig, args):
+        v = args[0]
+        if v.type.width != 32:
+            v = builder.trunc(v, _I32) if v.type.width > 32 else builder.sext(v, _I32)
+        return builder.bitcast(v, ir.FloatType())
+
+    return sig, codegen

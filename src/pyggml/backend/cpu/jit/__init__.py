@@ -58,7 +58,7 @@ class JitKernel:
                     timer.daemon = True
                     timer.start()
                     try:
-                        self._cfunc = numba.cfunc(KERNEL_SIG, nopython=True, cache=True)(self.fn)
+                        self._cfunc = numba.cfunc(KERNEL_SIG, nopython=True, cache=True, error_model="numpy")(self.fn)
                     finally:
                         timer.cancel()
         return self._cfunc.address

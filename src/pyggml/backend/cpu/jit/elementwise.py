@@ -18,6 +18,7 @@ from ..activations import _GELU_TABLE_F32
 from ..actquant import f16_bits
 from ..native import f32p, u32p
 from . import Choice, jit_kernel, selector
+from .mathf import expf
 from .record import AUX, T_DST, T_SRC0, T_SRC1, aux_f32, params_f32, rec, span
 
 F32 = GGMLType.F32
@@ -153,18 +154,29 @@ _A_RELU, _A_GELU, _A_SILU, _A_TANH = 0, 1, 2, 3
 
 
 @numba.njit(**_opts)
-def _act(kind, v, vbits, table):  # pragma: no cover - compiled
+def _act_row(kind, xv, xb, table, dv):  # pragma: no cover - compiled
+    """dv = act(xv), one loop per activation so each vectorizes (xb: xv's bits, for GELU's table)."""
+    n = xv.size
     if kind == _A_GELU:  # ggml_vec_gelu_f32 with GGML_GELU_FP16
-        if v <= np.float32(-10.0):
-            return np.float32(0.0)
-        if v >= np.float32(10.0):
-            return v
-        return table[f16_bits(vbits)]
-    if kind == _A_SILU:
-        return v / (np.float32(1.0) + np.float32(math.exp(-v)))
-    if kind == _A_TANH:
-        return np.float32(math.tanh(v))
-    return v if v > np.float32(0.0) else np.float32(0.0)
+        for i in range(n):
+            v = xv[i]
+            g = table[f16_bits(xb[i])]
+            if v <= np.float32(-10.0):
+                g = np.float32(0.0)
+            elif v >= np.float32(10.0):
+                g = v
+            dv[i] = g
+    elif kind == _A_SILU:
+        for i in range(n):
+            v = xv[i]
+            dv[i] = v / (np.float32(1.0) + expf(-v))
+    elif kind == _A_TANH:
+        for i in range(n):
+            dv[i] = np.float32(math.tanh(xv[i]))
+    else:
+        for i in range(n):
+            v = xv[i]
+            dv[i] = v if v > np.float32(0.0) else np.float32(0.0)
 
 
 @numba.njit(**_opts)
@@ -183,10 +195,7 @@ def _activation_rows(node, ith, nth, kind, gated):  # pragma: no cover - compile
         dv = numba.carray(f32p(d + i1 * nb1 + i2 * nb2 + i3 * nb3), ne0)
         ap = a + i1 * na1 + i2 * na2 + i3 * na3
         if not gated:
-            xv = numba.carray(f32p(ap), ne0)
-            xb = numba.carray(u32p(ap), ne0)
-            for i in range(ne0):
-                dv[i] = _act(kind, xv[i], xb[i], table)
+            _act_row(kind, numba.carray(f32p(ap), ne0), numba.carray(u32p(ap), ne0), table, dv)
             continue
         if b != 0:
             xp, gp = ap, b + i1 * nb11 + i2 * nb12 + i3 * nb13
@@ -194,11 +203,10 @@ def _activation_rows(node, ith, nth, kind, gated):  # pragma: no cover - compile
             xp, gp = ap + 4 * ne0, ap
         else:
             xp, gp = ap, ap + 4 * ne0
-        xv = numba.carray(f32p(xp), ne0)
-        xb = numba.carray(u32p(xp), ne0)
         gv = numba.carray(f32p(gp), ne0)
+        _act_row(kind, numba.carray(f32p(xp), ne0), numba.carray(u32p(xp), ne0), table, dv)
         for i in range(ne0):
-            dv[i] = _act(kind, xv[i], xb[i], table) * gv[i]
+            dv[i] = dv[i] * gv[i]
 
 
 @jit_kernel
@@ -250,6 +258,8 @@ def _sel_glu(node: Tensor) -> Choice | None:
     want = list(a.ne) if b is not None else [a.ne[0] // 2, *a.ne[1:]]
     if node.ne != want or (b is not None and b.ne != a.ne):
         return None
+    if b is not None and b.data == node.data:
+        return None  # the kernel writes act(x) before multiplying by g: g must not be the destination
     return Choice(k, ints=(_TABLE_ADDR, node.get_op_params_i32(1)))
 
 

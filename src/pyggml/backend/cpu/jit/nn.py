@@ -22,6 +22,7 @@ from ..native import f32p, i32p, u16p
 from ..threads import C_ERR
 from . import Choice, jit_kernel, selector
 from .elementwise import _row_index, all_f32, rows_contiguous
+from .mathf import expf
 from .record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_f32, rec, span
 
 F32, F16, I32 = GGMLType.F32, GGMLType.F16, GGMLType.I32
@@ -61,6 +62,47 @@ def _sel_rms_norm(node: Tensor) -> Choice | None:
 
 
 # ------------------------------------------------------------------------------------ softmax
+#: lanes of the row reductions: element i goes to lane i % _LANES (a vector register's worth);
+#: the sum folds its lanes into a double every _SUM_BLOCK elements, as ggml adds each SIMD chunk's
+#: float sum into a double
+_LANES = 16
+_SUM_BLOCK = 256
+
+
+@numba.njit(**_opts)
+def _row_max(w, lanes):  # pragma: no cover - compiled
+    n = w.size
+    lanes[:] = -np.inf
+    for i0 in range(0, n - n % _LANES, _LANES):
+        for j in range(_LANES):
+            lanes[j] = max(lanes[j], w[i0 + j])
+    m = lanes.max()
+    for i in range(n - n % _LANES, n):
+        m = max(m, w[i])
+    return m
+
+
+@numba.njit(**_opts)
+def _row_sum(w, lanes):  # pragma: no cover - compiled
+    n = w.size
+    s = 0.0
+    for b0 in range(0, n, _SUM_BLOCK):
+        b1 = min(n, b0 + _SUM_BLOCK)
+        lanes[:] = 0
+        for i0 in range(b0, b1 - (b1 - b0) % _LANES, _LANES):
+            for j in range(_LANES):
+                lanes[j] += w[i0 + j]
+        for i in range(b1 - (b1 - b0) % _LANES, b1):
+            lanes[0] += w[i]
+        width = _LANES
+        while width > 1:  # fixed pairwise tree over the lanes
+            width //= 2
+            for j in range(width):
+                lanes[j] += lanes[j + width]
+        s += np.float64(lanes[0])
+    return s
+
+
 @numba.njit(**_opts)
 def _soft_max(node, ith, nth, mask_f16):  # pragma: no cover - compiled
     r = rec(node)
@@ -74,6 +116,7 @@ def _soft_max(node, ith, nth, mask_f16):  # pragma: no cover - compiled
     slopes = numba.carray(f32p(r[AUX]), max(ne2, 1))
     tab = numba.carray(f32p(r[AUX + 1]), 65536)
     w = np.empty(ne0, np.float32)
+    lanes = np.empty(_LANES, np.float32)
     ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
     for ir in range(ir0, ir1):
         i1, i2, i3 = _row_index(ir, ne1, ne2)
@@ -92,15 +135,10 @@ def _soft_max(node, ith, nth, mask_f16):  # pragma: no cover - compiled
                 mf = numba.carray(f32p(mp), ne0)
                 for i in range(ne0):
                     w[i] = w[i] + slope * mf[i]
-        mx = -np.inf
+        mx = _row_max(w, lanes)
         for i in range(ne0):
-            mx = max(mx, w[i])
-        s = 0.0
-        for i in range(ne0):
-            e = np.float32(math.exp(w[i] - mx))
-            w[i] = e
-            s += np.float64(e)
-        inv = np.float32(1.0 / s)
+            w[i] = expf(w[i] - mx)
+        inv = np.float32(1.0 / _row_sum(w, lanes))
         for i in range(ne0):
             y[i] = w[i] * inv
 
