@@ -24,9 +24,9 @@ Why the kernels look the way they do (measured, see bench/bench_matvec.py):
 * Rows are addressed through one flat byte array and a row stride, so strided row views (rows
   of a larger buffer) need no copy.
 * The activations are quantized once per call, not once per weight row chunk.
-* Threads are Python threads running ``nogil`` kernels on rows claimed first come, first served
-  (:func:`parallel_ranges`), not numba's OpenMP prange: on a busy machine an OpenMP region
-  waits for every worker to be scheduled, which cost milliseconds per call.
+* Threads are the CPU backend's persistent workers running ``nogil`` kernels on rows claimed
+  first come, first served (:func:`parallel_ranges`), not numba's OpenMP prange: on a busy
+  machine an OpenMP region waits for every worker to be scheduled, which cost milliseconds per call.
 
 Entry point: :func:`mul_mat_q`.
 """
@@ -34,10 +34,8 @@ Entry point: :func:`mul_mat_q`.
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from llvmlite import ir
@@ -47,6 +45,7 @@ from numba.extending import intrinsic
 
 from ... import quants
 from ...types import GGMLType
+from . import threads
 from .actquant import F16_TO_F32
 
 #: fp16 bit pattern -> float32 (exact, as GGML_FP16_TO_FP32)
@@ -892,59 +891,52 @@ def _flat_rows(w: np.ndarray) -> tuple[np.ndarray, int]:
     return flat, rs
 
 
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 1), thread_name_prefix="qmatmul")
-        return _POOL
-
-
 def parallel_ranges(fn: Callable[[int, int], None], total: int, n_threads: int, n_chunks: int) -> None:
-    """Run fn(i0, i1) over [0, total) cut into n_chunks ranges, on the caller plus n_threads-1 helpers.
+    """Run fn(i0, i1) over [0, total) cut into n_chunks ranges, on the caller and n_threads-1 workers.
 
-    Why not numba's prange (OpenMP): its region cannot end before every worker has woken up and
-    reached the barrier, and on a busy machine a worker waits for a scheduler tick (4 ms here)
-    to run, so a 0.1 ms product took 4-12 ms on 2 threads. Here the chunks are claimed first come,
-    first served and the caller works too: it only ever waits for chunks a helper has actually
-    started, so a late helper costs nothing and the worst case is the single-thread time. The
-    kernels are ``nogil`` numba functions (and BLAS calls), so the threads run at the same time.
+    The workers are the CPU backend's persistent ones (threads.py): the same threads that run the
+    compiled kernels, so a numpy node between two compiled runs never competes with a spinning
+    worker for a core. Chunks are claimed first come, first served and the caller works too: it
+    only ever waits for chunks a worker has actually started, so a late worker costs nothing and
+    the worst case is the single-thread time. ``fn`` should spend its time in ``nogil`` numba
+    kernels or BLAS, so the threads really run at once.
     """
     if n_threads <= 1 or n_chunks <= 1 or total <= 1:
         fn(0, total)
         return
-    n_chunks = min(n_chunks, total)
-    bounds = [total * i // n_chunks for i in range(n_chunks + 1)]
-    cond = threading.Condition()
-    state = {"next": 0, "done": 0}
-    errors: list[BaseException] = []
+    pool = threads.get_pool()
+    if not pool.acquire():  # another thread holds the workers: this product runs alone
+        fn(0, total)
+        return
+    try:
+        nth = pool.ensure(min(n_threads, threads.available_cores()))
+        n_chunks = min(n_chunks, total)
+        bounds = [total * i // n_chunks for i in range(n_chunks + 1)]
+        cond = threading.Condition()
+        state = {"next": 0, "done": 0}
+        errors: list[BaseException] = []
 
-    def work() -> None:
-        while True:
-            with cond:
-                i = state["next"]
-                if i >= n_chunks:
-                    return
-                state["next"] = i + 1
-            try:
-                fn(bounds[i], bounds[i + 1])
-            except BaseException as e:  # re-raised in the caller
-                errors.append(e)
-            with cond:
-                state["done"] += 1
-                cond.notify_all()
+        def work() -> None:
+            while True:
+                with cond:
+                    i = state["next"]
+                    if i >= n_chunks:
+                        return
+                    state["next"] = i + 1
+                try:
+                    fn(bounds[i], bounds[i + 1])
+                except BaseException as e:  # re-raised in the caller
+                    errors.append(e)
+                with cond:
+                    state["done"] += 1
+                    cond.notify_all()
 
-    pool = _pool()
-    for _ in range(min(n_threads, n_chunks) - 1):
-        pool.submit(work)
-    work()
-    with cond:
-        while state["done"] < n_chunks:
-            cond.wait()
+        pool.run_python(work, min(nth, n_chunks))
+        with cond:
+            while state["done"] < n_chunks:
+                cond.wait()
+    finally:
+        pool.release()
     if errors:
         raise errors[0]
 
