@@ -23,13 +23,18 @@ _GELU_QUICK_COEF = np.float32(-1.702)
 _SQRT_2_INV = np.float32(0.70710678118654752440084436210484)
 
 
-@numba.vectorize(["float32(float32)", "float64(float64)"], cache=True)
-def _erf(x):  # pragma: no cover - compiled
+def _erf_scalar(x):  # pragma: no cover - compiled
     return math.erf(x)
 
 
+_erf = None
+
+
 def erf(x: np.ndarray) -> np.ndarray:
-    """erff elementwise (numba ufunc: numpy has no erf)."""
+    """erff elementwise (a numba ufunc, built on first use: numpy has no erf)."""
+    global _erf
+    if _erf is None:
+        _erf = numba.vectorize(["float32(float32)", "float64(float64)"], cache=True)(_erf_scalar)
     return _erf(np.asarray(x, dtype=np.float32))
 
 

@@ -86,6 +86,7 @@ class GraphPlan:
         self.nodes = [node for node, _ in compiled]
         self.keep = [choice.notes for _, choice in compiled if choice.notes]  # arrays records point into
         self.python_fns = {id(s.node): s.fn for s in steps if isinstance(s, _Python)}
+        jit.prepare(choice.kernel for _, choice in compiled)
         n = len(compiled)
         self.fns = np.zeros(max(n, 1), dtype=np.int64)
         self.recs = np.zeros((max(n, 1), NODE_WORDS), dtype=np.int64)

@@ -8,18 +8,20 @@ layouts the compiled kernels do not cover). The numerics are those of the Python
 ``kernels_*.py``, which stay the reference: tests compare the two.
 
 Kernels compile on first use and are cached on disk by numba, so a model only compiles what its
-graphs use. ``PYGGML_JIT=0`` in the environment turns the compiled kernels off.
+graphs use; the kernels a new plan is missing compile side by side in helper processes, one per
+core. ``PYGGML_JIT=0`` in the environment turns the compiled kernels off; ``PYGGML_JIT_PROCESSES=1``
+compiles in this process only.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-import numba
 from numba import types
 
 from ....ops.enums import Op
@@ -29,8 +31,6 @@ from ....tensor import Tensor
 KERNEL_SIG = types.void(types.int64, types.int64, types.int64, types.int64)
 
 _compile_lock = threading.RLock()
-#: seconds a compile may take before the user is told what is happening
-COMPILE_NOTICE_S = 1.0
 _noticed = False
 
 
@@ -42,29 +42,105 @@ def _notice() -> None:
 
 
 class JitKernel:
-    """A kernel function compiled to a cfunc the first time its address is asked for."""
+    """A kernel function compiled to a C callback on first use, through numba's on-disk cache.
+
+    Wraps numba's ``CFunc`` (what ``@cfunc(cache=True)`` builds) so that a cache lookup and a
+    compilation are separate steps: :func:`prepare` looks every kernel a plan needs up first and
+    compiles only the missing ones, several at once in helper processes.
+    """
 
     def __init__(self, fn: Callable[..., None]) -> None:
         self.fn = fn
         self.name = fn.__name__
-        self._cfunc = None
+        self.key = f"{fn.__module__}:{fn.__name__}"
+        self._cf = None
+        self._ready = False
+
+    def _cfunc(self):
+        if self._cf is None:
+            from numba.core import sigutils
+            from numba.core.ccallback import CFunc
+
+            self._cf = CFunc(self.fn, sigutils.normalize_signature(KERNEL_SIG), locals={},
+                             options={"nopython": True, "error_model": "numpy"})
+            self._cf.enable_caching()
+        return self._cf
+
+    def load_cached(self) -> bool:
+        """Load the compiled kernel from numba's disk cache; False when it is not there."""
+        if self._ready:
+            return True
+        with _compile_lock:
+            cf = self._cfunc()
+            try:
+                cres = cf._cache.load_overload(cf._sig, cf._targetdescr.target_context)
+            except Exception:  # an unreadable or foreign cache entry: compile instead
+                return False
+            if cres is None:
+                return False
+            cf._library = cres.library
+            cf._wrapper_name = cres.fndesc.llvm_cfunc_wrapper_name
+            cf._wrapper_address = cf._library.get_pointer_to_function(cf._wrapper_name)
+            self._ready = True
+            return True
+
+    def compile(self) -> None:
+        """Load from the cache, or compile and save to it."""
+        if not self._ready:
+            with _compile_lock:
+                if not self._ready:
+                    self._cfunc().compile()
+                    self._ready = True
 
     @property
     def address(self) -> int:
-        if self._cfunc is None:
-            with _compile_lock:
-                if self._cfunc is None:
-                    timer = threading.Timer(COMPILE_NOTICE_S, _notice)
-                    timer.daemon = True
-                    timer.start()
-                    try:
-                        self._cfunc = numba.cfunc(KERNEL_SIG, nopython=True, cache=True, error_model="numpy")(self.fn)
-                    finally:
-                        timer.cancel()
-        return self._cfunc.address
+        self.compile()
+        return self._cf.address
 
     def __repr__(self) -> str:
-        return f"<JitKernel {self.name}>"
+        return f"<JitKernel {self.key}>"
+
+
+def prepare(kernels: Iterable[JitKernel]) -> None:
+    """Have every kernel compiled: cached ones are loaded, missing ones compiled, on as many
+    processes as there are cores (numba compiles one function at a time per process; a model's
+    first run compiles 10-20 kernels of 0.3-2 s each)."""
+    todo = [k for k in dict.fromkeys(kernels) if not k.load_cached()]
+    if not todo:
+        return
+    _notice()
+    n_proc = min(len(todo), _cores()) - 1
+    if n_proc <= 0 or os.environ.get("PYGGML_JIT_PROCESSES") == "1":
+        for k in todo:
+            k.compile()
+        return
+    groups = [todo[i :: n_proc + 1] for i in range(n_proc + 1)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    helpers = [subprocess.Popen([sys.executable, "-c", f"import {__name__} as j; j._compile_keys()",
+                                 *(k.key for k in g)], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL) for g in groups[1:]]
+    for k in groups[0]:
+        k.compile()
+    for h in helpers:
+        h.wait()
+    for g in groups[1:]:
+        for k in g:
+            k.compile()  # from the cache the helper filled (or here, if the helper failed)
+
+
+def _cores() -> int:
+    from ..threads import available_cores
+
+    return available_cores()
+
+
+def _compile_keys() -> None:
+    """Entry point of a compile helper process: compile the kernels named on the command line."""
+    import importlib
+
+    for key in sys.argv[1:]:
+        module, name = key.split(":")
+        getattr(importlib.import_module(module), name).compile()
 
 
 def jit_kernel(fn: Callable[..., None]) -> JitKernel:
@@ -111,5 +187,5 @@ def select(node: Tensor) -> Choice | None:
 # importing the kernel modules registers their selectors
 from . import elementwise, matmul, nn, rows  # noqa: E402
 
-__all__ = ["SELECTORS", "Choice", "JitKernel", "elementwise", "enabled", "jit_kernel", "matmul", "nn", "rows", "select",
-           "selector"]
+__all__ = ["SELECTORS", "Choice", "JitKernel", "elementwise", "enabled", "jit_kernel", "matmul", "nn", "prepare",
+           "rows", "select", "selector"]

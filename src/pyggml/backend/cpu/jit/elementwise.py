@@ -22,18 +22,26 @@ from .mathf import expf
 from .record import AUX, T_DST, T_SRC0, T_SRC1, aux_f32, params_f32, rec, span
 
 F32 = GGMLType.F32
-_ADD, _SUB, _MUL, _DIV = 0, 1, 2, 3
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
 
 
 @numba.njit(**_opts)
-def _apply(op, a, b):  # pragma: no cover - compiled
-    if op == _ADD:
-        return a + b
-    if op == _SUB:
-        return a - b
-    if op == _MUL:
-        return a * b
+def _add(a, b):  # pragma: no cover - compiled
+    return a + b
+
+
+@numba.njit(**_opts)
+def _sub(a, b):  # pragma: no cover - compiled
+    return a - b
+
+
+@numba.njit(**_opts)
+def _mul(a, b):  # pragma: no cover - compiled
+    return a * b
+
+
+@numba.njit(**_opts)
+def _div(a, b):  # pragma: no cover - compiled
     return a / b
 
 
@@ -64,39 +72,39 @@ def _binary(node, ith, nth, op):  # pragma: no cover - compiled
             bv = numba.carray(f32p(bp), ne10)
             if ne10 == ne0:
                 for i in range(ne0):
-                    dv[i] = _apply(op, av[i], bv[i])
+                    dv[i] = op(av[i], bv[i])
             elif ne10 == 1:
                 s = bv[0]
                 for i in range(ne0):
-                    dv[i] = _apply(op, av[i], s)
+                    dv[i] = op(av[i], s)
             else:
                 for i in range(ne0):
-                    dv[i] = _apply(op, av[i], bv[i % ne10])
+                    dv[i] = op(av[i], bv[i % ne10])
         else:
             for i in range(ne0):
                 x = f32p(ap + i * na0)[0]
                 y = f32p(bp + (i % ne10) * nb10)[0]
-                f32p(dp + i * nb0)[0] = _apply(op, x, y)
+                f32p(dp + i * nb0)[0] = op(x, y)
 
 
 @jit_kernel
 def k_add(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _binary(node, ith, nth, _ADD)
+    _binary(node, ith, nth, _add)
 
 
 @jit_kernel
 def k_sub(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _binary(node, ith, nth, _SUB)
+    _binary(node, ith, nth, _sub)
 
 
 @jit_kernel
 def k_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _binary(node, ith, nth, _MUL)
+    _binary(node, ith, nth, _mul)
 
 
 @jit_kernel
 def k_div(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _binary(node, ith, nth, _DIV)
+    _binary(node, ith, nth, _div)
 
 
 _BINARY = {Op.ADD: k_add, Op.SUB: k_sub, Op.MUL: k_mul, Op.DIV: k_div}
@@ -150,37 +158,45 @@ def _sel_scale(node: Tensor) -> Choice | None:
 
 
 # ------------------------------------------------------------------------------ activations
-_A_RELU, _A_GELU, _A_SILU, _A_TANH = 0, 1, 2, 3
+# One row function per activation, passed to _activation_rows as a function: numba then types and
+# compiles only that activation into each kernel (a constant "kind" switch compiled all of them).
 
 
 @numba.njit(**_opts)
-def _act_row(kind, xv, xb, table, dv):  # pragma: no cover - compiled
-    """dv = act(xv), one loop per activation so each vectorizes (xb: xv's bits, for GELU's table)."""
-    n = xv.size
-    if kind == _A_GELU:  # ggml_vec_gelu_f32 with GGML_GELU_FP16
-        for i in range(n):
-            v = xv[i]
-            g = table[f16_bits(xb[i])]
-            if v <= np.float32(-10.0):
-                g = np.float32(0.0)
-            elif v >= np.float32(10.0):
-                g = v
-            dv[i] = g
-    elif kind == _A_SILU:
-        for i in range(n):
-            v = xv[i]
-            dv[i] = v / (np.float32(1.0) + expf(-v))
-    elif kind == _A_TANH:
-        for i in range(n):
-            dv[i] = np.float32(math.tanh(xv[i]))
-    else:
-        for i in range(n):
-            v = xv[i]
-            dv[i] = v if v > np.float32(0.0) else np.float32(0.0)
+def _gelu_row(xv, xb, table, dv):  # pragma: no cover - compiled
+    """ggml_vec_gelu_f32 with GGML_GELU_FP16: the fp16 table, 0 below -10, x above 10."""
+    for i in range(xv.size):
+        v = xv[i]
+        g = table[f16_bits(xb[i])]
+        if v <= np.float32(-10.0):
+            g = np.float32(0.0)
+        elif v >= np.float32(10.0):
+            g = v
+        dv[i] = g
 
 
 @numba.njit(**_opts)
-def _activation_rows(node, ith, nth, kind, gated):  # pragma: no cover - compiled
+def _silu_row(xv, xb, table, dv):  # pragma: no cover - compiled
+    for i in range(xv.size):
+        v = xv[i]
+        dv[i] = v / (np.float32(1.0) + expf(-v))
+
+
+@numba.njit(**_opts)
+def _tanh_row(xv, xb, table, dv):  # pragma: no cover - compiled
+    for i in range(xv.size):
+        dv[i] = np.float32(math.tanh(xv[i]))
+
+
+@numba.njit(**_opts)
+def _relu_row(xv, xb, table, dv):  # pragma: no cover - compiled
+    for i in range(xv.size):
+        v = xv[i]
+        dv[i] = v if v > np.float32(0.0) else np.float32(0.0)
+
+
+@numba.njit(**_opts)
+def _activation_rows(node, ith, nth, act_row, gated):  # pragma: no cover - compiled
     """dst = act(x) (UNARY) or act(x) * g (GLU: g from src1, or the other half of each src0 row)."""
     r = rec(node)
     table = numba.carray(f32p(r[AUX]), 65536)
@@ -195,7 +211,7 @@ def _activation_rows(node, ith, nth, kind, gated):  # pragma: no cover - compile
         dv = numba.carray(f32p(d + i1 * nb1 + i2 * nb2 + i3 * nb3), ne0)
         ap = a + i1 * na1 + i2 * na2 + i3 * na3
         if not gated:
-            _act_row(kind, numba.carray(f32p(ap), ne0), numba.carray(u32p(ap), ne0), table, dv)
+            act_row(numba.carray(f32p(ap), ne0), numba.carray(u32p(ap), ne0), table, dv)
             continue
         if b != 0:
             xp, gp = ap, b + i1 * nb11 + i2 * nb12 + i3 * nb13
@@ -203,45 +219,45 @@ def _activation_rows(node, ith, nth, kind, gated):  # pragma: no cover - compile
             xp, gp = ap + 4 * ne0, ap
         else:
             xp, gp = ap, ap + 4 * ne0
+        act_row(numba.carray(f32p(xp), ne0), numba.carray(u32p(xp), ne0), table, dv)
         gv = numba.carray(f32p(gp), ne0)
-        _act_row(kind, numba.carray(f32p(xp), ne0), numba.carray(u32p(xp), ne0), table, dv)
         for i in range(ne0):
             dv[i] = dv[i] * gv[i]
 
 
 @jit_kernel
 def k_reglu(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _activation_rows(node, ith, nth, _A_RELU, True)
+    _activation_rows(node, ith, nth, _relu_row, True)
 
 
 @jit_kernel
 def k_geglu(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _activation_rows(node, ith, nth, _A_GELU, True)
+    _activation_rows(node, ith, nth, _gelu_row, True)
 
 
 @jit_kernel
 def k_swiglu(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _activation_rows(node, ith, nth, _A_SILU, True)
+    _activation_rows(node, ith, nth, _silu_row, True)
 
 
 @jit_kernel
 def k_relu(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _activation_rows(node, ith, nth, _A_RELU, False)
+    _activation_rows(node, ith, nth, _relu_row, False)
 
 
 @jit_kernel
 def k_gelu(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _activation_rows(node, ith, nth, _A_GELU, False)
+    _activation_rows(node, ith, nth, _gelu_row, False)
 
 
 @jit_kernel
 def k_silu(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _activation_rows(node, ith, nth, _A_SILU, False)
+    _activation_rows(node, ith, nth, _silu_row, False)
 
 
 @jit_kernel
 def k_tanh(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _activation_rows(node, ith, nth, _A_TANH, False)
+    _activation_rows(node, ith, nth, _tanh_row, False)
 
 
 _GLU = {GluOp.REGLU: k_reglu, GluOp.GEGLU: k_geglu, GluOp.SWIGLU: k_swiglu}

@@ -113,11 +113,27 @@ def _n_chunks(rows, nth):  # pragma: no cover - compiled
 
 
 # ------------------------------------------------------------------------------ quantized
-_QK_Q8_0, _QK_Q8_K = 0, 1
+# The activation quantizer and the row kernel are passed as functions, so each kernel compiles
+# only its own (see elementwise.py).
+
+
+def _rowdot_kernel(kind: int):
+    """qmatmul._mv_rowdot for one of its kinds, with the other _mv_* kernels' signature."""
+
+    @numba.njit(**_opts)
+    def mv(wu, wi, rs, m, qa, da, ex, tab, out, r0, r1):  # pragma: no cover - compiled
+        _mv_rowdot(kind, wu, wi, rs, m, qa, da, ex, tab, out, r0, r1)
+
+    return mv
+
+
+_mv_q8_0 = _rowdot_kernel(0)
+_mv_q4_0 = _rowdot_kernel(1)
+_mv_q5_0 = _rowdot_kernel(2)
 
 
 @numba.njit(**_opts)
-def _matvec_q(node, ith, nth, ctrl, qkind, mv, kind):  # pragma: no cover - compiled
+def _matvec_q(node, ith, nth, ctrl, quantize, bs, es, mv):  # pragma: no cover - compiled
     """dst (n, m) = Q8(src1 rows) . weight rows, n = ne11*ne12*ne13 rows of K."""
     r = rec(node)
     tab = numba.carray(f32p(r[AUX]), 65536)
@@ -125,8 +141,6 @@ def _matvec_q(node, ith, nth, ctrl, qkind, mv, kind):  # pragma: no cover - comp
     x, ne11, ne12 = r[T_SRC1], r[T_SRC1 + 2], r[T_SRC1 + 3]
     nx1, nx2, nx3 = r[T_SRC1 + 6], r[T_SRC1 + 7], r[T_SRC1 + 8]
     n = ne11 * ne12 * r[T_SRC1 + 4]
-    bs = 256 if qkind == _QK_Q8_K else 32
-    es = 16 if qkind == _QK_Q8_K else 32
     base = i64p(ctrl + 8 * C_WDATA)[0]  # the shared work buffer
     qa_at = base
     da_at = qa_at + ((n * k + 63) // 64) * 64
@@ -138,10 +152,7 @@ def _matvec_q(node, ith, nth, ctrl, qkind, mv, kind):  # pragma: no cover - comp
     for j in range(j0, j1):
         i1, i2, i3 = _row_index(j, ne11, ne12)
         xr = numba.carray(f32p(x + i1 * nx1 + i2 * nx2 + i3 * nx3), (1, k))
-        if qkind == _QK_Q8_K:
-            _quantize_q8_k(xr, qa[j : j + 1], da[j : j + 1], ex[j : j + 1])
-        else:
-            _quantize_q8_0(xr, qa[j : j + 1], da[j : j + 1], ex[j : j + 1])
+        quantize(xr, qa[j : j + 1], da[j : j + 1], ex[j : j + 1])
     if ith == 0:
         atomic_store(ctrl + 8 * C_CHUNK, nth)
     barrier(ctrl, nth)
@@ -152,46 +163,43 @@ def _matvec_q(node, ith, nth, ctrl, qkind, mv, kind):  # pragma: no cover - comp
     c = ith
     while c < nchunk:
         r0, r1 = m * c // nchunk, m * (c + 1) // nchunk
-        if kind >= 0:
-            mv(kind, wu, wi, rs, m, qa, da, ex, tab, out, r0, r1)
-        else:
-            mv(wu, wi, rs, m, qa, da, ex, tab, out, r0, r1)
+        mv(wu, wi, rs, m, qa, da, ex, tab, out, r0, r1)
         c = atomic_add(ctrl + 8 * C_CHUNK, 1)
 
 
 @jit_kernel
 def k_mm_q8_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _matvec_q(node, ith, nth, ctrl, _QK_Q8_0, _mv_rowdot, 0)
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _mv_q8_0)
 
 
 @jit_kernel
 def k_mm_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _matvec_q(node, ith, nth, ctrl, _QK_Q8_0, _mv_rowdot, 1)
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _mv_q4_0)
 
 
 @jit_kernel
 def k_mm_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _matvec_q(node, ith, nth, ctrl, _QK_Q8_0, _mv_rowdot, 2)
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _mv_q5_0)
 
 
 @jit_kernel
 def k_mm_iq4_nl(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _matvec_q(node, ith, nth, ctrl, _QK_Q8_0, _mv_iq4_nl, -1)
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _mv_iq4_nl)
 
 
 @jit_kernel
 def k_mm_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _matvec_q(node, ith, nth, ctrl, _QK_Q8_K, _mv_q4_k, -1)
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv_q4_k)
 
 
 @jit_kernel
 def k_mm_q5_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _matvec_q(node, ith, nth, ctrl, _QK_Q8_K, _mv_q5_k, -1)
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv_q5_k)
 
 
 @jit_kernel
 def k_mm_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _matvec_q(node, ith, nth, ctrl, _QK_Q8_K, _mv_q6_k, -1)
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv_q6_k)
 
 
 _MATVEC = {

@@ -76,7 +76,9 @@ def _row_max(w, lanes):  # pragma: no cover - compiled
     for i0 in range(0, n - n % _LANES, _LANES):
         for j in range(_LANES):
             lanes[j] = max(lanes[j], w[i0 + j])
-    m = lanes.max()
+    m = lanes[0]
+    for j in range(1, _LANES):
+        m = max(m, lanes[j])
     for i in range(n - n % _LANES, n):
         m = max(m, w[i])
     return m
@@ -104,7 +106,21 @@ def _row_sum(w, lanes):  # pragma: no cover - compiled
 
 
 @numba.njit(**_opts)
-def _soft_max(node, ith, nth, mask_f16):  # pragma: no cover - compiled
+def _mask_f32(w, mp, slope, tab):  # pragma: no cover - compiled
+    mf = numba.carray(f32p(mp), w.size)
+    for i in range(w.size):
+        w[i] = w[i] + slope * mf[i]
+
+
+@numba.njit(**_opts)
+def _mask_f16(w, mp, slope, tab):  # pragma: no cover - compiled
+    mh = numba.carray(u16p(mp), w.size)
+    for i in range(w.size):
+        w[i] = w[i] + slope * tab[mh[i]]
+
+
+@numba.njit(**_opts)
+def _soft_max(node, ith, nth, add_mask):  # pragma: no cover - compiled
     r = rec(node)
     p = params_f32(node)
     scale = p[0]
@@ -126,15 +142,7 @@ def _soft_max(node, ith, nth, mask_f16):  # pragma: no cover - compiled
             w[i] = x[i] * scale
         if m != 0:
             mp = m + i1 * nm1 + (i2 % nem2) * nm2 + (i3 % nem3) * nm3
-            slope = slopes[i2]
-            if mask_f16:
-                mh = numba.carray(u16p(mp), ne0)
-                for i in range(ne0):
-                    w[i] = w[i] + slope * tab[mh[i]]
-            else:
-                mf = numba.carray(f32p(mp), ne0)
-                for i in range(ne0):
-                    w[i] = w[i] + slope * mf[i]
+            add_mask(w, mp, slopes[i2], tab)
         mx = _row_max(w, lanes)
         for i in range(ne0):
             w[i] = expf(w[i] - mx)
@@ -145,12 +153,12 @@ def _soft_max(node, ith, nth, mask_f16):  # pragma: no cover - compiled
 
 @jit_kernel
 def k_soft_max(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _soft_max(node, ith, nth, False)
+    _soft_max(node, ith, nth, _mask_f32)
 
 
 @jit_kernel
 def k_soft_max_mf16(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _soft_max(node, ith, nth, True)
+    _soft_max(node, ith, nth, _mask_f16)
 
 
 @selector(Op.SOFT_MAX)

@@ -26,12 +26,42 @@ _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
 #: error codes a kernel leaves in the control block
 ERR_INDEX = 1
 
-# source row kinds
-_R_F32, _R_F16, _R_DQ = 0, 1, 2
+# row converters: (source row address, destination row, row bytes, fp16 table)
 
 
 @numba.njit(**_opts)
-def _get_rows(node, ith, nth, ctrl, kind, dq):  # pragma: no cover - compiled
+def _row_f32(src, y, rb, tab):  # pragma: no cover - compiled
+    x = numba.carray(f32p(src), y.size)
+    for i in range(y.size):
+        y[i] = x[i]
+
+
+@numba.njit(**_opts)
+def _row_f16(src, y, rb, tab):  # pragma: no cover - compiled
+    h = numba.carray(u16p(src), y.size)
+    for i in range(y.size):
+        y[i] = tab[h[i]]
+
+
+def _dequantizing(dq):
+    """A row converter running the dequantizer ``dq`` (qmatmul's _dq_*) on one row."""
+
+    @numba.njit(**_opts)
+    def row(src, y, rb, tab):  # pragma: no cover - compiled
+        dq(numba.carray(u8p(src), rb), numba.carray(i8p(src), rb), 0, 0, 1, tab, y.reshape((1, y.size)))
+
+    return row
+
+
+_row_q8_0 = _dequantizing(_dq_q8_0)
+_row_q4_0 = _dequantizing(_dq_q4_0)
+_row_q5_0 = _dequantizing(_dq_q5_0)
+_row_q4_k = _dequantizing(_dq_q4_k)
+_row_q6_k = _dequantizing(_dq_q6_k)
+
+
+@numba.njit(**_opts)
+def _get_rows(node, ith, nth, ctrl, convert):  # pragma: no cover - compiled
     r = rec(node)
     tab = numba.carray(f32p(r[AUX]), 65536)
     d, ne0 = r[T_DST], r[T_DST + 1]
@@ -48,55 +78,43 @@ def _get_rows(node, ith, nth, ctrl, kind, dq):  # pragma: no cover - compiled
         if idx < 0 or idx >= ne01:
             atomic_store(ctrl + 8 * C_ERR, ERR_INDEX)
             return
-        src = a + idx * na1 + i11 * na2 + i12 * na3
-        dst = d + i10 * nb1 + i11 * nb2 + i12 * nb3
-        y = numba.carray(f32p(dst), ne0)
-        if kind == _R_F32:
-            x = numba.carray(f32p(src), ne0)
-            for i in range(ne0):
-                y[i] = x[i]
-        elif kind == _R_F16:
-            h = numba.carray(u16p(src), ne0)
-            for i in range(ne0):
-                y[i] = tab[h[i]]
-        else:
-            dq(numba.carray(u8p(src), row_bytes), numba.carray(i8p(src), row_bytes), 0, 0, 1, tab,
-               numba.carray(f32p(dst), (1, ne0)))
+        convert(a + idx * na1 + i11 * na2 + i12 * na3,
+                numba.carray(f32p(d + i10 * nb1 + i11 * nb2 + i12 * nb3), ne0), row_bytes, tab)
 
 
 @jit_kernel
 def k_get_rows_f32(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _get_rows(node, ith, nth, ctrl, _R_F32, _dq_q8_0)
+    _get_rows(node, ith, nth, ctrl, _row_f32)
 
 
 @jit_kernel
 def k_get_rows_f16(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _get_rows(node, ith, nth, ctrl, _R_F16, _dq_q8_0)
+    _get_rows(node, ith, nth, ctrl, _row_f16)
 
 
 @jit_kernel
 def k_get_rows_q8_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _get_rows(node, ith, nth, ctrl, _R_DQ, _dq_q8_0)
+    _get_rows(node, ith, nth, ctrl, _row_q8_0)
 
 
 @jit_kernel
 def k_get_rows_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _get_rows(node, ith, nth, ctrl, _R_DQ, _dq_q4_0)
+    _get_rows(node, ith, nth, ctrl, _row_q4_0)
 
 
 @jit_kernel
 def k_get_rows_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _get_rows(node, ith, nth, ctrl, _R_DQ, _dq_q5_0)
+    _get_rows(node, ith, nth, ctrl, _row_q5_0)
 
 
 @jit_kernel
 def k_get_rows_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _get_rows(node, ith, nth, ctrl, _R_DQ, _dq_q4_k)
+    _get_rows(node, ith, nth, ctrl, _row_q4_k)
 
 
 @jit_kernel
 def k_get_rows_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _get_rows(node, ith, nth, ctrl, _R_DQ, _dq_q6_k)
+    _get_rows(node, ith, nth, ctrl, _row_q6_k)
 
 
 _GET_ROWS = {
