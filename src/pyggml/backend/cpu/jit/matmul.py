@@ -38,8 +38,8 @@ from ..qmatmul import (
     _quantize_q8_0,
     _quantize_q8_k,
 )
-from ..threads import C_CHUNK, C_WDATA, barrier
-from . import Choice, jit_kernel, selector
+from ..threads import C_CHUNK, C_WDATA, available_cores, barrier
+from . import Choice, gemm, jit_kernel, selector
 from .elementwise import _row_index
 from .record import AUX, T_DST, T_SRC0, T_SRC1, rec, span
 
@@ -213,17 +213,36 @@ def _pad64(n: int) -> int:
     return (n + 63) // 64 * 64
 
 
+@jit_kernel
+def k_gemm_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    gemm.gemm_kquant(node, ith, nth, ctrl, rec(node)[AUX + 1], gemm.SB_BYTES, gemm.repack_q4_k, gemm._q4k_4,
+                     gemm._q4k_1, _mv_q4_k)
+
+
+@jit_kernel
+def k_gemm_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    gemm.gemm_kquant(node, ith, nth, ctrl, rec(node)[AUX + 1], gemm.Q6_BYTES, gemm.repack_q6_k, gemm._q6k_4,
+                     gemm._q6k_1, _mv_q6_k)
+
+
+#: prompt-size products run as integer GEMMs over interleaved 8-row tiles (gemm.py) for these types
+_GEMM = {GGMLType.Q4_K: (k_gemm_q4_k, False), GGMLType.Q6_K: (k_gemm_q6_k, True)}
+
+
 def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
     kern, bs = _MATVEC.get(a.type, (None, 0))
     n = b.ne[1] * b.ne[2] * b.ne[3]
-    if kern is None or n > MATVEC_MAX_COLS.get(a.type, 0) or a.ne[2] != 1 or a.ne[3] != 1:
-        return None
-    if not node.is_contiguous() or a.nb[0] != a.type.type_size:
+    if kern is None or a.ne[2] != 1 or a.ne[3] != 1 or not node.is_contiguous() or a.nb[0] != a.type.type_size:
         return None
     k = a.ne[0]
     es = 16 if bs == 256 else 32
-    wsize = _pad64(n * k) + _pad64(4 * n * (k // bs)) + _pad64(4 * n * (k // es))
-    return Choice(kern, ints=(_TAB,), wsize=wsize)
+    act = _pad64(n * k) + _pad64(4 * n * (k // bs)) + _pad64(4 * n * (k // es))
+    if n <= MATVEC_MAX_COLS.get(a.type, 0):
+        return Choice(kern, ints=(_TAB,), wsize=act)
+    if a.type in _GEMM and gemm.AVAILABLE:
+        kern, q6 = _GEMM[a.type]
+        return Choice(kern, ints=(_TAB, act), wsize=act + available_cores() * gemm.tile_bytes(k, q6))
+    return None
 
 
 # ------------------------------------------------------------------------------ F16 / F32

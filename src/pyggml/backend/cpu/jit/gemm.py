@@ -1,0 +1,318 @@
+"""Prompt-size MUL_MAT with Q4_K weights as integer arithmetic (x86 AVX2), ggml's repack idea per tile.
+
+Why: a prompt multiplies every weight by hundreds of activation rows, so it is compute-bound. The
+numpy kernel dequantizes to float32 and uses BLAS sgemm, which is capped by the float multiply-add
+rate; pmaddubsw multiplies 32 int8 pairs per instruction, twice that rate. ggml's Q4_K prompt
+kernel (repack.cpp, gemm_q4_K_8x8_q8_K) gets there by interleaving 8 weight rows, so that one
+32-byte register holds 4 codes of each of 8 rows and its integer sums land in 8 lanes, one per row:
+no horizontal sums, and the sub-block scales apply per lane through pmaddwd.
+
+Here the interleaving happens per work chunk instead of at load: a thread takes 8 weight rows,
+unpacks them once into an interleaved scratch tile (about 2.5 KB per 256 columns, L1/L2 sized) and
+streams every activation row past it, 4 at a time. The activations are quantized to Q8_K first, as
+for every Q4_K product. Each output is the same integer superblock dots and the same float
+operations, in the same order, as the mat-vec kernel (qmatmul._mv_q4_k): prompt and decode give
+the same bits for a token.
+
+Scratch tile, per superblock (``SB_BYTES``): codes (64 steps of 32 bytes: rows 0..7, 4 codes each),
+sub-block scales (8 x 16 i16, each row's scale in its two lanes), mins (4 x 16 i16, pairs of
+sub-blocks), d and dmin (8 f32 each).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ..native import atomic_add, atomic_store, f32p, i8p, i32p, i64p, u8p
+from ..qmatmul import _AVX2, _h, _maddubs, _maddwd, _quantize_q8_k, _scale_min_k4, _vec
+from ..threads import C_CHUNK, C_WDATA, barrier
+from .elementwise import _row_index
+from .record import AUX, T_DST, T_SRC0, T_SRC1, rec, span
+
+ROWS = 8  # interleaved weight rows per tile
+COLS = 4  # activation rows per micro-kernel call
+SB_CODES = 2048
+SB_SCALES = SB_CODES
+SB_MINS = SB_SCALES + 256
+SB_D = SB_MINS + 128
+SB_DMIN = SB_D + 32
+SB_BYTES = SB_DMIN + 32
+#: Q6_K tile: codes, 16 sub-block scales (16 i16 each), scale pairs for the -32 offset (8 x 16 i16), d
+Q6_SCALES = SB_CODES
+Q6_PAIRS = Q6_SCALES + 512
+Q6_D = Q6_PAIRS + 256
+Q6_BYTES = Q6_D + 32
+_opts = {"cache": True, "error_model": "numpy"}
+
+_I8, _I16, _I32, _I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+_F32 = ir.FloatType()
+
+
+@numba.njit(**_opts)
+def repack_q4_k(wu, row0, rs, nsb, tab, out):  # pragma: no cover - compiled
+    """Interleave weight rows row0..row0+7 (Q4_K, row stride rs bytes) into the scratch tile ``out``."""
+    o16 = out.view(np.int16)
+    of = out.view(np.float32)
+    sc = np.empty(8, np.int32)
+    mn = np.empty(8, np.int32)
+    for r in range(ROWS):
+        for b in range(nsb):
+            o = (row0 + r) * rs + 144 * b
+            base = b * SB_BYTES
+            of[(base + SB_D) // 4 + r] = _h(tab, wu, o)
+            of[(base + SB_DMIN) // 4 + r] = _h(tab, wu, o + 2)
+            _scale_min_k4(wu, o + 4, sc, mn)
+            for s in range(8):
+                o16[(base + SB_SCALES + 32 * s) // 2 + 2 * r] = sc[s]
+                o16[(base + SB_SCALES + 32 * s) // 2 + 2 * r + 1] = sc[s]
+            for j in range(4):
+                o16[(base + SB_MINS + 32 * j) // 2 + 2 * r] = mn[2 * j]
+                o16[(base + SB_MINS + 32 * j) // 2 + 2 * r + 1] = mn[2 * j + 1]
+            for g in range(4):
+                for i in range(32):
+                    v = wu[o + 16 + 32 * g + i]
+                    e = 64 * g + i  # low nibble: element e, high nibble: element e + 32
+                    out[base + (e // 4) * 32 + 4 * r + e % 4] = v & 15
+                    e += 32
+                    out[base + (e // 4) * 32 + 4 * r + e % 4] = v >> 4
+
+
+@numba.njit(**_opts)
+def repack_q6_k(wu, row0, rs, nsb, tab, out):  # pragma: no cover - compiled
+    """Interleave Q6_K weight rows row0..row0+7 into a scratch tile (codes unsigned 0..63)."""
+    o16 = out.view(np.int16)
+    of = out.view(np.float32)
+    wi = wu.view(np.int8)
+    for r in range(ROWS):
+        for b in range(nsb):
+            o = (row0 + r) * rs + 210 * b
+            base = b * Q6_BYTES
+            of[(base + Q6_D) // 4 + r] = _h(tab, wu, o + 208)
+            for j in range(16):
+                sc = wi[o + 192 + j]
+                o16[(base + Q6_SCALES + 32 * j) // 2 + 2 * r] = sc
+                o16[(base + Q6_SCALES + 32 * j) // 2 + 2 * r + 1] = sc
+                o16[(base + Q6_PAIRS + 32 * (j // 2)) // 2 + 2 * r + j % 2] = sc
+            for hf in range(2):
+                for l in range(32):
+                    v0 = np.int32(wu[o + 64 * hf + l])
+                    v1 = np.int32(wu[o + 64 * hf + 32 + l])
+                    h = np.int32(wu[o + 128 + 32 * hf + l])
+                    e0 = 128 * hf + l
+                    for e, q in ((e0, (v0 & 15) | ((h & 3) << 4)), (e0 + 32, (v1 & 15) | (((h >> 2) & 3) << 4)),
+                                 (e0 + 64, (v0 >> 4) | (((h >> 4) & 3) << 4)),
+                                 (e0 + 96, (v1 >> 4) | (((h >> 6) & 3) << 4))):
+                        out[base + (e // 4) * 32 + 4 * r + e % 4] = q
+
+
+def _splat_i32(builder: ir.IRBuilder, v: ir.Value, n: int) -> ir.Value:
+    vec = builder.insert_element(ir.Constant(_vec(n, _I32), ir.Undefined), v, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(vec, ir.Constant(_vec(n, _I32), ir.Undefined), ir.Constant(_vec(n, _I32), [0] * n))
+
+
+def _splat_f32(builder: ir.IRBuilder, v: ir.Value, n: int) -> ir.Value:
+    vec = builder.insert_element(ir.Constant(_vec(n, _F32), ir.Undefined), v, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(vec, ir.Constant(_vec(n, _F32), ir.Undefined), ir.Constant(_vec(n, _I32), [0] * n))
+
+
+def _at(builder: ir.IRBuilder, base: ir.Value, off, ty: ir.Type) -> ir.Value:
+    """Pointer of type ty* at byte base + off (off: int or i64 value)."""
+    if isinstance(off, int):
+        off = ir.Constant(_I64, off)
+    return builder.bitcast(builder.gep(base, [off]), ty.as_pointer())
+
+
+def _bcast_pairs(builder: ir.IRBuilder, v8: ir.Value) -> list[ir.Value]:
+    """<8 x i32> small sums -> 4 x <16 x i16>: pair j = (v[2j], v[2j+1]) repeated over the 8 lanes."""
+    pairs = builder.bitcast(builder.trunc(v8, _vec(8, _I16)), _vec(4, _I32))
+    return [builder.bitcast(_splat_i32(builder, builder.extract_element(pairs, ir.Constant(_I32, j)), 8),
+                            _vec(16, _I16)) for j in range(4)]
+
+
+def _tile_kernel(cols: int, q6: bool):
+    """gemm_tile(tile, nsb, qa, k, da, bs, out, out_stride): ``cols`` activation rows (Q8_K: qa int8 rows of
+    k, da f32 rows of nsb, bs int32 rows of nsb*16, all row-major and addressed from their first row) times
+    the 8 rows of a Q4_K (q6=False) or Q6_K scratch tile; writes out[c][0..8] (f32) at out + c*out_stride.
+
+    Per lane (weight row) the float steps are the mat-vec kernel's: Q4_K acc0 += (d*da)*sumi,
+    acc1 += (dmin*da)*summ, out = acc0 - acc1; Q6_K acc += (d*da)*(sumi - 32*sum sc*bsum)."""
+    sb_bytes = Q6_BYTES if q6 else SB_BYTES
+
+    def typer(typingctx, tile, nsb, qa, k, da, bs, out, out_stride):
+        sig = types.void(types.int64, types.int64, types.int64, types.int64, types.int64, types.int64, types.int64,
+                         types.int64)
+
+        def codegen(context, builder, sig, args):
+            tile_a, nsb_v, qa_a, k_v, da_a, bs_a, out_a, ostride = args
+            i8ptr = _I8.as_pointer()
+            tile_p = builder.inttoptr(tile_a, i8ptr)
+            qa_p = builder.inttoptr(qa_a, i8ptr)
+            da_p = builder.inttoptr(da_a, i8ptr)
+            bs_p = builder.inttoptr(bs_a, i8ptr)
+            f8 = _vec(8, _F32)
+            zero_f = ir.Constant(f8, [0.0] * 8)
+            zero_i = ir.Constant(_vec(8, _I32), [0] * 8)
+            acc0 = [cgutils.alloca_once_value(builder, zero_f) for _ in range(cols)]
+            acc1 = [cgutils.alloca_once_value(builder, zero_f) for _ in range(cols)]
+            with cgutils.for_range(builder, nsb_v) as loop:
+                b = loop.index
+                tb = builder.gep(tile_p, [builder.mul(b, ir.Constant(_I64, sb_bytes))])
+                arow = [builder.gep(qa_p, [builder.add(builder.mul(ir.Constant(_I64, c), k_v),
+                                                       builder.mul(b, ir.Constant(_I64, 256)))]) for c in range(cols)]
+                acc32 = [zero_i] * cols
+                # Q4_K: sub-blocks of 32 (8 steps), i16 sums of 8 steps fit (8*2*15*127 < 2^15);
+                # Q6_K: sub-blocks of 16 (4 steps), i16 sums of 2 steps (2*2*63*127 < 2^15)
+                n_sub, per, group = (16, 4, 2) if q6 else (8, 8, 8)
+                for s in range(n_sub):
+                    sc = builder.load(_at(builder, tb, (Q6_SCALES if q6 else SB_SCALES) + 32 * s, _vec(16, _I16)),
+                                      align=1)
+                    for g0 in range(0, per, group):
+                        acc16 = [ir.Constant(_vec(16, _I16), [0] * 16) for _ in range(cols)]
+                        for t in range(g0, g0 + group):
+                            step = per * s + t
+                            w = builder.load(_at(builder, tb, 32 * step, _vec(32, _I8)), align=1)
+                            for c in range(cols):
+                                a4 = builder.load(_at(builder, arow[c], 4 * step, _I32), align=1)
+                                av = builder.bitcast(_splat_i32(builder, a4, 8), _vec(32, _I8))
+                                acc16[c] = builder.add(acc16[c], _maddubs(builder, w, av))
+                        for c in range(cols):
+                            acc32[c] = builder.add(acc32[c], _maddwd(builder, acc16[c], sc))
+                d = builder.load(_at(builder, tb, Q6_D if q6 else SB_D, f8), align=4)
+                if q6:
+                    pairs_sc = [builder.load(_at(builder, tb, Q6_PAIRS + 32 * j, _vec(16, _I16)), align=1)
+                                for j in range(8)]
+                else:
+                    dmin = builder.load(_at(builder, tb, SB_DMIN, f8), align=4)
+                    mins = [builder.load(_at(builder, tb, SB_MINS + 32 * j, _vec(16, _I16)), align=1)
+                            for j in range(4)]
+                nsb16 = builder.mul(nsb_v, ir.Constant(_I64, 16))
+                for c in range(cols):
+                    brow = builder.add(builder.mul(ir.Constant(_I64, c), nsb16), builder.mul(b, ir.Constant(_I64, 16)))
+                    b16 = builder.load(_at(builder, bs_p, builder.mul(brow, ir.Constant(_I64, 4)), _vec(16, _I32)),
+                                       align=4)
+                    ev = builder.shuffle_vector(b16, ir.Constant(b16.type, ir.Undefined),
+                                                ir.Constant(_vec(8, _I32), list(range(0, 16, 2))))
+                    od = builder.shuffle_vector(b16, ir.Constant(b16.type, ir.Undefined),
+                                                ir.Constant(_vec(8, _I32), list(range(1, 16, 2))))
+                    dap = builder.add(builder.mul(ir.Constant(_I64, c), nsb_v), b)
+                    da = _splat_f32(builder, builder.load(_at(builder, da_p, builder.mul(dap, ir.Constant(_I64, 4)),
+                                                              _F32)), 8)
+                    if q6:  # sum_j sc_j * bsum16_j over the 16 sub-blocks, as 8 pairs
+                        off = zero_i
+                        lo = _bcast_pairs(builder, builder.shuffle_vector(
+                            b16, ir.Constant(b16.type, ir.Undefined), ir.Constant(_vec(8, _I32), list(range(8)))))
+                        hi = _bcast_pairs(builder, builder.shuffle_vector(
+                            b16, ir.Constant(b16.type, ir.Undefined), ir.Constant(_vec(8, _I32), list(range(8, 16)))))
+                        for j, bj in enumerate(lo + hi):
+                            off = builder.add(off, _maddwd(builder, pairs_sc[j], bj))
+                        sumi = builder.sub(acc32[c], builder.shl(off, ir.Constant(_vec(8, _I32), [5] * 8)))
+                        t0 = builder.fmul(builder.fmul(d, da), builder.sitofp(sumi, f8))
+                        builder.store(builder.fadd(builder.load(acc0[c]), t0), acc0[c])
+                        continue
+                    summ = zero_i
+                    for j, bj in enumerate(_bcast_pairs(builder, builder.add(ev, od))):
+                        summ = builder.add(summ, _maddwd(builder, mins[j], bj))
+                    t0 = builder.fmul(builder.fmul(d, da), builder.sitofp(acc32[c], f8))
+                    t1 = builder.fmul(builder.fmul(dmin, da), builder.sitofp(summ, f8))
+                    builder.store(builder.fadd(builder.load(acc0[c]), t0), acc0[c])
+                    builder.store(builder.fadd(builder.load(acc1[c]), t1), acc1[c])
+            out_p = builder.inttoptr(out_a, i8ptr)
+            for c in range(cols):
+                res = builder.load(acc0[c]) if q6 else builder.fsub(builder.load(acc0[c]), builder.load(acc1[c]))
+                builder.store(res, _at(builder, out_p, builder.mul(ir.Constant(_I64, c), ostride), f8), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return intrinsic(typer)
+
+
+q4k_tile_4 = _tile_kernel(COLS, False)
+q4k_tile_1 = _tile_kernel(1, False)
+q6k_tile_4 = _tile_kernel(COLS, True)
+q6k_tile_1 = _tile_kernel(1, True)
+
+
+@numba.njit(inline="always", **_opts)
+def _q4k_4(tile, nsb, qa, k, da, bs, out, stride):  # pragma: no cover - compiled
+    q4k_tile_4(tile, nsb, qa, k, da, bs, out, stride)
+
+
+@numba.njit(inline="always", **_opts)
+def _q4k_1(tile, nsb, qa, k, da, bs, out, stride):  # pragma: no cover - compiled
+    q4k_tile_1(tile, nsb, qa, k, da, bs, out, stride)
+
+
+@numba.njit(inline="always", **_opts)
+def _q6k_4(tile, nsb, qa, k, da, bs, out, stride):  # pragma: no cover - compiled
+    q6k_tile_4(tile, nsb, qa, k, da, bs, out, stride)
+
+
+@numba.njit(inline="always", **_opts)
+def _q6k_1(tile, nsb, qa, k, da, bs, out, stride):  # pragma: no cover - compiled
+    q6k_tile_1(tile, nsb, qa, k, da, bs, out, stride)
+
+
+def tile_bytes(k: int, q6: bool) -> int:
+    """Bytes of one thread's scratch tile for rows of k values (64-aligned)."""
+    return (k // 256 * (Q6_BYTES if q6 else SB_BYTES) + 63) // 64 * 64
+
+
+@numba.njit(inline="always", **_opts)
+def gemm_kquant(node, ith, nth, ctrl, tile_at, sb_bytes, repack, tile4, tile1, mv):  # pragma: no cover - compiled
+    """MUL_MAT of a Q4_K/Q6_K weight by many F32 rows (src1 rows of n = ne11*ne12*ne13, contiguous dst):
+    Q8_K activations into the work buffer, barrier, then 8-row tiles claimed from the chunk counter."""
+    r = rec(node)
+    tab = numba.carray(f32p(r[AUX]), 65536)
+    w, k, m, rs = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 6]
+    x, ne11, ne12 = r[T_SRC1], r[T_SRC1 + 2], r[T_SRC1 + 3]
+    nx1, nx2, nx3 = r[T_SRC1 + 6], r[T_SRC1 + 7], r[T_SRC1 + 8]
+    n = ne11 * ne12 * r[T_SRC1 + 4]
+    nsb = k // 256
+    base = i64p(ctrl + 8 * C_WDATA)[0]
+    qa_at = base
+    da_at = qa_at + ((n * k + 63) // 64) * 64
+    bs_at = da_at + ((4 * n * nsb + 63) // 64) * 64
+    qa = numba.carray(i8p(qa_at), (n, k))
+    da = numba.carray(f32p(da_at), (n, nsb))
+    bs = numba.carray(i32p(bs_at), (n, nsb * 16))
+    j0, j1 = span(n, ith, nth)
+    for j in range(j0, j1):
+        i1, i2, i3 = _row_index(j, ne11, ne12)
+        xr = numba.carray(f32p(x + i1 * nx1 + i2 * nx2 + i3 * nx3), (1, k))
+        _quantize_q8_k(xr, qa[j : j + 1], da[j : j + 1], bs[j : j + 1])
+    if ith == 0:
+        atomic_store(ctrl + 8 * C_CHUNK, nth)
+    barrier(ctrl, nth)
+    wu = numba.carray(u8p(w), m * rs)
+    d = r[T_DST]
+    out_stride = 4 * m
+    ta = base + tile_at + ith * ((nsb * sb_bytes + 63) // 64) * 64
+    tile = numba.carray(u8p(ta), nsb * sb_bytes)
+    n_tiles = m // ROWS
+    c = ith
+    while c < n_tiles:
+        row0 = c * ROWS
+        repack(wu, row0, rs, nsb, tab, tile)
+        j = 0
+        while j + COLS <= n:
+            tile4(ta, nsb, qa_at + j * k, k, da_at + 4 * j * nsb, bs_at + 64 * j * nsb, d + 4 * (j * m + row0),
+                  out_stride)
+            j += COLS
+        while j < n:
+            tile1(ta, nsb, qa_at + j * k, k, da_at + 4 * j * nsb, bs_at + 64 * j * nsb, d + 4 * (j * m + row0),
+                  out_stride)
+            j += 1
+        c = atomic_add(ctrl + 8 * C_CHUNK, 1)
+    if ith == 0 and m % ROWS:  # rows past the last whole tile: the mat-vec kernel
+        wi = numba.carray(i8p(w), m * rs)
+        out = numba.carray(f32p(d), (n, m))
+        mv(wu, wi, rs, m, qa, da, bs, tab, out, m - m % ROWS, m)
+
+
+AVAILABLE = _AVX2
