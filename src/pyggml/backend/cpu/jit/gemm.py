@@ -29,7 +29,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..native import atomic_add, atomic_store, f32p, i8p, i32p, i64p, u8p
-from ..qmatmul import _AVX2, _h, _maddubs, _maddwd, _quantize_q8_k, _scale_min_k4, _vec
+from ..qmatmul import _AVX2, _h, _maddubs, _maddwd, _scale_min_k4, _vec
 from ..threads import C_CHUNK, C_WDATA, barrier
 from .elementwise import _row_index
 from .record import AUX, T_DST, T_SRC0, T_SRC1, rec, span
@@ -258,61 +258,182 @@ def _q6k_1(tile, nsb, qa, k, da, bs, out, stride):  # pragma: no cover - compile
     q6k_tile_1(tile, nsb, qa, k, da, bs, out, stride)
 
 
-def tile_bytes(k: int, q6: bool) -> int:
+def tile_bytes(k: int, blk_len: int, blk_bytes: int) -> int:
     """Bytes of one thread's scratch tile for rows of k values (64-aligned)."""
-    return (k // 256 * (Q6_BYTES if q6 else SB_BYTES) + 63) // 64 * 64
+    return (k // blk_len * blk_bytes + 63) // 64 * 64
 
 
 @numba.njit(inline="always", **_opts)
-def gemm_kquant(node, ith, nth, ctrl, tile_at, sb_bytes, repack, tile4, tile1, mv):  # pragma: no cover - compiled
-    """MUL_MAT of a Q4_K/Q6_K weight by many F32 rows (src1 rows of n = ne11*ne12*ne13, contiguous dst):
-    Q8_K activations into the work buffer, barrier, then 8-row tiles claimed from the chunk counter."""
+def gemm_tiles(node, ith, nth, ctrl, tile_at, blk_len, blk_bytes, es, quantize, repack, tile4, tile1,
+               mv):  # pragma: no cover - compiled
+    """MUL_MAT of a quantized weight by many F32 rows (src1 rows of n = ne11*ne12*ne13, contiguous dst).
+
+    Activations are quantized into the work buffer (Q8_K: blk_len 256, block sums every es=16; Q8_0: 32
+    and 32), the threads meet at a barrier, then take 8-row weight tiles from the chunk counter, each
+    repacked into the thread's scratch and run against all activation rows, 4 at a time."""
     r = rec(node)
     tab = numba.carray(f32p(r[AUX]), 65536)
     w, k, m, rs = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 6]
     x, ne11, ne12 = r[T_SRC1], r[T_SRC1 + 2], r[T_SRC1 + 3]
     nx1, nx2, nx3 = r[T_SRC1 + 6], r[T_SRC1 + 7], r[T_SRC1 + 8]
     n = ne11 * ne12 * r[T_SRC1 + 4]
-    nsb = k // 256
+    nblk = k // blk_len
     base = i64p(ctrl + 8 * C_WDATA)[0]
     qa_at = base
     da_at = qa_at + ((n * k + 63) // 64) * 64
-    bs_at = da_at + ((4 * n * nsb + 63) // 64) * 64
+    ex_at = da_at + ((4 * n * nblk + 63) // 64) * 64
     qa = numba.carray(i8p(qa_at), (n, k))
-    da = numba.carray(f32p(da_at), (n, nsb))
-    bs = numba.carray(i32p(bs_at), (n, nsb * 16))
+    da = numba.carray(f32p(da_at), (n, nblk))
+    ex = numba.carray(i32p(ex_at), (n, k // es))
     j0, j1 = span(n, ith, nth)
     for j in range(j0, j1):
         i1, i2, i3 = _row_index(j, ne11, ne12)
         xr = numba.carray(f32p(x + i1 * nx1 + i2 * nx2 + i3 * nx3), (1, k))
-        _quantize_q8_k(xr, qa[j : j + 1], da[j : j + 1], bs[j : j + 1])
+        quantize(xr, qa[j : j + 1], da[j : j + 1], ex[j : j + 1])
     if ith == 0:
         atomic_store(ctrl + 8 * C_CHUNK, nth)
     barrier(ctrl, nth)
     wu = numba.carray(u8p(w), m * rs)
     d = r[T_DST]
     out_stride = 4 * m
-    ta = base + tile_at + ith * ((nsb * sb_bytes + 63) // 64) * 64
-    tile = numba.carray(u8p(ta), nsb * sb_bytes)
+    ta = base + tile_at + ith * ((nblk * blk_bytes + 63) // 64) * 64
+    tile = numba.carray(u8p(ta), nblk * blk_bytes)
     n_tiles = m // ROWS
+    da_row, ex_row = 4 * nblk, 4 * (k // es)
     c = ith
     while c < n_tiles:
         row0 = c * ROWS
-        repack(wu, row0, rs, nsb, tab, tile)
+        repack(wu, row0, rs, nblk, tab, tile)
         j = 0
         while j + COLS <= n:
-            tile4(ta, nsb, qa_at + j * k, k, da_at + 4 * j * nsb, bs_at + 64 * j * nsb, d + 4 * (j * m + row0),
+            tile4(ta, nblk, qa_at + j * k, k, da_at + j * da_row, ex_at + j * ex_row, d + 4 * (j * m + row0),
                   out_stride)
             j += COLS
         while j < n:
-            tile1(ta, nsb, qa_at + j * k, k, da_at + 4 * j * nsb, bs_at + 64 * j * nsb, d + 4 * (j * m + row0),
+            tile1(ta, nblk, qa_at + j * k, k, da_at + j * da_row, ex_at + j * ex_row, d + 4 * (j * m + row0),
                   out_stride)
             j += 1
         c = atomic_add(ctrl + 8 * C_CHUNK, 1)
     if ith == 0 and m % ROWS:  # rows past the last whole tile: the mat-vec kernel
         wi = numba.carray(i8p(w), m * rs)
         out = numba.carray(f32p(d), (n, m))
-        mv(wu, wi, rs, m, qa, da, bs, tab, out, m - m % ROWS, m)
+        mv(wu, wi, rs, m, qa, da, ex, tab, out, m - m % ROWS, m)
+
+
+# --------------------------------------------------------------------------------- Q4_0 / Q5_0
+# 32-value blocks with an fp16 scale each, against Q8_0 activations. Codes are kept unsigned (Q4_0:
+# 0..15, Q5_0: 0..31) and the offset (8 or 16) comes off each block through the activation's block
+# sum: sum (q - off) a = sum q a - off * sum a. Per lane (weight row): acc += (d_w*d_a) * float(sumi),
+# block after block, as ggml's generic vec_dot.
+Q0_CODES = 256
+Q0_BLOCK = Q0_CODES + 32  # codes, then d (8 f32)
+
+
+@numba.njit(**_opts)
+def repack_q4_0(wu, row0, rs, nblk, tab, out):  # pragma: no cover - compiled
+    of = out.view(np.float32)
+    for r in range(ROWS):
+        for b in range(nblk):
+            o = (row0 + r) * rs + 18 * b
+            base = b * Q0_BLOCK
+            of[(base + Q0_CODES) // 4 + r] = _h(tab, wu, o)
+            for i in range(16):
+                v = wu[o + 2 + i]
+                out[base + (i // 4) * 32 + 4 * r + i % 4] = v & 15
+                out[base + ((i + 16) // 4) * 32 + 4 * r + i % 4] = v >> 4
+
+
+@numba.njit(**_opts)
+def repack_q5_0(wu, row0, rs, nblk, tab, out):  # pragma: no cover - compiled
+    of = out.view(np.float32)
+    for r in range(ROWS):
+        for b in range(nblk):
+            o = (row0 + r) * rs + 22 * b
+            base = b * Q0_BLOCK
+            of[(base + Q0_CODES) // 4 + r] = _h(tab, wu, o)
+            qh = np.int64(wu[o + 2]) | (np.int64(wu[o + 3]) << 8) | (np.int64(wu[o + 4]) << 16) | (
+                np.int64(wu[o + 5]) << 24)
+            for i in range(16):
+                v = np.int64(wu[o + 6 + i])
+                out[base + (i // 4) * 32 + 4 * r + i % 4] = (v & 15) | (((qh >> i) & 1) << 4)
+                out[base + ((i + 16) // 4) * 32 + 4 * r + i % 4] = (v >> 4) | (((qh >> (i + 16)) & 1) << 4)
+
+
+def _tile_kernel_q0(cols: int, offset: int):
+    """q0_tile(tile, nblk, qa, k, da, asum, out, out_stride): ``cols`` Q8_0 activation rows (qa int8 rows of
+    k, da f32 and asum i32 rows of nblk) times the 8 rows of a Q4_0 (offset 8) / Q5_0 (offset 16) tile."""
+
+    def typer(typingctx, tile, nblk, qa, k, da, asum, out, out_stride):
+        sig = types.void(types.int64, types.int64, types.int64, types.int64, types.int64, types.int64, types.int64,
+                         types.int64)
+
+        def codegen(context, builder, sig, args):
+            tile_a, nblk_v, qa_a, k_v, da_a, as_a, out_a, ostride = args
+            i8ptr = _I8.as_pointer()
+            tile_p = builder.inttoptr(tile_a, i8ptr)
+            qa_p = builder.inttoptr(qa_a, i8ptr)
+            da_p = builder.inttoptr(da_a, i8ptr)
+            as_p = builder.inttoptr(as_a, i8ptr)
+            f8 = _vec(8, _F32)
+            ones = ir.Constant(_vec(16, _I16), [1] * 16)
+            acc = [cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in range(cols)]
+            with cgutils.for_range(builder, nblk_v) as loop:
+                b = loop.index
+                tb = builder.gep(tile_p, [builder.mul(b, ir.Constant(_I64, Q0_BLOCK))])
+                d = builder.load(_at(builder, tb, Q0_CODES, f8), align=4)
+                w = [builder.load(_at(builder, tb, 32 * t, _vec(32, _I8)), align=1) for t in range(8)]
+                for c in range(cols):
+                    arow = builder.gep(qa_p, [builder.add(builder.mul(ir.Constant(_I64, c), k_v),
+                                                          builder.mul(b, ir.Constant(_I64, 32)))])
+                    s32 = ir.Constant(_vec(8, _I32), [0] * 8)
+                    for g in range(2):  # i16 sums of 4 steps fit: 4*2*31*127 < 2^15
+                        s16 = ir.Constant(_vec(16, _I16), [0] * 16)
+                        for t in range(4 * g, 4 * g + 4):
+                            a4 = builder.load(_at(builder, arow, 4 * t, _I32), align=1)
+                            av = builder.bitcast(_splat_i32(builder, a4, 8), _vec(32, _I8))
+                            s16 = builder.add(s16, _maddubs(builder, w[t], av))
+                        s32 = builder.add(s32, _maddwd(builder, s16, ones))
+                    idx = builder.mul(builder.add(builder.mul(ir.Constant(_I64, c), nblk_v), b), ir.Constant(_I64, 4))
+                    asum = builder.load(_at(builder, as_p, idx, _I32))
+                    s32 = builder.sub(s32, _splat_i32(builder, builder.mul(asum, ir.Constant(_I32, offset)), 8))
+                    da = _splat_f32(builder, builder.load(_at(builder, da_p, idx, _F32)), 8)
+                    t0 = builder.fmul(builder.fmul(d, da), builder.sitofp(s32, f8))
+                    builder.store(builder.fadd(builder.load(acc[c]), t0), acc[c])
+            out_p = builder.inttoptr(out_a, i8ptr)
+            for c in range(cols):
+                builder.store(builder.load(acc[c]), _at(builder, out_p, builder.mul(ir.Constant(_I64, c), ostride), f8),
+                              align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return intrinsic(typer)
+
+
+q4_0_tile_4 = _tile_kernel_q0(COLS, 8)
+q4_0_tile_1 = _tile_kernel_q0(1, 8)
+q5_0_tile_4 = _tile_kernel_q0(COLS, 16)
+q5_0_tile_1 = _tile_kernel_q0(1, 16)
+
+
+@numba.njit(inline="always", **_opts)
+def _q4_0_4(tile, nblk, qa, k, da, asum, out, stride):  # pragma: no cover - compiled
+    q4_0_tile_4(tile, nblk, qa, k, da, asum, out, stride)
+
+
+@numba.njit(inline="always", **_opts)
+def _q4_0_1(tile, nblk, qa, k, da, asum, out, stride):  # pragma: no cover - compiled
+    q4_0_tile_1(tile, nblk, qa, k, da, asum, out, stride)
+
+
+@numba.njit(inline="always", **_opts)
+def _q5_0_4(tile, nblk, qa, k, da, asum, out, stride):  # pragma: no cover - compiled
+    q5_0_tile_4(tile, nblk, qa, k, da, asum, out, stride)
+
+
+@numba.njit(inline="always", **_opts)
+def _q5_0_1(tile, nblk, qa, k, da, asum, out, stride):  # pragma: no cover - compiled
+    q5_0_tile_1(tile, nblk, qa, k, da, asum, out, stride)
 
 
 AVAILABLE = _AVX2

@@ -215,18 +215,32 @@ def _pad64(n: int) -> int:
 
 @jit_kernel
 def k_gemm_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.gemm_kquant(node, ith, nth, ctrl, rec(node)[AUX + 1], gemm.SB_BYTES, gemm.repack_q4_k, gemm._q4k_4,
-                     gemm._q4k_1, _mv_q4_k)
+    gemm.gemm_tiles(node, ith, nth, ctrl, rec(node)[AUX + 1], 256, gemm.SB_BYTES, 16, _quantize_q8_k,
+                    gemm.repack_q4_k, gemm._q4k_4, gemm._q4k_1, _mv_q4_k)
 
 
 @jit_kernel
 def k_gemm_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.gemm_kquant(node, ith, nth, ctrl, rec(node)[AUX + 1], gemm.Q6_BYTES, gemm.repack_q6_k, gemm._q6k_4,
-                     gemm._q6k_1, _mv_q6_k)
+    gemm.gemm_tiles(node, ith, nth, ctrl, rec(node)[AUX + 1], 256, gemm.Q6_BYTES, 16, _quantize_q8_k,
+                    gemm.repack_q6_k, gemm._q6k_4, gemm._q6k_1, _mv_q6_k)
 
 
-#: prompt-size products run as integer GEMMs over interleaved 8-row tiles (gemm.py) for these types
-_GEMM = {GGMLType.Q4_K: (k_gemm_q4_k, False), GGMLType.Q6_K: (k_gemm_q6_k, True)}
+@jit_kernel
+def k_gemm_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    gemm.gemm_tiles(node, ith, nth, ctrl, rec(node)[AUX + 1], 32, gemm.Q0_BLOCK, 32, _quantize_q8_0,
+                    gemm.repack_q4_0, gemm._q4_0_4, gemm._q4_0_1, _mv_q4_0)
+
+
+@jit_kernel
+def k_gemm_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    gemm.gemm_tiles(node, ith, nth, ctrl, rec(node)[AUX + 1], 32, gemm.Q0_BLOCK, 32, _quantize_q8_0,
+                    gemm.repack_q5_0, gemm._q5_0_4, gemm._q5_0_1, _mv_q5_0)
+
+
+#: prompt-size products run as integer GEMMs over interleaved 8-row tiles (gemm.py) for these types:
+#: kernel, values per block, tile bytes per block
+_GEMM = {GGMLType.Q4_K: (k_gemm_q4_k, 256, gemm.SB_BYTES), GGMLType.Q6_K: (k_gemm_q6_k, 256, gemm.Q6_BYTES),
+         GGMLType.Q4_0: (k_gemm_q4_0, 32, gemm.Q0_BLOCK), GGMLType.Q5_0: (k_gemm_q5_0, 32, gemm.Q0_BLOCK)}
 
 
 def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
@@ -240,8 +254,8 @@ def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
     if n <= MATVEC_MAX_COLS.get(a.type, 0):
         return Choice(kern, ints=(_TAB,), wsize=act)
     if a.type in _GEMM and gemm.AVAILABLE:
-        kern, q6 = _GEMM[a.type]
-        return Choice(kern, ints=(_TAB, act), wsize=act + available_cores() * gemm.tile_bytes(k, q6))
+        kern, blk_len, blk_bytes = _GEMM[a.type]
+        return Choice(kern, ints=(_TAB, act), wsize=act + available_cores() * gemm.tile_bytes(k, blk_len, blk_bytes))
     return None
 
 
