@@ -1,0 +1,61 @@
+"""Prompt-size MUL_MAT speed per weight type: the integer GEMM (jit/gemm.py) against the numpy kernel's
+dequantized tiles + BLAS sgemm, in GOPS (2 * rows * K * activation rows per second).
+
+    python bench/gemm.py [-t 2] [--shape 8960x1536] [--cols 512] [--types q4_K,q6_K,q4_0,q5_0]
+
+The default shape is Qwen2.5 1.5B's ffn_up (8960 rows of 1536); ``--shape 1536x8960`` is its ffn_down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+
+import pyggml as gg
+from pyggml import quants
+from pyggml.backend.cpu.compute import graph_compute
+
+
+def gops(ty: gg.GGMLType, rows: int, k: int, cols: int, n_threads: int, jit: bool, reps: int) -> float:
+    rng = np.random.default_rng(0)
+    ctx = gg.init(rows * k + 8 * k * cols + 64 * 1024 * 1024)
+    w = ctx.new_tensor(ty, k, rows)
+    w.numpy()[...] = quants.quantize(rng.standard_normal((rows, k)).astype(np.float32), ty)
+    x = ctx.new_tensor(gg.GGMLType.F32, k, cols)
+    x.set(rng.standard_normal((cols, k)).astype(np.float32))
+    gf = gg.new_graph(ctx)
+    gg.build_forward_expand(gf, gg.mul_mat(ctx, w, x))
+    os.environ["PYGGML_JIT"] = "1" if jit else "0"
+    graph_compute(gf, n_threads)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        graph_compute(gf, n_threads)
+        times.append(time.perf_counter() - t0)
+    return 2 * rows * k * cols / statistics.median(times) / 1e9
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--shape", default="8960x1536", help="ROWSxK of the weight")
+    ap.add_argument("--cols", type=int, default=512, help="activation rows (prompt tokens)")
+    ap.add_argument("--types", default="q4_K,q6_K,q4_0,q5_0")
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    rows, k = (int(v) for v in args.shape.split("x"))
+    print(f"MUL_MAT {rows} x {k} weight by {args.cols} rows, {args.threads} threads, GOPS (median of {args.reps}):")
+    print(f"{'type':<6} {'integer GEMM':>13} {'dequant+BLAS':>13} {'ratio':>6}")
+    for name in args.types.split(","):
+        ty = gg.GGMLType[name.upper()]
+        a = gops(ty, rows, k, args.cols, args.threads, True, args.reps)
+        b = gops(ty, rows, k, args.cols, args.threads, False, args.reps)
+        print(f"{name:<6} {a:13.1f} {b:13.1f} {a / b:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
