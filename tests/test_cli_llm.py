@@ -40,10 +40,20 @@ def test_generate_seed_is_reproducible(capsys):
 
 
 def test_chat_single_turn_uses_template(capsys):
-    rc = main(["chat", "-p", "Say hello.", "-n", "8", "--temp", "0", *COMMON])
+    rc = main(["chat", "-p", "Say hello.", "-n", "8", "--temp", "0", "--chat-template", "gemma", *COMMON])
     out = capsys.readouterr().out
     assert rc == 0 and out.strip()
     assert "<start_of_turn>" not in out  # the turn markers are control tokens, never printed
+
+
+def test_chat_refuses_a_base_model(capsys):
+    """The default Gemma 3 270M is a base model: no chat template, so chat says so instead of printing junk."""
+    assert main(["chat", "-p", "Say hello.", "-n", "8", *COMMON]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: this model has no chat template")
+    assert "instruct" in errors[0] and "--chat-template gemma" in errors[0] and "Traceback" not in err
 
 
 def test_bench_json_has_llama_bench_fields(capsys):

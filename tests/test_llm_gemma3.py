@@ -61,6 +61,7 @@ def test_prompt_logits_and_greedy(model, i):
 def test_offloaded_layers_give_the_same_greedy_text():
     """-ngl 10 onto the torch device: layers 9..17 and the output head leave the CPU, the scheduler
     splits the graph, and the greedy continuation is unchanged."""
+    pytest.importorskip("torch", reason="the torch backend needs torch (pip install -e '.[torch]')")
     from pyggml.backend.registry import backend_dev_by_name
 
     torch_dev = backend_dev_by_name("TORCH_CPU")

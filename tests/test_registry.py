@@ -45,10 +45,14 @@ def test_builtins_and_lookups() -> None:
         R.backend_dev_get(R.backend_dev_count())
 
 
-def test_init_best_without_a_gpu_is_the_cpu() -> None:
+def test_init_best_is_the_first_gpu_else_the_cpu() -> None:
     # torch's cpu device is an ACCEL device: never "best" over the real CPU backend
-    if R.backend_dev_by_type(DeviceType.GPU) is None:
-        assert isinstance(R.backend_init_best(), CPUBackend)
+    gpu = R.backend_dev_by_type(DeviceType.GPU)
+    best = R.backend_init_best()
+    if gpu is None:
+        assert isinstance(best, CPUBackend)
+    else:
+        assert best.get_device() is gpu
 
 
 def test_gpu_devices_come_first_and_are_best() -> None:

@@ -7,7 +7,6 @@ when it is not.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -138,15 +137,9 @@ def test_bad_text(vocab: Vocab) -> None:
         vocab.tokenize("lone \ud800 surrogate")
 
 
-def test_speed(path: Path, vocab: Vocab) -> None:
-    t0 = time.perf_counter()
-    Vocab.from_gguf(path)
-    load = time.perf_counter() - t0
-    text = " ".join(c["text"] for c in TOKENIZE + PROMPTS) * 50  # ~25k characters
-    t0 = time.perf_counter()
+def test_long_text_round_trip(vocab: Vocab) -> None:
+    """~25k characters of the reference texts survive tokenize + detokenize (speed: bench/tokenizer.py)."""
+    text = " ".join(c["text"] for c in TOKENIZE + PROMPTS) * 50
     ids = vocab.tokenize(text)
-    rate = len(text) / (time.perf_counter() - t0)
     round_trip = vocab.detokenize(ids, remove_special=True) == text  # (a failing == on 25k chars diffs for minutes)
     assert round_trip
-    assert load < 3.0, f"loading the 262144-token vocab took {load:.2f} s"
-    assert rate > 50_000, f"tokenizing ran at {rate:.0f} chars/s"

@@ -24,6 +24,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-sys", "--system-prompt", default=None, help="system message to start the conversation")
     p.add_argument("-p", "--prompt", default=None, help="a single user message: answer it and exit")
     p.add_argument("-n", "--n-predict", type=int, default=512, help="maximum tokens per reply (default 512)")
+    p.add_argument("--chat-template", default=None, metavar="NAME|JINJA",
+                   help="use this template instead of the model's: a built-in name (chatml, gemma) or jinja "
+                        "source; models without a template are refused otherwise")
     add_sampling_args(p)
     p.set_defaults(func=run)
 
@@ -31,9 +34,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..llm.chat import template_for
     from ..llm.generate import generate
+    from .main import CLIError
 
+    if args.n_predict < -1:
+        raise CLIError(f"-n/--n-predict must be -1 (no limit) or a count >= 0, got {args.n_predict}")
     model, vocab, ctx = load_model_and_context(args)
-    template = template_for(model.reader, vocab)
+    template = template_for(model.reader, vocab, args.chat_template)
     sampler = sampler_from_args(args)
     messages: list[dict[str, str]] = []
     if args.system_prompt:

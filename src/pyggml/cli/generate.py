@@ -25,8 +25,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("-p", "--prompt", default=None, help="the prompt text")
     g.add_argument("-f", "--file", default=None, help="read the prompt from this file")
     p.add_argument("-n", "--n-predict", type=int, default=128,
-                   help="tokens to generate; -1 = until an end-of-generation token or a full context (default 128)")
+                   help="tokens to generate; -1 = until an end-of-generation token (or a full context, without "
+                        "--context-shift) (default 128)")
+    p.add_argument("--context-shift", action="store_true",
+                   help="when the context is full, drop the older half of it (after --keep tokens) and go on, "
+                        "as llama.cpp's --context-shift (default: stop)")
+    p.add_argument("--keep", type=int, default=0,
+                   help="prompt tokens kept through context shifts; -1 = the whole prompt (default 0; the BOS "
+                        "token is always kept)")
     p.add_argument("--no-bos", action="store_true", help="do not add the BOS token")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="keep generating after an end-of-generation token (llama.cpp's --ignore-eos)")
     p.add_argument("--echo", action="store_true", help="also print the prompt before the generated text")
     add_sampling_args(p)
     p.set_defaults(func=run)
@@ -45,18 +54,31 @@ def run(args: argparse.Namespace) -> int:
         prompt = args.prompt if args.prompt is not None else ""
     if not prompt:
         raise CLIError("no prompt: give one with -p TEXT or -f FILE")
+    if args.n_predict < -1:
+        raise CLIError(f"-n/--n-predict must be -1 (no limit) or a count >= 0, got {args.n_predict}")
+    if args.keep < -1:
+        raise CLIError(f"--keep must be -1 (the whole prompt) or a count >= 0, got {args.keep}")
     _model, vocab, ctx = load_model_and_context(args)
-    tokens = vocab.tokenize(prompt, add_special=not args.no_bos, parse_special=True)
+    add_bos = not args.no_bos
+    tokens = vocab.tokenize(prompt, add_special=add_bos, parse_special=True)
+    bos = 1 if add_bos and vocab.add_bos and tokens and tokens[0] == vocab.bos else 0
+    # llama.cpp: -1 (or more than the prompt) keeps the whole prompt, otherwise the BOS token is kept too
+    n_keep = len(tokens) if args.keep < 0 or args.keep > len(tokens) else args.keep + bos
     sampler = sampler_from_args(args)
     if args.echo:
         sys.stdout.write(prompt)
-    out = generate(ctx, vocab, tokens, sampler, args.n_predict, on_text=lambda s: (sys.stdout.write(s),
-                                                                                    sys.stdout.flush()))
+    out = generate(ctx, vocab, tokens, sampler, args.n_predict,
+                   on_text=lambda s: (sys.stdout.write(s), sys.stdout.flush()),
+                   context_shift=args.context_shift, n_keep=min(n_keep, ctx.n_ctx // 2), ignore_eos=args.ignore_eos)
     sys.stdout.write("\n")
     sys.stdout.flush()
+    if out.stop_reason == "context full" and not args.quiet:
+        print(f"\ncontext full ({ctx.n_ctx} tokens) and context shift is off: stopping "
+              "(use --context-shift to go on, or a larger -c)", file=sys.stderr)
     if not args.quiet:
         print(f"\n{out.timings.summary()}", file=sys.stderr)
-        print(f"stop: {out.stop_reason}; seed {sampler.seed}; graph reused {ctx.n_reused} times "
+        shifts = f"; {out.n_shifts} context shifts" if out.n_shifts else ""
+        print(f"stop: {out.stop_reason}{shifts}; seed {sampler.seed}; graph reused {ctx.n_reused} times "
               f"({ctx.n_graph_builds} builds); threads {ctx.backend.n_threads} of {os.cpu_count()}",
               file=sys.stderr)
     return 0

@@ -13,11 +13,20 @@ import importlib
 import sys
 
 #: sub-command modules, in the order ``--help`` lists them
-COMMANDS = ["generate", "chat", "bench", "perplexity", "tokenize", "dump", "rpc_server"]
+COMMANDS = ["generate", "chat", "bench", "perplexity", "tokenize", "dump", "devices", "rpc_server"]
 
 
 class CLIError(Exception):
     """A user-facing error: printed as ``error: <message>`` with exit status 1."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pyggml")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "(not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pyggml",
         description="pyggml: ggml, the tensor engine under llama.cpp, in Python.",
     )
+    parser.add_argument("--version", action="version", version=f"pyggml {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"pyggml.cli.{name}").add_parser(sub)

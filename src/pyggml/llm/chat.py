@@ -80,11 +80,31 @@ def _tojson(value: Any, indent: int | None = None) -> str:
     return json.dumps(value, ensure_ascii=False, indent=indent)
 
 
-def template_for(reader: Any, vocab: Any) -> ChatTemplate:
-    """The chat template of a model: its GGUF template, or ChatML when it has none."""
-    src = reader.get("tokenizer.chat_template", None)
-    if not src and _has_tokens(vocab, "<start_of_turn>", "<end_of_turn>"):
-        src = GEMMA_TEMPLATE
+#: templates --chat-template takes by name (llama.cpp's built-in names for these formats)
+BUILTIN_TEMPLATES = {"chatml": CHATML_TEMPLATE, "gemma": GEMMA_TEMPLATE}
+
+
+class NoChatTemplateError(PyGGMLError):
+    """The model carries no chat template: a base model, made to continue text rather than to chat."""
+
+
+def template_for(reader: Any, vocab: Any, override: str | None = None) -> ChatTemplate:
+    """The chat template of a model: ``override`` (a built-in name or jinja source) or its GGUF's.
+
+    A model without one is refused rather than given a guessed format: base models (such as the
+    default Gemma 3 270M) continue text and answer a chat turn with junk.
+    """
+    if override:
+        src = BUILTIN_TEMPLATES.get(override.lower(), override)
+    else:
+        src = reader.get("tokenizer.chat_template", None)
+    if not src:
+        hint = " (it has Gemma's turn tokens: --chat-template gemma)" if _has_tokens(
+            vocab, "<start_of_turn>", "<end_of_turn>") else ""
+        raise NoChatTemplateError(
+            "this model has no chat template (tokenizer.chat_template): it is a base model, made to continue "
+            "text. Use `pyggml generate` with it, or chat with an instruct model (-m FILE), e.g. Qwen2.5-Coder "
+            f"0.5B Instruct Q4_K_M; --chat-template NAME|JINJA forces a format{hint}")
 
     def piece(tok: int) -> str:
         return vocab.token_to_piece(tok, special=True).decode("utf-8", errors="replace") if tok >= 0 else ""

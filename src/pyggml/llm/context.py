@@ -24,7 +24,7 @@ from ..backend.sched import BackendSched, backend_sched_new, backend_sched_set_e
 from ..errors import PyGGMLError
 from ..tensor import Tensor, ggml_pad
 from ..types import GGMLType
-from .graph import GRAPH_MAX_NODES, GraphBuilder, UbatchGraph
+from .graph import GRAPH_MAX_NODES, GraphBuilder, UbatchGraph, build_k_shift
 from .kv_cache import KV_PAD, KVCache
 from .model import Model
 
@@ -99,9 +99,42 @@ class LlamaContext:
         self.n_past = 0
 
     def seq_rm(self, p0: int, p1: int = -1) -> None:
+        """Forget positions [p0, p1) (p1 < 0: to the end)."""
         for c in self.caches.values():
             c.seq_rm(p0, p1)
         self.n_past = min(self.n_past, p0) if p1 < 0 else self.n_past
+
+    def seq_add(self, p0: int, p1: int, delta: int) -> None:
+        """Move positions [p0, p1) by ``delta`` (llama_memory_seq_add); the cached K vectors are
+        re-rotated to their new positions before the next decode (the K-shift)."""
+        for c in self.caches.values():
+            c.seq_add(p0, p1, delta)
+
+    def context_shift(self, n_keep: int) -> int:
+        """llama.cpp's context shift when the context is full: keep the first ``n_keep`` positions,
+        drop half of the rest (the oldest), move the newer half down; returns the positions dropped."""
+        n_left = self.n_past - n_keep
+        n_discard = n_left // 2
+        if n_keep < 0 or n_discard <= 0:
+            raise DecodeError(f"cannot shift the context: {self.n_past} positions, {n_keep} to keep")
+        self.seq_rm(n_keep, n_keep + n_discard)
+        self.seq_add(n_keep + n_discard, self.n_past, -n_discard)
+        self.n_past -= n_discard
+        return n_discard
+
+    def _apply_k_shift(self) -> None:
+        """Rotate the K of moved cells (llama_kv_cache::update with do_shift), through the scheduler."""
+        for cache in self.caches.values():
+            if not cache.has_shift:
+                continue
+            g = build_k_shift(self.model, cache)
+            self.sched.reset()
+            if not self.sched.alloc_graph(g.gf):
+                raise PyGGMLError("failed to allocate the K-shift graph")
+            backend_tensor_set(g.shift, cache.shift.astype(np.int32))
+            self.sched.graph_compute(g.gf)
+            cache.shift.fill(0)
+            self._graph = None  # the scheduler's memory was replanned: the next ubatch builds anew
 
     # ------------------------------------------------------------------ inspection
     @contextmanager
@@ -163,6 +196,7 @@ class LlamaContext:
             out_flags[-1] = True
         else:
             out_flags[:] = np.asarray(outputs, dtype=bool).reshape(-1)
+        self._apply_k_shift()
         rows = []
         for s in range(0, n, self.n_ubatch):
             e = min(s + self.n_ubatch, n)

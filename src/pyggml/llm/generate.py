@@ -39,11 +39,19 @@ class Generation:
     text: str = ""
     stop_reason: str = ""
     timings: Timings = field(default_factory=Timings)
+    n_shifts: int = 0  # context shifts made
 
 
 def generate(ctx: LlamaContext, vocab: object, prompt_tokens: list[int], sampler: Sampler, n_predict: int = -1,
-             on_text: Callable[[str], None] | None = None) -> Generation:
-    """Generate after ``prompt_tokens``; ``on_text`` receives text pieces as they complete."""
+             on_text: Callable[[str], None] | None = None, context_shift: bool = False,
+             n_keep: int = 0, ignore_eos: bool = False) -> Generation:
+    """Generate after ``prompt_tokens``; ``on_text`` receives text pieces as they complete.
+
+    When the context fills up, generation stops (stop_reason "context full"), or with
+    ``context_shift`` continues as llama.cpp's completion tool does: the first ``n_keep`` positions
+    stay, the older half of the rest is dropped and the newer half moves down (LlamaContext.context_shift).
+    ``ignore_eos`` keeps going past end-of-generation tokens (llama.cpp's --ignore-eos).
+    """
     if not prompt_tokens:
         raise PyGGMLError("the prompt is empty (no tokens to start from)")
     if len(prompt_tokens) >= ctx.n_ctx:
@@ -68,7 +76,7 @@ def generate(ctx: LlamaContext, vocab: object, prompt_tokens: list[int], sampler
         assert logits is not None
         tok = sampler.sample(logits[-1])
         sampler.accept(tok)
-        if vocab.is_eog(tok):
+        if vocab.is_eog(tok) and not ignore_eos:
             out.stop_reason = "eog"
             break
         out.tokens.append(tok)
@@ -77,9 +85,12 @@ def generate(ctx: LlamaContext, vocab: object, prompt_tokens: list[int], sampler
             pieces.append(text)
             if on_text is not None:
                 on_text(text)
-        if ctx.n_past >= ctx.n_ctx:
-            out.stop_reason = "context full"
-            break
+        if ctx.n_past + 1 >= ctx.n_ctx:  # llama.cpp's test: the next token would fill the context
+            if not context_shift:
+                out.stop_reason = "context full"
+                break
+            ctx.context_shift(n_keep)
+            out.n_shifts += 1
         logits = ctx.decode([tok])
     tail = decoder.decode(b"", final=True)
     if tail:

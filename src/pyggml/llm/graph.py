@@ -237,3 +237,34 @@ class GraphBuilder:
         logits = self.build_gemma3() if self.hp.arch == "gemma3" else self.build_llama_like()
         return UbatchGraph(self.ctx, self.gf, self.tokens, self.pos, self.out_ids, self.attn_inputs, logits, key,
                            self.named)
+
+
+@dataclass
+class ShiftGraph:
+    """The K-shift graph of one cache: its K vectors rotated in place by each cell's position shift."""
+
+    ctx: Context
+    gf: Graph
+    shift: Tensor  # I32 [kv_size]: input, how far each cell moved
+
+
+def build_k_shift(model: Model, cache: KVCache) -> ShiftGraph:
+    """llama_kv_cache::build_graph_shift: RoPE composes (rotating by p then by d is rotating by p+d),
+    so after seq_add moved positions, the first n_rot dims of every cached K are rotated by the shift."""
+    hp = model.hparams
+    n = len(cache.layer_ids) + 2
+    ctx = Context(4 * n * tensor_overhead() + graph_overhead_custom(4 * n), no_alloc=True)
+    gf = new_graph_custom(ctx, 4 * n)
+    shift = ctx.new_tensor(I32, cache.size).set_name("k_shift")
+    shift.set_input()
+    for il in cache.layer_ids:
+        k = cache.k[il]
+        view = B.view_3d(ctx, k, hp.n_rot, hp.n_head_kv[il], cache.size, k.type.row_size(hp.n_embd_head_k),
+                         k.type.row_size(hp.n_embd_k_gqa(il)), 0)
+        swa = hp.is_swa(il) if hp.arch == "gemma3" else False
+        rp = rope_params(hp, swa)
+        factors = None if hp.arch == "gemma3" else model.rope_freqs
+        gf.build_forward_expand(B.rope_ext_inplace(ctx, view, shift, factors, hp.n_rot, hp.rope_type, rp.n_ctx_orig,
+                                                   rp.freq_base, rp.freq_scale, rp.ext_factor, rp.attn_factor,
+                                                   rp.beta_fast, rp.beta_slow))
+    return ShiftGraph(ctx, gf, shift)

@@ -62,11 +62,15 @@ class KVCache:
             backend_buffer_clear(buf, 0)
             self.buffers.append(buf)
         self.pos = np.full(kv_size, -1, dtype=np.int64)  # -1: empty cell
+        # how far each cell's position moved since its K was last rotated (seq_add); a K-shift
+        # graph (LlamaContext) rotates K by these amounts before the next decode
+        self.shift = np.zeros(kv_size, dtype=np.int64)
         self.head = 0
 
     # ------------------------------------------------------------------ cell bookkeeping
     def clear(self) -> None:
         self.pos.fill(-1)
+        self.shift.fill(0)
         self.head = 0
         for buf in self.buffers:
             backend_buffer_clear(buf, 0)
@@ -89,7 +93,8 @@ class KVCache:
         if n_tokens > self.size:
             raise KVCacheFullError(f"{n_tokens} tokens do not fit a KV cache of {self.size} cells")
         used = self.used
-        head = 0 if self.head > used + 2 * n_tokens else self.head
+        # as llama.cpp: restart from cell 0 when head ran far past the used cells (or off the end)
+        head = 0 if self.head >= self.size or self.head > used + 2 * n_tokens else self.head
         pos_max = self.seq_pos_max()
         idxs: list[int] = []
         n_tested = 0
@@ -123,12 +128,34 @@ class KVCache:
         used_max_p1 = int(used_cells[-1]) + 1 if used_cells.size else 0
         return min(self.size, max(KV_PAD, ggml_pad(used_max_p1, KV_PAD)))
 
+    def _range(self, p0: int, p1: int) -> np.ndarray:
+        """Cells holding a position in [p0, p1) (p0 < 0: from 0, p1 < 0: to the end)."""
+        hi = np.iinfo(np.int64).max if p1 < 0 else p1
+        return (self.pos >= max(p0, 0)) & (self.pos < hi)
+
     def seq_rm(self, p0: int, p1: int) -> None:
         """Remove positions [p0, p1) (p1 < 0: to the end)."""
-        hi = np.iinfo(np.int64).max if p1 < 0 else p1
-        sel = (self.pos >= max(p0, 0)) & (self.pos < hi)
+        sel = self._range(p0, p1)
         self.pos[sel] = -1
+        self.shift[sel] = 0
         self.head = 0
+
+    def seq_add(self, p0: int, p1: int, delta: int) -> None:
+        """llama_kv_cache::seq_add: move positions [p0, p1) by delta; cells moved below 0 are freed.
+        Their K vectors still carry the old rotation until the K-shift graph runs (has_shift)."""
+        if delta == 0 or p0 == p1:
+            return
+        sel = self._range(p0, p1)
+        self.pos[sel] += delta
+        self.shift[sel] += delta
+        gone = sel & (self.pos < 0)
+        self.pos[gone] = -1
+        self.shift[gone] = 0
+        self.head = 0
+
+    @property
+    def has_shift(self) -> bool:
+        return bool(self.shift.any())
 
     # ------------------------------------------------------------------ graph pieces
     def get_k(self, ctx: Context, il: int, n_kv: int) -> Tensor:
