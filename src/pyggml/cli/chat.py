@@ -64,8 +64,23 @@ def run(args: argparse.Namespace) -> int:
             keep += 1
         ctx.seq_rm(keep)
         ctx.n_past = keep
-        out = generate(ctx, vocab, tokens[keep:], sampler, args.n_predict,
-                       on_text=lambda s: (sys.stdout.write(s), sys.stdout.flush()))
+        shown: list[str] = []
+
+        def show(text: str, shown: list[str] = shown) -> None:
+            shown.append(text)
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+        try:
+            out = generate(ctx, vocab, tokens[keep:], sampler, args.n_predict, on_text=show)
+        except KeyboardInterrupt:
+            if not interactive:
+                raise
+            # as llama-cli: Ctrl-C stops the reply, the conversation goes on with what was said so far
+            print("\n(reply interrupted)", file=sys.stderr)
+            cached = tokens[: ctx.n_past]  # the cache holds this turn's prompt (a failed decode rolled back)
+            messages.append({"role": "assistant", "content": "".join(shown)})
+            continue
         sys.stdout.write("\n")
         sys.stdout.flush()
         cached = tokens + out.tokens

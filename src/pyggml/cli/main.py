@@ -20,6 +20,13 @@ class CLIError(Exception):
     """A user-facing error: printed as ``error: <message>`` with exit status 1."""
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with errors on one line: ``error: <what> (see pyggml CMD --help)``, exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -30,7 +37,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="pyggml",
         description="pyggml: ggml, the tensor engine under llama.cpp, in Python.",
     )
@@ -48,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
+        from .checks import check
+
+        check(args, CLIError)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

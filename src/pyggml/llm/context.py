@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..backend.api import backend_tensor_get, backend_tensor_set
+from ..backend.base import GGMLStatus
 from ..backend.cpu.backend import backend_cpu_init
 from ..backend.sched import BackendSched, backend_sched_new, backend_sched_set_eval_callback
 from ..errors import PyGGMLError
@@ -35,6 +36,10 @@ EvalCallback = Callable[[Tensor, bool], bool]
 
 class DecodeError(PyGGMLError):
     """A batch that cannot be decoded (bad token ids, positions, too many tokens)."""
+
+
+class DecodeAborted(DecodeError):
+    """The abort callback stopped a decode (llama_decode's return value 2)."""
 
 
 @dataclass
@@ -90,6 +95,15 @@ class LlamaContext:
         self.n_graph_builds = 0
         self.n_past = 0
         self.logits = np.zeros((0, hp.n_vocab), dtype=np.float32)
+        self.abort_callback: Callable[[], bool] | None = None
+
+    def set_abort_callback(self, callback: Callable[[], bool] | None) -> None:
+        """llama_set_abort_callback: asked after every computed node; True stops the decode, which then
+        raises DecodeAborted and leaves the context as it was before the call."""
+        self.abort_callback = callback
+        for b in self.backends:
+            if hasattr(b, "set_abort_callback"):
+                b.set_abort_callback(None if callback is None else (lambda _data: bool(callback())))
 
     # ------------------------------------------------------------------ memory
     def clear(self) -> None:
@@ -197,13 +211,30 @@ class LlamaContext:
         else:
             out_flags[:] = np.asarray(outputs, dtype=bool).reshape(-1)
         self._apply_k_shift()
+        saved = self._save_state()
         rows = []
-        for s in range(0, n, self.n_ubatch):
-            e = min(s + self.n_ubatch, n)
-            rows.append(self._process_ubatch(toks[s:e], pos[s:e], out_flags[s:e]))
+        try:
+            for s in range(0, n, self.n_ubatch):
+                e = min(s + self.n_ubatch, n)
+                rows.append(self._process_ubatch(toks[s:e], pos[s:e], out_flags[s:e]))
+        except BaseException:  # a failure, an abort or Ctrl-C part-way: the context is as it was
+            self._restore_state(saved)
+            raise
         self.n_past = int(pos[-1]) + 1
         self.logits = np.concatenate(rows, axis=0) if rows else np.zeros((0, n_vocab), np.float32)
         return self.logits
+
+    def _save_state(self) -> tuple:
+        """The cache cells' bookkeeping and counters a decode changes (the K/V data of cells it
+        writes is not needed: restored cells hold positions no later token can attend to again)."""
+        return self.n_past, {name: (c.pos.copy(), c.shift.copy(), c.head) for name, c in self.caches.items()}
+
+    def _restore_state(self, saved: tuple) -> None:
+        self.n_past, cells = saved
+        for name, (pos, shift, head) in cells.items():
+            c = self.caches[name]
+            c.pos[:], c.shift[:], c.head = pos, shift, head
+        self._graph = None  # a failure may have left the scheduler half-way: plan the next graph anew
 
     def _process_ubatch(self, toks: np.ndarray, pos: np.ndarray, out_flags: np.ndarray) -> np.ndarray:
         n_tokens = toks.size
@@ -240,7 +271,11 @@ class LlamaContext:
             mask = cache.mask_data(pos, inp.n_kv)
             backend_tensor_set(inp.kq_mask, mask.astype(np.float16) if inp.kq_mask.type == GGMLType.F16 else mask)
         backend_sched_set_eval_callback(self.sched, self.eval_callback)
-        self.sched.graph_compute(g.gf)
+        status = self.sched.graph_compute(g.gf)
+        if status != GGMLStatus.SUCCESS:
+            if status == GGMLStatus.ABORTED:
+                raise DecodeAborted("decode aborted by the abort callback")
+            raise DecodeError(f"the graph failed to compute: {status.name}")
         if n_outputs == 0:
             return np.zeros((0, self.model.hparams.n_vocab), dtype=np.float32)
         return tensor_to_numpy(g.logits).reshape(n_outputs, -1)

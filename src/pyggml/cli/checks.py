@@ -1,0 +1,81 @@
+"""Flag values every command checks before it loads anything: one rule per flag, one place.
+
+argparse checks types (an int flag given "abc"); these rules check ranges and files, so a bad
+value is reported as one ``error:`` line naming the flag, before minutes of loading a model.
+The rules follow llama.cpp's meanings (-1 = no limit for -n, 0 = the model's context for -c, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+Rule = tuple[str, Callable[[object], bool], str]
+
+_INT32 = 2**31 - 1
+
+
+def _between(lo: float, hi: float) -> Callable[[object], bool]:
+    return lambda v: isinstance(v, int | float) and math.isfinite(v) and lo <= v <= hi
+
+
+#: dest -> (flag as users write it, test, what a good value is)
+RULES: dict[str, Rule] = {
+    "ctx_size": ("-c/--ctx-size", _between(0, _INT32), "a token count >= 0 (0 = the model's training context)"),
+    "batch_size": ("-b/--batch-size", _between(1, _INT32), "a token count >= 1"),
+    "ubatch_size": ("-ub/--ubatch-size", _between(1, _INT32), "a token count >= 1"),
+    "threads": ("-t/--threads", _between(0, 1024), "0 (all cores) to 1024"),
+    "n_gpu_layers": ("-ngl/--n-gpu-layers", _between(-1, _INT32), "-1 (all) or a layer count >= 0"),
+    "n_predict": ("-n/--n-predict", _between(-1, _INT32), "-1 (no limit) or a token count >= 0"),
+    "keep": ("--keep", _between(-1, _INT32), "-1 (the whole prompt) or a token count >= 0"),
+    "temp": ("--temp", _between(-math.inf, math.inf), "a finite number (<= 0: greedy)"),
+    "top_k": ("--top-k", _between(0, _INT32), "a count >= 0 (0 = off)"),
+    "top_p": ("--top-p", _between(0.0, 1.0), "a probability in [0, 1]"),
+    "min_p": ("--min-p", _between(0.0, 1.0), "a probability in [0, 1]"),
+    "repeat_penalty": ("--repeat-penalty", _between(1e-9, math.inf), "a finite number > 0 (1 = off)"),
+    "repeat_last_n": ("--repeat-last-n", _between(-1, _INT32), "-1 (the context) or a token count >= 0"),
+    "seed": ("-s/--seed", _between(-1, 2**32 - 1), "-1 (random) or 0 to 4294967295"),
+    "repetitions": ("-r/--repetitions", _between(1, 100_000), "a count >= 1"),
+    "chunks": ("--chunks", _between(-1, _INT32), "-1 (all) or a chunk count >= 1"),
+    "port": ("-p/--port", _between(1, 65535), "a TCP port, 1 to 65535"),
+    "mem": ("-m/--mem", _between(0, 2**40), "MiB >= 0"),
+}
+#: list-valued flags (bench): every element by the rule
+LIST_RULES: dict[str, Rule] = {
+    "n_prompt": ("-p/--n-prompt", _between(0, _INT32), "token counts >= 0"),
+    "n_gen": ("-n/--n-gen", _between(0, _INT32), "token counts >= 0"),
+}
+#: file flags: dest -> flag
+FILES = {"model": "-m/--model", "file": "-f/--file"}
+
+
+def check(args: argparse.Namespace, error: Callable[[str], Exception]) -> None:
+    """Raise ``error(message)`` for the first flag whose value breaks its rule."""
+    ns = vars(args)
+    for dest, (flag, ok, good) in RULES.items():
+        if dest in ns and ns[dest] is not None and not ok(ns[dest]):
+            raise error(f"{flag} {ns[dest]!r} is out of range: expected {good}")
+    for dest, (flag, ok, good) in LIST_RULES.items():
+        if dest in ns and ns[dest] is not None:
+            if not ns[dest]:
+                raise error(f"{flag}: no values given: expected {good}")
+            for v in ns[dest]:
+                if not ok(v):
+                    raise error(f"{flag} {v!r} is out of range: expected {good}")
+    for dest, flag in FILES.items():
+        path = ns.get(dest)
+        if isinstance(path, str):
+            _check_file(path, "FILE" if ns.get("command") == "dump" else flag, error)
+
+
+def _check_file(path: str, flag: str, error: Callable[[str], Exception]) -> None:
+    p = Path(path)
+    if not p.exists():
+        raise error(f"{flag}: file not found: {path}")
+    if p.is_dir():
+        raise error(f"{flag}: {path} is a directory, not a file")
+    if not os.access(p, os.R_OK):
+        raise error(f"{flag}: {path} is not readable (permission denied)")
