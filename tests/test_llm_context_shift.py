@@ -66,9 +66,10 @@ def test_a_shift_without_room_to_drop_is_an_error(tmp_path: Path) -> None:
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import transformers
 
-    fixture = train("qwen2")
-    hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=fixture.hf, eos_token="<|im_end|>")
-    model, config = build("qwen2", vocab=len(hf_tok), seed=8)
+    fixture = train("llama3")
+    hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=fixture.hf, bos_token="<|begin_of_text|>",
+                                                  eos_token="<|end_of_text|>")
+    model, config = build("llama", vocab=len(hf_tok), seed=8)
     return convert(tmp_path_factory.mktemp("shift"), model, config, tokenizer=hf_tok)
 
 
