@@ -238,24 +238,19 @@ q6k_tile_4 = _tile_kernel(COLS, True)
 q6k_tile_1 = _tile_kernel(1, True)
 
 
-@numba.njit(inline="always", **_opts)
-def _q4k_4(tile, nsb, qa, k, da, bs, out, stride):  # pragma: no cover - compiled
-    q4k_tile_4(tile, nsb, qa, k, da, bs, out, stride)
+def _tile_call(tile_intrinsic):
+    """A numba function calling a tile intrinsic: functions, unlike intrinsics, can be passed to
+    gemm_tiles as arguments."""
+
+    @numba.njit(inline="always", **_opts)
+    def call(tile, nblk, qa, k, da, ex, out, stride):  # pragma: no cover - compiled
+        tile_intrinsic(tile, nblk, qa, k, da, ex, out, stride)
+
+    return call
 
 
-@numba.njit(inline="always", **_opts)
-def _q4k_1(tile, nsb, qa, k, da, bs, out, stride):  # pragma: no cover - compiled
-    q4k_tile_1(tile, nsb, qa, k, da, bs, out, stride)
-
-
-@numba.njit(inline="always", **_opts)
-def _q6k_4(tile, nsb, qa, k, da, bs, out, stride):  # pragma: no cover - compiled
-    q6k_tile_4(tile, nsb, qa, k, da, bs, out, stride)
-
-
-@numba.njit(inline="always", **_opts)
-def _q6k_1(tile, nsb, qa, k, da, bs, out, stride):  # pragma: no cover - compiled
-    q6k_tile_1(tile, nsb, qa, k, da, bs, out, stride)
+_q4k_4, _q4k_1 = _tile_call(q4k_tile_4), _tile_call(q4k_tile_1)
+_q6k_4, _q6k_1 = _tile_call(q6k_tile_4), _tile_call(q6k_tile_1)
 
 
 def tile_bytes(k: int, blk_len: int, blk_bytes: int) -> int:
@@ -264,22 +259,18 @@ def tile_bytes(k: int, blk_len: int, blk_bytes: int) -> int:
 
 
 @numba.njit(inline="always", **_opts)
-def gemm_tiles(node, ith, nth, ctrl, tile_at, blk_len, blk_bytes, es, quantize, repack, tile4, tile1,
-               mv):  # pragma: no cover - compiled
-    """MUL_MAT of a quantized weight by many F32 rows (src1 rows of n = ne11*ne12*ne13, contiguous dst).
-
-    Activations are quantized into the work buffer (Q8_K: blk_len 256, block sums every es=16; Q8_0: 32
-    and 32), the threads meet at a barrier, then take 8-row weight tiles from the chunk counter, each
-    repacked into the thread's scratch and run against all activation rows, 4 at a time."""
+def quantize_src1(node, ith, nth, ctrl, quantize, blk_len, es):  # pragma: no cover - compiled
+    """ggml's first MUL_MAT phase: src1's n = ne11*ne12*ne13 rows quantized to the weight's vec_dot_type
+    (Q8_K: blk_len 256, block sums every es=16 values; Q8_0: 32 and 32) into the shared work buffer,
+    rows split between the threads; then the chunk counter is reset and the threads meet.
+    Returns the work buffer's (qa, da, extra) addresses and arrays and n."""
     r = rec(node)
-    tab = numba.carray(f32p(r[AUX]), 65536)
-    w, k, m, rs = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 6]
+    k = r[T_SRC0 + 1]
     x, ne11, ne12 = r[T_SRC1], r[T_SRC1 + 2], r[T_SRC1 + 3]
     nx1, nx2, nx3 = r[T_SRC1 + 6], r[T_SRC1 + 7], r[T_SRC1 + 8]
     n = ne11 * ne12 * r[T_SRC1 + 4]
     nblk = k // blk_len
-    base = i64p(ctrl + 8 * C_WDATA)[0]
-    qa_at = base
+    qa_at = i64p(ctrl + 8 * C_WDATA)[0]
     da_at = qa_at + ((n * k + 63) // 64) * 64
     ex_at = da_at + ((4 * n * nblk + 63) // 64) * 64
     qa = numba.carray(i8p(qa_at), (n, k))
@@ -293,6 +284,23 @@ def gemm_tiles(node, ith, nth, ctrl, tile_at, blk_len, blk_bytes, es, quantize, 
     if ith == 0:
         atomic_store(ctrl + 8 * C_CHUNK, nth)
     barrier(ctrl, nth)
+    return qa_at, da_at, ex_at, qa, da, ex, n
+
+
+@numba.njit(inline="always", **_opts)
+def gemm_tiles(node, ith, nth, ctrl, tile_at, blk_len, blk_bytes, es, quantize, repack, tile4, tile1,
+               mv):  # pragma: no cover - compiled
+    """MUL_MAT of a quantized weight by many F32 rows (src1 rows of n = ne11*ne12*ne13, contiguous dst).
+
+    Activations are quantized into the work buffer (Q8_K: blk_len 256, block sums every es=16; Q8_0: 32
+    and 32), the threads meet at a barrier, then take 8-row weight tiles from the chunk counter, each
+    repacked into the thread's scratch and run against all activation rows, 4 at a time."""
+    r = rec(node)
+    tab = numba.carray(f32p(r[AUX]), 65536)
+    w, k, m, rs = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 6]
+    nblk = k // blk_len
+    qa_at, da_at, ex_at, qa, da, ex, n = quantize_src1(node, ith, nth, ctrl, quantize, blk_len, es)
+    base = qa_at
     wu = numba.carray(u8p(w), m * rs)
     d = r[T_DST]
     out_stride = 4 * m
@@ -416,24 +424,8 @@ q5_0_tile_4 = _tile_kernel_q0(COLS, 16)
 q5_0_tile_1 = _tile_kernel_q0(1, 16)
 
 
-@numba.njit(inline="always", **_opts)
-def _q4_0_4(tile, nblk, qa, k, da, asum, out, stride):  # pragma: no cover - compiled
-    q4_0_tile_4(tile, nblk, qa, k, da, asum, out, stride)
-
-
-@numba.njit(inline="always", **_opts)
-def _q4_0_1(tile, nblk, qa, k, da, asum, out, stride):  # pragma: no cover - compiled
-    q4_0_tile_1(tile, nblk, qa, k, da, asum, out, stride)
-
-
-@numba.njit(inline="always", **_opts)
-def _q5_0_4(tile, nblk, qa, k, da, asum, out, stride):  # pragma: no cover - compiled
-    q5_0_tile_4(tile, nblk, qa, k, da, asum, out, stride)
-
-
-@numba.njit(inline="always", **_opts)
-def _q5_0_1(tile, nblk, qa, k, da, asum, out, stride):  # pragma: no cover - compiled
-    q5_0_tile_1(tile, nblk, qa, k, da, asum, out, stride)
+_q4_0_4, _q4_0_1 = _tile_call(q4_0_tile_4), _tile_call(q4_0_tile_1)
+_q5_0_4, _q5_0_1 = _tile_call(q5_0_tile_4), _tile_call(q5_0_tile_1)
 
 
 AVAILABLE = _AVX2

@@ -27,7 +27,7 @@ from ....ops.enums import Op
 from ....tensor import Tensor
 from ....types import GGMLType
 from ..actquant import F16_TO_F32, f16_bits
-from ..native import atomic_add, atomic_store, f32p, i8p, i32p, i64p, u8p, u32p
+from ..native import atomic_add, atomic_store, f32p, i8p, i64p, u8p, u32p
 from ..qmatmul import (
     MATVEC_MAX_COLS,
     _mv_iq4_nl,
@@ -137,25 +137,8 @@ def _matvec_q(node, ith, nth, ctrl, quantize, bs, es, mv):  # pragma: no cover -
     """dst (n, m) = Q8(src1 rows) . weight rows, n = ne11*ne12*ne13 rows of K."""
     r = rec(node)
     tab = numba.carray(f32p(r[AUX]), 65536)
-    w, k, m, rs = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 6]
-    x, ne11, ne12 = r[T_SRC1], r[T_SRC1 + 2], r[T_SRC1 + 3]
-    nx1, nx2, nx3 = r[T_SRC1 + 6], r[T_SRC1 + 7], r[T_SRC1 + 8]
-    n = ne11 * ne12 * r[T_SRC1 + 4]
-    base = i64p(ctrl + 8 * C_WDATA)[0]  # the shared work buffer
-    qa_at = base
-    da_at = qa_at + ((n * k + 63) // 64) * 64
-    ex_at = da_at + ((4 * n * (k // bs) + 63) // 64) * 64
-    qa = numba.carray(i8p(qa_at), (n, k))
-    da = numba.carray(f32p(da_at), (n, k // bs))
-    ex = numba.carray(i32p(ex_at), (n, k // es))
-    j0, j1 = span(n, ith, nth)
-    for j in range(j0, j1):
-        i1, i2, i3 = _row_index(j, ne11, ne12)
-        xr = numba.carray(f32p(x + i1 * nx1 + i2 * nx2 + i3 * nx3), (1, k))
-        quantize(xr, qa[j : j + 1], da[j : j + 1], ex[j : j + 1])
-    if ith == 0:
-        atomic_store(ctrl + 8 * C_CHUNK, nth)
-    barrier(ctrl, nth)
+    w, m, rs = r[T_SRC0], r[T_SRC0 + 2], r[T_SRC0 + 6]
+    _, _, _, qa, da, ex, n = gemm.quantize_src1(node, ith, nth, ctrl, quantize, bs, es)
     wu = numba.carray(u8p(w), m * rs)
     wi = numba.carray(i8p(w), m * rs)
     out = numba.carray(f32p(r[T_DST]), (n, m))
