@@ -20,9 +20,16 @@ import pytest
 PYGGML = [sys.executable, "-m", "pyggml.cli.main"]
 
 
+def _default_sigint() -> None:
+    # pytest-xdist's workers ignore SIGINT, and a child inherits that: Python then installs no
+    # KeyboardInterrupt handler at all. A user's terminal leaves SIGINT at its default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(args: list[str], stdin: bool = False) -> subprocess.Popen:
     return subprocess.Popen([*PYGGML, *args], stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+                            preexec_fn=_default_sigint)
 
 
 def _wait_for_stdout(p: subprocess.Popen, n_chars: int, timeout: float = 240.0) -> str:
