@@ -62,8 +62,7 @@ def run(args: argparse.Namespace) -> int:
         keep = 0
         while keep < min(len(cached), len(tokens) - 1) and cached[keep] == tokens[keep]:
             keep += 1
-        ctx.seq_rm(keep)
-        ctx.n_past = keep
+        ctx.seq_rm(0, keep)
         shown: list[str] = []
 
         def show(text: str, shown: list[str] = shown) -> None:

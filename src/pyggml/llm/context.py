@@ -25,6 +25,7 @@ from ..backend.sched import BackendSched, backend_sched_new, backend_sched_set_e
 from ..errors import PyGGMLError
 from ..tensor import Tensor, ggml_pad
 from ..types import GGMLType
+from .batch import Batch, DecodeError, PreparedBatch, prepare, split_simple
 from .graph import GRAPH_MAX_NODES, GraphBuilder, UbatchGraph, build_k_shift
 from .kv_cache import KV_PAD, KVCache
 from .model import Model
@@ -32,10 +33,6 @@ from .model import Model
 #: ggml's eval callback: called with ask=True to ask whether a node is wanted, then with ask=False
 #: once it has been computed; returning False from the second call stops the graph.
 EvalCallback = Callable[[Tensor, bool], bool]
-
-
-class DecodeError(PyGGMLError):
-    """A batch that cannot be decoded (bad token ids, positions, too many tokens)."""
 
 
 class DecodeAborted(DecodeError):
@@ -52,6 +49,8 @@ class ContextParams:
     type_k: GGMLType = GGMLType.F16
     type_v: GGMLType = GGMLType.F16
     swa_full: bool = False
+    n_seq_max: int = 1  # sequences the memory can hold at once (sequence ids 0 .. n_seq_max-1)
+    kv_unified: bool = True  # one stream of cells for all sequences (the only layout supported so far)
 
 
 class LlamaContext:
@@ -59,6 +58,12 @@ class LlamaContext:
                  eval_callback: EvalCallback | None = None) -> None:
         p = params or ContextParams()
         hp = model.hparams
+        if not 1 <= p.n_seq_max <= 64:
+            raise PyGGMLError(f"n_seq_max must be 1 to 64 (LLAMA_MAX_SEQ), got {p.n_seq_max}")
+        if not p.kv_unified:
+            raise PyGGMLError("kv_unified=False (one stream of cells per sequence) is not supported yet: "
+                              "use the unified cache (kv_unified=True)")
+        self.n_seq_max = p.n_seq_max
         self.model = model
         self.params = p
         n_ctx_user = p.n_ctx or hp.n_ctx_train
@@ -71,18 +76,20 @@ class LlamaContext:
         if hp.uses_swa:
             base_layers = [il for il in range(hp.n_layer) if not hp.is_swa(il)]
             swa_layers = [il for il in range(hp.n_layer) if hp.is_swa(il)]
-            swa_size = self.n_ctx if p.swa_full else ggml_pad(min(self.n_ctx, hp.n_swa + self.n_ubatch), KV_PAD)
+            # llama_kv_cache_iswa: the window of every sequence plus a ubatch (unified cache)
+            swa_size = self.n_ctx if p.swa_full else ggml_pad(min(self.n_ctx, hp.n_swa * p.n_seq_max + self.n_ubatch),
+                                                               KV_PAD)
             self.caches = {}  # a cache only for the kinds of layers the model has
             if base_layers:
                 self.caches["base"] = KVCache(hp, base_layers, self.n_ctx, buft, p.type_k, p.type_v, v_trans, 0,
-                                              "base")
+                                              "base", p.n_seq_max)
             if swa_layers:
                 self.caches["swa"] = KVCache(hp, swa_layers, swa_size, buft, p.type_k, p.type_v, v_trans, hp.n_swa,
-                                             "swa")
+                                             "swa", p.n_seq_max)
             self.layer_cache = ["swa" if hp.is_swa(il) else "base" for il in range(hp.n_layer)]
         else:
             self.caches = {"base": KVCache(hp, list(range(hp.n_layer)), self.n_ctx, buft, p.type_k, p.type_v,
-                                           v_trans, 0, "base")}
+                                           v_trans, 0, "base", p.n_seq_max)}
             self.layer_cache = ["base"] * hp.n_layer
         self.backend = backend_cpu_init()
         self.backend.set_n_threads(p.n_threads or os.cpu_count() or 1)
@@ -93,8 +100,8 @@ class LlamaContext:
         self._graph: UbatchGraph | None = None
         self.n_reused = 0  # ubatches that reused the previous graph (llama.cpp's n_reused)
         self.n_graph_builds = 0
-        self.n_past = 0
         self.logits = np.zeros((0, hp.n_vocab), dtype=np.float32)
+        self.output_ids = np.zeros(0, dtype=np.int64)  # batch index -> logits row (-1: not an output)
         self.abort_callback: Callable[[], bool] | None = None
 
     def set_abort_callback(self, callback: Callable[[], bool] | None) -> None:
@@ -105,35 +112,76 @@ class LlamaContext:
             if hasattr(b, "set_abort_callback"):
                 b.set_abort_callback(None if callback is None else (lambda _data: bool(callback())))
 
-    # ------------------------------------------------------------------ memory
+    # ------------------------------------------------------------------ memory (llama_memory_*)
+    @property
+    def _pos_cache(self) -> KVCache:
+        """The cache that answers position queries: the sliding-window one when there is one (it holds
+        a subset of the base cache's cells, as llama_kv_cache_iswa answers from kv_swa)."""
+        return self.caches.get("swa") or self.caches["base"]
+
+    def seq_pos_min(self, seq_id: int = 0) -> int:
+        """The smallest position of the sequence in memory, -1 when it has none."""
+        return self._pos_cache.seq_pos_min(seq_id)
+
+    def seq_pos_max(self, seq_id: int = 0) -> int:
+        """The largest position of the sequence in memory, -1 when it has none."""
+        return self._pos_cache.seq_pos_max(seq_id)
+
+    @property
+    def n_past(self) -> int:
+        """Sequence 0's next position (its cached token count when it starts at 0)."""
+        return self.seq_pos_max(0) + 1
+
+    def _seq(self, seq_id: int, allow_all: bool = False) -> None:
+        if not (0 <= seq_id < self.n_seq_max or (allow_all and seq_id < 0)):
+            raise DecodeError(f"sequence id {seq_id} is out of range [0, {self.n_seq_max})")
+
     def clear(self) -> None:
-        """Forget every cached token (llama_memory_clear)."""
+        """Forget every cached token of every sequence (llama_memory_clear)."""
         for c in self.caches.values():
             c.clear()
-        self.n_past = 0
 
-    def seq_rm(self, p0: int, p1: int = -1) -> None:
-        """Forget positions [p0, p1) (p1 < 0: to the end)."""
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:
+        """The sequence (seq_id < 0: all) forgets positions [p0, p1) (p0 < 0: from 0, p1 < 0: to the end)."""
+        self._seq(seq_id, allow_all=True)
         for c in self.caches.values():
-            c.seq_rm(p0, p1)
-        self.n_past = min(self.n_past, p0) if p1 < 0 else self.n_past
+            c.seq_rm(seq_id, p0, p1)
 
-    def seq_add(self, p0: int, p1: int, delta: int) -> None:
-        """Move positions [p0, p1) by ``delta`` (llama_memory_seq_add); the cached K vectors are
-        re-rotated to their new positions before the next decode (the K-shift)."""
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Sequence dst shares src's cells for positions [p0, p1) (the cells, not copies of them)."""
+        self._seq(src)
+        self._seq(dst)
         for c in self.caches.values():
-            c.seq_add(p0, p1, delta)
+            c.seq_cp(src, dst, p0, p1)
 
-    def context_shift(self, n_keep: int) -> int:
+    def seq_keep(self, seq_id: int) -> None:
+        """Every sequence but seq_id forgets everything."""
+        self._seq(seq_id)
+        for c in self.caches.values():
+            c.seq_keep(seq_id)
+
+    def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        """Move the sequence's positions [p0, p1) by ``delta`` (llama_memory_seq_add); the cached K
+        vectors are re-rotated to their new positions before the next decode (the K-shift)."""
+        self._seq(seq_id)
+        for c in self.caches.values():
+            c.seq_add(seq_id, p0, p1, delta)
+
+    def seq_div(self, seq_id: int, p0: int, p1: int, d: int) -> None:
+        """Integer-divide the sequence's positions [p0, p1) by ``d`` (llama_memory_seq_div)."""
+        self._seq(seq_id)
+        for c in self.caches.values():
+            c.seq_div(seq_id, p0, p1, d)
+
+    def context_shift(self, n_keep: int, seq_id: int = 0) -> int:
         """llama.cpp's context shift when the context is full: keep the first ``n_keep`` positions,
         drop half of the rest (the oldest), move the newer half down; returns the positions dropped."""
-        n_left = self.n_past - n_keep
-        n_discard = n_left // 2
+        n_past = self.seq_pos_max(seq_id) + 1
+        n_discard = (n_past - n_keep) // 2
         if n_keep < 0 or n_discard <= 0:
-            raise DecodeError(f"cannot shift the context: {self.n_past} positions, {n_keep} to keep")
-        self.seq_rm(n_keep, n_keep + n_discard)
-        self.seq_add(n_keep + n_discard, self.n_past, -n_discard)
-        self.n_past -= n_discard
+            raise DecodeError(f"cannot shift the context: {n_past} positions, {n_keep} to keep")
+        self.seq_rm(seq_id, n_keep, n_keep + n_discard)
+        self.seq_add(seq_id, n_keep + n_discard, n_past, -n_discard)
         return n_discard
 
     def _apply_k_shift(self) -> None:
@@ -182,76 +230,78 @@ class LlamaContext:
 
     # ------------------------------------------------------------------ decoding
     def decode(self, tokens: Sequence[int], positions: Sequence[int] | None = None,
-               outputs: Sequence[bool] | None = None) -> np.ndarray:
-        """Run ``tokens`` through the model; returns the logits of the output tokens, [n_outputs, n_vocab].
+               outputs: Sequence[bool] | None = None, seq_id: int = 0) -> np.ndarray:
+        """Decode ``tokens`` of one sequence; returns the logits of the output tokens, [n_outputs, n_vocab].
 
-        By default positions continue after the cached ones and only the last token is an output.
+        By default positions continue after the sequence's cached ones and only the last token is
+        an output. Several sequences at once: :meth:`decode_batch`.
         """
-        toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
-        n = toks.size
-        if n == 0:
-            raise DecodeError("decode: empty batch")
-        if n > self.n_batch:
-            raise DecodeError(f"decode: {n} tokens exceed n_batch = {self.n_batch}")
-        n_vocab = self.model.hparams.n_vocab
-        bad = (toks < 0) | (toks >= n_vocab)
-        if bad.any():
-            raise DecodeError(f"decode: token id {int(toks[bad][0])} is out of range [0, {n_vocab})")
-        if positions is None:
-            pos = np.arange(self.n_past, self.n_past + n, dtype=np.int64)
-        else:
-            pos = np.asarray(positions, dtype=np.int64).reshape(-1)
-            if pos.size != n:
-                raise DecodeError("decode: positions and tokens differ in length")
-            if pos[0] != self.n_past or np.any(np.diff(pos) != 1):
-                raise DecodeError(f"decode: positions must continue the sequence from {self.n_past} without gaps")
-        out_flags = np.zeros(n, dtype=bool)
-        if outputs is None:
-            out_flags[-1] = True
-        else:
-            out_flags[:] = np.asarray(outputs, dtype=bool).reshape(-1)
+        n = len(tokens)
+        return self.decode_batch(Batch(token=tokens, pos=positions, seq_id=[seq_id] * n if seq_id else None,
+                                       logits=outputs))
+
+    def decode_batch(self, batch: Batch) -> np.ndarray:
+        """llama_decode: run a batch of tokens of any sequences; returns the logits of its output tokens
+        in batch order, [n_outputs, n_vocab] (``output_ids`` maps batch index -> row).
+
+        The batch is checked and completed as llama.cpp does (see llm/batch.py), split into ubatches
+        of at most n_ubatch tokens, and each ubatch finds its cells, builds (or reuses) its graph
+        and computes. A failure, an abort or Ctrl-C part-way leaves the memory as it was.
+        """
+        hp = self.model.hparams
+        if batch.n_tokens > self.n_batch:
+            raise DecodeError(f"decode: {batch.n_tokens} tokens exceed n_batch = {self.n_batch}")
+        ub_all = prepare(batch, hp.n_vocab, hp.n_embd, self.n_seq_max, self.seq_pos_min, self.seq_pos_max)
         self._apply_k_shift()
         saved = self._save_state()
         rows = []
         try:
-            for s in range(0, n, self.n_ubatch):
-                e = min(s + self.n_ubatch, n)
-                rows.append(self._process_ubatch(toks[s:e], pos[s:e], out_flags[s:e]))
-        except BaseException:  # a failure, an abort or Ctrl-C part-way: the context is as it was
+            for ub in split_simple(ub_all, self.n_ubatch):
+                rows.append(self._process_ubatch(ub))
+        except BaseException:  # a failure, an abort or Ctrl-C part-way: the memory is as it was
             self._restore_state(saved)
             raise
-        self.n_past = int(pos[-1]) + 1
-        self.logits = np.concatenate(rows, axis=0) if rows else np.zeros((0, n_vocab), np.float32)
+        self.logits = np.concatenate(rows, axis=0) if rows else np.zeros((0, hp.n_vocab), np.float32)
+        self.output_ids = np.full(ub_all.n_tokens, -1, dtype=np.int64)
+        self.output_ids[ub_all.output] = np.arange(ub_all.n_outputs)
         return self.logits
 
-    def _save_state(self) -> tuple:
-        """The cache cells' bookkeeping and counters a decode changes (the K/V data of cells it
-        writes is not needed: restored cells hold positions no later token can attend to again)."""
-        return self.n_past, {name: (c.pos.copy(), c.shift.copy(), c.head) for name, c in self.caches.items()}
+    def get_logits_ith(self, i: int) -> np.ndarray:
+        """llama_get_logits_ith: the logits of batch token i of the last decode (negative: from the end)."""
+        n = self.output_ids.size
+        j = i + n if i < 0 else i
+        if not 0 <= j < n or self.output_ids[j] < 0:
+            raise DecodeError(f"no logits for batch token {i}: it was not marked as an output")
+        return self.logits[self.output_ids[j]]
 
-    def _restore_state(self, saved: tuple) -> None:
-        self.n_past, cells = saved
-        for name, (pos, shift, head) in cells.items():
-            c = self.caches[name]
-            c.pos[:], c.shift[:], c.head = pos, shift, head
+    def _save_state(self) -> dict:
+        """The cache cells' bookkeeping a decode changes (the K/V data of cells it writes is not
+        needed: restored cells hold positions no later token can attend to again)."""
+        return {name: c.state() for name, c in self.caches.items()}
+
+    def _restore_state(self, saved: dict) -> None:
+        for name, state in saved.items():
+            self.caches[name].set_state(state)
         self._graph = None  # a failure may have left the scheduler half-way: plan the next graph anew
 
-    def _process_ubatch(self, toks: np.ndarray, pos: np.ndarray, out_flags: np.ndarray) -> np.ndarray:
-        n_tokens = toks.size
-        out_ids = np.flatnonzero(out_flags).astype(np.int32)
+    def _process_ubatch(self, ub: PreparedBatch) -> np.ndarray:
+        n_tokens = ub.n_tokens
+        out_ids = np.flatnonzero(ub.output).astype(np.int32)
         n_outputs = out_ids.size
         cells = {}
         for name, cache in self.caches.items():
-            idxs = cache.find_slot(n_tokens)
-            cache.apply(idxs, pos)
+            idxs = cache.find_slot(ub.seq_first)
+            cache.apply(idxs, ub.pos, ub.seq_mask)
             cells[name] = idxs
         n_kv = {name: c.n_kv() for name, c in self.caches.items()}
-        key = (n_tokens, n_outputs, tuple(sorted(n_kv.items())))
+        embd_input = ub.embd is not None
+        key = (n_tokens, n_outputs, tuple(sorted(n_kv.items())), embd_input)
         g = self._graph
         if g is not None and g.key == key and os.environ.get("LLAMA_GRAPH_REUSE_DISABLE") is None:
             self.n_reused += 1
         else:
-            b = GraphBuilder(self.model, self.caches, self.layer_cache, n_tokens, n_outputs, n_kv, self.flash_attn)
+            b = GraphBuilder(self.model, self.caches, self.layer_cache, n_tokens, n_outputs, n_kv, self.flash_attn,
+                             embd_input)
             g = b.build(key)
             self.sched.reset()
             if not self.sched.alloc_graph(g.gf):
@@ -259,8 +309,8 @@ class LlamaContext:
             self._graph = g
             self.n_graph_builds += 1
         # inputs, through the backend API: they may live on any backend
-        backend_tensor_set(g.tokens, toks.astype(np.int32))
-        backend_tensor_set(g.pos, pos.astype(np.int32))
+        backend_tensor_set(g.tokens, ub.embd if embd_input else ub.token.astype(np.int32))
+        backend_tensor_set(g.pos, ub.pos.astype(np.int32))
         if n_outputs:
             backend_tensor_set(g.out_ids, out_ids)
         for name, inp in g.attn.items():
@@ -268,7 +318,7 @@ class LlamaContext:
             idxs = cells[name]
             backend_tensor_set(inp.k_idxs, cache.k_idxs_data(idxs))
             backend_tensor_set(inp.v_idxs, cache.v_idxs_data(idxs, cache.layer_ids[0]))
-            mask = cache.mask_data(pos, inp.n_kv)
+            mask = cache.mask_data(ub.pos, ub.seq_first, inp.n_kv)
             backend_tensor_set(inp.kq_mask, mask.astype(np.float16) if inp.kq_mask.type == GGMLType.F16 else mask)
         backend_sched_set_eval_callback(self.sched, self.eval_callback)
         status = self.sched.graph_compute(g.gf)

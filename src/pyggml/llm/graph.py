@@ -71,7 +71,7 @@ def rope_params(hp: HParams, swa: bool) -> RopeParams:
 
 class GraphBuilder:
     def __init__(self, model: Model, caches: dict[str, KVCache], layer_cache: list[str], n_tokens: int,
-                 n_outputs: int, n_kv: dict[str, int], flash_attn: bool) -> None:
+                 n_outputs: int, n_kv: dict[str, int], flash_attn: bool, embd_input: bool = False) -> None:
         self.model = model
         self.hp = model.hparams
         self.caches = caches
@@ -84,7 +84,11 @@ class GraphBuilder:
         self.gf = new_graph_custom(self.ctx, GRAPH_MAX_NODES)
         self.named: dict[str, Tensor] = {}
         ctx = self.ctx
-        self.tokens = self._input(ctx.new_tensor(I32, n_tokens), "inp_tokens")
+        # llm_graph_input_embd: token ids looked up in tok_embd, or embedding rows given directly
+        if embd_input:
+            self.tokens = self._input(ctx.new_tensor(F32, self.hp.n_embd, n_tokens), "inp_embd")
+        else:
+            self.tokens = self._input(ctx.new_tensor(I32, n_tokens), "inp_tokens")
         self.pos = self._input(ctx.new_tensor(I32, n_tokens), "inp_pos")
         self.out_ids = self._input(ctx.new_tensor(I32, n_outputs), "inp_out_ids")
         self.attn_inputs: dict[str, AttnInput] = {}
@@ -187,10 +191,16 @@ class GraphBuilder:
         return cur
 
     # ------------------------------------------------------------------ architectures
+    def inp_embd(self) -> Tensor:
+        """build_inp_embd: the ubatch's token embeddings."""
+        if self.tokens.type == F32:
+            return self.tokens
+        return B.get_rows(self.ctx, self.model.tok_embd, self.tokens)
+
     def build_llama_like(self) -> Tensor:
         """llama and qwen2 (qwen2: NEOX rope, q/k/v biases, optional output bias)."""
         m, hp, ctx = self.model, self.hp, self.ctx
-        inp = self.cb(B.get_rows(ctx, m.tok_embd, self.tokens), "inp_embd")
+        inp = self.cb(self.inp_embd(), "inp_embd")
         kq_scale = 1.0 / math.sqrt(hp.n_embd_head_k)
         for il, layer in enumerate(m.layers):
             inp_sa = inp
@@ -210,8 +220,7 @@ class GraphBuilder:
 
     def build_gemma3(self) -> Tensor:
         m, hp, ctx = self.model, self.hp, self.ctx
-        inp = B.get_rows(ctx, m.tok_embd, self.tokens)
-        inp = self.cb(B.scale(ctx, inp, float(math.sqrt(hp.n_embd))), "inp_scaled")
+        inp = self.cb(B.scale(ctx, self.inp_embd(), float(math.sqrt(hp.n_embd))), "inp_scaled")
         for il, layer in enumerate(m.layers):
             swa = hp.is_swa(il)
             cur = self.norm(inp, layer.attn_norm, "attn_norm", il)

@@ -1,10 +1,15 @@
-"""The KV cache as llama.cpp keeps it (src/llama-kv-cache.cpp), for one sequence.
+"""The KV cache as llama.cpp keeps it (src/llama-kv-cache.cpp): cells shared by up to 64 sequences.
 
 Per layer, K is ``[n_embd_k_gqa, kv_size]`` and V either the same or, without flash attention,
-transposed (element j of cell c at ``j*kv_size + c``), both F16 by default and zeroed. A ubatch
-finds cells with llama.cpp's ``find_slot`` (wrapping search from ``head``; in a sliding-window
-cache, cells whose position fell out of the window are reused), writes K/V with SET_ROWS at those
-cells, and attends over the first ``n_kv`` cells (a multiple of 256), masking the rest.
+transposed (element j of cell c at ``j*kv_size + c``), both F16 by default and zeroed. Each cell
+records a position and the set of sequences that use it (a bit mask); one cell can serve several
+sequences (``seq_cp`` shares a prompt's cells). A ubatch finds cells with llama.cpp's ``find_slot``
+(wrapping search from ``head``; in a sliding-window cache, a cell of one sequence whose position fell
+out of that sequence's window is reused), writes K/V with SET_ROWS at those cells, and attends over
+the first ``n_kv`` cells (a multiple of 256): the mask lets a token see the cells of its own
+sequence at positions up to its own (and within its window), nothing of other sequences.
+
+This is llama.cpp's unified cache (``kv_unified``: one stream of cells for all sequences).
 """
 
 from __future__ import annotations
@@ -21,6 +26,13 @@ from ..types import GGMLType
 from .hparams import HParams
 
 KV_PAD = 256
+#: LLAMA_MAX_SEQ: sequence ids are bits of a cell's uint64 mask
+MAX_SEQ = 64
+_ONE = np.uint64(1)
+
+
+def seq_bit(s: int) -> np.uint64:
+    return _ONE << np.uint64(s)
 
 
 class KVCacheFullError(PyGGMLError):
@@ -32,13 +44,16 @@ class KVCache:
 
     def __init__(self, hp: HParams, layer_ids: list[int], kv_size: int, buft: BufferType | dict[int, BufferType],
                  type_k: GGMLType = GGMLType.F16, type_v: GGMLType = GGMLType.F16, v_trans: bool = True,
-                 n_swa: int = 0, name: str = "") -> None:
+                 n_swa: int = 0, name: str = "", n_seq_max: int = 1) -> None:
+        if not 1 <= n_seq_max <= MAX_SEQ:
+            raise PyGGMLError(f"n_seq_max must be 1 to {MAX_SEQ}, got {n_seq_max}")
         self.hp = hp
         self.layer_ids = list(layer_ids)
         self.size = kv_size
         self.v_trans = v_trans
         self.n_swa = n_swa  # 0: no sliding window in this cache
         self.name = name
+        self.n_seq_max = n_seq_max
         self.ctx = Context((2 * len(layer_ids) + 1) * tensor_overhead(), no_alloc=True)
         self.k: dict[int, Tensor] = {}
         self.v: dict[int, Tensor] = {}
@@ -62,7 +77,8 @@ class KVCache:
             backend_buffer_clear(buf, 0)
             self.buffers.append(buf)
         self.pos = np.full(kv_size, -1, dtype=np.int64)  # -1: empty cell
-        # how far each cell's position moved since its K was last rotated (seq_add); a K-shift
+        self.seq = np.zeros(kv_size, dtype=np.uint64)  # bit s: sequence s uses the cell
+        # how far each cell's position moved since its K was last rotated (seq_add/seq_div); a K-shift
         # graph (LlamaContext) rotates K by these amounts before the next decode
         self.shift = np.zeros(kv_size, dtype=np.int64)
         self.head = 0
@@ -70,17 +86,38 @@ class KVCache:
     # ------------------------------------------------------------------ cell bookkeeping
     def clear(self) -> None:
         self.pos.fill(-1)
+        self.seq.fill(0)
         self.shift.fill(0)
         self.head = 0
         for buf in self.buffers:
             backend_buffer_clear(buf, 0)
 
+    def state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """A copy of the cells' bookkeeping (positions, sequence sets, shifts, head)."""
+        return self.pos.copy(), self.seq.copy(), self.shift.copy(), self.head
+
+    def set_state(self, state: tuple[np.ndarray, np.ndarray, np.ndarray, int]) -> None:
+        pos, seq, shift, head = state
+        self.pos[:], self.seq[:], self.shift[:], self.head = pos, seq, shift, head
+
     @property
     def used(self) -> int:
         return int(np.count_nonzero(self.pos >= 0))
 
-    def seq_pos_max(self) -> int:
-        return int(self.pos.max()) if self.size else -1
+    def _of(self, seq_id: int) -> np.ndarray:
+        """Cells of sequence seq_id (seq_id < 0: every used cell)."""
+        if seq_id < 0:
+            return self.pos >= 0
+        return (self.seq & seq_bit(seq_id)) != 0
+
+    def seq_pos_max(self, seq_id: int = 0) -> int:
+        """The largest position of the sequence in the cache, or -1 when it has none."""
+        sel = self._of(seq_id)
+        return int(self.pos[sel].max()) if sel.any() else -1
+
+    def seq_pos_min(self, seq_id: int = 0) -> int:
+        sel = self._of(seq_id)
+        return int(self.pos[sel].min()) if sel.any() else -1
 
     def is_masked_swa(self, p0: int | np.ndarray, p1: int | np.ndarray) -> bool | np.ndarray:
         """llama_hparams::is_masked_swa for STANDARD windows: the key at p0 is out of p1's window."""
@@ -88,15 +125,24 @@ class KVCache:
             return False if np.isscalar(p0) else np.zeros(np.shape(p0), dtype=bool)
         return (p1 - p0) >= self.n_swa
 
-    def find_slot(self, n_tokens: int) -> list[int]:
-        """Cells for the next ``n_tokens`` tokens, searched as llama.cpp's find_slot (non-contiguous)."""
+    def find_slot(self, seq_first: np.ndarray) -> list[int]:
+        """Cells for the tokens of a ubatch (first sequence id of each), as llama.cpp's find_slot.
+
+        A cell is usable if it is empty, or (sliding-window cache) if it holds one sequence only
+        and its position is out of that sequence's window for the sequence's next position.
+        """
+        n_tokens = len(seq_first)
         if n_tokens > self.size:
             raise KVCacheFullError(f"{n_tokens} tokens do not fit a KV cache of {self.size} cells")
         used = self.used
         # as llama.cpp: restart from cell 0 when head ran far past the used cells (or off the end)
         head = 0 if self.head >= self.size or self.head > used + 2 * n_tokens else self.head
-        pos_max = self.seq_pos_max()
+        next_pos = {}
+        if self.n_swa:
+            for s in range(self.n_seq_max):
+                next_pos[s] = self.seq_pos_max(s) + 1
         idxs: list[int] = []
+        taken: set[int] = set()
         n_tested = 0
         while len(idxs) < n_tokens:
             if n_tested >= self.size:
@@ -105,21 +151,33 @@ class KVCache:
             i = head
             head = (head + 1) % self.size
             n_tested += 1
-            p = self.pos[i]
-            if p < 0 or bool(self.is_masked_swa(int(p), pos_max + 1)):
+            if i in taken:
+                continue
+            p = int(self.pos[i])
+            ok = p < 0
+            if not ok and self.n_swa:
+                m = int(self.seq[i])
+                if m and m & (m - 1) == 0:  # exactly one sequence
+                    s = m.bit_length() - 1
+                    ok = bool(self.is_masked_swa(p, next_pos[s]))
+            if ok:
                 idxs.append(i)
+                taken.add(i)
         return idxs
 
-    def apply(self, idxs: list[int], positions: np.ndarray) -> None:
-        """apply_ubatch: occupy the cells, purging older positions the sliding window overwrote."""
-        overwritten = self.pos[idxs]
-        rm_max = int(overwritten.max()) if overwritten.size else -1
+    def apply(self, idxs: list[int], positions: np.ndarray, seq_masks: np.ndarray) -> None:
+        """apply_ubatch: occupy the cells; sliding-window cells overwritten make their sequence drop
+        every older position (each sequence keeps a contiguous position range)."""
+        rm_max: dict[int, int] = {}
+        for i in idxs:
+            if self.pos[i] >= 0:
+                s = int(self.seq[i]).bit_length() - 1
+                rm_max[s] = max(rm_max.get(s, -1), int(self.pos[i]))
+                self.pos[i], self.seq[i], self.shift[i] = -1, 0, 0
         self.pos[idxs] = positions
-        if rm_max >= 0:
-            # keep a contiguous position range: drop every cell older than the overwritten ones
-            stale = (self.pos >= 0) & (self.pos <= rm_max)
-            stale[idxs] = False
-            self.pos[stale] = -1
+        self.seq[idxs] = seq_masks
+        for s, pmax in rm_max.items():
+            self.seq_rm(s, -1, pmax + 1)
         self.head = idxs[-1] + 1 if idxs else self.head
 
     def n_kv(self) -> int:
@@ -128,30 +186,64 @@ class KVCache:
         used_max_p1 = int(used_cells[-1]) + 1 if used_cells.size else 0
         return min(self.size, max(KV_PAD, ggml_pad(used_max_p1, KV_PAD)))
 
-    def _range(self, p0: int, p1: int) -> np.ndarray:
-        """Cells holding a position in [p0, p1) (p0 < 0: from 0, p1 < 0: to the end)."""
+    # ------------------------------------------------------------------ the memory API
+    def _range(self, seq_id: int, p0: int, p1: int) -> np.ndarray:
+        """Cells of seq_id (< 0: any) holding a position in [p0, p1) (p0 < 0: from 0, p1 < 0: to the end)."""
         hi = np.iinfo(np.int64).max if p1 < 0 else p1
-        return (self.pos >= max(p0, 0)) & (self.pos < hi)
+        return self._of(seq_id) & (self.pos >= max(p0, 0)) & (self.pos < hi)
 
-    def seq_rm(self, p0: int, p1: int) -> None:
-        """Remove positions [p0, p1) (p1 < 0: to the end)."""
-        sel = self._range(p0, p1)
-        self.pos[sel] = -1
-        self.shift[sel] = 0
+    def _drop_empty(self) -> None:
+        gone = (self.seq == 0) & (self.pos >= 0)
+        self.pos[gone] = -1
+        self.shift[gone] = 0
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:
+        """llama_memory_seq_rm: the sequence (seq_id < 0: all) forgets positions [p0, p1)."""
+        sel = self._range(seq_id, p0, p1)
+        if seq_id < 0:
+            self.seq[sel] = 0
+        else:
+            self.seq[sel] &= ~seq_bit(seq_id)
+        self._drop_empty()
         self.head = 0
 
-    def seq_add(self, p0: int, p1: int, delta: int) -> None:
-        """llama_kv_cache::seq_add: move positions [p0, p1) by delta; cells moved below 0 are freed.
-        Their K vectors still carry the old rotation until the K-shift graph runs (has_shift)."""
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """llama_memory_seq_cp: dst shares src's cells in [p0, p1) (no data is copied)."""
+        if src == dst:
+            return
+        sel = self._range(src, p0, p1)
+        self.seq[sel] |= seq_bit(dst)
+
+    def seq_keep(self, seq_id: int) -> None:
+        """llama_memory_seq_keep: every other sequence forgets everything."""
+        keep = self._of(seq_id)
+        self.seq[keep] = seq_bit(seq_id)
+        self.seq[~keep] = 0
+        self._drop_empty()
+        self.head = 0
+
+    def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        """llama_memory_seq_add: move the sequence's positions [p0, p1) by delta; cells moved below 0
+        are freed. (llama.cpp moves whole cells: a cell shared with another sequence moves for both.)"""
         if delta == 0 or p0 == p1:
             return
-        sel = self._range(p0, p1)
+        sel = self._range(seq_id, p0, p1)
         self.pos[sel] += delta
         self.shift[sel] += delta
         gone = sel & (self.pos < 0)
-        self.pos[gone] = -1
-        self.shift[gone] = 0
+        self.pos[gone], self.seq[gone], self.shift[gone] = -1, 0, 0
         self.head = 0
+
+    def seq_div(self, seq_id: int, p0: int, p1: int, d: int) -> None:
+        """llama_memory_seq_div: integer-divide the sequence's positions [p0, p1) by d (> 1)."""
+        if d == 1:
+            return
+        if d < 1:
+            raise PyGGMLError(f"seq_div: the divisor must be >= 1, got {d}")
+        sel = self._range(seq_id, p0, p1)
+        new = self.pos[sel] // d
+        self.shift[sel] += new - self.pos[sel]
+        self.pos[sel] = new
 
     @property
     def has_shift(self) -> bool:
@@ -206,11 +298,13 @@ class KVCache:
         cells = np.asarray(idxs, dtype=np.int64)
         return (np.arange(e, dtype=np.int64)[None, :] * self.size + cells[:, None]).reshape(-1)
 
-    def mask_data(self, positions: np.ndarray, n_kv: int) -> np.ndarray:
-        """KQ mask rows [n_tokens, n_kv]: 0 where token i may attend cell j, -inf elsewhere."""
+    def mask_data(self, positions: np.ndarray, seq_first: np.ndarray, n_kv: int) -> np.ndarray:
+        """KQ mask rows [n_tokens, n_kv]: 0 where token i may attend cell j (a cell of the token's first
+        sequence, at a position up to the token's and inside its window), -inf elsewhere."""
         p0 = self.pos[:n_kv][None, :]
         p1 = np.asarray(positions, dtype=np.int64)[:, None]
-        ok = (p0 >= 0) & (p0 <= p1)
+        bits = np.left_shift(np.uint64(1), np.asarray(seq_first, dtype=np.uint64))[:, None]
+        ok = (p0 >= 0) & (p0 <= p1) & ((self.seq[:n_kv][None, :] & bits) != 0)
         if self.n_swa:
             ok &= (p1 - p0) < self.n_swa
         return np.where(ok, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)

@@ -1,0 +1,239 @@
+"""Several sequences in one batch, as llama.cpp's memory keeps them (unified cache, cells shared by sequences).
+
+Tiny random llama / qwen2 / gemma3 (sliding window 8) models, F32 KV cache: each sequence decoded together
+with others gives the logits of decoding it alone, across ubatch boundaries and after seq_cp / seq_rm /
+seq_add; a batch that breaks a rule or fails part-way changes nothing, checked with hypothesis against a
+plain model of the cells.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pyggml.llm.batch import Batch, DecodeError
+from pyggml.llm.context import ContextParams, LlamaContext
+from pyggml.llm.model import Model
+from pyggml.types import GGMLType
+from test_llm_hf_models import build, convert
+
+ARCHS = ["llama", "qwen2", "gemma3"]
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Model:
+    m, config = build(request.param, seed=11)
+    return Model(convert(tmp_path_factory.mktemp(request.param), m, config), progress=False)
+
+
+def _ctx(model: Model, n_seq_max: int = 4, n_ubatch: int = 512) -> LlamaContext:
+    return LlamaContext(model, ContextParams(n_ctx=256, n_batch=256, n_ubatch=n_ubatch, n_seq_max=n_seq_max,
+                                             n_threads=2, type_k=GGMLType.F32, type_v=GGMLType.F32))
+
+
+def _alone(model: Model, tokens: list[int]) -> np.ndarray:
+    """Every position's logits of one sequence decoded alone in a fresh context."""
+    return _ctx(model, n_seq_max=1).decode(tokens, outputs=[True] * len(tokens)).copy()
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> None:
+    cos = (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+    assert cos.min() >= 0.9999, cos
+    np.testing.assert_array_equal(a.argmax(-1), b.argmax(-1))
+
+
+def _prompts(model: Model, n: int, length: int, seed: int) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, model.hparams.n_vocab, length).tolist() for _ in range(n)]
+
+
+@pytest.mark.parametrize("n_ubatch", [512, 5])
+def test_interleaved_sequences_give_their_own_logits(model: Model, n_ubatch: int) -> None:
+    prompts = _prompts(model, 3, 12, seed=1)
+    tokens, seqs = [], []
+    for i in range(12):  # token i of every sequence, then token i+1: the sequences interleave
+        for s, p in enumerate(prompts):
+            tokens.append(p[i])
+            seqs.append([s])
+    ctx = _ctx(model, n_ubatch=n_ubatch)
+    ctx.decode_batch(Batch(token=tokens, seq_id=seqs, logits=[True] * len(tokens)))
+    for s, p in enumerate(prompts):
+        got = np.stack([ctx.get_logits_ith(i * 3 + s) for i in range(12)])
+        _close(got, _alone(model, p))
+    # then one token per sequence per step, all in one batch
+    for step in range(3):
+        nxt = [(p[-1] + 7 * (s + 1) + step) % model.hparams.n_vocab for s, p in enumerate(prompts)]
+        out = ctx.decode_batch(Batch(token=nxt, seq_id=[[s] for s in range(3)], logits=[True] * 3))
+        for s, p in enumerate(prompts):
+            p.append(nxt[s])
+            _close(out[s][None], _alone(model, p)[-1:])
+
+
+def test_a_shared_prompt_through_seq_cp(model: Model) -> None:
+    """llama-batched: the prompt decoded once in sequence 0, its cells shared with 1 and 2."""
+    prompt = _prompts(model, 1, 10, seed=2)[0]
+    ctx = _ctx(model)
+    ctx.decode(prompt)
+    for s in (1, 2):
+        ctx.seq_cp(0, s)
+    assert [ctx.seq_pos_max(s) for s in range(3)] == [9, 9, 9]
+    nxt = [3, 5, 7]
+    out = ctx.decode_batch(Batch(token=nxt, seq_id=[[0], [1], [2]], logits=[True] * 3))
+    for s in range(3):
+        _close(out[s][None], _alone(model, [*prompt, nxt[s]])[-1:])
+
+
+def test_seq_rm_and_seq_add_on_one_sequence(model: Model) -> None:
+    a, b = _prompts(model, 2, 12, seed=3)
+    ctx = _ctx(model)
+    ctx.decode_batch(Batch(token=a + b, seq_id=[[0]] * 12 + [[1]] * 12))
+    ctx.seq_rm(1, 6, -1)  # sequence 1 keeps positions 0..5
+    assert ctx.seq_pos_max(1) == 5 and ctx.seq_pos_max(0) == 11
+    out = ctx.decode([9, 10], seq_id=1, outputs=[True, True])
+    _close(out, _alone(model, [*b[:6], 9, 10])[-2:])
+    ctx.seq_add(0, 0, -1, 3)  # sequence 0 moves to positions 3..14: RoPE is relative, logits keep
+    assert ctx.seq_pos_max(0) == 14
+    # the minimum: 3, or in gemma3 the oldest position its sliding-window cache still holds
+    assert ctx.seq_pos_min(0) == 3 if "swa" not in ctx.caches else 3 <= ctx.seq_pos_min(0) <= 14
+    out = ctx.decode([4], seq_id=0)
+    _close(out, _alone(model, [*a, 4])[-1:])
+
+
+def test_batch_rules(model: Model) -> None:
+    ctx = _ctx(model, n_seq_max=2)
+    ctx.decode([1, 2, 3])
+    bad = [
+        (Batch(token=[1], seq_id=[[2]]), "seq_id\\[0\\]\\[0\\] = 2 >= n_seq_max = 2"),
+        (Batch(token=[10**6]), "invalid token\\[0\\]"),
+        (Batch(token=[1], pos=[5]), "must continue: Y = X \\+ 1"),
+        (Batch(token=[1, 2], pos=[3, 5]), "not continuous"),
+        (Batch(token=[1, 2], pos=[4, 3], seq_id=[[0], [0]]), "not continuous|decreasing|continue"),
+        (Batch(token=[1], pos=[3], seq_id=[[0, 1]]), "coupled to"),  # sequence 1 is empty, 0 holds 0..2
+        (Batch(token=[]), "empty"),
+    ]
+    before = {n: c.state() for n, c in ctx.caches.items()}
+    for batch, msg in bad:
+        with pytest.raises(DecodeError, match=msg):
+            ctx.decode_batch(batch)
+        for n, c in ctx.caches.items():
+            for x, y in zip(c.state()[:3], before[n][:3], strict=True):
+                np.testing.assert_array_equal(x, y)
+
+
+# --------------------------------------------------------------------------- memory vs a plain model
+class Cells:
+    """The reference: a list of [position, set of sequences], changed the way llama.cpp's cells are."""
+
+    def __init__(self) -> None:
+        self.cells: list[list] = []
+
+    def seqs_pos(self, s: int) -> list[int]:
+        return sorted(p for p, ss in self.cells if s in ss)
+
+    def rm(self, s: int, p0: int, p1: int) -> None:
+        hi = 1 << 60 if p1 < 0 else p1
+        for c in self.cells:
+            if max(p0, 0) <= c[0] < hi and (s < 0 or s in c[1]):
+                c[1] = set() if s < 0 else c[1] - {s}
+        self.cells = [c for c in self.cells if c[1]]
+
+    def cp(self, a: int, b: int) -> None:
+        for c in self.cells:
+            if a in c[1]:
+                c[1] = c[1] | {b}
+
+    def keep(self, s: int) -> None:
+        self.cells = [[p, {s}] for p, ss in self.cells if s in ss]
+
+    def add(self, s: int, p0: int, p1: int, d: int) -> None:
+        hi = 1 << 60 if p1 < 0 else p1
+        for c in self.cells:
+            if s in c[1] and max(p0, 0) <= c[0] < hi:
+                c[0] += d
+        self.cells = [c for c in self.cells if c[0] >= 0]
+
+
+def _cache_cells(ctx: LlamaContext) -> list[tuple[int, frozenset]]:
+    c = ctx.caches["base"]
+    return sorted((int(p), frozenset(s for s in range(64) if int(m) >> s & 1))
+                  for p, m in zip(c.pos, c.seq, strict=True) if p >= 0)
+
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("decode"), st.integers(0, 2), st.integers(1, 4), st.booleans()),
+    st.tuples(st.just("rm"), st.integers(-1, 2), st.integers(-1, 6), st.integers(-1, 8)),
+    st.tuples(st.just("cp"), st.integers(0, 2), st.integers(0, 2)),
+    st.tuples(st.just("keep"), st.integers(0, 2)),
+    st.tuples(st.just("add"), st.integers(0, 2), st.integers(0, 4), st.integers(-3, 3)),
+), min_size=1, max_size=12)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Model:
+    m, config = build("llama", seed=12)
+    return Model(convert(tmp_path_factory.mktemp("cells"), m, config), progress=False)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_memory_operations_follow_the_reference_cells(llama: Model, ops: list[tuple]) -> None:
+    ctx = _ctx(llama, n_seq_max=3)
+    ref = Cells()
+    for op in ops:
+        kind = op[0]
+        if kind == "decode":
+            _, s, n, valid = op
+            start = ctx.seq_pos_max(s) + 1
+            pos = list(range(start, start + n)) if valid else [start + 1 + i for i in range(n)]
+            batch = Batch(token=[(7 * i + s) % llama.hparams.n_vocab for i in range(n)], pos=pos, seq_id=[[s]] * n)
+            if valid or start == 0:
+                ctx.decode_batch(batch)
+                ref.cells += [[p, {s}] for p in pos]
+            else:
+                with pytest.raises(DecodeError):
+                    ctx.decode_batch(batch)
+        elif kind == "rm":
+            ctx.seq_rm(op[1], op[2], op[3])
+            ref.rm(op[1], op[2], op[3])
+        elif kind == "cp":
+            ctx.seq_cp(op[1], op[2])
+            if op[1] != op[2]:
+                ref.cp(op[1], op[2])
+        elif kind == "keep":
+            ctx.seq_keep(op[1])
+            ref.keep(op[1])
+        else:
+            ctx.seq_add(op[1], op[2], -1, op[3])
+            if op[3]:
+                ref.add(op[1], op[2], -1, op[3])
+        assert _cache_cells(ctx) == sorted((p, frozenset(ss)) for p, ss in ref.cells), op
+        for s in range(3):
+            ps = ref.seqs_pos(s)
+            assert ctx.seq_pos_max(s) == (ps[-1] if ps else -1)
+            assert ctx.seq_pos_min(s) == (ps[0] if ps else -1)
+
+
+def test_a_failure_part_way_changes_no_sequence(llama: Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _ctx(llama, n_seq_max=3, n_ubatch=4)
+    ctx.decode_batch(Batch(token=[1, 2, 3, 4, 5, 6], seq_id=[[0], [1], [2], [0], [1], [2]]))
+    before = _cache_cells(ctx)
+    real = ctx._process_ubatch
+    calls = []
+
+    def failing(ub: object) -> np.ndarray:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("injected")
+        return real(ub)
+
+    monkeypatch.setattr(ctx, "_process_ubatch", failing)
+    with pytest.raises(RuntimeError):
+        ctx.decode_batch(Batch(token=[7, 8, 9, 10, 11, 12], seq_id=[[0], [1], [2], [0], [1], [2]]))
+    assert _cache_cells(ctx) == before
+
