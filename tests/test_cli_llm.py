@@ -97,3 +97,26 @@ def test_help_explains_each_command(cmd, capsys):
         main([cmd, "--help"])
     assert e.value.code == 0
     assert "usage: pyggml " + cmd in capsys.readouterr().out
+
+
+def test_batched_sequences_each_give_generates_text(capsys):
+    """llama-batched: the prompt decoded once, its cells shared by 4 sequences decoded together; greedy, each
+    sequence's text is what generate writes for the prompt alone."""
+    assert main(["generate", "-p", "Once upon a time", "-n", "24", "--temp", "0", "-q", *COMMON]) == 0
+    alone = capsys.readouterr().out.rstrip("\n")
+    assert main(["batched", "-p", "Once upon a time", "-np", "4", "-n", "24", "--temp", "0", "-t", "1"]) == 0
+    out, err = capsys.readouterr()
+    texts = [block.split("\n\n", 1)[1].strip() for block in out.split("sequence ")[1:]]
+    assert len(texts) == 4 and all(t == "Once upon a time" + alone for t in texts)
+    assert "tokens/s over 4 sequences" in err
+
+
+def test_batched_with_different_prompts(capsys):
+    prompts = ["The capital of France is", "Once upon a time"]
+    alone = []
+    for p in prompts:
+        assert main(["generate", "-p", p, "-n", "12", "--temp", "0", "-q", *COMMON]) == 0
+        alone.append(p + capsys.readouterr().out.rstrip("\n"))
+    assert main(["batched", "-p", prompts[0], "-p", prompts[1], "-np", "3", "-n", "12", "--temp", "0", "-q"]) == 0
+    texts = [block.split("\n\n", 1)[1].strip() for block in capsys.readouterr().out.split("sequence ")[1:]]
+    assert texts == [alone[0], alone[1], alone[0]]

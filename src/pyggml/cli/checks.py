@@ -41,6 +41,7 @@ RULES: dict[str, Rule] = {
     "repetitions": ("-r/--repetitions", _between(1, 100_000), "a count >= 1"),
     "chunks": ("--chunks", _between(-1, _INT32), "-1 (all) or a chunk count >= 1"),
     "port": ("-p/--port", _between(1, 65535), "a TCP port, 1 to 65535"),
+    "parallel": ("-np/--parallel", _between(1, 64), "1 to 64 sequences"),
     "mem": ("-m/--mem", _between(0, 2**40), "MiB >= 0"),
 }
 #: list-valued flags (bench): every element by the rule

@@ -82,9 +82,8 @@ def placement_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {"n_gpu_layers": args.n_gpu_layers, "devices": devices, "override_tensor": overrides}
 
 
-def load_model_and_context(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """Load the model (default model if -m is absent), its vocabulary and a context."""
-    from ..llm.context import ContextParams, LlamaContext
+def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
+    """Load the model (the default model if -m is absent) and its vocabulary."""
     from ..llm.model import Model
     from ..llm.models import default_model_path
     from ..llm.vocab import Vocab
@@ -93,9 +92,17 @@ def load_model_and_context(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     if not args.quiet:
         print(f"loading model {path}", file=sys.stderr)
     model = Model(path, progress=not args.quiet, **placement_from_args(args))
-    vocab = Vocab.from_metadata(model.reader)
-    params = ContextParams(n_ctx=args.ctx_size, n_batch=args.batch_size, n_ubatch=args.ubatch_size,
-                           n_threads=args.threads, flash_attn=args.flash_attn == "on")
+    return model, Vocab.from_metadata(model.reader)
+
+
+def make_context(args: argparse.Namespace, model: Any, n_ctx: int | None = None, n_seq_max: int = 1,
+                 n_batch: int | None = None) -> Any:
+    """A context for the model from -c, -b, -ub, -t, -fa (or the values given here)."""
+    from ..llm.context import ContextParams, LlamaContext
+
+    params = ContextParams(n_ctx=args.ctx_size if n_ctx is None else n_ctx,
+                           n_batch=args.batch_size if n_batch is None else n_batch, n_ubatch=args.ubatch_size,
+                           n_threads=args.threads, flash_attn=args.flash_attn == "on", n_seq_max=n_seq_max)
     ctx = LlamaContext(model, params)
     if not args.quiet:
         hp = model.hparams
@@ -104,4 +111,10 @@ def load_model_and_context(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         if model.devices:
             print(f"offloaded to: {', '.join(f'{d.name()} ({d.description()})' for d in model.devices)}",
                   file=sys.stderr)
-    return model, vocab, ctx
+    return ctx
+
+
+def load_model_and_context(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """Load the model (default model if -m is absent), its vocabulary and a context."""
+    model, vocab = load_model(args)
+    return model, vocab, make_context(args, model)

@@ -51,35 +51,41 @@ _LANES = 16
 
 
 def _dot_intrinsic(half: bool):
-    """dot(w_addr, x_addr, n) -> float32: sum w[i]*x[i], w fp16 (half=True) or f32, x f32."""
+    """dot(w_addr, x_addr, n) -> float32: sum w[i]*x[i], w fp16 (half=True) or f32, x f32.
+
+    Products and sums are in double (16 lanes, a fixed pairwise tree), rounded to float once. Why
+    double: these are attention's products, where most terms are masked zeros and which cells hold
+    the live ones depends on where a sequence's tokens landed in the cache. Float lanes would sum
+    the same numbers in an order set by those cell indices, so the same sequence would get other
+    last bits next to other sequences; a double sum of a few float products is exact, so it does not.
+    """
 
     def typer(typingctx, w, x, n):
         sig = types.float32(types.int64, types.int64, types.int64)
 
         def codegen(context, builder, sig, args):
             wty = ir.HalfType() if half else _F32T
+            f64 = ir.DoubleType()
             vw = ir.VectorType(wty, _LANES)
             vf = ir.VectorType(_F32T, _LANES)
+            vd = ir.VectorType(f64, _LANES)
             wbase = builder.inttoptr(args[0], wty.as_pointer())
             xbase = builder.inttoptr(args[1], _F32T.as_pointer())
             n = args[2]
             nv = builder.sdiv(n, ir.Constant(_I64, _LANES))
-            acc = cgutils.alloca_once_value(builder, ir.Constant(vf, [0.0] * _LANES))
+            acc = cgutils.alloca_once_value(builder, ir.Constant(vd, [0.0] * _LANES))
             with cgutils.for_range(builder, nv) as loop:
                 i = builder.mul(loop.index, ir.Constant(_I64, _LANES))
                 wv = builder.load(builder.bitcast(builder.gep(wbase, [i]), vw.as_pointer()), align=2 if half else 4)
-                if half:
-                    wv = builder.fpext(wv, vf)
                 xv = builder.load(builder.bitcast(builder.gep(xbase, [i]), vf.as_pointer()), align=4)
-                builder.store(builder.fadd(builder.load(acc), builder.fmul(wv, xv)), acc)
-            tail = cgutils.alloca_once_value(builder, ir.Constant(_F32T, 0.0))
+                prod = builder.fmul(builder.fpext(wv, vd), builder.fpext(xv, vd))
+                builder.store(builder.fadd(builder.load(acc), prod), acc)
+            tail = cgutils.alloca_once_value(builder, ir.Constant(f64, 0.0))
             start = builder.mul(nv, ir.Constant(_I64, _LANES))
             with cgutils.for_range_slice(builder, start, n, ir.Constant(_I64, 1), inc=True) as (i, _):
-                wi = builder.load(builder.gep(wbase, [i]))
-                if half:
-                    wi = builder.fpext(wi, _F32T)
-                builder.store(builder.fadd(builder.load(tail), builder.fmul(wi, builder.load(builder.gep(xbase, [i])))),
-                              tail)
+                wi = builder.fpext(builder.load(builder.gep(wbase, [i])), f64)
+                xi = builder.fpext(builder.load(builder.gep(xbase, [i])), f64)
+                builder.store(builder.fadd(builder.load(tail), builder.fmul(wi, xi)), tail)
             v = builder.load(acc)
             width = _LANES
             while width > 1:  # fixed pairwise tree: lanes [0, w/2) + [w/2, w)
@@ -90,8 +96,8 @@ def _dot_intrinsic(half: bool):
                                             ir.Constant(ir.VectorType(ir.IntType(32), width),
                                                         list(range(width, 2 * width))))
                 v = builder.fadd(lo, hi)
-            s = builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
-            return builder.fadd(s, builder.load(tail))
+            s = builder.fadd(builder.extract_element(v, ir.Constant(ir.IntType(32), 0)), builder.load(tail))
+            return builder.fptrunc(s, _F32T)
 
         return sig, codegen
 

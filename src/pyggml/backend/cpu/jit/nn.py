@@ -62,11 +62,8 @@ def _sel_rms_norm(node: Tensor) -> Choice | None:
 
 
 # ------------------------------------------------------------------------------------ softmax
-#: lanes of the row reductions: element i goes to lane i % _LANES (a vector register's worth);
-#: the sum folds its lanes into a double every _SUM_BLOCK elements, as ggml adds each SIMD chunk's
-#: float sum into a double
+#: lanes of the row maximum: element i goes to lane i % _LANES (a vector register's worth)
 _LANES = 16
-_SUM_BLOCK = 256
 
 
 @numba.njit(**_opts)
@@ -85,24 +82,27 @@ def _row_max(w, lanes):  # pragma: no cover - compiled
 
 
 @numba.njit(**_opts)
-def _row_sum(w, lanes):  # pragma: no cover - compiled
+def _row_sum(w, acc):  # pragma: no cover - compiled
+    """The row's sum in double lanes (element i in lane i % _LANES), lanes added in a fixed tree.
+
+    Double, like ggml's softmax sum, and for a second reason: in a masked row only a few terms are
+    live and which lanes they fall in depends on the cells a sequence's tokens sit in; summed in
+    double those few float terms add exactly in any grouping, so a sequence's probabilities do not
+    depend on its neighbours in the cache.
+    """
     n = w.size
-    s = 0.0
-    for b0 in range(0, n, _SUM_BLOCK):
-        b1 = min(n, b0 + _SUM_BLOCK)
-        lanes[:] = 0
-        for i0 in range(b0, b1 - (b1 - b0) % _LANES, _LANES):
-            for j in range(_LANES):
-                lanes[j] += w[i0 + j]
-        for i in range(b1 - (b1 - b0) % _LANES, b1):
-            lanes[0] += w[i]
-        width = _LANES
-        while width > 1:  # fixed pairwise tree over the lanes
-            width //= 2
-            for j in range(width):
-                lanes[j] += lanes[j + width]
-        s += np.float64(lanes[0])
-    return s
+    acc[:] = 0.0
+    for i0 in range(0, n - n % _LANES, _LANES):
+        for j in range(_LANES):
+            acc[j] += np.float64(w[i0 + j])
+    for i in range(n - n % _LANES, n):
+        acc[0] += np.float64(w[i])
+    width = _LANES
+    while width > 1:
+        width //= 2
+        for j in range(width):
+            acc[j] += acc[j + width]
+    return acc[0]
 
 
 @numba.njit(**_opts)
@@ -133,6 +133,7 @@ def _soft_max(node, ith, nth, add_mask):  # pragma: no cover - compiled
     tab = numba.carray(f32p(r[AUX + 1]), 65536)
     w = np.empty(ne0, np.float32)
     lanes = np.empty(_LANES, np.float32)
+    dlanes = np.empty(_LANES, np.float64)
     ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
     for ir in range(ir0, ir1):
         i1, i2, i3 = _row_index(ir, ne1, ne2)
@@ -146,7 +147,7 @@ def _soft_max(node, ith, nth, add_mask):  # pragma: no cover - compiled
         mx = _row_max(w, lanes)
         for i in range(ne0):
             w[i] = expf(w[i] - mx)
-        inv = np.float32(1.0 / _row_sum(w, lanes))
+        inv = np.float32(1.0 / _row_sum(w, dlanes))
         for i in range(ne0):
             y[i] = w[i] * inv
 
