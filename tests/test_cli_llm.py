@@ -120,3 +120,23 @@ def test_batched_with_different_prompts(capsys):
     assert main(["batched", "-p", prompts[0], "-p", prompts[1], "-np", "3", "-n", "12", "--temp", "0", "-q"]) == 0
     texts = [block.split("\n\n", 1)[1].strip() for block in capsys.readouterr().out.split("sequence ")[1:]]
     assert texts == [alone[0], alone[1], alone[0]]
+
+
+def test_bench_parallel_sequences_json(capsys):
+    """llama-batched-bench's -npp/-ntg/-npl: one row per (PP, TG, B) with its KV cells and aggregate speeds."""
+    rc = main(["bench", "-npp", "8", "-ntg", "3", "-npl", "1,3", "-o", "json", "-t", "1", "-q"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rc == 0
+    assert [(r["pp"], r["tg"], r["pl"], r["n_kv"]) for r in rows] == [(8, 3, 1, 11), (8, 3, 3, 33)]
+    for r in rows:
+        assert r["speed_pp"] > 0 and r["speed_tg"] > 0 and r["t"] == pytest.approx(r["t_pp"] + r["t_tg"])
+    assert main(["bench", "-npp", "8", "-ntg", "2", "-npl", "2", "-pps", "-t", "1", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "is_pp_shared = 1" in out and "|     8 |      2 |    2 |     12 |" in out
+
+
+def test_bench_parallel_sequences_bad_counts(capsys):
+    assert main(["bench", "-npl", "65", "-q"]) == 1
+    assert "-npl" in capsys.readouterr().err
+    assert main(["bench", "-npp", "200", "-ntg", "8", "-npl", "4", "-c", "256", "-q"]) == 1
+    assert "no test fits the context of 256 cells" in capsys.readouterr().err

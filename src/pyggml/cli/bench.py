@@ -54,6 +54,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-r", "--repetitions", type=int, default=5, help="timed repetitions per test (default 5)")
     p.add_argument("-o", "--output", choices=["md", "json"], default="md", help="output format (default md)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up run")
+    g = p.add_argument_group("parallel sequences (llama-batched-bench)",
+                             "with -npl, each (PP, TG, B) runs B sequences: B prompts of PP tokens (one shared "
+                             "prompt with -pps) decoded, then TG steps of one token per sequence in one batch; "
+                             "prints aggregate tokens/s")
+    g.add_argument("-npp", type=_ints, default=None, help="prompt lengths (default 128)")
+    g.add_argument("-ntg", type=_ints, default=None, help="generated tokens per sequence (default 128)")
+    g.add_argument("-npl", type=_ints, default=None, help="parallel sequences, e.g. 1,2,4,8 (at most 64)")
+    g.add_argument("-pps", action="store_true", help="the prompt is shared by all sequences (decoded once)")
     p.set_defaults(func=run)
 
 
@@ -74,6 +82,8 @@ def _test_gen(ctx: object, n_gen: int, bos: int | None, n_vocab: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.npp is not None or args.ntg is not None or args.npl is not None:
+        return run_batched(args)
     from ..llm.context import ContextParams, LlamaContext
     from ..llm.model import Model
     from ..llm.models import default_model_path
@@ -143,3 +153,69 @@ def _print_markdown(results: list[dict], model: object) -> None:
     for row in rows:
         print("| " + " | ".join(c.rjust(w) if i >= 4 else c.ljust(w) for i, (c, w) in
                                 enumerate(zip(row, widths, strict=True))) + " |")
+
+
+def run_batched(args: argparse.Namespace) -> int:
+    """llama-batched-bench: for every (PP, TG, B), B sequences' prompts then TG batched generation steps."""
+    from ..llm.batch import Batch
+    from .common import load_model, make_context
+    from .main import CLIError
+
+    n_pp, n_tg, n_pl = args.npp or [128], args.ntg or [128], args.npl or [1]
+    shared = args.pps
+
+    def cells(pp: int, tg: int, pl: int) -> int:
+        """KV cells a test fills: the prompts (one if shared) and every sequence's generated tokens."""
+        return (pp if shared else pl * pp) + pl * tg
+
+    need = max(cells(pp, tg, pl) for pp in n_pp for tg in n_tg for pl in n_pl)
+    model, _ = load_model(args)
+    n_vocab = model.hparams.n_vocab
+    rand = iter(glibc_rand(10_000_000))
+    ctx = make_context(args, model, n_ctx=args.ctx_size or need, n_seq_max=max(n_pl),
+                       n_batch=min(args.batch_size, args.ctx_size or need))
+    n_batch = ctx.n_batch
+
+    def decode_all(tokens: list[int], pos: list[int], seqs: list[int], out: list[bool]) -> None:
+        for i in range(0, len(tokens), n_batch):  # llama-batched-bench's decode_helper
+            ctx.decode_batch(Batch(token=tokens[i : i + n_batch], pos=pos[i : i + n_batch],
+                                   seq_id=[[s] for s in seqs[i : i + n_batch]], logits=out[i : i + n_batch]))
+
+    decode_all([next(rand) % n_vocab for _ in range(16)], list(range(16)), [0] * 16, [False] * 15 + [True])  # warm-up
+    tests = [(pp, tg, pl) for pp in n_pp for tg in n_tg for pl in n_pl
+             if cells(pp, tg, pl) <= ctx.n_ctx]
+    if not tests:
+        raise CLIError(f"no test fits the context of {ctx.n_ctx} cells (-c)")
+    if args.output != "json":
+        print(f"n_kv_max = {ctx.n_ctx}, n_batch = {n_batch}, n_ubatch = {ctx.n_ubatch}, is_pp_shared = {int(shared)}, "
+              f"n_threads = {ctx.backend.n_threads}\n")
+        print(f"|{'PP':>6} | {'TG':>6} | {'B':>4} | {'N_KV':>6} | {'T_PP s':>8} | {'S_PP t/s':>8} | {'T_TG s':>8} | "
+              f"{'S_TG t/s':>8} | {'T s':>8} | {'S t/s':>8} |")
+        print("|" + "|".join(["-" * 7, "-" * 8, "-" * 6, "-" * 8] + ["-" * 10] * 6) + "|")
+    for pp, tg, pl in tests:
+        n_kv, n_prompt = cells(pp, tg, pl), pp * (1 if shared else pl)
+        ctx.clear()
+        prompts = range(1 if shared else pl)
+        t0 = time.perf_counter()
+        decode_all([next(rand) % n_vocab for _ in prompts for _ in range(pp)],
+                   [i for _ in prompts for i in range(pp)], [j for j in prompts for _ in range(pp)],
+                   [i == pp - 1 for _ in prompts for i in range(pp)])
+        t_pp = time.perf_counter() - t0
+        if shared:
+            for j in range(1, pl):
+                ctx.seq_cp(0, j)
+        t1 = time.perf_counter()
+        for i in range(tg):
+            decode_all([next(rand) % n_vocab for _ in range(pl)], [pp + i] * pl, list(range(pl)), [True] * pl)
+        t_tg = time.perf_counter() - t1
+        t = t_pp + t_tg
+        row = {"pp": pp, "tg": tg, "pl": pl, "n_kv": n_kv, "t_pp": t_pp,
+               "speed_pp": n_prompt / t_pp, "t_tg": t_tg, "speed_tg": pl * tg / t_tg,
+               "t": t, "speed": n_kv / t, "is_pp_shared": int(shared),
+               "n_batch": n_batch, "n_ubatch": ctx.n_ubatch, "n_threads": ctx.backend.n_threads}
+        if args.output == "json":
+            print(json.dumps(row))
+        else:
+            print(f"|{pp:6d} | {tg:6d} | {pl:4d} | {n_kv:6d} | {t_pp:8.3f} | {row['speed_pp']:8.2f} | "
+                  f"{t_tg:8.3f} | {row['speed_tg']:8.2f} | {t:8.3f} | {row['speed']:8.2f} |", flush=True)
+    return 0

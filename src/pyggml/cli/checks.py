@@ -46,6 +46,9 @@ RULES: dict[str, Rule] = {
 }
 #: list-valued flags (bench): every element by the rule
 LIST_RULES: dict[str, Rule] = {
+    "npp": ("-npp", _between(1, _INT32), "prompt lengths >= 1"),
+    "ntg": ("-ntg", _between(1, _INT32), "token counts >= 1"),
+    "npl": ("-npl", _between(1, 64), "sequence counts of 1 to 64"),
     "n_prompt": ("-p/--n-prompt", _between(0, _INT32), "token counts >= 0"),
     "n_gen": ("-n/--n-gen", _between(0, _INT32), "token counts >= 0"),
 }
