@@ -2,6 +2,11 @@
 dequantized tiles + BLAS sgemm, in GOPS (2 * rows * K * activation rows per second).
 
     python bench/gemm.py [-t 2] [--shape 8960x1536] [--cols 512] [--types q4_K,q6_K,q4_0,q5_0]
+    python bench/gemm.py --mv --cols 16,32,64,96,128 --types q4_K,q5_K,q6_K,q8_0,q4_0,q5_0
+
+``--mv`` instead compares the fused mat-vec kernels (several activation rows per weight decode)
+with what larger products take (the GEMM, or dequantize + BLAS for types without one): where the
+two cross is qmatmul.MATVEC_MAX_COLS.
 
 The default shape is Qwen2.5 1.5B's ffn_up (8960 rows of 1536); ``--shape 1536x8960`` is its ffn_down.
 """
@@ -17,6 +22,7 @@ import numpy as np
 
 import pyggml as gg
 from pyggml import quants
+from pyggml.backend.cpu import qmatmul
 from pyggml.backend.cpu.compute import graph_compute
 
 
@@ -43,18 +49,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--shape", default="8960x1536", help="ROWSxK of the weight")
-    ap.add_argument("--cols", type=int, default=512, help="activation rows (prompt tokens)")
+    ap.add_argument("--cols", default="512", help="activation rows (prompt tokens), comma-separated")
+    ap.add_argument("--mv", action="store_true", help="fused mat-vec against GEMM/BLAS (see above)")
     ap.add_argument("--types", default="q4_K,q6_K,q4_0,q5_0")
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     rows, k = (int(v) for v in args.shape.split("x"))
-    print(f"MUL_MAT {rows} x {k} weight by {args.cols} rows, {args.threads} threads, GOPS (median of {args.reps}):")
-    print(f"{'type':<6} {'integer GEMM':>13} {'dequant+BLAS':>13} {'ratio':>6}")
+    heads = ("fused mat-vec", "GEMM or BLAS") if args.mv else ("integer GEMM", "dequant+BLAS")
+    print(f"MUL_MAT {rows} x {k} weight, {args.threads} threads, GOPS (median of {args.reps}):")
+    print(f"{'type':<6} {'rows':>5} {heads[0]:>13} {heads[1]:>13} {'ratio':>6}")
     for name in args.types.split(","):
         ty = gg.GGMLType[name.upper()]
-        a = gops(ty, rows, k, args.cols, args.threads, True, args.reps)
-        b = gops(ty, rows, k, args.cols, args.threads, False, args.reps)
-        print(f"{name:<6} {a:13.1f} {b:13.1f} {a / b:5.2f}x")
+        for cols in (int(c) for c in args.cols.split(",")):
+            if args.mv:
+                limit = qmatmul.MATVEC_MAX_COLS[ty]
+                qmatmul.MATVEC_MAX_COLS[ty] = cols
+                a = gops(ty, rows, k, cols, args.threads, True, args.reps)
+                qmatmul.MATVEC_MAX_COLS[ty] = 0
+                b = gops(ty, rows, k, cols, args.threads, True, args.reps)
+                qmatmul.MATVEC_MAX_COLS[ty] = limit
+            else:
+                a = gops(ty, rows, k, cols, args.threads, True, args.reps)
+                b = gops(ty, rows, k, cols, args.threads, False, args.reps)
+            print(f"{name:<6} {cols:5d} {a:13.1f} {b:13.1f} {a / b:5.2f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ total ms per token, share, node count, and for MUL_MAT the GB/s of weight bytes 
 per-node overhead of the executor itself: a whole-graph run (one command, a barrier per node)
 against the sum of the node times, and against a plan of the same node count doing no work.
 
-    python bench/node_profile.py -m model.gguf [-t 2] [--reps 20]
+    python bench/node_profile.py -m model.gguf [-t 2] [--reps 20] [--prompt N | --parallel B]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 
 from pyggml.backend.cpu import jit
 from pyggml.backend.cpu.plan import GraphPlan
+from pyggml.llm.batch import Batch
 from pyggml.llm.context import ContextParams, LlamaContext
 from pyggml.llm.model import Model
 from pyggml.llm.models import default_model_path
@@ -33,14 +34,24 @@ def main() -> None:
     ap.add_argument("--n-past", type=int, default=64, help="tokens in the cache before the profiled steps")
     ap.add_argument("--prompt", type=int, default=1, help="tokens per profiled step (default 1: decode; "
                                                            "e.g. 512 profiles a prompt ubatch)")
+    ap.add_argument("--parallel", type=int, default=0, help="profile B sequences' batched decode step instead: "
+                                                            "one token and its logits per sequence")
     args = ap.parse_args()
     model = Model(args.model or default_model_path(), progress=False)
     n_ctx = max(256, 2 * args.n_past + (args.reps + 1) * args.prompt * 2)
-    ctx = LlamaContext(model, ContextParams(n_ctx=n_ctx, n_threads=args.threads, n_batch=max(512, args.prompt),
-                                            n_ubatch=max(512, args.prompt)))
+    n_seq = max(1, args.parallel)
+    ctx = LlamaContext(model, ContextParams(n_ctx=n_ctx * n_seq, n_threads=args.threads, n_seq_max=n_seq,
+                                            n_batch=max(512, args.prompt), n_ubatch=max(512, args.prompt)))
     ctx.decode(list(range(1, args.n_past + 1)))
+    for s in range(1, n_seq):
+        ctx.seq_cp(0, s)
 
     def step(first: int) -> None:
+        if args.parallel:  # llama-batched-bench's generation step
+            pos = ctx.seq_pos_max(0) + 1
+            ctx.decode_batch(Batch(token=[(first + s) % 1000 + 1 for s in range(n_seq)], pos=[pos] * n_seq,
+                                   seq_id=[[s] for s in range(n_seq)], logits=[True] * n_seq))
+            return
         if args.prompt > 1:  # a prompt into an empty cache, as llama-bench's pp test
             ctx.clear()
         ctx.decode([(first + i) % 1000 + 1 for i in range(args.prompt)])

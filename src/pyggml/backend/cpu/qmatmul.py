@@ -57,14 +57,16 @@ Q8_K_FAMILY = (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
 #: weight types with a fused integer mat-vec kernel
 FUSED = frozenset(Q8_0_FAMILY + Q8_1_FAMILY + Q8_K_FAMILY)
 
-#: src1 rows up to which the fused kernels beat dequantize + BLAS, per type (bench/bench_matvec.py,
-#: one thread, Gemma's shapes, ms fused/BLAS: Q5_0 1.5/1.8 at 16 columns, 2.2/2.0 at 24; Q4_K
-#: 2.4/2.5 at 32; Q6_K 2.4/3.1 at 24, 3.3/3.5 at 32; Q8_0 0.27/0.33 at 32). The fused kernels
-#: re-read the weight row (from L1) per column, so their cost grows linearly with the columns.
-#: IQ4_NL/Q4_1/Q5_1 have plainer kernels, hence the lower limit.
+#: src1 rows up to which the fused kernels beat the integer GEMM (jit/gemm.py) or dequantize + BLAS,
+#: per type: the crossings measured with ``bench/gemm.py --mv`` runs on 2 threads, Qwen2.5
+#: shapes (GOPS fused/GEMM: Q5_0 4864x896 76.9/66.8 at 32 columns, 74.4/83.5 at 48; Q4_0 74.0/68.4
+#: at 48, 74.8/93.8 at 64; Q4_K 8960x1536 92.2/85.8 at 64, 75.0/110.8 at 96; Q6_K 1536x8960
+#: 82.4/82.1 at 96; Q8_0 4864x896 fused/BLAS 87.8/76.6 at 96; Q5_K fused/BLAS 73.2/54.6 at 128).
+#: The fused kernels decode each weight block once for ROWDOT_COLS activation rows.
+#: IQ4_NL/Q4_1/Q5_1 have plainer kernels (a decode per column), hence the lower limit.
 MATVEC_MAX_COLS = {
-    GGMLType.Q8_0: 32, GGMLType.Q4_0: 16, GGMLType.Q5_0: 16, GGMLType.IQ4_NL: 8, GGMLType.Q4_1: 8,
-    GGMLType.Q5_1: 8, GGMLType.Q4_K: 32, GGMLType.Q5_K: 24, GGMLType.Q6_K: 24,
+    GGMLType.Q8_0: 96, GGMLType.Q4_0: 48, GGMLType.Q5_0: 40, GGMLType.IQ4_NL: 8, GGMLType.Q4_1: 8,
+    GGMLType.Q5_1: 8, GGMLType.Q4_K: 64, GGMLType.Q5_K: 128, GGMLType.Q6_K: 96,
 }
 #: fused products reading fewer weight bytes than this (times columns) run on one thread: waking a
 #: helper thread costs 20-50 us, and Gemma's 0.4-1.1 MB layer weights (0.05-0.13 ms) measured 20-40%
@@ -302,6 +304,33 @@ def _decode_q5_0(builder, blk):
     return builder.sub(builder.or_(_nibbles32(builder, q), hb), _consts(32, [16] * 32))
 
 
+def _rowdot_blocks(builder, decode, block_bytes, wbase, nb, cols, tbase):
+    """The codegen of the row dots: per block, codes decoded once and dotted with each column's
+    (activation base, scale base) in ``cols``; returns each column's float32 sum."""
+    f8 = _vec(8, _F32)
+    accs = [cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in cols]
+    with cgutils.for_range(builder, nb) as loop:
+        b = loop.index
+        blk = builder.gep(wbase, [builder.mul(b, ir.Constant(_I64, block_bytes))])
+        dw = _fp16_at(builder, blk, tbase)
+        codes = decode(builder, blk)
+        for acc, (abase, dbase) in zip(accs, cols, strict=True):
+            d = builder.fmul(dw, builder.load(builder.gep(dbase, [b])))
+            av = builder.load(builder.bitcast(builder.gep(abase, [builder.mul(b, ir.Constant(_I64, 32))]),
+                                              _vec(32).as_pointer()), align=1)
+            lanes = _signed_lanes8(builder, codes, av)  # <8 x i32>
+            # multiply, then add (two roundings): fused multiply-adds measured further from llama.cpp's
+            # reference logits (tests/data/gemma3: mean top-10 error 0.236 vs 0.215)
+            contrib = builder.fmul(builder.sitofp(lanes, f8), _splat(builder, d, 8))
+            builder.store(builder.fadd(builder.load(acc), contrib), acc)
+    sums = []
+    for acc in accs:
+        v2 = _halves(builder, _halves(builder, builder.load(acc)))
+        sums.append(builder.fadd(builder.extract_element(v2, ir.Constant(_I32, 0)),
+                                 builder.extract_element(v2, ir.Constant(_I32, 1))))
+    return sums
+
+
 def _rowdot32(decode, block_bytes: int):
     """Build an intrinsic rowdot(w, wo, nb, a, ao, da, dao, tab) -> float32:
     sum_b float(sum_i code_i * a_i) * (d_w[b] * da[b]) over nb blocks of ``block_bytes`` bytes,
@@ -315,28 +344,41 @@ def _rowdot32(decode, block_bytes: int):
         def codegen(context, builder, sig, args):
             w_arr, wo_v, nb_v, a_arr, ao_v, da_arr, dao_v, tab_arr = args
             wbase = _ptr_at(context, builder, sig.args[0], w_arr, wo_v)
-            abase = _ptr_at(context, builder, sig.args[3], a_arr, ao_v)
-            dbase = _ptr_at(context, builder, sig.args[5], da_arr, dao_v)
+            col = (_ptr_at(context, builder, sig.args[3], a_arr, ao_v),
+                   _ptr_at(context, builder, sig.args[5], da_arr, dao_v))
             tbase = _ptr_at(context, builder, sig.args[7], tab_arr, ir.Constant(_I64, 0))
-            f8 = _vec(8, _F32)
-            acc = cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8))
-            with cgutils.for_range(builder, nb_v) as loop:
-                b = loop.index
-                blk = builder.gep(wbase, [builder.mul(b, ir.Constant(_I64, block_bytes))])
-                d = builder.fmul(_fp16_at(builder, blk, tbase), builder.load(builder.gep(dbase, [b])))
-                codes = decode(builder, blk)
-                av = builder.load(builder.bitcast(builder.gep(abase, [builder.mul(b, ir.Constant(_I64, 32))]),
-                                                  _vec(32).as_pointer()), align=1)
-                lanes = _signed_lanes8(builder, codes, av)  # <8 x i32>
-                # multiply, then add (two roundings): fused multiply-adds measured further from llama.cpp's
-                # reference logits (tests/data/gemma3: mean top-10 error 0.236 vs 0.215)
-                contrib = builder.fmul(builder.sitofp(lanes, f8), _splat(builder, d, 8))
-                builder.store(builder.fadd(builder.load(acc), contrib), acc)
-            v = builder.load(acc)
-            v4 = _halves(builder, v)
-            v2 = _halves(builder, v4)
-            return builder.fadd(builder.extract_element(v2, ir.Constant(_I32, 0)),
-                                builder.extract_element(v2, ir.Constant(_I32, 1)))
+            return _rowdot_blocks(builder, decode, block_bytes, wbase, nb_v, [col], tbase)[0]
+
+        return sig, codegen
+
+    return intrinsic(typer)
+
+
+#: columns per call of the multi-column row dots: one decode of the weight codes serves them all
+ROWDOT_COLS = 4
+
+
+def _rowdot32_cols(decode, block_bytes: int):
+    """rowdot for ROWDOT_COLS activation rows at once: rowdot4(w, wo, nb, a, ao, da, dao, tab) ->
+    a tuple of float32, column c's activations at a[ao + c*32*nb], its scales at da[dao + c*nb]. Each
+    sum is computed exactly as rowdot's (same lanes, same order), the codes decoded once per block."""
+
+    def typer(typingctx, w, wo, nb, a, ao, da, dao, tab):
+        if not (_arr1(w) and _arr1(a)):
+            return None
+        sig = types.UniTuple(types.float32, ROWDOT_COLS)(w, wo, nb, a, ao, da, dao, tab)
+
+        def codegen(context, builder, sig, args):
+            w_arr, wo_v, nb_v, a_arr, ao_v, da_arr, dao_v, tab_arr = args
+            wbase = _ptr_at(context, builder, sig.args[0], w_arr, wo_v)
+            a0 = _ptr_at(context, builder, sig.args[3], a_arr, ao_v)
+            d0 = _ptr_at(context, builder, sig.args[5], da_arr, dao_v)
+            k = builder.mul(nb_v, ir.Constant(_I64, 32))
+            cols = [(builder.gep(a0, [builder.mul(k, ir.Constant(_I64, c))]),
+                     builder.gep(d0, [builder.mul(nb_v, ir.Constant(_I64, c))])) for c in range(ROWDOT_COLS)]
+            tbase = _ptr_at(context, builder, sig.args[7], tab_arr, ir.Constant(_I64, 0))
+            sums = _rowdot_blocks(builder, decode, block_bytes, wbase, nb_v, cols, tbase)
+            return context.make_tuple(builder, sig.return_type, sums)
 
         return sig, codegen
 
@@ -346,6 +388,9 @@ def _rowdot32(decode, block_bytes: int):
 rowdot_q8_0 = _rowdot32(_decode_q8_0, 34)
 rowdot_q4_0 = _rowdot32(_decode_q4_0, 18)
 rowdot_q5_0 = _rowdot32(_decode_q5_0, 22)
+rowdot4_q8_0 = _rowdot32_cols(_decode_q8_0, 34)
+rowdot4_q4_0 = _rowdot32_cols(_decode_q4_0, 18)
+rowdot4_q5_0 = _rowdot32_cols(_decode_q5_0, 22)
 
 
 # Superblock dots for the K-quants: the sub-block sums stay in 8 int32 lanes, are multiplied by
@@ -404,85 +449,108 @@ def _k4_scale_words(builder: ir.IRBuilder, base: ir.Value) -> tuple[ir.Value, ir
     return bytes8(builder.and_(u0, six), sc_hi), bytes8(builder.and_(u1, six), mn_hi)
 
 
-def _sbdot_k4(five: bool):
-    """Build the Q4_K (five=False) or Q5_K superblock intrinsic sbdot(w, o, a, ao, bs, bso) ->
-    (sum_s sc_s * sum q*a, sum_s m_s * sum a) for the superblock at w[o] and a[ao:ao+256], the
-    second from the activation's 16-sums bs[bso:bso+16] (int32). Q5_K adds bit 2g+half of each
-    qh byte as the codes' fifth bit."""
+def _k4_body(five: bool):
+    """Q4_K (five=False) / Q5_K superblock codegen: body(builder, wb, cols) -> per column (ab, bb)
+    [sum_s sc_s * sum q*a, sum_s m_s * sum a], the second from the activation's 16-sums at bb
+    (int32). Q5_K adds bit 2g+half of each qh byte as the codes' fifth bit."""
     qs_at = 48 if five else 16
 
-    def typer(typingctx, w, o, a, ao, bs, bso):
-        if not (_arr1(w) and _arr1(a) and isinstance(bs, types.Array) and bs.layout == "C" and bs.dtype == types.int32):
-            return None
-        sig = types.UniTuple(types.int32, 2)(w, o, a, ao, bs, bso)
-
-        def codegen(context, builder, sig, args):
-            wb = _ptr_at(context, builder, sig.args[0], args[0], args[1])
-            ab = _ptr_at(context, builder, sig.args[2], args[2], args[3])
-            bb = _ptr_at(context, builder, sig.args[4], args[4], args[5])
-            scales, mins = _k4_scale_words(builder, builder.gep(wb, [ir.Constant(_I64, 4)]))
-            qh = _load_at(builder, wb, 16, 32) if five else None
-            acc = ir.Constant(_vec(8, _I32), [0] * 8)
-            for g in range(4):
-                v = _load_at(builder, wb, qs_at + 32 * g, 32)
-                for half in range(2):
-                    if half == 0:
-                        codes = builder.and_(v, _consts(32, [15] * 32))
-                    else:
-                        codes = builder.lshr(v, _consts(32, [4] * 32))
-                    if five:
-                        bit = builder.and_(qh, _consts(32, [1 << (2 * g + half)] * 32))
-                        hit = builder.icmp_unsigned("!=", bit, _consts(32, [0] * 32))
-                        codes = builder.or_(codes, builder.select(hit, _consts(32, [16] * 32), _consts(32, [0] * 32)))
-                    scale = builder.extract_element(scales, ir.Constant(_I32, 2 * g + half))
+    def body(builder, wb, cols):
+        scales, mins = _k4_scale_words(builder, builder.gep(wb, [ir.Constant(_I64, 4)]))
+        qh = _load_at(builder, wb, 16, 32) if five else None
+        accs = [ir.Constant(_vec(8, _I32), [0] * 8)] * len(cols)
+        for g in range(4):
+            v = _load_at(builder, wb, qs_at + 32 * g, 32)
+            for half in range(2):
+                if half == 0:
+                    codes = builder.and_(v, _consts(32, [15] * 32))
+                else:
+                    codes = builder.lshr(v, _consts(32, [4] * 32))
+                if five:
+                    bit = builder.and_(qh, _consts(32, [1 << (2 * g + half)] * 32))
+                    hit = builder.icmp_unsigned("!=", bit, _consts(32, [0] * 32))
+                    codes = builder.or_(codes, builder.select(hit, _consts(32, [16] * 32), _consts(32, [0] * 32)))
+                scale = builder.extract_element(scales, ir.Constant(_I32, 2 * g + half))
+                for c, (ab, _) in enumerate(cols):
                     a32 = _load_at(builder, ab, 64 * g + 32 * half, 32)
-                    acc = builder.add(acc, _scaled_lanes8(builder, codes, a32, [scale]))
+                    accs[c] = builder.add(accs[c], _scaled_lanes8(builder, codes, a32, [scale]))
+        out = []
+        for acc, (_, bb) in zip(accs, cols, strict=True):
             bsums = builder.load(builder.bitcast(bb, _vec(16, _I32).as_pointer()), align=4)
-            summ = _reduce_i32(builder, builder.mul(_pairs(builder, bsums), mins))
-            return context.make_tuple(builder, sig.return_type, [_reduce_i32(builder, acc), summ])
+            out.append([_reduce_i32(builder, acc), _reduce_i32(builder, builder.mul(_pairs(builder, bsums), mins))])
+        return out
 
-        return sig, codegen
-
-    return intrinsic(typer)
+    return body
 
 
-sbdot_q4_k = _sbdot_k4(False)
-sbdot_q5_k = _sbdot_k4(True)
+def _q6_body(builder, wb, cols):
+    """Q6_K superblock codegen: per column (ab, bb) [sum_{j<16} scale_j * sum over sub-block j of
+    (q-32)*a]. The codes are used unsigned (0..63) and the -32 comes off once as 32*sum_j
+    scale_j*bsum_j, from the activation's 16-sums at bb (int32), as ggml's AVX2 kernel does.
+    Scales: int8 at byte 192."""
+    accs = [ir.Constant(_vec(8, _I32), [0] * 8)] * len(cols)
+    for hf in range(2):
+        ql0 = _load_at(builder, wb, 64 * hf, 32)
+        ql1 = _load_at(builder, wb, 64 * hf + 32, 32)
+        qh = _load_at(builder, wb, 128 + 32 * hf, 32)
+        for k, (ql, shift) in enumerate(((ql0, 0), (ql1, 0), (ql0, 4), (ql1, 4))):
+            lo = builder.and_(builder.lshr(ql, _consts(32, [shift] * 32)), _consts(32, [15] * 32))
+            hi = builder.and_(builder.lshr(qh, _consts(32, [2 * k] * 32)), _consts(32, [3] * 32))
+            codes = builder.or_(lo, builder.shl(hi, _consts(32, [4] * 32)))
+            # 32 codes = two sub-blocks of 16, scales 8hf+2k and 8hf+2k+1
+            scales = [builder.sext(builder.load(builder.gep(wb, [ir.Constant(_I64, 192 + 8 * hf + 2 * k + g)])),
+                                   _I32) for g in range(2)]
+            for c, (ab, _) in enumerate(cols):
+                a32 = _load_at(builder, ab, 128 * hf + 32 * k, 32)
+                accs[c] = builder.add(accs[c], _scaled_lanes8(builder, codes, a32, scales))
+    sc16 = builder.sext(_load_at(builder, wb, 192, 16), _vec(16, _I32))
+    out = []
+    for acc, (_, bb) in zip(accs, cols, strict=True):
+        bsums = builder.load(builder.bitcast(bb, _vec(16, _I32).as_pointer()), align=4)
+        off = _reduce_i32(builder, builder.mul(sc16, bsums))
+        out.append([builder.sub(_reduce_i32(builder, acc), builder.mul(off, ir.Constant(_I32, 32)))])
+    return out
 
 
-@intrinsic
-def sbdot_q6_k(typingctx, w, o, a, ao, bs, bso):
-    """sum_{j<16} scale_j * sum over sub-block j of (q-32)*a for the Q6_K superblock at w[o]: the
-    codes are used unsigned (0..63) and the -32 comes off once as 32*sum_j scale_j*bsum_j, from
-    the activation's 16-sums bs[bso:bso+16] (int32), as ggml's AVX2 kernel does. Scales: int8 at o+192."""
-    if not (_arr1(w) and _arr1(a) and isinstance(bs, types.Array) and bs.layout == "C" and bs.dtype == types.int32):
-        return None
-    sig = types.int32(w, o, a, ao, bs, bso)
+def _sbdot(body, nret: int, ncols: int = 1):
+    """A superblock intrinsic from a codegen body (_k4_body, _q6_body).
+
+    ncols == 1: sbdot(w, o, a, ao, bs, bso) for the superblock at w[o], activations a[ao:ao+256]
+    and their 16-sums bs[bso:bso+16]; returns the body's value (int32, or a tuple of nret).
+    ncols > 1: sbdot(w, o, a, ao, bs, bso, ak, bk): the same for ncols activation rows, row c at
+    ao + c*ak and bso + c*bk, the superblock decoded once; returns all their values in one tuple.
+    """
+    n_out = nret * ncols
+    rty = types.int32 if n_out == 1 else types.UniTuple(types.int32, n_out)
 
     def codegen(context, builder, sig, args):
         wb = _ptr_at(context, builder, sig.args[0], args[0], args[1])
         ab = _ptr_at(context, builder, sig.args[2], args[2], args[3])
         bb = _ptr_at(context, builder, sig.args[4], args[4], args[5])
-        acc = ir.Constant(_vec(8, _I32), [0] * 8)
-        for hf in range(2):
-            ql0 = _load_at(builder, wb, 64 * hf, 32)
-            ql1 = _load_at(builder, wb, 64 * hf + 32, 32)
-            qh = _load_at(builder, wb, 128 + 32 * hf, 32)
-            for k, (ql, shift) in enumerate(((ql0, 0), (ql1, 0), (ql0, 4), (ql1, 4))):
-                lo = builder.and_(builder.lshr(ql, _consts(32, [shift] * 32)), _consts(32, [15] * 32))
-                hi = builder.and_(builder.lshr(qh, _consts(32, [2 * k] * 32)), _consts(32, [3] * 32))
-                codes = builder.or_(lo, builder.shl(hi, _consts(32, [4] * 32)))
-                # 32 codes = two sub-blocks of 16, scales 8hf+2k and 8hf+2k+1
-                scales = [builder.sext(builder.load(builder.gep(wb, [ir.Constant(_I64, 192 + 8 * hf + 2 * k + g)])),
-                                       _I32) for g in range(2)]
-                a32 = _load_at(builder, ab, 128 * hf + 32 * k, 32)
-                acc = builder.add(acc, _scaled_lanes8(builder, codes, a32, scales))
-        sc16 = builder.sext(_load_at(builder, wb, 192, 16), _vec(16, _I32))
-        bsums = builder.load(builder.bitcast(bb, _vec(16, _I32).as_pointer()), align=4)
-        off = _reduce_i32(builder, builder.mul(sc16, bsums))
-        return builder.sub(_reduce_i32(builder, acc), builder.mul(off, ir.Constant(_I32, 32)))
+        cols = [(ab, bb)] + [(builder.gep(ab, [builder.mul(args[6], ir.Constant(_I64, c))]),
+                              builder.gep(bb, [builder.mul(args[7], ir.Constant(_I64, c))])) for c in range(1, ncols)]
+        vals = [v for col in body(builder, wb, cols) for v in col]
+        return vals[0] if n_out == 1 else context.make_tuple(builder, rty, vals)
 
-    return sig, codegen
+    def ok(w, a, bs) -> bool:
+        return _arr1(w) and _arr1(a) and isinstance(bs, types.Array) and bs.layout == "C" and bs.dtype == types.int32
+
+    if ncols == 1:
+        def typer(typingctx, w, o, a, ao, bs, bso):
+            return (rty(w, o, a, ao, bs, bso), codegen) if ok(w, a, bs) else None
+    else:
+        def typer(typingctx, w, o, a, ao, bs, bso, ak, bk):
+            return (rty(w, o, a, ao, bs, bso, ak, bk), codegen) if ok(w, a, bs) else None
+
+    return intrinsic(typer)
+
+
+sbdot_q4_k = _sbdot(_k4_body(False), 2)
+sbdot_q5_k = _sbdot(_k4_body(True), 2)
+sbdot_q6_k = _sbdot(_q6_body, 1)
+sbdot4_q4_k = _sbdot(_k4_body(False), 2, ROWDOT_COLS)
+sbdot4_q5_k = _sbdot(_k4_body(True), 2, ROWDOT_COLS)
+sbdot4_q6_k = _sbdot(_q6_body, 1, ROWDOT_COLS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -620,8 +688,19 @@ def _u32(wu, o):  # pragma: no cover - compiled
 def _mv_rowdot(kind, wu, wi, rs, m, qa, da, asum, tab, out, r0, r1):  # pragma: no cover - compiled
     """Q8_0 / Q4_0 / Q5_0 (kind 0/1/2): one whole-row vector dot per output (see rowdot_*)."""
     n, nb = qa.shape[0], qa.shape[1] // 32
+    qf, df = qa.reshape(qa.size), da.reshape(da.size)
     for r in range(r0, r1):
-        for j in range(n):
+        n4 = n - n % ROWDOT_COLS
+        for j in range(0, n4, ROWDOT_COLS):  # several columns per decode of the row
+            if kind == 0:
+                s = rowdot4_q8_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
+            elif kind == 1:
+                s = rowdot4_q4_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
+            else:
+                s = rowdot4_q5_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
+            for c in range(ROWDOT_COLS):
+                out[j + c, r] = s[c]
+        for j in range(n4, n):
             if kind == 0:
                 out[j, r] = rowdot_q8_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
             elif kind == 1:
@@ -699,53 +778,64 @@ def _scale_min_k4(wu, o, sc, mn):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _mv_q4_k(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
-    n, nb = qa.shape[0], qa.shape[1] // 256
+def _mv_k(kind, wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
+    """Q4_K / Q5_K / Q6_K (kind 0/1/2) rows against activation rows, ROWDOT_COLS rows per decode
+    of each superblock; every output is summed in the same order either way. Q6_K's codes are
+    used unsigned and its -32 offset comes off via the block sums (see _q6_body)."""
+    n, nb, k = qa.shape[0], qa.shape[1] // 256, qa.shape[1]
+    bk = bsum.shape[1]
+    bpb = 144 if kind == 0 else (176 if kind == 1 else 210)
+    qf, bf = qa.reshape(qa.size), bsum.reshape(bsum.size)
+    acc0 = np.zeros(ROWDOT_COLS, np.float32)
+    acc1 = np.zeros(ROWDOT_COLS, np.float32)
     for r in range(r0, r1):
-        for j in range(n):
-            a = qa[j]
-            bs = bsum[j]
-            acc0 = np.float32(0.0)
-            acc1 = np.float32(0.0)
+        j = 0
+        while j < n:
+            cols = ROWDOT_COLS if j + ROWDOT_COLS <= n else 1
+            acc0[:] = 0
+            acc1[:] = 0
             for b in range(nb):
-                o = r * rs + 144 * b
-                sumi, summ = sbdot_q4_k(wu, o, a, 256 * b, bs, 16 * b)
-                acc0 += (_h(tab, wu, o) * da[j, b]) * np.float32(sumi)
-                acc1 += (_h(tab, wu, o + 2) * da[j, b]) * np.float32(summ)
-            out[j, r] = acc0 - acc1
+                o, ao, bo = r * rs + bpb * b, j * k + 256 * b, j * bk + 16 * b
+                if kind == 2:
+                    dw = _h(tab, wu, o + 208)
+                    if cols == 1:
+                        acc0[0] += (dw * da[j, b]) * np.float32(sbdot_q6_k(wi, o, qf, ao, bf, bo))
+                    else:
+                        t6 = sbdot4_q6_k(wi, o, qf, ao, bf, bo, k, bk)
+                        for c in range(ROWDOT_COLS):
+                            acc0[c] += (dw * da[j + c, b]) * np.float32(t6[c])
+                    continue
+                dw, mw = _h(tab, wu, o), _h(tab, wu, o + 2)
+                if cols == 1:
+                    t1 = sbdot_q4_k(wu, o, qf, ao, bf, bo) if kind == 0 else sbdot_q5_k(wu, o, qf, ao, bf, bo)
+                    acc0[0] += (dw * da[j, b]) * np.float32(t1[0])
+                    acc1[0] += (mw * da[j, b]) * np.float32(t1[1])
+                else:
+                    if kind == 0:
+                        t = sbdot4_q4_k(wu, o, qf, ao, bf, bo, k, bk)
+                    else:
+                        t = sbdot4_q5_k(wu, o, qf, ao, bf, bo, k, bk)
+                    for c in range(ROWDOT_COLS):
+                        acc0[c] += (dw * da[j + c, b]) * np.float32(t[2 * c])
+                        acc1[c] += (mw * da[j + c, b]) * np.float32(t[2 * c + 1])
+            for c in range(cols):
+                out[j + c, r] = acc0[c] - acc1[c]
+            j += cols
+
+
+@njit(cache=True, nogil=True)
+def _mv_q4_k(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
+    _mv_k(0, wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1)
 
 
 @njit(cache=True, nogil=True)
 def _mv_q5_k(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
-    n, nb = qa.shape[0], qa.shape[1] // 256
-    for r in range(r0, r1):
-        for j in range(n):
-            a = qa[j]
-            bs = bsum[j]
-            acc0 = np.float32(0.0)
-            acc1 = np.float32(0.0)
-            for b in range(nb):
-                o = r * rs + 176 * b
-                sumi, summ = sbdot_q5_k(wu, o, a, 256 * b, bs, 16 * b)
-                acc0 += (_h(tab, wu, o) * da[j, b]) * np.float32(sumi)
-                acc1 += (_h(tab, wu, o + 2) * da[j, b]) * np.float32(summ)
-            out[j, r] = acc0 - acc1
+    _mv_k(1, wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1)
 
 
 @njit(cache=True, nogil=True)
 def _mv_q6_k(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
-    """Codes are used unsigned (0..63) and the -32 offset is taken off once via the block sums,
-    as ggml's AVX2 kernel does: sum sc*(q-32)*a = sum sc*q*a - 32*sum sc*bsum."""
-    n, nb = qa.shape[0], qa.shape[1] // 256
-    for r in range(r0, r1):
-        for j in range(n):
-            a = qa[j]
-            bs = bsum[j]
-            acc = np.float32(0.0)
-            for b in range(nb):
-                o = r * rs + 210 * b
-                acc += (_h(tab, wu, o + 208) * da[j, b]) * np.float32(sbdot_q6_k(wi, o, a, 256 * b, bs, 16 * b))
-            out[j, r] = acc
+    _mv_k(2, wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1)
 
 
 # --------------------------------------------------------------------------------------------
