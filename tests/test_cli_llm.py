@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from pyggml.cli.main import main
@@ -84,6 +85,40 @@ def test_perplexity_prints_chunks_and_final_estimate(capsys, tmp_path):
     assert 1.0 < ppl < 50.0  # a repeated sentence is very predictable
 
 
+PROSE = (
+    "The harbour town woke slowly. Fishermen hauled crates of mackerel past the bakery, where the first loaves "
+    "were cooling on racks by the open window. A ferry horn sounded twice across the bay, and gulls rose from the "
+    "breakwater in a single white sheet. Up the hill, the schoolteacher unlocked the library and set out the "
+    "newspapers: a storm was expected by Thursday, the council had approved a new footbridge, and the price of "
+    "diesel had risen again. Children argued about football on the steps. By nine o'clock the market square was "
+    "full of stalls selling cheese, wool, copper pans and second-hand books, and an old man played the accordion "
+    "beside the fountain while his dog slept in the sun. Nobody noticed the small boat drifting in without a sail."
+)
+
+
+def test_perplexity_batches_chunks_as_sequences(capsys, tmp_path):
+    """-b 4*c decodes 4 chunks at once (a KV stream each), -b c one chunk, -b c/2 a chunk in two batches,
+    -kvu 4 chunks in one shared stream: every chunk gets its own scores, so the running estimates agree.
+
+    Not to the last digit: the paths multiply in different orders (F16 attention compiled for up to 16
+    rows, BLAS above), and Gemma 3 270M amplifies such float differences through the activations'
+    8-bit quantization to 1-3% of a chunk's perplexity (llama.cpp's -b 16/32/128 agree to 4 digits).
+    A chunk scored against another chunk's logits would be off by far more on this varied text."""
+    text = tmp_path / "text.txt"
+    text.write_text(PROSE + " " + PROSE.upper())  # 11 chunks: 4, 4, 3 at -b 128
+    outs = {}
+    for flags in (["-b", "128"], ["-b", "32"], ["-b", "16"], ["-b", "128", "-kvu"]):
+        assert main(["perplexity", "-f", str(text), "-c", "32", "-t", "1", "-q", *flags]) == 0
+        out = capsys.readouterr().out
+        outs[" ".join(flags)] = [float(x.split("]")[1]) for x in out.split("\n")[0].rstrip(",").split(",")]
+    ref = outs["-b 32"]
+    assert len(ref) == 11
+    for flags, est in outs.items():
+        np.testing.assert_allclose(est, ref, rtol=5e-2, err_msg=flags)
+    assert main(["perplexity", "-f", str(text), "-c", "32", "-b", "48", "-q"]) == 1
+    assert "multiple of it" in capsys.readouterr().err
+
+
 def test_perplexity_needs_enough_tokens(capsys, tmp_path):
     text = tmp_path / "short.txt"
     text.write_text("too short")
@@ -111,13 +146,16 @@ def test_batched_sequences_each_give_generates_text(capsys):
     assert "tokens/s over 4 sequences" in err
 
 
-def test_batched_with_different_prompts(capsys):
+@pytest.mark.parametrize("kv", [[], ["-no-kvu"]], ids=["unified", "streams"])
+def test_batched_with_different_prompts(capsys, kv):
+    """Two prompts decoded as two sequences of one batch; the third sequence copies the first's cells (or,
+    with a KV stream per sequence, gets a copy of its stream)."""
     prompts = ["The capital of France is", "Once upon a time"]
     alone = []
     for p in prompts:
         assert main(["generate", "-p", p, "-n", "12", "--temp", "0", "-q", *COMMON]) == 0
         alone.append(p + capsys.readouterr().out.rstrip("\n"))
-    assert main(["batched", "-p", prompts[0], "-p", prompts[1], "-np", "3", "-n", "12", "--temp", "0", "-q"]) == 0
+    assert main(["batched", "-p", prompts[0], "-p", prompts[1], "-np", "3", "-n", "12", "--temp", "0", "-q", *kv]) == 0
     texts = [block.split("\n\n", 1)[1].strip() for block in capsys.readouterr().out.split("sequence ")[1:]]
     assert texts == [alone[0], alone[1], alone[0]]
 
@@ -130,13 +168,17 @@ def test_bench_parallel_sequences_json(capsys):
     assert [(r["pp"], r["tg"], r["pl"], r["n_kv"]) for r in rows] == [(8, 3, 1, 11), (8, 3, 3, 33)]
     for r in rows:
         assert r["speed_pp"] > 0 and r["speed_tg"] > 0 and r["t"] == pytest.approx(r["t_pp"] + r["t_tg"])
-    assert main(["bench", "-npp", "8", "-ntg", "2", "-npl", "2", "-pps", "-t", "1", "-q"]) == 0
-    out = capsys.readouterr().out
-    assert "is_pp_shared = 1" in out and "|     8 |      2 |    2 |     12 |" in out
+    # a shared prompt: copied into each sequence's stream (the default), or one set of cells with -kvu
+    for flags, n_kv in (([], 20), (["-kvu"], 12)):
+        assert main(["bench", "-npp", "8", "-ntg", "2", "-npl", "2", "-pps", "-t", "1", "-q", *flags]) == 0
+        out = capsys.readouterr().out
+        assert "is_pp_shared = 1" in out and f"|     8 |      2 |    2 | {n_kv:6d} |" in out
 
 
 def test_bench_parallel_sequences_bad_counts(capsys):
     assert main(["bench", "-npl", "65", "-q"]) == 1
     assert "-npl" in capsys.readouterr().err
-    assert main(["bench", "-npp", "200", "-ntg", "8", "-npl", "4", "-c", "256", "-q"]) == 1
+    assert main(["bench", "-npp", "200", "-ntg", "8", "-npl", "4", "-c", "256", "-kvu", "-q"]) == 1
     assert "no test fits the context of 256 cells" in capsys.readouterr().err
+    assert main(["bench", "-npp", "300", "-ntg", "8", "-npl", "4", "-c", "256", "-q"]) == 1
+    assert "no test fits the context of 1024 cells (-c, 256 per sequence)" in capsys.readouterr().err

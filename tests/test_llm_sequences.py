@@ -1,4 +1,5 @@
-"""Several sequences in one batch, as llama.cpp's memory keeps them (unified cache, cells shared by sequences).
+"""Several sequences in one batch, as llama.cpp's memory keeps them: a unified cache (cells shared by
+sequences) or a stream of cells per sequence (kv_unified=False, split_equal ubatches).
 
 Tiny random llama / qwen2 / gemma3 (sliding window 8) models, F32 KV cache: each sequence decoded together
 with others gives the logits of decoding it alone, across ubatch boundaries and after seq_cp / seq_rm /
@@ -17,7 +18,8 @@ pytest.importorskip("transformers")
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pyggml.llm.batch import Batch, DecodeError
+from pyggml.errors import PyGGMLError
+from pyggml.llm.batch import Batch, DecodeError, prepare, split_equal
 from pyggml.llm.context import ContextParams, LlamaContext
 from pyggml.llm.model import Model
 from pyggml.types import GGMLType
@@ -32,9 +34,10 @@ def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     return Model(convert(tmp_path_factory.mktemp(request.param), m, config), progress=False)
 
 
-def _ctx(model: Model, n_seq_max: int = 4, n_ubatch: int = 512) -> LlamaContext:
+def _ctx(model: Model, n_seq_max: int = 4, n_ubatch: int = 512, unified: bool = True) -> LlamaContext:
     return LlamaContext(model, ContextParams(n_ctx=256, n_batch=256, n_ubatch=n_ubatch, n_seq_max=n_seq_max,
-                                             n_threads=2, type_k=GGMLType.F32, type_v=GGMLType.F32))
+                                             n_threads=2, type_k=GGMLType.F32, type_v=GGMLType.F32,
+                                             kv_unified=unified))
 
 
 def _alone(model: Model, tokens: list[int]) -> np.ndarray:
@@ -53,15 +56,16 @@ def _prompts(model: Model, n: int, length: int, seed: int) -> list[list[int]]:
     return [rng.integers(0, model.hparams.n_vocab, length).tolist() for _ in range(n)]
 
 
+@pytest.mark.parametrize("unified", [True, False], ids=["unified", "streams"])
 @pytest.mark.parametrize("n_ubatch", [512, 5])
-def test_interleaved_sequences_give_their_own_logits(model: Model, n_ubatch: int) -> None:
+def test_interleaved_sequences_give_their_own_logits(model: Model, n_ubatch: int, unified: bool) -> None:
     prompts = _prompts(model, 3, 12, seed=1)
     tokens, seqs = [], []
     for i in range(12):  # token i of every sequence, then token i+1: the sequences interleave
         for s, p in enumerate(prompts):
             tokens.append(p[i])
             seqs.append([s])
-    ctx = _ctx(model, n_ubatch=n_ubatch)
+    ctx = _ctx(model, n_ubatch=n_ubatch, unified=unified)
     ctx.decode_batch(Batch(token=tokens, seq_id=seqs, logits=[True] * len(tokens)))
     for s, p in enumerate(prompts):
         got = np.stack([ctx.get_logits_ith(i * 3 + s) for i in range(12)])
@@ -75,10 +79,12 @@ def test_interleaved_sequences_give_their_own_logits(model: Model, n_ubatch: int
             _close(out[s][None], _alone(model, p)[-1:])
 
 
-def test_a_shared_prompt_through_seq_cp(model: Model) -> None:
-    """llama-batched: the prompt decoded once in sequence 0, its cells shared with 1 and 2."""
+@pytest.mark.parametrize("unified", [True, False], ids=["unified", "streams"])
+def test_a_shared_prompt_through_seq_cp(model: Model, unified: bool) -> None:
+    """llama-batched: the prompt decoded once in sequence 0, its cells shared with 1 and 2 (copied into
+    their streams when each sequence has its own)."""
     prompt = _prompts(model, 1, 10, seed=2)[0]
-    ctx = _ctx(model)
+    ctx = _ctx(model, unified=unified)
     ctx.decode(prompt)
     for s in (1, 2):
         ctx.seq_cp(0, s)
@@ -89,9 +95,10 @@ def test_a_shared_prompt_through_seq_cp(model: Model) -> None:
         _close(out[s][None], _alone(model, [*prompt, nxt[s]])[-1:])
 
 
-def test_seq_rm_and_seq_add_on_one_sequence(model: Model) -> None:
+@pytest.mark.parametrize("unified", [True, False], ids=["unified", "streams"])
+def test_seq_rm_and_seq_add_on_one_sequence(model: Model, unified: bool) -> None:
     a, b = _prompts(model, 2, 12, seed=3)
-    ctx = _ctx(model)
+    ctx = _ctx(model, unified=unified)
     ctx.decode_batch(Batch(token=a + b, seq_id=[[0]] * 12 + [[1]] * 12))
     ctx.seq_rm(1, 6, -1)  # sequence 1 keeps positions 0..5
     assert ctx.seq_pos_max(1) == 5 and ctx.seq_pos_max(0) == 11
@@ -143,10 +150,15 @@ class Cells:
                 c[1] = set() if s < 0 else c[1] - {s}
         self.cells = [c for c in self.cells if c[1]]
 
-    def cp(self, a: int, b: int) -> None:
-        for c in self.cells:
-            if a in c[1]:
-                c[1] = c[1] | {b}
+    def cp(self, a: int, b: int, unified: bool) -> None:
+        if unified:  # b shares a's cells
+            for c in self.cells:
+                if a in c[1]:
+                    c[1] = c[1] | {b}
+            return
+        # b's stream becomes a copy of a's cells
+        self.rm(b, -1, -1)
+        self.cells += [[p, {b}] for p, ss in self.cells if a in ss]
 
     def keep(self, s: int) -> None:
         self.cells = [[p, {s}] for p, ss in self.cells if s in ss]
@@ -161,8 +173,12 @@ class Cells:
 
 def _cache_cells(ctx: LlamaContext) -> list[tuple[int, frozenset]]:
     c = ctx.caches["base"]
-    return sorted((int(p), frozenset(s for s in range(64) if int(m) >> s & 1))
-                  for p, m in zip(c.pos, c.seq, strict=True) if p >= 0)
+    return sorted(((int(p), frozenset(s for s in range(64) if int(m) >> s & 1))
+                   for p, m in zip(c.pos.ravel(), c.seq.ravel(), strict=True) if p >= 0), key=_cell_key)
+
+
+def _cell_key(cell: tuple[int, frozenset]) -> tuple[int, list[int]]:
+    return cell[0], sorted(cell[1])  # sets are not totally ordered by <
 
 
 OPS = st.lists(st.one_of(
@@ -180,10 +196,11 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Model:
     return Model(convert(tmp_path_factory.mktemp("cells"), m, config), progress=False)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.parametrize("unified", [True, False], ids=["unified", "streams"])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)
-def test_memory_operations_follow_the_reference_cells(llama: Model, ops: list[tuple]) -> None:
-    ctx = _ctx(llama, n_seq_max=3)
+def test_memory_operations_follow_the_reference_cells(llama: Model, ops: list[tuple], unified: bool) -> None:
+    ctx = _ctx(llama, n_seq_max=3, unified=unified)
     ref = Cells()
     for op in ops:
         kind = op[0]
@@ -204,7 +221,7 @@ def test_memory_operations_follow_the_reference_cells(llama: Model, ops: list[tu
         elif kind == "cp":
             ctx.seq_cp(op[1], op[2])
             if op[1] != op[2]:
-                ref.cp(op[1], op[2])
+                ref.cp(op[1], op[2], unified)
         elif kind == "keep":
             ctx.seq_keep(op[1])
             ref.keep(op[1])
@@ -212,15 +229,16 @@ def test_memory_operations_follow_the_reference_cells(llama: Model, ops: list[tu
             ctx.seq_add(op[1], op[2], -1, op[3])
             if op[3]:
                 ref.add(op[1], op[2], -1, op[3])
-        assert _cache_cells(ctx) == sorted((p, frozenset(ss)) for p, ss in ref.cells), op
+        assert _cache_cells(ctx) == sorted(((p, frozenset(ss)) for p, ss in ref.cells), key=_cell_key), op
         for s in range(3):
             ps = ref.seqs_pos(s)
             assert ctx.seq_pos_max(s) == (ps[-1] if ps else -1)
             assert ctx.seq_pos_min(s) == (ps[0] if ps else -1)
 
 
-def test_a_failure_part_way_changes_no_sequence(llama: Model, monkeypatch: pytest.MonkeyPatch) -> None:
-    ctx = _ctx(llama, n_seq_max=3, n_ubatch=4)
+@pytest.mark.parametrize("unified", [True, False], ids=["unified", "streams"])
+def test_a_failure_part_way_changes_no_sequence(llama: Model, monkeypatch: pytest.MonkeyPatch, unified: bool) -> None:
+    ctx = _ctx(llama, n_seq_max=3, n_ubatch=4, unified=unified)
     ctx.decode_batch(Batch(token=[1, 2, 3, 4, 5, 6], seq_id=[[0], [1], [2], [0], [1], [2]]))
     before = _cache_cells(ctx)
     real = ctx._process_ubatch
@@ -237,3 +255,36 @@ def test_a_failure_part_way_changes_no_sequence(llama: Model, monkeypatch: pytes
         ctx.decode_batch(Batch(token=[7, 8, 9, 10, 11, 12], seq_id=[[0], [1], [2], [0], [1], [2]]))
     assert _cache_cells(ctx) == before
 
+
+
+# --------------------------------------------------------------------------- a stream per sequence
+def test_split_equal_takes_equal_runs_of_consecutive_sequences() -> None:
+    """llama_batch_allocr::split_equal(sequential=True) on a batch of sequences 0, 1, 2 (5, 3, 4 tokens)."""
+    seq = [0] * 5 + [1] * 3 + [2] * 4
+    b = prepare(Batch(token=list(range(12)), seq_id=[[s] for s in seq]), 100, 8, 3, lambda s: -1, lambda s: -1)
+    ubs = split_equal(b, 7, sequential=True)
+    # 2 tokens of each (3 each would pass 7), then 1 each (1 runs out); then sequence 0 alone, as
+    # sequence 2 does not follow 0, then 2
+    assert [(ub.n_seqs, ub.index.tolist()) for ub in ubs] == [
+        (3, [0, 1, 5, 6, 8, 9]), (3, [2, 7, 10]), (1, [3, 4]), (1, [11])]
+    with pytest.raises(DecodeError, match="several sequences"):
+        split_equal(prepare(Batch(token=[1], seq_id=[[0, 1]]), 100, 8, 3, lambda s: -1, lambda s: -1), 7, True)
+
+
+def test_streams_sizes_and_graph_reuse(llama: Model) -> None:
+    """n_ctx split into equal streams (llama.cpp's n_ctx_seq), graphs reused only for the same sequences."""
+    ctx = LlamaContext(llama, ContextParams(n_ctx=1000, n_seq_max=3, kv_unified=False, n_threads=2))
+    assert (ctx.n_ctx_seq, ctx.n_ctx) == (512, 1536)  # pad(1024 / 3, 256) cells per stream
+    assert tuple(ctx.caches["base"].k[0].ne[1:3]) == (512, 3)
+    ctx.decode_batch(Batch(token=[1, 2, 3, 4], seq_id=[[0], [1], [0], [1]]))
+    builds = ctx.n_graph_builds
+    for t in range(3):  # one token each of 0 and 1: the same graph every step
+        ctx.decode_batch(Batch(token=[t, t + 1], seq_id=[[0], [1]]))
+    assert ctx.n_graph_builds == builds + 1 and ctx.n_reused >= 2
+    ctx.decode_batch(Batch(token=[5, 6], seq_id=[[1], [2]]))  # same shapes, other streams: a new graph
+    assert ctx.n_graph_builds == builds + 2
+    with pytest.raises(PyGGMLError, match="whole sequences"):
+        ctx.seq_cp(0, 2, 1, 3)
+    ctx.clear()
+    with pytest.raises(DecodeError, match="several sequences"):  # one token in two streams
+        ctx.decode_batch(Batch(token=[7], seq_id=[[1, 2]]))

@@ -1,7 +1,8 @@
 """``pyggml batched -p PROMPT -np N``: N continuations generated together, as llama.cpp's llama-batched.
 
 The prompt is decoded once, as sequence 0; its cells are then shared with sequences 1..N-1
-(``seq_cp``: the cells, not copies), and every step decodes one token of every unfinished sequence in
+(``seq_cp``: the cells, not copies; with ``-no-kvu`` each sequence has its own KV stream and gets
+a copy), and every step decodes one token of every unfinished sequence in
 a single batch, so each weight is read once per step for all of them. With several ``-p``, sequence i
 continues prompt i % (number of prompts), each prompt decoded as its own sequence in one batch.
 Each sequence samples with its own sampler (seed + i: with --temp 0 all agree with ``generate``).
@@ -16,7 +17,7 @@ import dataclasses
 import sys
 import time
 
-from .common import add_model_args, add_sampling_args, load_model, make_context
+from .common import add_kv_unified_arg, add_model_args, add_sampling_args, load_model, make_context
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,6 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "shared between the sequences and each step decodes one token of every "
                                    "sequence in one batch.")
     add_model_args(p, ctx_size=0)
+    add_kv_unified_arg(p, default=True)  # shared prompt cells need one stream (llama-batched needs -kvu too)
     p.add_argument("-p", "--prompt", action="append", required=True,
                    help="the prompt; repeat -p for different prompts (sequence i takes prompt i %% count)")
     p.add_argument("-np", "--parallel", type=int, default=4, help="sequences to generate (default 4, at most 64)")
@@ -51,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     prompts = [vocab.tokenize(p, add_special=True, parse_special=True) for p in args.prompt]
     seq_prompt = [i % len(prompts) for i in range(n_par)]
     n_kv_req = sum(len(p) for p in prompts) + n_pred * n_par
+    if not args.kv_unified:  # a stream per sequence: each holds its prompt and its tokens
+        n_kv_req = n_par * (max(len(p) for p in prompts) + n_pred)
     n_ctx = args.ctx_size or n_kv_req
     if n_kv_req > n_ctx:
         raise CLIError(f"the sequences need {n_kv_req} cells (prompts + {n_pred} tokens x {n_par}) but -c is {n_ctx}")

@@ -15,7 +15,7 @@ import statistics
 import sys
 import time
 
-from .common import add_model_args, placement_from_args
+from .common import add_kv_unified_arg, add_model_args, placement_from_args
 
 
 def glibc_rand(n: int, seed: int = 1) -> list[int]:
@@ -62,6 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("-ntg", type=_ints, default=None, help="generated tokens per sequence (default 128)")
     g.add_argument("-npl", type=_ints, default=None, help="parallel sequences, e.g. 1,2,4,8 (at most 64)")
     g.add_argument("-pps", action="store_true", help="the prompt is shared by all sequences (decoded once)")
+    add_kv_unified_arg(g, default=False)
     p.set_defaults(func=run)
 
 
@@ -164,11 +165,15 @@ def run_batched(args: argparse.Namespace) -> int:
     n_pp, n_tg, n_pl = args.npp or [128], args.ntg or [128], args.npl or [1]
     shared = args.pps
 
+    unified = args.kv_unified
+
     def cells(pp: int, tg: int, pl: int) -> int:
-        """KV cells a test fills: the prompts (one if shared) and every sequence's generated tokens."""
-        return (pp if shared else pl * pp) + pl * tg
+        """KV cells a test fills: the prompts (one if shared in one stream) and every sequence's tokens."""
+        return (pp if shared and unified else pl * pp) + pl * tg
 
     need = max(cells(pp, tg, pl) for pp in n_pp for tg in n_tg for pl in n_pl)
+    if not unified:  # equal streams: the longest test's sequence in each
+        need = max(n_pl) * max(pp + tg for pp in n_pp for tg in n_tg)
     model, _ = load_model(args)
     n_vocab = model.hparams.n_vocab
     rand = iter(glibc_rand(10_000_000))
@@ -183,9 +188,10 @@ def run_batched(args: argparse.Namespace) -> int:
 
     decode_all([next(rand) % n_vocab for _ in range(16)], list(range(16)), [0] * 16, [False] * 15 + [True])  # warm-up
     tests = [(pp, tg, pl) for pp in n_pp for tg in n_tg for pl in n_pl
-             if cells(pp, tg, pl) <= ctx.n_ctx]
+             if cells(pp, tg, pl) <= ctx.n_ctx and (unified or pp + tg <= ctx.n_ctx_seq)]
     if not tests:
-        raise CLIError(f"no test fits the context of {ctx.n_ctx} cells (-c)")
+        per_seq = "" if unified else f", {ctx.n_ctx_seq} per sequence"
+        raise CLIError(f"no test fits the context of {ctx.n_ctx} cells (-c{per_seq})")
     if args.output != "json":
         print(f"n_kv_max = {ctx.n_ctx}, n_batch = {n_batch}, n_ubatch = {ctx.n_ubatch}, is_pp_shared = {int(shared)}, "
               f"n_threads = {ctx.backend.n_threads}\n")
@@ -201,7 +207,7 @@ def run_batched(args: argparse.Namespace) -> int:
                    [i for _ in prompts for i in range(pp)], [j for j in prompts for _ in range(pp)],
                    [i == pp - 1 for _ in prompts for i in range(pp)])
         t_pp = time.perf_counter() - t0
-        if shared:
+        if shared:  # the cells, or with a stream per sequence copies of them (not timed, as in llama.cpp)
             for j in range(1, pl):
                 ctx.seq_cp(0, j)
         t1 = time.perf_counter()

@@ -34,6 +34,17 @@ def add_model_args(p: argparse.ArgumentParser, ctx_size: int = 4096) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="print no logs or timings on stderr")
 
 
+def add_kv_unified_arg(p: argparse.ArgumentParser, default: bool) -> None:
+    """llama.cpp's -kvu/-no-kvu: one stream of KV cells for all sequences, or one per sequence."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-kvu", "--kv-unified", dest="kv_unified", action="store_true", default=default,
+                   help="one KV buffer shared by all sequences: cells can be shared (seq_cp without copies) and a "
+                        "sequence may use any free cell" + (" (default)" if default else ""))
+    g.add_argument("-no-kvu", "--no-kv-unified", dest="kv_unified", action="store_false",
+                   help="a KV stream of n_ctx/n_seq cells per sequence; each attends over its own cells only"
+                        + ("" if default else " (default)"))
+
+
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
     d = SamplingParams()
     p.add_argument("--temp", type=float, default=d.temp, help=f"temperature; <= 0 is greedy (default {d.temp})")
@@ -97,12 +108,13 @@ def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def make_context(args: argparse.Namespace, model: Any, n_ctx: int | None = None, n_seq_max: int = 1,
                  n_batch: int | None = None) -> Any:
-    """A context for the model from -c, -b, -ub, -t, -fa (or the values given here)."""
+    """A context for the model from -c, -b, -ub, -t, -fa, -kvu (or the values given here)."""
     from ..llm.context import ContextParams, LlamaContext
 
     params = ContextParams(n_ctx=args.ctx_size if n_ctx is None else n_ctx,
                            n_batch=args.batch_size if n_batch is None else n_batch, n_ubatch=args.ubatch_size,
-                           n_threads=args.threads, flash_attn=args.flash_attn == "on", n_seq_max=n_seq_max)
+                           n_threads=args.threads, flash_attn=args.flash_attn == "on", n_seq_max=n_seq_max,
+                           kv_unified=getattr(args, "kv_unified", True))
     ctx = LlamaContext(model, params)
     if not args.quiet:
         hp = model.hparams

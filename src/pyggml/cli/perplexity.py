@@ -5,6 +5,9 @@ tokens (default 512). Each chunk is evaluated in a fresh cache with its first to
 only the second half is scored: the logits at positions first+i (first = n_ctx/2) predict token
 first+i+1. The running estimate ``[k]ppl`` is printed after each chunk, then PPL = exp(mean NLL)
 with its standard error.
+
+As llama-perplexity, ``-b / -c`` chunks (4 with the defaults) are decoded together, as sequences of
+one batch, each in its own KV stream of ``-c`` cells: the weights are read once for all of them.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import add_model_args
+from ..llm.batch import Batch
+from .common import add_kv_unified_arg, add_model_args
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Compute the perplexity of a model on a text file, chunk by chunk, "
                                    "scoring the second half of each chunk as llama-perplexity does.")
     add_model_args(p, ctx_size=512)
+    add_kv_unified_arg(p, default=False)
     p.add_argument("-f", "--file", required=True, help="text file to evaluate")
     p.add_argument("--chunks", type=int, default=-1, help="evaluate at most this many chunks (default: all)")
     p.set_defaults(func=run)
@@ -45,7 +50,7 @@ def _eta(seconds: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .common import load_model_and_context
+    from .common import load_model, make_context
     from .main import CLIError
 
     try:
@@ -54,8 +59,14 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"cannot read {args.file}: {e.strerror}") from e
     if args.ctx_size < 8:
         raise CLIError("perplexity needs --ctx-size of at least 8")
-    model, vocab, ctx = load_model_and_context(args)
     n_ctx = args.ctx_size
+    if args.batch_size >= n_ctx and args.batch_size % n_ctx:
+        raise CLIError(f"--batch-size ({args.batch_size}) must be below --ctx-size ({n_ctx}) or a multiple of it: "
+                       "each batch holds whole chunks or part of one")
+    n_seq = max(1, args.batch_size // n_ctx)  # chunks per batch, one sequence (and KV stream) each
+    n_batch = min(args.batch_size, n_ctx * n_seq)
+    model, vocab = load_model(args)
+    ctx = make_context(args, model, n_ctx=n_ctx * n_seq, n_seq_max=n_seq, n_batch=n_batch)
     n_train = model.hparams.n_ctx_train
     if n_ctx > n_train and not args.quiet:  # llama.cpp warns the same way and goes on
         print(f"perplexity: warning: the model was trained on only {n_train} context tokens ({n_ctx} specified)",
@@ -71,26 +82,38 @@ def run(args: argparse.Namespace) -> int:
     add_bos = bool(vocab.add_bos) and vocab.bos >= 0
     nlls: list[float] = []
     if not args.quiet:
-        why = "" if ctx.n_ctx == n_ctx else f" (the KV cache is rounded up to {ctx.n_ctx} cells, a multiple of 256)"
+        cells = ctx.n_ctx_seq
+        why = "" if cells == n_ctx else f" (KV streams of {cells} cells: a multiple of 256)"
         print(f"perplexity: {len(tokens)} tokens, computing over {n_chunk} chunks, n_ctx={n_ctx}{why}, "
-              f"batch_size={ctx.n_batch}, n_seq=1", file=sys.stderr)
+              f"batch_size={n_batch}, n_seq={n_seq}", file=sys.stderr)
     t_start = time.perf_counter()
-    for c in range(n_chunk):
-        chunk = list(tokens[c * n_ctx : (c + 1) * n_ctx])
-        if add_bos:
-            chunk[0] = vocab.bos
+    for c0 in range(0, n_chunk, n_seq):
+        group = range(c0, min(c0 + n_seq, n_chunk))
         ctx.clear()
-        outputs = [i >= first for i in range(n_ctx)]
+        chunks = []
+        for c in group:
+            chunk = list(tokens[c * n_ctx : (c + 1) * n_ctx])
+            if add_bos:
+                chunk[0] = vocab.bos
+            chunks.append(chunk)
         rows = []
-        for s in range(0, n_ctx, ctx.n_batch):
-            rows.append(ctx.decode(chunk[s : s + ctx.n_batch], outputs=outputs[s : s + ctx.n_batch]))
-        logits = np.concatenate([r for r in rows if r.size], axis=0)
-        for i in range(n_ctx - first - 1):
-            nlls.append(log_softmax_nll(logits[i], tokens[c * n_ctx + first + i + 1]))
-        if c == 0 and not args.quiet:  # llama-perplexity's estimate after the first chunk
-            t_pass = time.perf_counter() - t_start
-            print(f"perplexity: {t_pass:.2f} seconds per pass - ETA {_eta(t_pass * n_chunk)}", file=sys.stderr)
-        print(f"[{c + 1}]{math.exp(sum(nlls) / len(nlls)):.4f},", end="", flush=True)
+        for b0 in range(0, n_ctx, n_batch):  # the same span of every chunk per batch
+            b1 = min(b0 + n_batch, n_ctx)
+            batch = Batch(token=[t for ch in chunks for t in ch[b0:b1]],
+                          pos=[p for _ in chunks for p in range(b0, b1)],
+                          seq_id=[s for s in range(len(chunks)) for _ in range(b0, b1)],
+                          logits=[p >= first for _ in chunks for p in range(b0, b1)])
+            rows.append(ctx.decode_batch(batch).copy())
+        # rows of one chunk after another within a batch; batches go along the chunk (n_seq is then 1)
+        logits = np.concatenate(rows, axis=0).reshape(len(chunks), n_ctx - first, -1)
+        for k, c in enumerate(group):
+            for i in range(n_ctx - first - 1):
+                nlls.append(log_softmax_nll(logits[k, i], tokens[c * n_ctx + first + i + 1]))
+            if c == 0 and not args.quiet:  # llama-perplexity's estimate after the first pass
+                t_pass = time.perf_counter() - t_start
+                print(f"perplexity: {t_pass:.2f} seconds per pass - ETA {_eta(t_pass * n_chunk / n_seq)}",
+                      file=sys.stderr)
+            print(f"[{c + 1}]{math.exp(sum(nlls) / len(nlls)):.4f},", end="", flush=True)
     mean = sum(nlls) / len(nlls)
     var = sum(x * x for x in nlls) / len(nlls) - mean * mean
     ppl = math.exp(mean)

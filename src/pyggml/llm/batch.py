@@ -56,6 +56,12 @@ class PreparedBatch:
     seq_first: np.ndarray  # int64 [n]: each token's first sequence id (its mask row follows it)
     output: np.ndarray  # bool [n]
     seqs: list[int] = field(default_factory=list)  # the sequences in the batch, ascending
+    index: np.ndarray | None = None  # int64 [n]: each token's index in the user's batch
+    n_seqs: int = 1  # equal runs of tokens, one per sequence set (split_equal); 1 otherwise
+
+    def __post_init__(self) -> None:
+        if self.index is None:
+            self.index = np.arange(self.pos.size, dtype=np.int64)
 
     @property
     def n_tokens(self) -> int:
@@ -65,10 +71,13 @@ class PreparedBatch:
     def n_outputs(self) -> int:
         return int(self.output.sum())
 
-    def slice(self, i0: int, i1: int) -> PreparedBatch:
-        return PreparedBatch(None if self.token is None else self.token[i0:i1],
-                             None if self.embd is None else self.embd[i0:i1], self.pos[i0:i1],
-                             self.seq_mask[i0:i1], self.seq_first[i0:i1], self.output[i0:i1], self.seqs)
+    def take(self, idx: np.ndarray | slice, n_seqs: int = 1) -> PreparedBatch:
+        """The ubatch of tokens ``idx`` (llama_batch_allocr::ubatch_add), in that order."""
+        union = int(np.bitwise_or.reduce(self.seq_mask[idx]))
+        seqs = [s for s in self.seqs if union >> s & 1]
+        return PreparedBatch(None if self.token is None else self.token[idx],
+                             None if self.embd is None else self.embd[idx], self.pos[idx], self.seq_mask[idx],
+                             self.seq_first[idx], self.output[idx], seqs, self.index[idx], n_seqs)
 
 
 def prepare(batch: Batch, n_vocab: int, n_embd: int, n_seq_max: int, seq_pos_min: Callable[[int], int],
@@ -177,4 +186,47 @@ def _check_positions(pos: np.ndarray, seq_lists: list[list[int]], seqs: list[int
 
 def split_simple(batch: PreparedBatch, n_ubatch: int) -> list[PreparedBatch]:
     """llama_batch_allocr::split_simple: consecutive tokens, at most n_ubatch each (the unified cache's split)."""
-    return [batch.slice(s, min(s + n_ubatch, batch.n_tokens)) for s in range(0, batch.n_tokens, n_ubatch)]
+    return [batch.take(slice(s, min(s + n_ubatch, batch.n_tokens))) for s in range(0, batch.n_tokens, n_ubatch)]
+
+
+def split_equal(batch: PreparedBatch, n_ubatch: int, sequential: bool) -> list[PreparedBatch]:
+    """llama_batch_allocr::split_equal: each ubatch takes the same number of tokens from each of several
+    disjoint sequence sets (with ``sequential``, sets whose first ids count up by one: consecutive
+    streams), as many as fit n_ubatch, and lists them set after set. The split of caches with a
+    stream per sequence, whose attention then runs stream by stream."""
+    masks = batch.seq_mask.tolist()
+    first = batch.seq_first.tolist()
+    if sequential:
+        for i, m in enumerate(masks):
+            if m & (m - 1):
+                raise DecodeError(f"decode: token {i} belongs to several sequences, which a KV cache with a stream "
+                                  "per sequence cannot hold (use a unified KV cache)")
+    by_set: dict[int, list[int]] = {}
+    for i, m in enumerate(masks):
+        by_set.setdefault(m, []).append(i)
+    n = len(masks)
+    used = np.zeros(n, dtype=bool)
+    n_used = 0
+    out = []
+    while n_used < n:
+        cur: list[int] = []
+        last = -1
+        for i in range(n):  # the sequence sets of this ubatch
+            if used[i] or any(masks[i] & c for c in cur):
+                continue
+            if sequential and cur and first[i] != last + 1:
+                continue
+            cur.append(masks[i])
+            last = first[i]
+            if len(cur) > n_ubatch:
+                break
+        pending = [[j for j in by_set[m] if not used[j]] for m in cur]
+        take = len(pending[0])
+        for p in pending:
+            take = min(take, len(p))
+        take = max(1, min(take, n_ubatch // len(cur)))  # (k + 1) * n_seqs > n_ubatch stops at k
+        idx = np.concatenate([np.asarray(p[:take], dtype=np.int64) for p in pending])
+        used[idx] = True
+        n_used += idx.size
+        out.append(batch.take(idx, len(cur)))
+    return out

@@ -25,7 +25,7 @@ from ..backend.sched import BackendSched, backend_sched_new, backend_sched_set_e
 from ..errors import PyGGMLError
 from ..tensor import Tensor, ggml_pad
 from ..types import GGMLType
-from .batch import Batch, DecodeError, PreparedBatch, prepare, split_simple
+from .batch import Batch, DecodeError, PreparedBatch, prepare, split_equal, split_simple
 from .graph import GRAPH_MAX_NODES, GraphBuilder, UbatchGraph, build_k_shift
 from .kv_cache import KV_PAD, KVCache
 from .model import Model
@@ -50,7 +50,7 @@ class ContextParams:
     type_v: GGMLType = GGMLType.F16
     swa_full: bool = False
     n_seq_max: int = 1  # sequences the memory can hold at once (sequence ids 0 .. n_seq_max-1)
-    kv_unified: bool = True  # one stream of cells for all sequences (the only layout supported so far)
+    kv_unified: bool = True  # one stream of cells for all sequences; False: a stream per sequence
 
 
 class LlamaContext:
@@ -60,36 +60,38 @@ class LlamaContext:
         hp = model.hparams
         if not 1 <= p.n_seq_max <= 64:
             raise PyGGMLError(f"n_seq_max must be 1 to 64 (LLAMA_MAX_SEQ), got {p.n_seq_max}")
-        if not p.kv_unified:
-            raise PyGGMLError("kv_unified=False (one stream of cells per sequence) is not supported yet: "
-                              "use the unified cache (kv_unified=True)")
         self.n_seq_max = p.n_seq_max
+        self.kv_unified = p.kv_unified
         self.model = model
         self.params = p
         n_ctx_user = p.n_ctx or hp.n_ctx_train
         self.n_batch = min(n_ctx_user, p.n_batch)
         self.n_ubatch = min(self.n_batch, p.n_ubatch)
         self.n_ctx = ggml_pad(n_ctx_user, KV_PAD)
+        # cells per sequence: all of them when unified, else an equal stream each (n_ctx rounded to fit)
+        self.n_ctx_seq = self.n_ctx if p.kv_unified else ggml_pad(self.n_ctx // p.n_seq_max, KV_PAD)
+        self.n_ctx = self.n_ctx_seq * (1 if p.kv_unified else p.n_seq_max)
+        n_stream = 1 if p.kv_unified else p.n_seq_max
         self.flash_attn = p.flash_attn
         buft = {il: model.layer_buft(il) for il in range(hp.n_layer)}
         v_trans = not p.flash_attn
         if hp.uses_swa:
             base_layers = [il for il in range(hp.n_layer) if not hp.is_swa(il)]
             swa_layers = [il for il in range(hp.n_layer) if hp.is_swa(il)]
-            # llama_kv_cache_iswa: the window of every sequence plus a ubatch (unified cache)
-            swa_size = self.n_ctx if p.swa_full else ggml_pad(min(self.n_ctx, hp.n_swa * p.n_seq_max + self.n_ubatch),
-                                                               KV_PAD)
+            # llama_kv_cache_iswa: the window of every sequence of the stream plus a ubatch
+            n_win = hp.n_swa * (p.n_seq_max if p.kv_unified else 1) + self.n_ubatch
+            swa_size = self.n_ctx_seq if p.swa_full else ggml_pad(min(self.n_ctx_seq, n_win), KV_PAD)
             self.caches = {}  # a cache only for the kinds of layers the model has
             if base_layers:
-                self.caches["base"] = KVCache(hp, base_layers, self.n_ctx, buft, p.type_k, p.type_v, v_trans, 0,
-                                              "base", p.n_seq_max)
+                self.caches["base"] = KVCache(hp, base_layers, self.n_ctx_seq, buft, p.type_k, p.type_v, v_trans, 0,
+                                              "base", p.n_seq_max, n_stream)
             if swa_layers:
                 self.caches["swa"] = KVCache(hp, swa_layers, swa_size, buft, p.type_k, p.type_v, v_trans, hp.n_swa,
-                                             "swa", p.n_seq_max)
+                                             "swa", p.n_seq_max, n_stream)
             self.layer_cache = ["swa" if hp.is_swa(il) else "base" for il in range(hp.n_layer)]
         else:
-            self.caches = {"base": KVCache(hp, list(range(hp.n_layer)), self.n_ctx, buft, p.type_k, p.type_v,
-                                           v_trans, 0, "base", p.n_seq_max)}
+            self.caches = {"base": KVCache(hp, list(range(hp.n_layer)), self.n_ctx_seq, buft, p.type_k, p.type_v,
+                                           v_trans, 0, "base", p.n_seq_max, n_stream)}
             self.layer_cache = ["base"] * hp.n_layer
         self.backend = backend_cpu_init()
         self.backend.set_n_threads(p.n_threads or os.cpu_count() or 1)
@@ -252,16 +254,26 @@ class LlamaContext:
         if batch.n_tokens > self.n_batch:
             raise DecodeError(f"decode: {batch.n_tokens} tokens exceed n_batch = {self.n_batch}")
         ub_all = prepare(batch, hp.n_vocab, hp.n_embd, self.n_seq_max, self.seq_pos_min, self.seq_pos_max)
+        # llama.cpp's memory split: consecutive tokens for one stream; equal runs of consecutive
+        # sequences for a stream per sequence (the iSWA cache always, the plain one when n_stream > 1)
+        if self.kv_unified:
+            ubatches = split_simple(ub_all, self.n_ubatch)
+        else:
+            ubatches = split_equal(ub_all, self.n_ubatch, sequential=True)
         self._apply_k_shift()
         saved = self._save_state()
         rows = []
         try:
-            for ub in split_simple(ub_all, self.n_ubatch):
+            for ub in ubatches:
                 rows.append(self._process_ubatch(ub))
         except BaseException:  # a failure, an abort or Ctrl-C part-way: the memory is as it was
             self._restore_state(saved)
             raise
-        self.logits = np.concatenate(rows, axis=0) if rows else np.zeros((0, hp.n_vocab), np.float32)
+        logits = np.concatenate(rows, axis=0) if rows else np.zeros((0, hp.n_vocab), np.float32)
+        # rows come ubatch by ubatch; split_equal may have reordered tokens: back to batch order
+        out_index = np.concatenate([ub.index[ub.output] for ub in ubatches])
+        self.logits = logits[np.argsort(out_index, kind="stable")] if not np.all(out_index[1:] > out_index[:-1]) \
+            else logits
         self.output_ids = np.full(ub_all.n_tokens, -1, dtype=np.int64)
         self.output_ids[ub_all.output] = np.arange(ub_all.n_outputs)
         return self.logits
@@ -288,20 +300,23 @@ class LlamaContext:
         n_tokens = ub.n_tokens
         out_ids = np.flatnonzero(ub.output).astype(np.int32)
         n_outputs = out_ids.size
-        cells = {}
+        slots = {}
         for name, cache in self.caches.items():
-            idxs = cache.find_slot(ub.seq_first)
-            cache.apply(idxs, ub.pos, ub.seq_mask)
-            cells[name] = idxs
-        n_kv = {name: c.n_kv() for name, c in self.caches.items()}
+            slots[name] = cache.find_slot(ub.seq_first, ub.n_seqs)
+            cache.apply(slots[name], ub.pos, ub.seq_mask)
+        # attention runs over ns consecutive streams from s0 (one, stream 0, when unified)
+        streams = [st for st, _ in next(iter(slots.values()))]
+        s0, ns = streams[0], len(streams)
+        n_kv = {name: c.n_kv(streams) for name, c in self.caches.items()}
         embd_input = ub.embd is not None
-        key = (n_tokens, n_outputs, tuple(sorted(n_kv.items())), embd_input)
+        # llama.cpp reuses a graph for the same shapes and, with a stream per sequence, the same sequences
+        key = (n_tokens, n_outputs, tuple(sorted(n_kv.items())), embd_input, ns, s0)
         g = self._graph
         if g is not None and g.key == key and os.environ.get("LLAMA_GRAPH_REUSE_DISABLE") is None:
             self.n_reused += 1
         else:
             b = GraphBuilder(self.model, self.caches, self.layer_cache, n_tokens, n_outputs, n_kv, self.flash_attn,
-                             embd_input)
+                             embd_input, s0, ns)
             g = b.build(key)
             self.sched.reset()
             if not self.sched.alloc_graph(g.gf):
@@ -315,10 +330,10 @@ class LlamaContext:
             backend_tensor_set(g.out_ids, out_ids)
         for name, inp in g.attn.items():
             cache = inp.cache
-            idxs = cells[name]
-            backend_tensor_set(inp.k_idxs, cache.k_idxs_data(idxs))
-            backend_tensor_set(inp.v_idxs, cache.v_idxs_data(idxs, cache.layer_ids[0]))
-            mask = cache.mask_data(ub.pos, ub.seq_first, inp.n_kv)
+            sl = slots[name]
+            backend_tensor_set(inp.k_idxs, cache.k_idxs_data(sl))
+            backend_tensor_set(inp.v_idxs, cache.v_idxs_data(sl, cache.layer_ids[0]))
+            mask = cache.mask_data(sl, ub.pos, ub.seq_first, inp.n_kv)
             backend_tensor_set(inp.kq_mask, mask.astype(np.float16) if inp.kq_mask.type == GGMLType.F16 else mask)
         backend_sched_set_eval_callback(self.sched, self.eval_callback)
         status = self.sched.graph_compute(g.gf)

@@ -71,7 +71,8 @@ def rope_params(hp: HParams, swa: bool) -> RopeParams:
 
 class GraphBuilder:
     def __init__(self, model: Model, caches: dict[str, KVCache], layer_cache: list[str], n_tokens: int,
-                 n_outputs: int, n_kv: dict[str, int], flash_attn: bool, embd_input: bool = False) -> None:
+                 n_outputs: int, n_kv: dict[str, int], flash_attn: bool, embd_input: bool = False, s0: int = 0,
+                 ns: int = 1) -> None:
         self.model = model
         self.hp = model.hparams
         self.caches = caches
@@ -79,6 +80,7 @@ class GraphBuilder:
         self.n_tokens = n_tokens
         self.n_outputs = n_outputs
         self.flash_attn = flash_attn
+        self.s0, self.ns = s0, ns  # attention over streams s0 .. s0+ns-1, n_tokens/ns tokens each
         self.ctx = Context(GRAPH_MAX_NODES * tensor_overhead() + graph_overhead_custom(GRAPH_MAX_NODES),
                            no_alloc=True)
         self.gf = new_graph_custom(self.ctx, GRAPH_MAX_NODES)
@@ -100,7 +102,8 @@ class GraphBuilder:
                 cache, nk,
                 self._input(ctx.new_tensor(I64, n_tokens), f"attn_inp_k_idxs{sfx}"),
                 self._input(ctx.new_tensor(I64, n_v_idx), f"attn_inp_v_idxs{sfx}"),
-                self._input(ctx.new_tensor(F16 if flash_attn else F32, nk, n_tokens, 1, 1), f"attn_inp_kq_mask{sfx}"),
+                self._input(ctx.new_tensor(F16 if flash_attn else F32, nk, n_tokens // ns, 1, ns),
+                            f"attn_inp_kq_mask{sfx}"),
             )
 
     def _input(self, t: Tensor, name: str) -> Tensor:
@@ -148,8 +151,10 @@ class GraphBuilder:
         cache = inp.cache
         gf.build_forward_expand(cache.cpy_k(ctx, k, inp.k_idxs, il))
         gf.build_forward_expand(cache.cpy_v(ctx, v, inp.v_idxs, il))
-        kk = B.permute(ctx, cache.get_k(ctx, il, inp.n_kv), 0, 2, 1, 3)
-        vv = B.permute(ctx, cache.get_v(ctx, il, inp.n_kv), 0, 2, 1, 3)
+        kk = B.permute(ctx, cache.get_k(ctx, il, inp.n_kv, self.s0, self.ns), 0, 2, 1, 3)
+        vv = B.permute(ctx, cache.get_v(ctx, il, inp.n_kv, self.s0, self.ns), 0, 2, 1, 3)
+        if self.ns > 1:  # {d, n_head, T/ns, ns}: each stream's tokens attend to that stream's cells
+            q = B.reshape_4d(ctx, q, q.ne[0], q.ne[1], q.ne[2] // self.ns, self.ns)
         q = B.permute(ctx, q, 0, 2, 1, 3)
         if self.flash_attn:
             cur = B.flash_attn_ext(ctx, q, kk, vv, inp.kq_mask, kq_scale, 0.0, 0.0)
@@ -254,7 +259,7 @@ class ShiftGraph:
 
     ctx: Context
     gf: Graph
-    shift: Tensor  # I32 [kv_size]: input, how far each cell moved
+    shift: Tensor  # I32 [kv_size*n_stream]: input, how far each cell moved
 
 
 def build_k_shift(model: Model, cache: KVCache) -> ShiftGraph:
@@ -264,11 +269,12 @@ def build_k_shift(model: Model, cache: KVCache) -> ShiftGraph:
     n = len(cache.layer_ids) + 2
     ctx = Context(4 * n * tensor_overhead() + graph_overhead_custom(4 * n), no_alloc=True)
     gf = new_graph_custom(ctx, 4 * n)
-    shift = ctx.new_tensor(I32, cache.size).set_name("k_shift")
+    n_cells = cache.size * cache.n_stream
+    shift = ctx.new_tensor(I32, n_cells).set_name("k_shift")
     shift.set_input()
     for il in cache.layer_ids:
         k = cache.k[il]
-        view = B.view_3d(ctx, k, hp.n_rot, hp.n_head_kv[il], cache.size, k.type.row_size(hp.n_embd_head_k),
+        view = B.view_3d(ctx, k, hp.n_rot, hp.n_head_kv[il], n_cells, k.type.row_size(hp.n_embd_head_k),
                          k.type.row_size(hp.n_embd_k_gqa(il)), 0)
         swa = hp.is_swa(il) if hp.arch == "gemma3" else False
         rp = rope_params(hp, swa)
