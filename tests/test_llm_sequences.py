@@ -22,6 +22,7 @@ from pyggml.errors import PyGGMLError
 from pyggml.llm.batch import Batch, DecodeError, prepare, split_equal
 from pyggml.llm.context import ContextParams, LlamaContext
 from pyggml.llm.model import Model
+from pyggml.llm.state import StateError
 from pyggml.types import GGMLType
 from test_llm_hf_models import build, convert
 
@@ -288,3 +289,57 @@ def test_streams_sizes_and_graph_reuse(llama: Model) -> None:
     ctx.clear()
     with pytest.raises(DecodeError, match="several sequences"):  # one token in two streams
         ctx.decode_batch(Batch(token=[7], seq_id=[[1, 2]]))
+
+
+# --------------------------------------------------------------------------- sequence state
+@pytest.mark.parametrize("unified", [True, False], ids=["unified", "streams"])
+def test_a_saved_sequence_continues_where_it_stopped(model: Model, unified: bool, tmp_path) -> None:
+    """llama_state_seq_save_file / load_file: a prompt's cells saved from sequence 1, restored into sequence 2
+    of another context (F16 cache, V transposed) and into sequence 0 of a third, continue as the original."""
+    prompt, other = _prompts(model, 2, 12, seed=5)
+
+    def ctx(**kw: object) -> LlamaContext:
+        return LlamaContext(model, ContextParams(n_ctx=256, n_seq_max=3, n_threads=2, kv_unified=unified, **kw))
+
+    src = ctx()
+    src.decode_batch(Batch(token=other + prompt, seq_id=[[0]] * 12 + [[1]] * 12))
+    path = tmp_path / "prompt.seq"
+    size = src.state_seq_save_file(path, 1, prompt)
+    assert size == path.stat().st_size and not list(tmp_path.glob(".*tmp"))
+    want = src.decode([5, 6], seq_id=1, outputs=[True, True]).copy()
+    for dst_seq in (2, 0):
+        dst = ctx()
+        dst.decode(other[:3], seq_id=dst_seq)  # cells the state replaces
+        assert dst.state_seq_load_file(path, dst_seq) == prompt
+        # a sliding-window cache saves only the cells still in the window of position 11
+        first = 12 - model.hparams.n_swa if "swa" in dst.caches else 0
+        assert (dst.seq_pos_min(dst_seq), dst.seq_pos_max(dst_seq)) == (first, 11)
+        np.testing.assert_allclose(dst.decode([5, 6], seq_id=dst_seq, outputs=[True, True]), want, atol=1e-4)
+    data = src.state_seq_get_data(0)  # the bytes of the file's body, in memory
+    fresh = ctx()
+    assert fresh.state_seq_set_data(data, 1) == len(data) and fresh.seq_pos_max(1) == 11
+
+
+def test_a_state_that_does_not_fit_is_refused(model: Model, tmp_path) -> None:
+    prompt = _prompts(model, 1, 10, seed=6)[0]
+    src = _ctx(model)
+    src.decode(prompt)
+    path = tmp_path / "p.seq"
+    src.state_seq_save_file(path, 0, prompt)
+    data = path.read_bytes()
+    # a wrong header changes nothing; a bad body leaves the sequence empty (as llama.cpp)
+    bad = {"magic": (b"xxxx" + data[4:], 2), "truncated": (data[:-7], -1), "trailing": (data + b"\0", -1)}
+    for what, (blob, pos_max) in bad.items():
+        (tmp_path / what).write_bytes(blob)
+        dst = _ctx(model)
+        dst.decode([1, 2, 3], seq_id=1)
+        with pytest.raises(StateError, match=r"version|truncated|left after"):
+            dst.state_seq_load_file(tmp_path / what, 1)
+        assert dst.seq_pos_max(1) == pos_max and dst.caches["base"].used == pos_max + 1, what
+    with pytest.raises(StateError, match="stream"):  # a unified cache's state into one with streams
+        _ctx(model, unified=False).state_seq_load_file(path, 0)
+    with pytest.raises(StateError, match="transposed"):  # flash attention keeps V untransposed
+        LlamaContext(model, ContextParams(n_ctx=256, n_seq_max=4, flash_attn=True, type_k=GGMLType.F32,
+                                          type_v=GGMLType.F32)).state_seq_load_file(path, 0)
+    with pytest.raises(StateError, match="cannot read"):
+        src.state_seq_load_file(tmp_path / "missing.seq", 0)

@@ -25,6 +25,7 @@ from ..backend.sched import BackendSched, backend_sched_new, backend_sched_set_e
 from ..errors import PyGGMLError
 from ..tensor import Tensor, ggml_pad
 from ..types import GGMLType
+from . import state
 from .batch import Batch, DecodeError, PreparedBatch, prepare, split_equal, split_simple
 from .graph import GRAPH_MAX_NODES, GraphBuilder, UbatchGraph, build_k_shift
 from .kv_cache import KV_PAD, KVCache
@@ -200,6 +201,30 @@ class LlamaContext:
             cache.shift.fill(0)
             self._graph = None  # the scheduler's memory was replanned: the next ubatch builds anew
 
+    # ------------------------------------------------------------------ sequence state (llama_state_seq_*)
+    def state_seq_get_data(self, seq_id: int = 0) -> bytes:
+        """The sequence's cells (positions and K/V rows) in llama.cpp's sequence-state format."""
+        self._seq(seq_id)
+        self._apply_k_shift()  # saved K must be rotated to the saved positions
+        return state.seq_state_bytes(self.caches, seq_id)
+
+    def state_seq_set_data(self, data: bytes, seq_id: int = 0) -> int:
+        """Replace sequence seq_id's cells with a saved state (from any sequence); returns the bytes read.
+        Raises StateError if it does not fit this context (the sequence then holds nothing)."""
+        self._seq(seq_id)
+        return state.set_seq_state(self.caches, seq_id, data)
+
+    def state_seq_save_file(self, path: str | os.PathLike, seq_id: int, tokens: Sequence[int]) -> int:
+        """llama_state_seq_save_file: the sequence's tokens and cells, written atomically; returns bytes."""
+        self._seq(seq_id)
+        self._apply_k_shift()
+        return state.save_seq_file(path, self.caches, seq_id, list(tokens))
+
+    def state_seq_load_file(self, path: str | os.PathLike, seq_id: int) -> list[int]:
+        """llama_state_seq_load_file: restore a saved sequence into seq_id; returns its tokens."""
+        self._seq(seq_id)
+        return state.load_seq_file(path, self.caches, seq_id)
+
     # ------------------------------------------------------------------ inspection
     @contextmanager
     def capture(self, pattern: str) -> Iterator[dict[str, np.ndarray]]:
@@ -292,8 +317,8 @@ class LlamaContext:
         return {name: c.state() for name, c in self.caches.items()}
 
     def _restore_state(self, saved: dict) -> None:
-        for name, state in saved.items():
-            self.caches[name].set_state(state)
+        for name, cells in saved.items():
+            self.caches[name].set_state(cells)
         self._graph = None  # a failure may have left the scheduler half-way: plan the next graph anew
 
     def _process_ubatch(self, ub: PreparedBatch) -> np.ndarray:
