@@ -279,8 +279,8 @@ class LlamaContext:
         if batch.n_tokens > self.n_batch:
             raise DecodeError(f"decode: {batch.n_tokens} tokens exceed n_batch = {self.n_batch}")
         ub_all = prepare(batch, hp.n_vocab, hp.n_embd, self.n_seq_max, self.seq_pos_min, self.seq_pos_max)
-        # llama.cpp's memory split: consecutive tokens for one stream; equal runs of consecutive
-        # sequences for a stream per sequence (the iSWA cache always, the plain one when n_stream > 1)
+        # llama.cpp's memory split: consecutive tokens for one stream; with a stream per sequence,
+        # equal runs of tokens of consecutive sequences (split_equal), which attend stream by stream
         if self.kv_unified:
             ubatches = split_simple(ub_all, self.n_ubatch)
         else:
@@ -297,8 +297,8 @@ class LlamaContext:
         logits = np.concatenate(rows, axis=0) if rows else np.zeros((0, hp.n_vocab), np.float32)
         # rows come ubatch by ubatch; split_equal may have reordered tokens: back to batch order
         out_index = np.concatenate([ub.index[ub.output] for ub in ubatches])
-        self.logits = logits[np.argsort(out_index, kind="stable")] if not np.all(out_index[1:] > out_index[:-1]) \
-            else logits
+        in_order = bool(np.all(np.diff(out_index) > 0))
+        self.logits = logits if in_order else logits[np.argsort(out_index, kind="stable")]
         self.output_ids = np.full(ub_all.n_tokens, -1, dtype=np.int64)
         self.output_ids[ub_all.output] = np.arange(ub_all.n_outputs)
         return self.logits
