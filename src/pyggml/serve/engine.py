@@ -188,9 +188,11 @@ class Engine:
                            "try increasing it", ErrorType.EXCEED_CONTEXT_SIZE)
         with self._cond:
             busy = sum(s.task is not None for s in self.slots)
-            if busy + len(self.pending) >= len(self.slots) and len(self.pending) >= self.max_queue:
+            # tasks not yet launched take the idle slots first; the rest wait
+            waiting = busy + len(self.pending) - len(self.slots)
+            if waiting >= self.max_queue:
                 raise APIError(f"the server is busy: all {len(self.slots)} slots are in use and "
-                               f"{len(self.pending)} requests are waiting; try again later", ErrorType.UNAVAILABLE)
+                               f"{waiting} requests are waiting; try again later", ErrorType.UNAVAILABLE)
             self.pending.append(task)
             self._cond.notify()
 
@@ -365,6 +367,7 @@ class Engine:
             piece = ""
         else:
             piece = s.decoder.decode(self.vocab.token_to_piece(tok, special=False))
+        ready = ""
         if not finish:
             ready = s.stop.feed(piece)
             if s.stop.stopped:
@@ -376,8 +379,8 @@ class Engine:
                 task.post(TokenEvent(tok, ready, probs))
                 return
         if not s.stop.stopped:
-            s.stop.feed(s.decoder.decode(b"", final=True))
-        tail = s.stop.flush()
+            ready += s.stop.feed(s.decoder.decode(b"", final=True))
+        tail = ready + s.stop.flush()  # a partial stop string held back is text after all
         if probs is not None or tail:
             task.post(TokenEvent(tok, tail, probs))
         self.stats.n_requests += 1
