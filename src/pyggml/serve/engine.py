@@ -26,7 +26,6 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,7 +174,6 @@ class Engine:
         self._cond = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
-        self.on_step: Callable[[], None] | None = None  # test hook: called after every step
 
     # ------------------------------------------------------------------ the HTTP side (event-loop thread)
     def submit(self, task: Task) -> None:
@@ -187,6 +185,8 @@ class Engine:
             raise APIError(f"request ({n} tokens) exceeds the available context size ({self.n_slot_ctx} tokens), "
                            "try increasing it", ErrorType.EXCEED_CONTEXT_SIZE)
         with self._cond:
+            if any(t.cancelled for t in self.pending):  # clients that left while waiting take no place
+                self.pending = deque(t for t in self.pending if not t.cancelled)
             busy = sum(s.task is not None for s in self.slots)
             # tasks not yet launched take the idle slots first; the rest wait
             waiting = busy + len(self.pending) - len(self.slots)
@@ -229,8 +229,6 @@ class Engine:
                 self.step()
             except Exception as e:  # never let the thread die: fail the tasks in flight and go on
                 self._fail_all(APIError(f"internal error: {e}", ErrorType.SERVER))
-            if self.on_step is not None:
-                self.on_step()
         self._fail_all(APIError("the server is shutting down", ErrorType.UNAVAILABLE))
 
     def _fail_all(self, err: APIError) -> None:
