@@ -110,3 +110,88 @@ def test_serve_refuses_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert "-np/--parallel" in capsys.readouterr().err
     assert main(["serve", "-m", "/nonexistent/model.gguf"]) == 1
     assert "file not found" in capsys.readouterr().err
+
+
+class _FakeCtx:
+    """Records the batches and memory calls the engine makes; logits favour token (last position + 1) % 50."""
+
+    n_batch = 64
+
+    def __init__(self) -> None:
+        import types
+
+        self.model = types.SimpleNamespace(hparams=types.SimpleNamespace(uses_swa=False, n_swa=0))
+        self.batches: list = []
+        self.rm: list = []
+
+    def decode_batch(self, batch):
+        import numpy as np
+
+        self.batches.append(batch)
+        self.logits = {}
+        for i, (p, out) in enumerate(zip(batch.pos, batch.logits, strict=True)):
+            if out:
+                row = np.zeros(50, dtype=np.float32)
+                row[(p + 1) % 50] = 1.0
+                self.logits[i] = row
+
+    def get_logits_ith(self, i):
+        return self.logits[i]
+
+    def seq_rm(self, seq, p0=-1, p1=-1):
+        self.rm.append((seq, p0, p1))
+
+    def seq_pos_min(self, seq):
+        return 0
+
+
+class _FakeVocab:
+    def is_eog(self, t: int) -> bool:
+        return False
+
+    def token_to_piece(self, t: int, special: bool = False) -> bytes:
+        return f"<{t}>".encode()
+
+
+def test_engine_batches_new_prompts_with_running_slots_and_reuses_prefixes() -> None:
+    """One decode per step holds the running slot's next token AND the new task's prompt; a repeated
+    prompt keeps its common prefix (seq_rm from there); a cancelled task's slot is free the next step."""
+    import asyncio
+
+    from pyggml.llm.sampling import SamplingParams
+    from pyggml.serve.engine import Engine, Task, TaskParams, TokenEvent
+
+    async def run() -> None:
+        ctx = _FakeCtx()
+        eng = Engine(ctx, _FakeVocab(), n_parallel=2, n_ctx=256)
+        greedy = SamplingParams(temp=0)
+        a = Task([1, 2, 3, 4], TaskParams(n_predict=3, sampling=greedy))
+        eng.submit(a)
+        assert eng.step()  # a's prompt
+        b = Task([7, 8], TaskParams(n_predict=2, sampling=greedy))
+        eng.submit(b)
+        assert eng.step()  # a's first generated token and b's prompt, together
+        mixed = ctx.batches[-1]
+        assert list(mixed.token) == [4, 7, 8] and [s[0] for s in mixed.seq_id] == [0, 1, 1]
+        assert list(mixed.pos) == [4, 0, 1] and list(mixed.logits) == [True, False, True]
+        while eng.step():
+            pass
+        await asyncio.sleep(0.01)  # the events arrive through the loop (call_soon_threadsafe)
+        texts = {}
+        for t in (a, b):
+            got = []
+            while not t.queue.empty():
+                ev = t.queue.get_nowait()
+                got.append(ev.text if isinstance(ev, TokenEvent) else f"|{ev.finish_reason}")
+            texts[t.id] = "".join(got)
+        assert texts[a.id] == "<4><5><6>|length" and texts[b.id] == "<2><3>|length"
+        # the same prompt again: slot 0 keeps [1, 2, 3] (one token is decoded again, for its logits)
+        c = Task([1, 2, 3, 4], TaskParams(n_predict=5, sampling=greedy))
+        eng.submit(c)
+        eng.step()
+        assert ctx.rm[-1] == (0, 3, -1) and list(ctx.batches[-1].token) == [4]
+        eng.cancel(c)
+        assert not eng.step()  # freed before decoding anything
+        assert not any(s.is_processing for s in eng.slots) and eng.stats.n_cancelled == 1
+
+    asyncio.run(run())
