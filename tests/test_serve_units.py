@@ -195,3 +195,26 @@ def test_engine_batches_new_prompts_with_running_slots_and_reuses_prefixes() -> 
         assert not any(s.is_processing for s in eng.slots) and eng.stats.n_cancelled == 1
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize(("pos_min", "kept"), [(0, 3), (-1, 0), (2, 0)])
+def test_engine_drops_a_prefix_the_sliding_window_no_longer_holds(pos_min: int, kept: int) -> None:
+    """With a sliding-window cache (n_swa 2 here) the kept prefix is used only when the window's cells
+    before it are still cached; otherwise the prompt is decoded from position 0 again."""
+    import asyncio
+
+    from pyggml.llm.sampling import SamplingParams
+    from pyggml.serve.engine import Engine, Task, TaskParams
+
+    async def run() -> None:
+        ctx = _FakeCtx()
+        ctx.model.hparams.uses_swa, ctx.model.hparams.n_swa = True, 2
+        eng = Engine(ctx, _FakeVocab(), n_parallel=1, n_ctx=64)
+        eng.slots[0].cached = [1, 2, 3, 4, 9]
+        ctx.seq_pos_min = lambda seq: pos_min
+        eng.submit(Task([1, 2, 3, 4], TaskParams(n_predict=1, sampling=SamplingParams(temp=0))))
+        eng.step()
+        assert ctx.batches[-1].pos[0] == kept and list(ctx.batches[-1].token) == [1, 2, 3, 4][kept:]
+        assert ctx.rm[-1] == ((0, 3, -1) if kept else (0, -1, -1))
+
+    asyncio.run(run())

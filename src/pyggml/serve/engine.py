@@ -332,7 +332,9 @@ class Engine:
         if n_keep > 0:
             self.ctx.seq_rm(s.id, n_keep, -1)
             # a sliding-window cache may have dropped cells the new tokens still need to see: start over
-            if self.n_swa and self.ctx.seq_pos_min(s.id) > max(0, n_keep - self.n_swa):
+            # (none left at all: the window had moved past the whole kept prefix)
+            pos_min = self.ctx.seq_pos_min(s.id)
+            if self.n_swa and (pos_min < 0 or pos_min > max(0, n_keep - self.n_swa)):
                 n_keep = 0
         if n_keep == 0:
             self.ctx.seq_rm(s.id, -1, -1)
