@@ -37,7 +37,7 @@ from .schemas import (
     parse,
 )
 
-PUBLIC_PATHS = {"/health", "/v1/health"}
+PUBLIC_PATHS = {"/health", "/v1/health"}  # no API key needed (llama-server's public endpoints)
 
 
 @dataclass
@@ -364,11 +364,11 @@ def create_app(state: ServerState) -> Starlette:
     if state.registry is None:
         state.registry = metrics.make_registry(state.engine)
 
-    def route(path: str, handler: Handler, method: str, public: bool = False) -> Route:
-        return Route(path, _guarded(state, handler, public), methods=[method])
+    def route(path: str, handler: Handler, method: str) -> Route:
+        return Route(path, _guarded(state, handler, public=path in PUBLIC_PATHS), methods=[method])
 
     routes = [
-        route("/health", health, "GET", public=True), route("/v1/health", health, "GET", public=True),
+        route("/health", health, "GET"), route("/v1/health", health, "GET"),
         route("/v1/models", models, "GET"), route("/models", models, "GET"),
         route("/metrics", get_metrics, "GET"), route("/slots", get_slots, "GET"),
         route("/tokenize", tokenize, "POST"), route("/detokenize", detokenize, "POST"),
