@@ -218,3 +218,24 @@ def test_engine_drops_a_prefix_the_sliding_window_no_longer_holds(pos_min: int, 
         assert ctx.rm[-1] == ((0, 3, -1) if kept else (0, -1, -1))
 
     asyncio.run(run())
+
+
+def test_app_without_template_or_metrics_says_how_to_enable_them() -> None:
+    """A base model without a chat template: /v1/chat/completions is 501 naming --chat-template; /metrics
+    is 501 naming --metrics (llama-server's message); a wrong method is a JSON error too."""
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from pyggml.serve.app import ServerState, create_app
+    from pyggml.serve.engine import Engine
+
+    state = ServerState(engine=Engine(_FakeCtx(), _FakeVocab(), 1, 64), vocab=_FakeVocab(), model_name="m",
+                        template_error="this model has no chat template; start the server with --chat-template")
+    with TestClient(create_app(state)) as client:
+        r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 501 and r.json()["error"]["type"] == "not_supported_error"
+        assert "--chat-template" in r.json()["error"]["message"]
+        r = client.get("/metrics")
+        assert r.status_code == 501 and "--metrics" in r.json()["error"]["message"]
+        r = client.get("/v1/chat/completions")
+        assert r.status_code == 405 and r.json()["error"]["code"] == 405

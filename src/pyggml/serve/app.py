@@ -355,8 +355,9 @@ class EventStream(Response):
 async def not_found(request: Request, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 404)
     if status == 405:
-        return JSONResponse(error_body(f"method {request.method} is not allowed on {request.url.path}",
-                                       ErrorType.INVALID_REQUEST), status_code=405)
+        body = error_body(f"method {request.method} is not allowed on {request.url.path}", ErrorType.INVALID_REQUEST)
+        body["error"]["code"] = 405
+        return JSONResponse(body, status_code=405)
     return JSONResponse(error_body(f"File Not Found: {request.url.path}", ErrorType.NOT_FOUND), status_code=404)
 
 
