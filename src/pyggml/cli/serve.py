@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--max-queue must be 0 or more, got {args.max_queue}")
     if args.max_body < 1024:
         raise CLIError(f"--max-body must be at least 1024 bytes, got {args.max_body}")
+    _check_address(args.host, args.port)  # before minutes of loading, not after
     state = build_state(args)
     app = create_app(state)  # type: ignore[arg-type]
     engine = state.engine  # type: ignore[attr-defined]
@@ -106,8 +107,29 @@ def run(args: argparse.Namespace) -> int:
               f"({args.parallel} slots of {engine.n_slot_ctx} tokens)", file=sys.stderr, flush=True)
     try:
         server.run()
+    except SystemExit:  # uvicorn exits when it cannot bind; say so as one error line
+        pass
     finally:
         engine.stop()
     if not server.started:
         raise CLIError(f"could not listen on {args.host}:{args.port} (is the port in use?)")
     return 0
+
+
+def _check_address(host: str, port: int) -> None:
+    """Fail fast, with one line, when the address cannot be bound (in use, or not this machine's)."""
+    import socket
+
+    from .main import CLIError
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise CLIError(f"--host {host}: cannot resolve it: {e}") from e
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as e:
+            raise CLIError(f"cannot listen on {host}:{port}: {e.strerror}") from e
