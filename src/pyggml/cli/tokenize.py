@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from ..llm.models import default_model_path
+from ..llm.packaged import resolve
 from ..llm.vocab import Vocab
 
 
@@ -32,7 +32,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    vocab = Vocab.from_gguf(args.model if args.model else default_model_path())
+    vocab = Vocab.from_gguf(resolve(args.model))
     ids = vocab.tokenize(args.prompt, add_special=not args.no_bos, parse_special=args.parse_special)
     out = sys.stdout
     if args.ids:

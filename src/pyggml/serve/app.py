@@ -1,0 +1,380 @@
+"""The HTTP side: starlette routes with llama-server's paths, fields and error objects.
+
+Every handler runs through :func:`_guarded`, so whatever a client sends (garbage bytes, a body far
+over the limit, fields of the wrong type, a prompt longer than the context) is answered with a
+JSON error object and the server goes on. Requests are authenticated first (``--api-key``: a
+``Authorization: Bearer KEY`` or ``X-Api-Key`` header; /health stays public, as in llama-server).
+
+Completions wait on their task's queue while a watcher reads the connection's ASGI ``receive``:
+an ``http.disconnect`` cancels the task, so the engine frees the slot at its next step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from ..llm.sampling import LLAMA_DEFAULT_SEED, SamplingParams
+from . import metrics, oai
+from .engine import DoneEvent, Engine, ErrorEvent, Task, TaskParams, TokenEvent
+from .errors import APIError, ErrorType, error_body
+from .schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    GenerationParams,
+    TokenizeRequest,
+    parse,
+)
+
+PUBLIC_PATHS = {"/health", "/v1/health"}  # no API key needed (llama-server's public endpoints)
+
+
+@dataclass
+class ServerState:
+    """What the routes need: the engine, the vocabulary, the chat template and the server's options."""
+
+    engine: Engine
+    vocab: Any
+    model_name: str
+    template: Any = None  # a ChatTemplate, or None when the model has none
+    template_error: str = ""
+    api_keys: list[str] = field(default_factory=list)
+    metrics: bool = False
+    slots: bool = True
+    max_body: int = 8 << 20
+    model_meta: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)  # request fields' values when a request omits them
+    max_prompt_bytes: int = 0  # a prompt longer than this cannot fit a slot (0: no early check)
+    registry: Any = None
+
+
+def json_error(err: APIError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.kind.status)
+
+
+Handler = Callable[[Request, ServerState], Awaitable[Response]]
+
+
+def _guarded(state: ServerState, handler: Handler, public: bool = False) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            if not public and state.api_keys:
+                _authenticate(request, state.api_keys)
+            return await handler(request, state)
+        except APIError as e:
+            return json_error(e)
+        except Exception as e:  # a bug must not take the server down: a JSON 500, the server goes on
+            return json_error(APIError(f"internal server error: {type(e).__name__}: {e}", ErrorType.SERVER))
+
+    return endpoint
+
+
+def _authenticate(request: Request, keys: list[str]) -> None:
+    given = request.headers.get("authorization") or request.headers.get("x-api-key") or ""
+    if given.startswith("Bearer "):
+        given = given[len("Bearer "):]
+    if given not in keys:
+        raise APIError("Invalid API Key", ErrorType.AUTHENTICATION)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused (413) as soon as it passes ``limit`` bytes, announced or not."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise APIError(f"the request body ({int(declared)} bytes) is larger than the limit of {limit} bytes",
+                       ErrorType.PAYLOAD_TOO_LARGE)
+    chunks, n = [], 0
+    async for chunk in request.stream():
+        n += len(chunk)
+        if n > limit:
+            raise APIError(f"the request body is larger than the limit of {limit} bytes", ErrorType.PAYLOAD_TOO_LARGE)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# ---------------------------------------------------------------------- simple endpoints
+async def health(request: Request, state: ServerState) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def models(request: Request, state: ServerState) -> Response:
+    info = {"id": state.model_name, "aliases": [state.model_name], "object": "model", "created": int(time.time()),
+            "owned_by": "llamacpp", "meta": state.model_meta}
+    return JSONResponse({"object": "list", "data": [info]})
+
+
+async def get_metrics(request: Request, state: ServerState) -> Response:
+    if not state.metrics:
+        raise APIError("This server does not support metrics endpoint. Start it with `--metrics`",
+                       ErrorType.NOT_SUPPORTED)
+    return Response(metrics.render(state.registry), media_type=metrics.CONTENT_TYPE)
+
+
+async def get_slots(request: Request, state: ServerState) -> Response:
+    if not state.slots:
+        raise APIError("This server does not support slots endpoint. Start it with `--slots`", ErrorType.NOT_SUPPORTED)
+    out = []
+    for s in state.engine.slots:
+        task = s.task or s.last_task
+        item: dict[str, Any] = {"id": s.id, "n_ctx": s.n_ctx, "speculative": False, "is_processing": s.is_processing,
+                                "state": s.state, "n_cached_tokens": len(s.cached)}
+        if task is not None:
+            p = task.params
+            item.update({"id_task": task.id, "n_prompt_tokens": len(task.tokens),
+                         "n_prompt_tokens_processed": s.n_prompt_done - s.n_cached,
+                         "n_prompt_tokens_cache": s.n_cached,
+                         "params": {"n_predict": p.n_predict, "temperature": p.sampling.temp,
+                                    "top_k": p.sampling.top_k, "top_p": p.sampling.top_p, "min_p": p.sampling.min_p,
+                                    "seed": p.sampling.seed, "stop": p.stop, "n_probs": p.n_probs,
+                                    "cache_prompt": p.cache_prompt},
+                         "next_token": [{"has_next_token": s.is_processing, "has_new_line": False,
+                                         "n_remain": s.n_remain(), "n_decoded": s.n_decoded}]})
+        out.append(item)
+    return JSONResponse(out)
+
+
+async def tokenize(request: Request, state: ServerState) -> Response:
+    req = parse(await read_body(request, state.max_body), TokenizeRequest)
+    toks = await anyio.to_thread.run_sync(lambda: state.vocab.tokenize(req.content, add_special=req.add_special,
+                                                                       parse_special=req.parse_special))
+    if not req.with_pieces:
+        return JSONResponse({"tokens": toks})
+    pieces = []
+    for t in toks:
+        raw = state.vocab.token_to_piece(t, special=True)
+        try:
+            piece: str | list[int] = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            piece = list(raw)  # a piece that is not whole UTF-8: its bytes, as llama-server
+        pieces.append({"id": t, "piece": piece})
+    return JSONResponse({"tokens": pieces})
+
+
+async def detokenize(request: Request, state: ServerState) -> Response:
+    req = parse(await read_body(request, state.max_body), DetokenizeRequest)
+    _check_ids(req.tokens, state.vocab.n_tokens)
+    return JSONResponse({"content": state.vocab.detokenize(req.tokens)})
+
+
+def _check_prompt_bytes(text: str, state: ServerState) -> None:
+    """Refuse a prompt whose bytes alone prove it too long for a slot (more bytes than n_ctx tokens of the
+    vocabulary's longest piece can spell), before spending seconds of CPU tokenizing megabytes."""
+    n = len(text.encode("utf-8", errors="replace"))
+    if state.max_prompt_bytes and n > state.max_prompt_bytes:
+        raise APIError(f"request ({n} bytes) exceeds the available context size ({state.engine.n_slot_ctx} tokens): "
+                       "it cannot fit whatever its tokens, try increasing it", ErrorType.EXCEED_CONTEXT_SIZE)
+
+
+def _check_ids(tokens: list[int], n_vocab: int) -> None:
+    bad = [t for t in tokens if not 0 <= t < n_vocab]
+    if bad:
+        raise APIError(f"invalid token id {bad[0]}: ids are 0 to {n_vocab - 1}")
+
+
+# ---------------------------------------------------------------------- completions
+def task_params(req: GenerationParams, n_probs: int, defaults: dict[str, Any] | None = None) -> TaskParams:
+    """The task's parameters: the request's fields, and for those it leaves out the server's defaults
+    (its --temp, --top-k, ... -n flags, as llama-server's command-line sampling settings)."""
+    if req.n != 1:
+        raise APIError("Only one completion choice is allowed")
+    d = defaults or {}
+    given = req.model_fields_set
+
+    def pick(name: str) -> Any:
+        return getattr(req, name) if name in given or name not in d else d[name]
+
+    seed = pick("seed")
+    seed = LLAMA_DEFAULT_SEED if seed is None or seed < 0 else seed & 0xFFFFFFFF
+    sp = SamplingParams(seed=seed, top_k=pick("top_k"), top_p=pick("top_p"), min_p=pick("min_p"),
+                        temp=pick("temperature"), penalty_last_n=pick("repeat_last_n"),
+                        penalty_repeat=pick("repeat_penalty"), penalty_freq=req.frequency_penalty,
+                        penalty_present=req.presence_penalty)
+    n_predict = req.n_predict_value(d.get("n_predict", -1))
+    return TaskParams(n_predict=n_predict, sampling=sp, stop=req.stop_list(), n_probs=n_probs,
+                      cache_prompt=req.cache_prompt, ignore_eos=req.ignore_eos)
+
+
+async def completions(request: Request, state: ServerState) -> Response:
+    req = parse(await read_body(request, state.max_body), CompletionRequest)
+    prompt = req.prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        if len(prompt) != 1:
+            raise APIError("several prompts in one request are not supported: send one prompt per request",
+                           ErrorType.NOT_SUPPORTED)
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        text = prompt
+        _check_prompt_bytes(text, state)
+        tokens = await anyio.to_thread.run_sync(lambda: state.vocab.tokenize(text, add_special=True,
+                                                                             parse_special=True))
+    else:
+        tokens = list(prompt)
+        _check_ids(tokens, state.vocab.n_tokens)
+    return await _run(request, state, req, tokens, req.n_probs_value(), chat=False)
+
+
+async def chat_completions(request: Request, state: ServerState) -> Response:
+    req = parse(await read_body(request, state.max_body), ChatCompletionRequest)
+    if state.template is None:
+        raise APIError(state.template_error, ErrorType.NOT_SUPPORTED)
+    messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+
+    def render() -> list[int]:
+        from ..llm.chat import ChatTemplateError
+
+        try:
+            text = state.template.render(messages, add_generation_prompt=True)
+        except ChatTemplateError as e:
+            raise APIError(str(e)) from None
+        _check_prompt_bytes(text, state)
+        return state.vocab.tokenize(text, add_special=True, parse_special=True)
+
+    tokens = await anyio.to_thread.run_sync(render)
+    return await _run(request, state, req, tokens, req.n_probs_value(), chat=True)
+
+
+async def _run(request: Request, state: ServerState, req: GenerationParams, tokens: list[int], n_probs: int,
+               chat: bool) -> Response:
+    task = Task(tokens, task_params(req, n_probs, state.defaults))
+    state.engine.submit(task)
+    fmt = oai.Formatter(chat, req.model or state.model_name)
+    if req.stream:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        return EventStream(_stream(task, fmt, include_usage), lambda: state.engine.cancel(task))
+    probs: list[dict[str, Any]] = []
+    async with _watch_disconnect(request.receive, lambda: state.engine.cancel(task)):
+        while True:
+            ev = await task.queue.get()
+            if isinstance(ev, ErrorEvent):
+                raise ev.error
+            if isinstance(ev, TokenEvent):
+                if ev.probs is not None:
+                    probs.append(ev.probs)
+                continue
+            return JSONResponse(fmt.full(ev, probs if n_probs > 0 else None))
+    return Response(status_code=499)  # the client went away (nobody reads this)
+
+
+async def _stream(task: Task, fmt: oai.Formatter, include_usage: bool) -> AsyncIterator[bytes]:
+    if fmt.chat:
+        yield oai.sse(fmt.chunk(None, role=True))
+    while True:
+        ev = await task.queue.get()
+        if isinstance(ev, ErrorEvent):
+            yield oai.sse_error(ev.error.body())
+            return
+        if isinstance(ev, TokenEvent):
+            if ev.text or ev.probs is not None:
+                yield oai.sse(fmt.chunk(ev.text, [ev.probs] if ev.probs is not None else None))
+            continue
+        assert isinstance(ev, DoneEvent)
+        final = fmt.chunk(None if fmt.chat else "", finish=ev.finish_reason)
+        if not include_usage:
+            final["usage"] = oai.usage(ev)
+            final["timings"] = ev.timings
+        yield oai.sse(final)
+        if include_usage:
+            yield oai.sse(fmt.usage_chunk(ev))
+        yield oai.sse("[DONE]")
+        return
+
+
+@contextlib.asynccontextmanager
+async def _watch_disconnect(receive: Receive, on_disconnect: Callable[[], None]) -> AsyncIterator[None]:
+    """Run the body of the ``with`` while reading ``receive``: a disconnect calls ``on_disconnect`` and
+    cancels the body. Leaving the block early (an error) also calls it, so no slot is left working."""
+    done = False
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            while True:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    on_disconnect()
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(watch)
+        try:
+            yield
+            done = True
+        finally:
+            if not done:
+                on_disconnect()
+            tg.cancel_scope.cancel()
+
+
+class EventStream(Response):
+    """A text/event-stream response that cancels its task when the client goes away.
+
+    Starlette's StreamingResponse no longer watches for disconnects under ASGI 2.4; this one reads
+    ``receive`` beside the stream, as llama-server checks its socket, so a client that drops mid-stream
+    frees its slot within one decode step.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, body: AsyncIterator[bytes], on_disconnect: Callable[[], None]) -> None:
+        self.status_code = 200
+        self.background = None
+        # no content-length: the body is sent in pieces
+        self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+        self.body_iter = body
+        self.on_disconnect = on_disconnect
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        finished = False
+        try:
+            async with _watch_disconnect(receive, self.on_disconnect):
+                async for chunk in self.body_iter:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                finished = True
+        except OSError:  # the client is gone
+            self.on_disconnect()
+        finally:
+            if not finished:
+                self.on_disconnect()
+            with contextlib.suppress(Exception):
+                await self.body_iter.aclose()  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------- the application
+async def not_found(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    if status == 405:
+        body = error_body(f"method {request.method} is not allowed on {request.url.path}", ErrorType.INVALID_REQUEST)
+        body["error"]["code"] = 405
+        return JSONResponse(body, status_code=405)
+    return JSONResponse(error_body(f"File Not Found: {request.url.path}", ErrorType.NOT_FOUND), status_code=404)
+
+
+def create_app(state: ServerState) -> Starlette:
+    if state.registry is None:
+        state.registry = metrics.make_registry(state.engine)
+
+    def route(path: str, handler: Handler, method: str) -> Route:
+        return Route(path, _guarded(state, handler, public=path in PUBLIC_PATHS), methods=[method])
+
+    routes = [
+        route("/health", health, "GET"), route("/v1/health", health, "GET"),
+        route("/v1/models", models, "GET"), route("/models", models, "GET"),
+        route("/metrics", get_metrics, "GET"), route("/slots", get_slots, "GET"),
+        route("/tokenize", tokenize, "POST"), route("/detokenize", detokenize, "POST"),
+        route("/v1/completions", completions, "POST"), route("/completions", completions, "POST"),
+        route("/v1/chat/completions", chat_completions, "POST"), route("/chat/completions", chat_completions, "POST"),
+    ]
+    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+
