@@ -1,0 +1,117 @@
+"""Small deterministic models for the quantize / imatrix tests (and the script that makes them).
+
+Weights come from numpy's PCG64 (stable across platforms and numpy versions), laid out as a
+transformers ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` state dict, and are written by
+``pyggml.llm.convert.convert_hf_model``. The shapes exercise llama_tensor_get_type's rules: rows
+that are and are not multiples of 256 (and of 32), 8 layers (so ``n_layer/8`` and ``use_more_bits``
+bump some layers) and 3, GQA 4 and 1, tied and untied output, F32 and F16 inputs.
+
+    python tests/quantize_models.py OUT_DIR     # writes every model (see tests/data/quantize/README.md)
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pyggml.llm.convert import convert_hf_model
+
+
+@dataclass(frozen=True)
+class Spec:
+    arch: str
+    hidden: int
+    inter: int
+    n_layer: int
+    n_head: int
+    n_kv: int
+    vocab: int
+    tied: bool
+    ftype: str
+    seed: int
+    head_dim: int | None = None
+
+
+SPECS: dict[str, Spec] = {
+    # every row a multiple of 256; GQA 4; 8 layers; untied output
+    "llama8": Spec("llama", 256, 512, 8, 4, 1, 160, False, "f32", 1),
+    # rows of 160 (a multiple of 32, not of 256) and 200 (not even of 32: F16 fallback); tied; GQA 1
+    "qwen3odd": Spec("qwen2", 160, 200, 3, 5, 5, 96, True, "f32", 2),
+    # F16 input, rows of 256 and 768, 2 layers, tied, GQA 2
+    "llama2f16": Spec("llama", 256, 768, 2, 4, 2, 128, True, "f16", 3),
+}
+
+
+def state_dict(s: Spec) -> tuple[dict[str, np.ndarray], dict]:
+    rng = np.random.default_rng(s.seed)
+    hd = s.head_dim or s.hidden // s.n_head
+
+    def mat(rows: int, cols: int) -> np.ndarray:
+        return rng.normal(0.0, 0.05, (rows, cols)).astype(np.float32)
+
+    def vec(n: int, mean: float = 0.0) -> np.ndarray:
+        return (mean + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    sd: dict[str, np.ndarray] = {"model.embed_tokens.weight": mat(s.vocab, s.hidden)}
+    for i in range(s.n_layer):
+        p = f"model.layers.{i}."
+        sd[p + "input_layernorm.weight"] = vec(s.hidden, 1.0)
+        sd[p + "self_attn.q_proj.weight"] = mat(s.n_head * hd, s.hidden)
+        sd[p + "self_attn.k_proj.weight"] = mat(s.n_kv * hd, s.hidden)
+        sd[p + "self_attn.v_proj.weight"] = mat(s.n_kv * hd, s.hidden)
+        if s.arch == "qwen2":
+            sd[p + "self_attn.q_proj.bias"] = vec(s.n_head * hd)
+            sd[p + "self_attn.k_proj.bias"] = vec(s.n_kv * hd)
+            sd[p + "self_attn.v_proj.bias"] = vec(s.n_kv * hd)
+        sd[p + "self_attn.o_proj.weight"] = mat(s.hidden, s.n_head * hd)
+        sd[p + "post_attention_layernorm.weight"] = vec(s.hidden, 1.0)
+        sd[p + "mlp.gate_proj.weight"] = mat(s.inter, s.hidden)
+        sd[p + "mlp.up_proj.weight"] = mat(s.inter, s.hidden)
+        sd[p + "mlp.down_proj.weight"] = mat(s.hidden, s.inter)
+    sd["model.norm.weight"] = vec(s.hidden, 1.0)
+    if not s.tied:
+        sd["lm_head.weight"] = mat(s.vocab, s.hidden)
+    config = {
+        "architectures": ["LlamaForCausalLM" if s.arch == "llama" else "Qwen2ForCausalLM"],
+        "model_type": s.arch, "vocab_size": s.vocab, "hidden_size": s.hidden, "intermediate_size": s.inter,
+        "num_hidden_layers": s.n_layer, "num_attention_heads": s.n_head, "num_key_value_heads": s.n_kv,
+        "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "tie_word_embeddings": s.tied,
+    }
+    return sd, config
+
+
+def make_model(name: str, out_dir: Path, tokenizer: object = None) -> Path:
+    """Write model ``name`` of :data:`SPECS` to ``out_dir/NAME.gguf``."""
+    s = SPECS[name]
+    sd, config = state_dict(s)
+    return convert_hf_model(sd, config, Path(out_dir) / f"{name}.gguf", s.ftype, tokenizer=tokenizer,
+                            arch=s.arch, name=name)
+
+
+def make_imatrix(model: Path, out: Path, seed: int = 7) -> Path:
+    """A deterministic synthetic imatrix (GGUF) for every 2-d weight of ``model``: positive sums, varied counts."""
+    from pyggml.gguf import GGUFReader
+    from pyggml.quantize import IMatrix, IMatrixEntry, save_imatrix
+
+    rng = np.random.default_rng(seed)
+    im = IMatrix(datasets=["synthetic.txt"], chunk_count=3, chunk_size=64, has_metadata=True)
+    with GGUFReader(model) as r:
+        for ti in r.tensors:
+            if ti.n_dims >= 2 and ti.name.startswith("blk."):
+                n = 3 * 64
+                sums = (rng.gamma(2.0, 1.0, ti.ne[0]) * n).astype(np.float32)
+                im.entries[ti.name] = IMatrixEntry(sums, np.array([n], dtype=np.int64))
+    return save_imatrix(im, out)
+
+
+if __name__ == "__main__":
+    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for n in SPECS:
+        path = make_model(n, out_dir)
+        make_imatrix(path, out_dir / f"{n}.imatrix.gguf")
+        print(path)
