@@ -2,8 +2,8 @@
 
 The output file has the input's metadata (plus ``general.quantization_version``, ``general.file_type``,
 the overrides and the ``quantize.imatrix.*`` keys, in llama.cpp's order), the tensors in the loader's
-order (by layer, then name), each converted to the type :class:`~.rules.TypeChooser` picks. Rows are
-independent, so they are quantized in chunks on a thread pool; the file is written to a temporary name
+order (by layer, then name), each converted to the type :class:`~.rules.TypeChooser` picks. The codecs'
+numba kernels spread each matrix's rows over the threads; the file is written to a temporary name
 and renamed, so an error or Ctrl-C never leaves a half-written output.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,8 +39,8 @@ from .rules import (
 )
 
 GGML_QNT_VERSION = 2
-#: rows per work item: llama.cpp's chunk of at least 32*512 values
-_MIN_CHUNK = 32 * 512
+#: rows quantized per call (and validated together)
+_SLAB_ROWS = 65536
 
 
 @dataclass
@@ -185,33 +185,39 @@ def _to_f32(r: GGUFReader, ti: TensorInfo) -> np.ndarray:
     raise QuantizeError(f"cannot dequantize/convert tensor {ti.name} of type {ti.type.type_name}")
 
 
-def _quantize_tensor(f32: np.ndarray, new_type: GGMLType, ne: tuple[int, ...], imatrix: np.ndarray | None,
-                     pool: ThreadPoolExecutor | None) -> np.ndarray:
-    """``llama_tensor_quantize_impl``: per expert matrix its own imatrix slice, rows in independent chunks."""
-    n_per_row = ne[0]
-    rows_per_expert = ne[1]
+def _quantize_tensor(f32: np.ndarray, new_type: GGMLType, ne: tuple[int, ...],
+                     imatrix: np.ndarray | None) -> np.ndarray:
+    """``llama_tensor_quantize_impl``: each expert matrix with its own imatrix slice, then validated.
+
+    Rows are independent, so one call per matrix gives the bytes any chunking would; the codecs' numba
+    kernels spread the rows over the threads (``numba.set_num_threads``).
+    """
+    n_per_row, rows_per_expert = ne[0], ne[1]
     n_rows = f32.shape[0]
     out = np.empty((n_rows, new_type.row_size(n_per_row)), dtype=np.uint8)
-    chunk_rows = max(1, -(-_MIN_CHUNK // n_per_row))
-    jobs: list[tuple[int, int, np.ndarray | None]] = []
     for e0 in range(0, n_rows, rows_per_expert):
-        e_end = min(n_rows, e0 + rows_per_expert)
+        e1 = min(n_rows, e0 + rows_per_expert)
         im = None if imatrix is None else imatrix[(e0 // rows_per_expert) * n_per_row:][:n_per_row]
-        jobs.extend((r0, min(e_end, r0 + chunk_rows), im) for r0 in range(e0, e_end, chunk_rows))
-
-    def work(job: tuple[int, int, np.ndarray | None]) -> None:
-        r0, r1, im = job
-        q = quants.quantize(np.ascontiguousarray(f32[r0:r1]), new_type, im)
-        if not quants.validate_row_data(new_type, q):
-            raise QuantizeError("quantized data validation failed")
-        out[r0:r1] = q
-
-    if pool is None or len(jobs) < 2:
-        for j in jobs:
-            work(j)
-    else:
-        list(pool.map(work, jobs))
+        for r0 in range(e0, e1, _SLAB_ROWS):  # slabs bound the temporary memory of a big matrix
+            r1 = min(e1, r0 + _SLAB_ROWS)
+            q = quants.quantize(np.ascontiguousarray(f32[r0:r1]), new_type, im)
+            if not quants.validate_row_data(new_type, q):
+                raise QuantizeError("quantized data validation failed")
+            out[r0:r1] = q
     return out
+
+
+@contextmanager
+def _numba_threads(n: int) -> Iterator[None]:
+    """Run the numba kernels on ``n`` threads (at most numba's pool), restoring the previous count."""
+    import numba
+
+    prev = numba.get_num_threads()
+    numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(prev)
 
 
 def _set_override(w: GGUFWriter, o: KVOverride) -> None:
@@ -341,7 +347,6 @@ def _write(r: GGUFReader, w: GGUFWriter, plans: list[TensorPlan], im_data: dict[
            opts: QuantizeOptions, fname_out: Any, size_in: int, size_out: int, n_fallback: int,
            say: Callable[[str], None]) -> QuantizeResult:
     nthread = opts.nthread if opts.nthread > 0 else (os.cpu_count() or 1)
-    pool = ThreadPoolExecutor(nthread) if nthread > 1 else None
     bar = None
     if opts.progress:
         from tqdm import tqdm
@@ -362,7 +367,7 @@ def _write(r: GGUFReader, w: GGUFWriter, plans: list[TensorPlan], im_data: dict[
                         imatrix = v
                     elif v is None:
                         say(f"did not find weights for {p.name}")
-                out = _quantize_tensor(_to_f32(r, p.src), p.new_type, p.src.ne, imatrix, pool)
+                out = _quantize_tensor(_to_f32(r, p.src), p.new_type, p.src.ne, imatrix)
             if opts.verbose:
                 say(f"{p.name:<36} - [{', '.join(str(d) for d in p.src.ne[:max(2, len(p.src.ne))])}], "
                     f"type = {p.src.type.type_name:>6}, -> {p.new_type.type_name}")
@@ -374,12 +379,11 @@ def _write(r: GGUFReader, w: GGUFWriter, plans: list[TensorPlan], im_data: dict[
     for p in plans:
         w.add_tensor(p.name, producer(p), type=p.new_type, ne=p.src.ne)
     try:
-        path = w.write(fname_out)
+        with _numba_threads(nthread):
+            path = w.write(fname_out)
     finally:
         if bar is not None:
             bar.close()
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
     say(f"model size = {size_in / 2**20:8.2f} MiB, quant size = {size_out / 2**20:8.2f} MiB")
     if n_fallback:
         say(f"warning: {n_fallback} of {len(plans)} tensor(s) required fallback quantization")
