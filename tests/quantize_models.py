@@ -4,7 +4,7 @@ Weights come from numpy's PCG64 (stable across platforms and numpy versions), la
 transformers ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` state dict, and are written by
 ``pyggml.llm.convert.convert_hf_model``. The shapes exercise llama_tensor_get_type's rules: rows
 that are and are not multiples of 256 (and of 32), 8 layers (so ``n_layer/8`` and ``use_more_bits``
-bump some layers) and 3, GQA 4 and 1, tied and untied output, F32 and F16 inputs.
+bump some layers) and 3, GQA 4, 2 and 1, tied and untied output, F32, F16 and BF16 inputs.
 
     python tests/quantize_models.py OUT_DIR     # writes every model (see tests/data/quantize/README.md)
 """
@@ -37,11 +37,13 @@ class Spec:
 
 SPECS: dict[str, Spec] = {
     # every row a multiple of 256; GQA 4; 8 layers; untied output
-    "llama8": Spec("llama", 256, 512, 8, 4, 1, 160, False, "f32", 1),
+    "llama8": Spec("llama", 256, 256, 8, 4, 1, 160, False, "f32", 1),
     # rows of 160 (a multiple of 32, not of 256) and 200 (not even of 32: F16 fallback); tied; GQA 1
     "qwen3odd": Spec("qwen2", 160, 200, 3, 5, 5, 96, True, "f32", 2),
     # F16 input, rows of 256 and 768, 2 layers, tied, GQA 2
     "llama2f16": Spec("llama", 256, 768, 2, 4, 2, 128, True, "f16", 3),
+    # BF16 input (the same shapes as llama2f16, other weights)
+    "llama2bf16": Spec("llama", 256, 768, 2, 4, 2, 128, True, "bf16", 4),
 }
 
 

@@ -47,6 +47,7 @@ def cases() -> list[dict]:
         ["--override-kv", "llama.context_length=int:1024", "--override-kv", "general.name=str:pruned"],
     ]
     out += [dict(model="llama8", imatrix=False, options=o, ftype="Q4_K_M") for o in opts]
+    out += [dict(model="llama2bf16", imatrix=False, options=[], ftype=f) for f in ("Q4_K_M", "Q8_0", "BF16", "COPY")]
     out += [dict(model="llama8", imatrix=True, options=o, ftype="IQ3_XS") for o in
             (["--exclude-weights", "ffn_down"], ["--include-weights", "attn"], ["--prune-layers", "0,7"])]
     return out

@@ -100,6 +100,9 @@ def test_requantize_needs_allow(models: Path, tmp_path: Path, capsys: pytest.Cap
         (["--tensor-type-file", "missing.txt", "M", "OUT", "Q4_0"], "failed to open tensor type file"),
         (["nothere.gguf", "OUT", "Q4_0"], "cannot read model 'nothere.gguf'"),
         (["M", "M", "Q4_0"], "input and output files are the same"),
+        (["M", "OUT"], "missing file type after the output file"),
+        (["M", "OUT", "Q4_0", "x"], "invalid nthread 'x'"),
+        (["M", "OUT", "Q4_0", "2", "3"], "unexpected arguments: 3"),
     ],
 )
 def test_bad_input_is_one_line(models: Path, tmp_path: Path, argv: list[str], needle: str,
@@ -115,6 +118,14 @@ def test_bad_input_is_one_line(models: Path, tmp_path: Path, argv: list[str], ne
     err = capsys.readouterr().err
     assert rc == 1 and needle in err and err.count("\n") == 1, err
     assert not (tmp_path / "o.gguf").exists()
+
+
+def test_default_output_name(models: Path, tmp_path: Path) -> None:
+    """``IN TYPE`` writes ggml-model-TYPE.gguf beside the input, as llama-quantize does."""
+    shutil.copy(models / "qwen3odd.gguf", tmp_path / "m.gguf")
+    assert main(["quantize", "-q", str(tmp_path / "m.gguf"), "q8_0", "1"]) == 0
+    c = CASES["qwen3odd-Q8_0"]
+    assert sha256(tmp_path / "ggml-model-Q8_0.gguf") == c["sha256"]
 
 
 def test_not_a_gguf(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

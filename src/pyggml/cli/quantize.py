@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
+from pathlib import Path
 
-from ..quantize.ftypes import QUANT_OPTIONS
+from ..quantize.ftypes import QUANT_OPTIONS, QuantOption
 
 
 def _types_epilog() -> str:
@@ -22,17 +24,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "quantize",
         help="quantize a GGUF model to a llama.cpp file type (llama-quantize)",
-        description="Quantize a GGUF model as llama.cpp's llama-quantize does, byte for byte: each tensor "
-                    "gets the type llama.cpp's rules choose for the file type (more bits for attn_v, ffn_down "
-                    "and output in some layers; a fallback when a row is not whole blocks). The output is "
-                    "written to a temporary file and renamed when complete.",
+        usage="pyggml quantize [options] INPUT [OUTPUT] TYPE [NTHREADS]",
+        description=textwrap.fill(
+            "Quantize a GGUF model as llama.cpp's llama-quantize does, byte for byte: each tensor gets the type "
+            "llama.cpp's rules choose for the file type (more bits for attn_v, ffn_down and output in some "
+            "layers; a fallback when a row is not whole blocks). The output is written to a temporary file and "
+            "renamed when complete, so an error or Ctrl-C leaves no partial file.", 100),
         epilog=_types_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("input", help="input GGUF model (F32/F16/BF16, or quantized with --allow-requantize)")
-    p.add_argument("output", help="output GGUF file")
-    p.add_argument("type", help="file type, by name (Q4_K_M, q8_0, ...) or number; see the list below")
-    p.add_argument("nthreads", nargs="?", type=int, default=0, help="threads (default 0: all cores)")
+    p.add_argument("rest", nargs="+", metavar="OUTPUT TYPE NTHREADS",
+                   help="output GGUF file (default: ggml-model-TYPE.gguf next to the input, as llama-quantize), "
+                        "the file type by name (Q4_K_M, q8_0, ...) or number (see the list below), and the "
+                        "threads (default 0: all cores)")
     p.add_argument("--allow-requantize", action="store_true",
                    help="allow requantizing tensors that are already quantized (can severely reduce quality "
                         "compared to quantizing from 16 or 32 bit)")
@@ -68,7 +73,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..quantize import (
         QuantizeOptions,
-        parse_ftype,
         parse_kv_override,
         parse_prune_layers,
         parse_tensor_type,
@@ -77,16 +81,14 @@ def run(args: argparse.Namespace) -> int:
     )
     from .main import CLIError
 
-    if args.nthreads < 0:
-        raise CLIError(f"nthreads must be >= 0 (0 = all cores), got {args.nthreads}")
+    output, opt, nthreads = _positionals(args.input, args.rest, args.dry_run)
     if args.include_weights and args.exclude_weights:
         raise CLIError("--include-weights and --exclude-weights cannot be used together")
-    opt = parse_ftype(args.type)
     tensor_types = [parse_tensor_type(t) for t in args.tensor_type]
     if args.tensor_type_file:
         tensor_types += parse_tensor_type_file(args.tensor_type_file)
     opts = QuantizeOptions(
-        nthread=args.nthreads, allow_requantize=args.allow_requantize, leave_output_tensor=args.leave_output_tensor,
+        nthread=nthreads, allow_requantize=args.allow_requantize, leave_output_tensor=args.leave_output_tensor,
         pure=args.pure, output_tensor_type=args.output_tensor_type, token_embedding_type=args.token_embedding_type,
         tensor_types=tensor_types, prune_layers=parse_prune_layers(args.prune_layers) if args.prune_layers else [],
         imatrix=args.imatrix, include_weights=args.include_weights, exclude_weights=args.exclude_weights,
@@ -96,11 +98,37 @@ def run(args: argparse.Namespace) -> int:
     say = (lambda s: None) if args.quiet and not args.dry_run else (lambda s: print(s, file=sys.stderr))
     if not args.quiet:
         verb = "calculating the quantization of" if args.dry_run else "quantizing"
-        say(f"{verb} {args.input!r} to {args.output!r} as {opt.name}")
+        say(f"{verb} {args.input!r} to {output!r} as {opt.name}")
     t0 = time.perf_counter()
-    res = quantize_model(args.input, None if args.dry_run else args.output, opt.name, opts, log=say)
+    res = quantize_model(args.input, None if args.dry_run else output, opt.name, opts, log=say)
     if not args.quiet:
         say(f"quantize time = {1000 * (time.perf_counter() - t0):8.2f} ms")
     if args.dry_run:
         print(f"model size = {res.size_in / 2**20:.2f} MiB, quant size = {res.size_out / 2**20:.2f} MiB")
     return 0
+
+
+def _positionals(inp: str, rest: list[str], dry_run: bool) -> tuple[str, QuantOption, int]:
+    """llama-quantize's positionals: ``IN TYPE [N]`` (output ggml-model-TYPE.gguf beside IN) or ``IN OUT TYPE [N]``."""
+    from ..quantize import QuantizeError, parse_ftype
+    from .main import CLIError
+
+    try:
+        opt = parse_ftype(rest[0])
+        output = str(Path(inp).parent / f"ggml-model-{opt.name}.gguf")
+        extra = rest[1:]
+    except QuantizeError:
+        if len(rest) < 2:
+            raise CLIError(f"missing file type after the output file {rest[0]!r}") from None
+        output, opt, extra = rest[0], parse_ftype(rest[1]), rest[2:]
+    if len(extra) > 1:
+        raise CLIError(f"unexpected arguments: {' '.join(extra[1:])}")
+    nthreads = 0
+    if extra:
+        try:
+            nthreads = int(extra[0])
+        except ValueError:
+            raise CLIError(f"invalid nthread {extra[0]!r}") from None
+        if nthreads < 0:
+            raise CLIError(f"nthreads must be >= 0 (0 = all cores), got {nthreads}")
+    return output, opt, nthreads

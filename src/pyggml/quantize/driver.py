@@ -242,7 +242,7 @@ def quantize_model(fname_inp: str | os.PathLike[str], fname_out: str | os.PathLi
     """
     opts = options or QuantizeOptions()
     say = log or (lambda s: None)
-    opt = parse_ftype(ftype.name.removeprefix("MOSTLY_") if isinstance(ftype, LlamaFType) else ftype)
+    opt = parse_ftype(int(ftype) if isinstance(ftype, LlamaFType) else ftype)
     if not opts.dry_run:
         if fname_out is None:
             raise QuantizeError("no output file given")
@@ -275,7 +275,7 @@ def _quantize(r: GGUFReader, fname_out: Any, ftype: LlamaFType, only_copy: bool,
                          token_embedding_type=as_type_opt(opts.token_embedding_type),
                          quantize_output_tensor=not opts.leave_output_tensor, only_copy=only_copy, pure=opts.pure,
                          tensor_types=list(opts.tensor_types))
-    renamed, mapped, n_blocks = _remap_layers(order, opts.prune_layers)
+    renamed, mapped, n_blocks = _remap_layers(order, sorted(set(opts.prune_layers)))
     kept = [n for n in order if renamed[n]]
     chooser = TypeChooser(info, params, [renamed[n] for n in kept], im_data is not None)
 
