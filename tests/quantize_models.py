@@ -117,3 +117,19 @@ if __name__ == "__main__":
         path = make_model(n, out_dir)
         make_imatrix(path, out_dir / f"{n}.imatrix.gguf")
         print(path)
+
+
+def make_tokenized_model(out: Path) -> Path:
+    """A 2-layer F32 llama with a trained byte-level BPE tokenizer (BOS added), for llama-imatrix comparisons."""
+    from tokenizers import processors
+
+    from bpe_build import train
+
+    tok = train("llama3", 300).hf
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                                       special_tokens=[("<|begin_of_text|>", bos)])
+    s = Spec("llama", 64, 128, 2, 4, 2, tok.get_vocab_size(with_added_tokens=True), True, "f32", 5)
+    sd, config = state_dict(s)
+    return convert_hf_model(sd, config, out, "f32", tokenizer=tok, arch="llama", name="tok2",
+                            special_token_ids={"bos": bos})

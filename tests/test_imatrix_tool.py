@@ -25,7 +25,7 @@ from pyggml.quantize import (
     quantize_model,
     save_imatrix,
 )
-from quantize_models import make_model
+from quantize_models import make_model, make_tokenized_model
 
 DATA = Path(__file__).parent / "data" / "quantize"
 
@@ -181,6 +181,36 @@ def test_gemma_imatrix_matches_llama_imatrix(tmp_path: Path) -> None:
             np.testing.assert_array_equal(mine.sums, e.sums)
         np.testing.assert_allclose(mine.sums.sum(), e.sums.sum(), rtol=5e-3, err_msg=k)
         np.testing.assert_allclose(mine.sums, e.sums, rtol=0.25, atol=1e-3, err_msg=k)
+
+
+TOK2_SHA256 = "67f439c4be2c0413fcf63968f69790ceced9384dce0d178ce4364402a4ab52b2"
+
+
+def test_imatrix_cli_matches_llama_imatrix_on_a_small_model(tmp_path: Path) -> None:
+    """`pyggml imatrix` on a 2-layer model with a BPE tokenizer (BOS first in every chunk) against llama-imatrix:
+    same entries, counts, chunk count/size and datasets; layer 0's q/k/v sums (inputs computed bit for bit)
+    equal; the rest within the forward pass's float32 round-off (measured worst 1.6e-4 relative)."""
+    import hashlib
+
+    model = make_tokenized_model(tmp_path / "tok2.gguf")
+    assert hashlib.sha256(model.read_bytes()).hexdigest() == TOK2_SHA256, "the tokenized test model changed"
+    out = tmp_path / "im.gguf"
+    cwd = os.getcwd()
+    os.chdir(DATA)  # imatrix.datasets records the text's path as given
+    try:
+        assert main(["imatrix", "-q", "-m", str(model), "-f", "imatrix-text.txt", "-o", str(out), "-c", "32",
+                     "--chunks", "3", "-t", "1"]) == 0
+    finally:
+        os.chdir(cwd)
+    ours, ref = load_imatrix(out), load_imatrix(DATA / "tok2-imatrix-c32-chunks3.gguf")
+    assert list(ours.entries) == list(ref.entries) and len(ref.entries) == 14
+    assert (ours.datasets, ours.chunk_count, ours.chunk_size) == (["imatrix-text.txt"], 3, 32)
+    assert (ref.datasets, ref.chunk_count, ref.chunk_size) == (["imatrix-text.txt"], 3, 32)
+    for k, e in ref.entries.items():
+        assert ours.entries[k].counts.tolist() == e.counts.tolist() == [96]
+        if k in ("blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"):
+            np.testing.assert_array_equal(ours.entries[k].sums, e.sums)
+        np.testing.assert_allclose(ours.entries[k].sums, e.sums, rtol=1e-3, err_msg=k)
 
 
 def test_quantize_with_a_collected_imatrix(small: Path, tmp_path: Path) -> None:
