@@ -186,7 +186,8 @@ def test_gemma_imatrix_matches_llama_imatrix(tmp_path: Path) -> None:
 TOK2_SHA256 = "67f439c4be2c0413fcf63968f69790ceced9384dce0d178ce4364402a4ab52b2"
 
 
-def test_imatrix_cli_matches_llama_imatrix_on_a_small_model(tmp_path: Path) -> None:
+def test_imatrix_cli_matches_llama_imatrix_on_a_small_model(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
     """`pyggml imatrix` on a 2-layer model with a BPE tokenizer (BOS first in every chunk) against llama-imatrix:
     same entries, counts, chunk count/size and datasets; layer 0's q/k/v sums (inputs computed bit for bit)
     equal; the rest within the forward pass's float32 round-off (measured worst 1.6e-4 relative)."""
@@ -211,6 +212,14 @@ def test_imatrix_cli_matches_llama_imatrix_on_a_small_model(tmp_path: Path) -> N
         if k in ("blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"):
             np.testing.assert_array_equal(ours.entries[k].sums, e.sums)
         np.testing.assert_allclose(ours.entries[k].sums, e.sums, rtol=1e-3, err_msg=k)
+    # llama-imatrix needs two chunks of text; a missing text file is one error line
+    for argv, needle in ((["-f", str(DATA / "imatrix-text.txt"), "-c", "2048"], "you need at least 4096 tokens"),
+                         (["-f", str(tmp_path / "none.txt")], "file not found")):
+        out.unlink(missing_ok=True)
+        assert main(["imatrix", "-q", "-m", str(model), "-o", str(out), *argv]) == 1
+        assert not out.exists()
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1, err
 
 
 def test_quantize_with_a_collected_imatrix(small: Path, tmp_path: Path) -> None:
