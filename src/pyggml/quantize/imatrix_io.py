@@ -159,3 +159,45 @@ def save_imatrix(im: IMatrix, path: str | os.PathLike[str]) -> Path:
         w.add_tensor(f"{name}.in_sum2", np.ascontiguousarray(sums))
         w.add_tensor(f"{name}.counts", np.asarray(e.counts, dtype=np.float32).reshape(nmat, 1))
     return w.write(path)
+
+
+def save_imatrix_legacy(im: IMatrix, path: str | os.PathLike[str], dataset: str = "") -> Path:
+    """Write ``im`` in llama-imatrix's legacy ``.dat`` format (``--output-format dat``), atomically.
+
+    Per entry (sorted, skipping those without any data): name, ``ncall`` = the largest count over the chunk
+    size rounded up, and ``sum / count * ncall`` per value (1 where a matrix got no rows); then the chunk
+    count and ``dataset`` (llama-imatrix writes its ``-f`` file, else the last loaded dataset).
+    """
+    import tempfile
+
+    chunk = max(1, im.chunk_size)
+    parts: list[bytes] = []
+    n = 0
+    for name in sorted(im.entries, key=str.encode):
+        e = im.entries[name]
+        counts = np.asarray(e.counts, dtype=np.int64)
+        if counts.size == 0 or not counts.any():
+            continue
+        n += 1
+        ncall = int((counts.max() + chunk - 1) // chunk)
+        sums = np.asarray(e.sums, dtype=np.float32).reshape(counts.size, -1)
+        c = counts.astype(np.float32)[:, None]
+        vals = np.where(c == 0, np.float32(1), sums) / np.where(c == 0, np.float32(1), c) * np.float32(ncall)
+        raw = name.encode()
+        parts.append(struct.pack("<i", len(raw)) + raw + struct.pack("<ii", ncall, sums.size))
+        parts.append(vals.astype("<f4").tobytes())
+    ds = (dataset or (im.datasets[-1] if im.datasets else "")).encode()
+    body = struct.pack("<i", n) + b"".join(parts) + struct.pack("<ii", im.chunk_count, len(ds)) + ds
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
