@@ -127,8 +127,7 @@ def model_info(r: GGUFReader, kv_overrides: Sequence[KVOverride] = ()) -> ModelI
     n_head = int(_kv_value(r, f"{arch}.attention.head_count", ov, 0))
     n_head_kv = int(_kv_value(r, f"{arch}.attention.head_count_kv", ov, n_head))
     n_expert = int(_kv_value(r, f"{arch}.expert_count", ov, 0))
-    is_70b = arch == "llama" and n_layer == 80 and n_head != n_head_kv
-    return ModelInfo(arch, n_layer, n_head, n_head_kv, n_expert, is_70b)
+    return ModelInfo.from_hparams(arch, n_layer, n_head, n_head_kv, n_expert)
 
 
 _BLK = re.compile(r"blk\.(\d+)\.")

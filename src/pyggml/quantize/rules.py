@@ -140,6 +140,12 @@ class ModelInfo:
     n_expert: int = 0
     is_70b: bool = False
 
+    @classmethod
+    def from_hparams(cls, arch: str, n_layer: int, n_head: int, n_head_kv: int, n_expert: int = 0) -> ModelInfo:
+        """As ``llama_quant_model_from_metadata``: a llama with 80 layers and GQA is the 70B type."""
+        return cls(arch, n_layer, n_head, n_head_kv, n_expert,
+                   is_70b=arch == "llama" and n_layer == 80 and n_head != n_head_kv)
+
     @property
     def n_gqa(self) -> int:
         return 0 if self.n_head_kv == 0 else self.n_head // self.n_head_kv
