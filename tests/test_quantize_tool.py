@@ -120,6 +120,16 @@ def test_bad_input_is_one_line(models: Path, tmp_path: Path, argv: list[str], ne
     assert not (tmp_path / "o.gguf").exists()
 
 
+def test_small_buffer_gives_the_same_bytes(models: Path, tmp_path: Path) -> None:
+    """A 8 KiB buffer quantizes every tensor in slabs of a few rows: the bytes do not change."""
+    from pyggml.quantize import QuantizeOptions, quantize_model
+
+    out = tmp_path / "o.gguf"
+    quantize_model(models / "llama8.gguf", out, "Q4_K_M", QuantizeOptions(max_buffer_size=8192, progress=False))
+    assert sha256(out) == CASES["llama8-Q4_K_M"]["sha256"]
+    assert main(["quantize", "-q", "--max-buffer-size", "0", str(models / "llama8.gguf"), str(out), "Q4_0"]) == 1
+
+
 def test_default_output_name(models: Path, tmp_path: Path) -> None:
     """``IN TYPE`` writes ggml-model-TYPE.gguf beside the input, as llama-quantize does."""
     shutil.copy(models / "qwen3odd.gguf", tmp_path / "m.gguf")
@@ -146,7 +156,7 @@ def test_interrupt_leaves_no_file(models: Path, tmp_path: Path, monkeypatch: pyt
         calls["n"] += 1
         if calls["n"] == 5:
             raise KeyboardInterrupt
-        return real(*a, **k)
+        yield from real(*a, **k)
 
     monkeypatch.setattr(driver, "_quantize_tensor", boom)
     shutil.copy(models / "qwen3odd.gguf", tmp_path / "m.gguf")

@@ -65,6 +65,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="set metadata KEY in the output (TYPE int, float, bool or str); repeatable; advanced")
     p.add_argument("--dry-run", action="store_true",
                    help="only show each tensor's new type and the final size; write nothing")
+    p.add_argument("--max-buffer-size", type=int, default=8192, metavar="MiB",
+                   help="most tensor rows (source, float32 and result) held in memory while quantizing one tensor "
+                        "(default 8192); lower it for very large tensors on a machine with little RAM")
     p.add_argument("-v", "--verbose", action="store_true", help="print a line per tensor")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary on stderr")
     p.set_defaults(func=run)
@@ -84,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
     output, opt, nthreads = _positionals(args.input, args.rest, args.dry_run)
     if args.include_weights and args.exclude_weights:
         raise CLIError("--include-weights and --exclude-weights cannot be used together")
+    if args.max_buffer_size <= 0:
+        raise CLIError(f"invalid --max-buffer-size {args.max_buffer_size} (MiB, > 0)")
     tensor_types = [parse_tensor_type(t) for t in args.tensor_type]
     if args.tensor_type_file:
         tensor_types += parse_tensor_type_file(args.tensor_type_file)
@@ -93,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         tensor_types=tensor_types, prune_layers=parse_prune_layers(args.prune_layers) if args.prune_layers else [],
         imatrix=args.imatrix, include_weights=args.include_weights, exclude_weights=args.exclude_weights,
         kv_overrides=[parse_kv_override(o) for o in args.override_kv], dry_run=args.dry_run,
-        progress=not args.quiet, verbose=args.verbose or args.dry_run,
+        max_buffer_size=args.max_buffer_size * 2**20, progress=not args.quiet, verbose=args.verbose or args.dry_run,
     )
     say = (lambda s: None) if args.quiet and not args.dry_run else (lambda s: print(s, file=sys.stderr))
     if not args.quiet:

@@ -39,8 +39,8 @@ from .rules import (
 )
 
 GGML_QNT_VERSION = 2
-#: rows quantized per call (and validated together)
-_SLAB_ROWS = 65536
+#: llama.cpp's LLAMA_QUANT_MAX_BUF_SIZE: the most tensor data held while quantizing one tensor
+MAX_BUF_SIZE = 8 * 1024**3
 
 
 @dataclass
@@ -60,6 +60,8 @@ class QuantizeOptions:
     exclude_weights: list[str] = field(default_factory=list)
     kv_overrides: list[KVOverride] = field(default_factory=list)
     dry_run: bool = False
+    #: bytes of rows (source + float32 + result) quantized at a time (``--max-buffer-size``)
+    max_buffer_size: int = MAX_BUF_SIZE
     progress: bool = True
     verbose: bool = False
 
@@ -169,41 +171,42 @@ def _remap_imatrix_name(name: str, mapped: dict[int, str]) -> str:
     raise QuantizeError(f"imatrix mapping error for {name}")
 
 
-def _to_f32(r: GGUFReader, ti: TensorInfo) -> np.ndarray:
-    """The tensor's values as float32 rows (n_rows, ne0), as ``llama_tensor_dequantize_impl``."""
-    raw = np.asarray(r.tensor_bytes(ti.name))
-    n_rows = ti.nelements // ti.ne[0]
+def _rows_to_f32(raw: np.ndarray, ti: TensorInfo) -> np.ndarray:
+    """Raw rows (n, row_bytes) as float32 rows (n, ne0), as ``llama_tensor_dequantize_impl``."""
+    n = raw.shape[0]
     if ti.type == GGMLType.F32:
-        return raw.view(np.float32).reshape(n_rows, ti.ne[0])
+        return raw.view(np.float32).reshape(n, ti.ne[0])
     if ti.type == GGMLType.F16:
-        return raw.view(np.float16).reshape(n_rows, ti.ne[0]).astype(np.float32)
+        return raw.view(np.float16).reshape(n, ti.ne[0]).astype(np.float32)
     if ti.type == GGMLType.BF16:
-        return bf16_to_f32(raw.view(np.uint16)).reshape(n_rows, ti.ne[0])
+        return bf16_to_f32(np.ascontiguousarray(raw).view(np.uint16)).reshape(n, ti.ne[0])
     if ti.type.is_quantized:
-        return quants.dequantize(raw.reshape(n_rows, -1), ti.type)
+        return quants.dequantize(np.ascontiguousarray(raw), ti.type)
     raise QuantizeError(f"cannot dequantize/convert tensor {ti.name} of type {ti.type.type_name}")
 
 
-def _quantize_tensor(f32: np.ndarray, new_type: GGMLType, ne: tuple[int, ...],
-                     imatrix: np.ndarray | None) -> np.ndarray:
-    """``llama_tensor_quantize_impl``: each expert matrix with its own imatrix slice, then validated.
+def _quantize_tensor(r: GGUFReader, ti: TensorInfo, new_type: GGMLType, imatrix: np.ndarray | None,
+                     max_buf: int) -> Iterator[np.ndarray]:
+    """``llama_tensor_quantize_impl`` in slabs of rows that fit ``max_buf`` bytes (source, float32 and
+    result), never across an expert matrix (each has its own imatrix slice); each slab validated.
 
-    Rows are independent, so one call per matrix gives the bytes any chunking would; the codecs' numba
-    kernels spread the rows over the threads (``numba.set_num_threads``).
+    Rows are independent, so any slab size gives the same bytes; the codecs' numba kernels spread a
+    slab's rows over the threads (``numba.set_num_threads``).
     """
-    n_per_row, rows_per_expert = ne[0], ne[1]
-    n_rows = f32.shape[0]
-    out = np.empty((n_rows, new_type.row_size(n_per_row)), dtype=np.uint8)
+    n_per_row, rows_per_expert = ti.ne[0], ti.ne[1]
+    n_rows = ti.nelements // n_per_row
+    src = np.asarray(r.tensor_bytes(ti.name)).reshape(n_rows, -1)
+    per_row = src.shape[1] + new_type.row_size(n_per_row) + (0 if ti.type == GGMLType.F32 else 4 * n_per_row)
+    slab = max(1, min(n_rows, max_buf // per_row))
     for e0 in range(0, n_rows, rows_per_expert):
         e1 = min(n_rows, e0 + rows_per_expert)
         im = None if imatrix is None else imatrix[(e0 // rows_per_expert) * n_per_row:][:n_per_row]
-        for r0 in range(e0, e1, _SLAB_ROWS):  # slabs bound the temporary memory of a big matrix
-            r1 = min(e1, r0 + _SLAB_ROWS)
-            q = quants.quantize(np.ascontiguousarray(f32[r0:r1]), new_type, im)
+        for r0 in range(e0, e1, slab):
+            r1 = min(e1, r0 + slab)
+            q = quants.quantize(np.ascontiguousarray(_rows_to_f32(src[r0:r1], ti)), new_type, im)
             if not quants.validate_row_data(new_type, q):
-                raise QuantizeError("quantized data validation failed")
-            out[r0:r1] = q
-    return out
+                raise QuantizeError(f"quantized data validation failed for {ti.name}")
+            yield q
 
 
 @contextmanager
@@ -352,12 +355,12 @@ def _write(r: GGUFReader, w: GGUFWriter, plans: list[TensorPlan], im_data: dict[
 
         bar = tqdm(total=len(plans), desc="quantizing", unit="tensor", file=sys.stderr, leave=False)
 
-    def producer(p: TensorPlan) -> Callable[[], Any]:
-        def data() -> Any:
+    def producer(p: TensorPlan) -> Callable[[], Iterator[np.ndarray]]:
+        def data() -> Iterator[np.ndarray]:  # run by the writer when it reaches this tensor
             if bar is not None:
                 bar.set_postfix_str(f"{p.name} -> {p.new_type.type_name}", refresh=False)
             if p.new_type == p.src.type:
-                out: Any = np.asarray(r.tensor_bytes(p.src.name))
+                yield np.asarray(r.tensor_bytes(p.src.name))
             else:
                 imatrix = None
                 if im_data is not None:
@@ -366,13 +369,12 @@ def _write(r: GGUFReader, w: GGUFWriter, plans: list[TensorPlan], im_data: dict[
                         imatrix = v
                     elif v is None:
                         say(f"did not find weights for {p.name}")
-                out = _quantize_tensor(_to_f32(r, p.src), p.new_type, p.src.ne, imatrix)
+                yield from _quantize_tensor(r, p.src, p.new_type, imatrix, opts.max_buffer_size)
             if opts.verbose:
-                say(f"{p.name:<36} - [{', '.join(str(d) for d in p.src.ne[:max(2, len(p.src.ne))])}], "
-                    f"type = {p.src.type.type_name:>6}, -> {p.new_type.type_name}")
+                say(f"{p.name:<36} - [{', '.join(str(d) for d in p.src.ne)}], type = {p.src.type.type_name:>6}"
+                    f" -> {p.new_type.type_name}")
             if bar is not None:
                 bar.update(1)
-            return out
         return data
 
     for p in plans:
