@@ -4,7 +4,8 @@ Each snapshot lists, per file type, the tensors of a real model whose type diffe
 default, as ``llama_quant_compute_types`` picks them (no imatrix). The models' tensors are rebuilt here
 from the header's hparams (dense transformers: q/k/v/o, gate/up/down, token embeddings, output unless
 tied; 3-d expert tensors for MoE), which covers the 70B rule, GQA bumps, use_more_bits over 28 to 80
-layers, tied embeddings, fallbacks for rows of 2880, and MXFP4_MOE / expert layer parsing (gpt-oss).
+layers, tied embeddings, fallbacks for rows of 2880, MXFP4_MOE and expert layer parsing (gpt-oss), and
+DeepSeek-V3.1 (MLA, 3-d attn_k_b/attn_v_b, dense + expert + shared-expert layers).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ MODELS = {
     "meta-llama-3.1-70b-instruct.schema": ("llama", 128, False),
     "gemma-3-4b-it.schema": ("gemma3", 256, True),
     "gpt-oss-120b.schema": ("gpt-oss", 64, False),  # MoE: 128 experts in 3-d tensors, rows of 2880
+    "deepseek-v3.1.schema": ("deepseek2", 0, False),  # MLA + 256 experts + shared experts, 3 dense layers
 }
 
 
@@ -45,6 +47,27 @@ def parse(path: Path) -> tuple[dict[str, int], dict[str, tuple[str, dict[str, st
             t, ty = line.split()
             cur[t] = ty
     return hp, sections
+
+
+def deepseek_tensors(hp: dict[str, int]) -> dict[str, tuple[int, int, int, int]]:
+    """DeepSeek-V3 as llama.cpp's converter writes it (config: q_lora 1536, kv_lora 512, nope 128, rope 64,
+    v 128, moe_intermediate 2048, first 3 layers dense; attn_k_b / attn_v_b split per head, 3-d)."""
+    e, nh, ne_, voc = hp["n_embd"], hp["n_head"], hp["n_expert"], hp["n_vocab"]
+    out = {"token_embd.weight": (e, voc, 1, 1), "output.weight": (e, voc, 1, 1)}
+    for i in range(hp["n_layer"]):
+        p = f"blk.{i}."
+        out.update({p + "attn_q_a.weight": (e, 1536, 1, 1), p + "attn_q_b.weight": (1536, nh * 192, 1, 1),
+                    p + "attn_kv_a_mqa.weight": (e, 576, 1, 1), p + "attn_k_b.weight": (128, 512, nh, 1),
+                    p + "attn_v_b.weight": (512, 128, nh, 1), p + "attn_output.weight": (nh * 128, e, 1, 1)})
+        if i < 3:
+            out.update({p + "ffn_gate.weight": (e, hp["n_ff"], 1, 1), p + "ffn_up.weight": (e, hp["n_ff"], 1, 1),
+                        p + "ffn_down.weight": (hp["n_ff"], e, 1, 1)})
+        else:
+            out.update({p + "ffn_gate_inp.weight": (e, ne_, 1, 1), p + "ffn_gate_exps.weight": (e, 2048, ne_, 1),
+                        p + "ffn_up_exps.weight": (e, 2048, ne_, 1), p + "ffn_down_exps.weight": (2048, e, ne_, 1),
+                        p + "ffn_gate_shexp.weight": (e, 2048, 1, 1), p + "ffn_up_shexp.weight": (e, 2048, 1, 1),
+                        p + "ffn_down_shexp.weight": (2048, e, 1, 1)})
+    return out
 
 
 def tensors(hp: dict[str, int], head_dim: int, tied: bool) -> dict[str, tuple[int, int, int, int]]:
@@ -70,7 +93,7 @@ def tensors(hp: dict[str, int], head_dim: int, tied: bool) -> dict[str, tuple[in
 def test_type_choice_matches_llama_cpp_snapshots(fname: str) -> None:
     arch, head_dim, tied = MODELS[fname]
     hp, sections = parse(SNAP / fname)
-    ts = tensors(hp, head_dim, tied)
+    ts = deepseek_tensors(hp) if arch == "deepseek2" else tensors(hp, head_dim, tied)
     info = ModelInfo.from_hparams(arch, hp["n_layer"], hp["n_head"], hp["n_head_kv"], hp.get("n_expert", 0))
     checked = 0
     for section, (default_name, expected) in sections.items():
