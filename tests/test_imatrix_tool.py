@@ -143,6 +143,16 @@ def test_bad_imatrix_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "exactly one --in-file" in capsys.readouterr().err
 
 
+def test_statistics_rows_match_llama_imatrix(capsys: pytest.CaptureFixture[str]) -> None:
+    """The per-tensor and per-layer rows of --show-statistics, character for character with llama-imatrix's."""
+    assert main(["imatrix", "--show-statistics", "--in-file", str(DATA / "tok2-imatrix-c32-chunks3.gguf")]) == 0
+    ours = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    ref = (DATA / "tok2-statistics.txt").read_text().splitlines()
+    assert len(ref) == 16
+    rows = [line for line in ours if line.lstrip()[:1].isdigit()]
+    assert rows == ref
+
+
 def test_show_statistics(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["imatrix", "--show-statistics", "--in-file", str(DATA / "gemma-imatrix-c128-chunks4.gguf")]) == 0
     out = capsys.readouterr().out
