@@ -4,6 +4,7 @@ GGUF and legacy .dat files, combining, statistics, and quantizing with a collect
 from __future__ import annotations
 
 import os
+import re
 import struct
 import sys
 from pathlib import Path
@@ -198,6 +199,7 @@ TOK2_SHA256 = "67f439c4be2c0413fcf63968f69790ceced9384dce0d178ce4364402a4ab52b2"
 
 def test_imatrix_cli_matches_llama_imatrix_on_a_small_model(tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # llama-imatrix printed "[1]373.9384,[2]365.3591,[3]341.4015," and "Final estimate: PPL = 341.4015 +/- 22.07676"
     """`pyggml imatrix` on a 2-layer model with a BPE tokenizer (BOS first in every chunk) against llama-imatrix:
     same entries, counts, chunk count/size and datasets; layer 0's q/k/v sums (inputs computed bit for bit)
     equal; the rest within the forward pass's float32 round-off (measured worst 1.6e-4 relative)."""
@@ -213,6 +215,12 @@ def test_imatrix_cli_matches_llama_imatrix_on_a_small_model(tmp_path: Path,
                      "--chunks", "3", "-t", "1"]) == 0
     finally:
         os.chdir(cwd)
+    printed = capsys.readouterr().out
+    ppl = [float(x) for x in re.findall(r"\[\d+\]([0-9.]+),", printed)]
+    np.testing.assert_allclose(ppl, [373.9384, 365.3591, 341.4015], rtol=1e-4)
+    final = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", printed)
+    assert final is not None
+    np.testing.assert_allclose([float(final[1]), float(final[2])], [341.4015, 22.07676], rtol=1e-4)
     ours, ref = load_imatrix(out), load_imatrix(DATA / "tok2-imatrix-c32-chunks3.gguf")
     assert list(ours.entries) == list(ref.entries) and len(ref.entries) == 14
     assert (ours.datasets, ours.chunk_count, ours.chunk_size) == (["imatrix-text.txt"], 3, 32)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -32,6 +33,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="an imatrix to add to the result (repeatable); without -f, the files are only combined")
     p.add_argument("--show-statistics", action="store_true",
                    help="print per-tensor statistics of the one --in-file and exit")
+    p.add_argument("--no-ppl", action="store_true",
+                   help="do not print the perplexity of each chunk's second half (printed by default, as "
+                        "llama-imatrix does)")
     p.add_argument("-t", "--threads", type=int, default=0, help="CPU threads (default: all)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
@@ -109,17 +113,46 @@ def compute(args: argparse.Namespace, col: object, text: str) -> int:
         from tqdm import tqdm
 
         bar = tqdm(total=n_chunk, desc="imatrix", unit="chunk", file=sys.stderr, leave=False)
+    nll = nll2 = 0.0
+    count = 0
+    first = n_ctx // 2
     try:
         with col.attach(ctx):  # type: ignore[attr-defined]
             for i in range(n_chunk):
-                chunk = list(tokens[i * n_ctx:(i + 1) * n_ctx])
+                orig = list(tokens[i * n_ctx:(i + 1) * n_ctx])
+                chunk = list(orig)
                 if vocab.add_bos:
                     chunk[0] = vocab.ids["bos"]
                 ctx.clear()
-                ctx.decode(chunk, outputs=[True] * n_ctx)
+                logits = ctx.decode(chunk, outputs=[True] * n_ctx)
+                if not args.no_ppl:  # llama-imatrix's process_logits: the second half predicts its next tokens
+                    v = _neg_log_probs(logits[first:n_ctx - 1], orig[first + 1:])
+                    nll += float(v.sum())
+                    nll2 += float((v * v).sum())
+                    count += len(v)
+                    print(f"[{i + 1}]{math.exp(nll / count):.4f},", end="", flush=True)
                 if bar is not None:
                     bar.update(1)
     finally:
         if bar is not None:
             bar.close()
+    if not args.no_ppl and count:
+        print()
+        ppl = math.exp(nll / count)
+        var = nll2 / count - (nll / count) ** 2
+        if var > 0:
+            print(f"Final estimate: PPL = {ppl:.4f} +/- {math.sqrt(var / (count - 1)) * ppl:.5f}")
+        else:
+            print("Unexpected negative standard deviation of log(prob)")
     return n_chunk
+
+
+def _neg_log_probs(logits: object, targets: list[int]) -> object:
+    """-log softmax(logits)[target] per row, the sums in double as llama.cpp's log_softmax."""
+    import numpy as np
+
+    x = np.asarray(logits, dtype=np.float32)
+    mx = x.max(axis=1)
+    sums = np.exp((x - mx[:, None]).astype(np.float64)).sum(axis=1)
+    t = np.asarray(targets)
+    return -((x[np.arange(len(t)), t] - mx).astype(np.float64) - np.log(sums))
