@@ -110,13 +110,16 @@ def make_imatrix(model: Path, out: Path, seed: int = 7) -> Path:
     return save_imatrix(im, out)
 
 
-if __name__ == "__main__":
-    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
-    out_dir.mkdir(parents=True, exist_ok=True)
+def make_models(out_dir: Path) -> dict[str, tuple[Path, Path]]:
+    """Every test model and its imatrix: name -> (model path, imatrix path)."""
+    out: dict[str, tuple[Path, Path]] = {}
     for n in SPECS:
         path = make_model(n, out_dir)
-        make_imatrix(path, out_dir / f"{n}.imatrix.gguf")
-        print(path)
+        out[n] = (path, make_imatrix(path, out_dir / f"{n}.imatrix.gguf"))
+    out["moe2"] = (make_moe_model(out_dir / "moe2.gguf"), make_moe_imatrix(out_dir / "moe2.imatrix.gguf"))
+    return out
+
+
 
 
 def make_tokenized_model(out: Path) -> Path:
@@ -133,3 +136,64 @@ def make_tokenized_model(out: Path) -> Path:
     sd, config = state_dict(s)
     return convert_hf_model(sd, config, out, "f32", tokenizer=tok, arch="llama", name="tok2",
                             special_token_ids={"bos": bos})
+
+
+def make_moe_model(out: Path, seed: int = 6) -> Path:
+    """A 2-layer llama-architecture MoE (4 experts, 2 used) written directly: 3-d ``ffn_*_exps`` tensors
+    (rows of 256 and 512), the router ``ffn_gate_inp``, F16 attention from :func:`state_dict`."""
+    from pyggml.gguf import GGUFWriter
+
+    s = Spec("llama", 256, 512, 2, 4, 2, 128, False, "f16", seed)
+    sd, _ = state_dict(s)
+    rng = np.random.default_rng(seed)
+    n_exp = 4
+    w = GGUFWriter()
+    md = {"general.architecture": "llama", "general.name": "moe2", "llama.block_count": 2,
+          "llama.context_length": 256, "llama.embedding_length": 256, "llama.feed_forward_length": 512,
+          "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2, "llama.rope.freq_base": 10000.0,
+          "llama.attention.layer_norm_rms_epsilon": 1e-5, "llama.expert_count": n_exp, "llama.expert_used_count": 2,
+          "llama.vocab_size": 128, "llama.rope.dimension_count": 64, "general.file_type": 1}
+    for k, v in md.items():
+        if isinstance(v, str):
+            w.set_str(k, v)
+        elif isinstance(v, float):
+            w.set_f32(k, v)
+        else:
+            w.set_u32(k, v)
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"].astype(np.float16))
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"])
+    w.add_tensor("output.weight", sd["lm_head.weight"].astype(np.float16))
+    for i in range(2):
+        p, h = f"blk.{i}.", f"model.layers.{i}."
+        w.add_tensor(p + "attn_norm.weight", sd[h + "input_layernorm.weight"])
+        for g, hf in (("attn_q", "q_proj"), ("attn_k", "k_proj"), ("attn_v", "v_proj"), ("attn_output", "o_proj")):
+            w.add_tensor(p + g + ".weight", sd[h + f"self_attn.{hf}.weight"].astype(np.float16))
+        w.add_tensor(p + "ffn_norm.weight", sd[h + "post_attention_layernorm.weight"])
+        w.add_tensor(p + "ffn_gate_inp.weight", rng.normal(0, 0.05, (n_exp, 256)).astype(np.float32))
+        for g, shape in (("ffn_gate_exps", (n_exp, 512, 256)), ("ffn_up_exps", (n_exp, 512, 256)),
+                         ("ffn_down_exps", (n_exp, 256, 512))):
+            w.add_tensor(p + g + ".weight", rng.normal(0, 0.05, shape).astype(np.float16))
+    return w.write(out)
+
+
+def make_moe_imatrix(out: Path, seed: int = 8) -> Path:
+    """A synthetic imatrix for :func:`make_moe_model`: per-expert sums and counts for the expert tensors."""
+    from pyggml.quantize import IMatrix, IMatrixEntry, save_imatrix
+
+    rng = np.random.default_rng(seed)
+    im = IMatrix(datasets=["synthetic.txt"], chunk_count=2, chunk_size=64, has_metadata=True)
+    for i in range(2):
+        for name, cols, n_mat in (("attn_q", 256, 1), ("attn_k", 256, 1), ("attn_v", 256, 1),
+                                  ("attn_output", 256, 1), ("ffn_gate_exps", 256, 4), ("ffn_up_exps", 256, 4),
+                                  ("ffn_down_exps", 512, 4)):
+            counts = rng.integers(1, 128, n_mat) if n_mat > 1 else np.array([128])
+            sums = (rng.gamma(2.0, 1.0, cols * n_mat).reshape(n_mat, cols) * counts[:, None]).astype(np.float32)
+            im.entries[f"blk.{i}.{name}.weight"] = IMatrixEntry(sums.reshape(-1), counts.astype(np.int64))
+    return save_imatrix(im, out)
+
+
+if __name__ == "__main__":
+    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for path, _ in make_models(out_dir).values():
+        print(path)

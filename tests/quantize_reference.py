@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from quantize_models import SPECS, make_imatrix, make_model
+from quantize_models import make_models
 
 DATA = Path(__file__).parent / "data" / "quantize"
 
@@ -48,6 +48,10 @@ def cases() -> list[dict]:
     ]
     out += [dict(model="llama8", imatrix=False, options=o, ftype="Q4_K_M") for o in opts]
     out += [dict(model="llama2bf16", imatrix=False, options=[], ftype=f) for f in ("Q4_K_M", "Q8_0", "BF16", "COPY")]
+    # 3-d expert tensors: per-expert imatrix slices, MXFP4 for experts, layer parsing by name
+    out += [dict(model="moe2", imatrix=True, options=[], ftype=f)
+            for f in ("Q4_K_M", "IQ2_XS", "IQ3_XXS", "MXFP4_MOE", "Q2_K_S", "IQ4_XS", "Q5_0")]
+    out += [dict(model="moe2", imatrix=False, options=[], ftype=f) for f in ("Q4_K_M", "MXFP4_MOE", "IQ2_XS")]
     out += [dict(model="llama8", imatrix=True, options=o, ftype="IQ3_XS") for o in
             (["--exclude-weights", "ffn_down"], ["--include-weights", "attn"], ["--prune-layers", "0,7"])]
     return out
@@ -63,11 +67,7 @@ def main() -> int:
     ref: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
-        inputs = {}
-        for m in SPECS:
-            p = make_model(m, tmp)
-            inputs[m] = (p, make_imatrix(p, tmp / f"{m}.imatrix.gguf"),
-                         hashlib.sha256(p.read_bytes()).hexdigest())
+        inputs = {m: (p, im, hashlib.sha256(p.read_bytes()).hexdigest()) for m, (p, im) in make_models(tmp).items()}
         for c in cases():
             model, im, _ = inputs[c["model"]]
             out = tmp / "out.gguf"
@@ -82,7 +82,7 @@ def main() -> int:
                 entry["size"] = out.stat().st_size
             ref[case_id(c)] = entry
             print(case_id(c), "error" if rc else entry["sha256"][:16], flush=True)
-    doc = {"models": {m: inputs[m][2] for m in SPECS},
+    doc = {"models": {m: v[2] for m, v in inputs.items()},
            "note": "run in the models' directory with relative names: --imatrix MODEL.imatrix.gguf MODEL.gguf out.gguf",
            "cases": ref}
     (DATA / "reference.json").write_text(json.dumps(doc, indent=1) + "\n")
