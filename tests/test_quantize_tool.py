@@ -99,6 +99,7 @@ def test_requantize_needs_allow(models: Path, tmp_path: Path, capsys: pytest.Cap
         (["nothere.gguf", "OUT", "Q4_0"], "cannot read model 'nothere.gguf'"),
         (["M", "M", "Q4_0"], "input and output files are the same"),
         (["M", "OUT"], "missing file type after the output file"),
+        (["M", "nodir/o.gguf", "Q4_0"], "is not a writable directory"),
         (["M", "OUT", "Q4_0", "x"], "invalid nthread 'x'"),
         (["M", "OUT", "Q4_0", "2", "3"], "unexpected arguments: 3"),
     ],

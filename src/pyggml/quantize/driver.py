@@ -250,6 +250,9 @@ def quantize_model(fname_inp: str | os.PathLike[str], fname_out: str | os.PathLi
             raise QuantizeError("no output file given")
         if Path(fname_out).exists() and Path(fname_inp).exists() and os.path.samefile(fname_inp, fname_out):
             raise QuantizeError(f"input and output files are the same: {str(fname_inp)!r}")
+        parent = Path(fname_out).parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK):  # fail before minutes of work, not after
+            raise QuantizeError(f"cannot write {str(fname_out)!r}: {str(parent)!r} is not a writable directory")
     im_data, im = _imatrix_data(opts)
     try:
         r = GGUFReader(fname_inp)
