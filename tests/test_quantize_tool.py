@@ -129,6 +129,19 @@ def test_small_buffer_gives_the_same_bytes(models: Path, tmp_path: Path) -> None
     assert main(["quantize", "-q", "--max-buffer-size", "0", str(models / "llama8.gguf"), str(out), "Q4_0"]) == 1
 
 
+def test_input_alignment_key_is_copied_but_not_used(models: Path, tmp_path: Path) -> None:
+    """An input with general.alignment = 64: llama-quantize copies the key yet lays the output out with 32."""
+    from pyggml.gguf import GGUFReader, GGUFWriter
+
+    ref = json.loads((Path(__file__).parent / "data" / "quantize" / "alignment64.json").read_text())
+    with GGUFReader(models / "qwen3odd.gguf") as r:
+        w = GGUFWriter.from_context(r)
+        w.set_u32("general.alignment", 64)
+        w.write(tmp_path / "al64.gguf")
+    assert main(["quantize", "-q", str(tmp_path / "al64.gguf"), str(tmp_path / "o.gguf"), "Q4_0", "2"]) == 0
+    assert sha256(tmp_path / "o.gguf") == ref["Q4_0"]
+
+
 def test_default_output_name(models: Path, tmp_path: Path) -> None:
     """``IN TYPE`` writes ggml-model-TYPE.gguf beside the input, as llama-quantize does."""
     shutil.copy(models / "qwen3odd.gguf", tmp_path / "m.gguf")

@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import quants
 from ..convert import bf16_to_f32
-from ..gguf import GGUFError, GGUFReader, GGUFWriter
+from ..gguf import GGUF_DEFAULT_ALIGNMENT, GGUFError, GGUFReader, GGUFWriter
 from ..gguf.records import TensorInfo
 from ..types import GGMLType
 from .ftypes import LlamaFType, QuantizeError, ftype_default_type, guess_ftype, parse_ftype
@@ -287,6 +287,9 @@ def _quantize(r: GGUFReader, fname_out: Any, ftype: LlamaFType, only_copy: bool,
     w = GGUFWriter()
     for kv in r.kvs():
         w.set_kv(kv)
+    # ggml's gguf_set_kv copies a general.alignment key but the new context keeps the default alignment
+    # for its layout (and llama-quantize pads tensors to 32): so does this output
+    w._set_alignment(GGUF_DEFAULT_ALIGNMENT)
     w.set_u32("general.quantization_version", GGML_QNT_VERSION)
     w.set_u32("general.file_type", out_ftype & 0xFFFFFFFF)
     for k in ("split.no", "split.count", "split.tensors.count"):
