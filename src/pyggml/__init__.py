@@ -151,3 +151,13 @@ def is_transposed(t: Tensor) -> bool:
 
 def is_permuted(t: Tensor) -> bool:
     return t.is_permuted()
+
+
+def __getattr__(name: str) -> object:
+    """Lazy exports of llama.cpp's quantization tools (``pyggml.quantize_model``, ``pyggml.IMatrixCollector``):
+    importing them loads the quantizers, which a plain ``import pyggml`` should not pay for."""
+    if name in ("quantize_model", "QuantizeOptions", "IMatrixCollector"):
+        from . import quantize
+
+        return getattr(quantize, name)
+    raise AttributeError(f"module 'pyggml' has no attribute {name!r}")

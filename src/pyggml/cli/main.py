@@ -13,7 +13,8 @@ import importlib
 import sys
 
 #: sub-command modules, in the order ``--help`` lists them
-COMMANDS = ["generate", "chat", "serve", "batched", "bench", "perplexity", "tokenize", "dump", "devices", "rpc_server"]
+COMMANDS = ["generate", "chat", "serve", "batched", "bench", "perplexity", "tokenize", "dump", "devices", "rpc_server",
+            "quantize", "imatrix"]
 
 
 class CLIError(Exception):
