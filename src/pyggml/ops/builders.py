@@ -660,6 +660,15 @@ def rope_multi_back(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims
     return result
 
 
+def rope_set_offset(a: Tensor, n_offs: int) -> Tensor:
+    """ggml_rope_set_offset: rotate dims [n_offs, n_offs + n_dims) only (op_params i32[15]); returns a."""
+    _require(a.op in (Op.ROPE, Op.ROPE_BACK), "rope_set_offset", "not a ROPE or ROPE_BACK node", PyGGMLError)
+    _require(n_offs >= 0, "rope_set_offset", f"n_offs must be >= 0, got {n_offs}")
+    _require(a.get_op_params_i32(2) != GGML_ROPE_TYPE_VISION, "rope_set_offset", "vision rope has no offset")
+    a.set_op_params_i32(15, n_offs)
+    return a
+
+
 def rope_yarn_corr_dims(n_dims: int, n_ctx_orig: int, freq_base: float, beta_fast: float,
                         beta_slow: float) -> tuple[float, float]:
     """ggml_rope_yarn_corr_dims: the dimension range over which YaRN ramps (floor/ceil, clamped)."""
