@@ -69,6 +69,10 @@ def test_conv_op_params_and_shapes(c: OpCase) -> None:
     with pytest.raises(ShapeError, match="c\\*oc"):
         B.conv_3d_direct(c.ctx, c.tensor(F32, 2, 2, 2, 5), c.tensor(F32, 4, 4, 3, 4), 1, 1, 1, 0, 0, 0, 1, 1, 1,
                          2, 2, 3)
+    i3 = B.im2col_3d(c.ctx, c.tensor(F32, 2, 2, 2, 6), c.tensor(F32, 4, 4, 3, 4), 2, 1, 2, 1, 1, 0, 0, 1, 1, 1, F16)
+    assert (i3.type, i3.ne, _i32(i3, 10)) == (F16, [16, 5, 2, 4], [1, 2, 1, 1, 0, 0, 1, 1, 1, 2])
+    with pytest.raises(ShapeError, match="IC must be positive"):
+        B.im2col_3d(c.ctx, c.tensor(F32, 2, 2, 2, 6), c.tensor(F32, 4, 4, 3, 4), 0, 1, 1, 1, 0, 0, 0, 1, 1, 1, F32)
     col = B.col2im_1d(c.ctx, c.tensor(F32, 6, 5), 2, 2, 1)
     assert (col.ne, _i32(col, 3)) == ([9, 2, 1, 1], [2, 2, 1])
     with pytest.raises(ShapeError, match="whole number"):

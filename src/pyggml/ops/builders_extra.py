@@ -145,6 +145,7 @@ def im2col_3d(ctx: Context, a: Tensor, b: Tensor, IC: int, s0: int, s1: int, s2:
               p2: int, d0: int, d1: int, d2: int, dst_type: GGMLType) -> Tensor:
     """ggml_im2col_3d: b [IW, IH, ID, N*IC] unfolded for kernel a [KW, KH, KD, OC*IC] into
     [IC*KD*KH*KW, OW, OH, N*OD] of dst_type; op_params i32 {s0, s1, s2, p0, p1, p2, d0, d1, d2, IC}."""
+    _require(IC > 0, "IM2COL_3D", f"IC must be positive, got {IC}")  # ggml would divide by zero
     n = b.ne[3] // IC
     od = _conv_out(b.ne[2], a.ne[2], s2, p2, d2)
     oh = _conv_out(b.ne[1], a.ne[1], s1, p1, d1)
