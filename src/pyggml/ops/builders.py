@@ -15,7 +15,7 @@ from enum import IntEnum
 from typing import Any
 
 from ..context import Context
-from ..errors import PyGGMLError, TypeMismatchError
+from ..errors import PyGGMLError, ShapeError, TypeMismatchError  # noqa: F401  (ShapeError: importable from here as before)
 from ..tensor import GGML_MAX_DIMS, GGML_MAX_SRC, Tensor, are_same_shape, can_repeat
 from ..types import GGMLType
 from ._build import BF16, F16, F32, I32, I64, _dup_or_view, _ne, _new, _node, _require
