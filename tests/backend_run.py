@@ -88,12 +88,3 @@ def run_graph(backend: Backend, inputs: Inputs, build: Builder) -> np.ndarray:
     return read(out)
 
 
-def mul_mat_id(ctx: Context, experts: Tensor, b: Tensor, ids: Tensor) -> Tensor:
-    """ggml_mul_mat_id's node (F32 [m, n_used, n_tokens]), built by hand: ops/builders.py has no
-    mul_mat_id yet."""
-    from pyggml.ops.enums import Op
-
-    out = ctx.new_tensor(GGMLType.F32, experts.ne[1], ids.ne[0], b.ne[2])
-    out.op = Op.MUL_MAT_ID
-    out.src[0], out.src[1], out.src[2] = experts, b, ids
-    return out

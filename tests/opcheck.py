@@ -15,7 +15,6 @@ from pyggml.backend.cpu.compute import graph_compute
 from pyggml.context import Context
 from pyggml.convert import to_f32_4d
 from pyggml.graph import Graph
-from pyggml.ops.enums import Op
 from pyggml.tensor import Tensor
 from pyggml.types import GGMLType
 
@@ -113,15 +112,3 @@ def round_to(x: np.ndarray, ty: GGMLType) -> np.ndarray:
     if ty == GGMLType.BF16:
         return round_bf16(x)
     return np.asarray(x, dtype=np.float32)
-
-
-def hand_node(c: OpCase, op: Op, ne: list[int], srcs: list[Tensor], params: list[int | float] | None = None,
-              ty: GGMLType = GGMLType.F32) -> Tensor:
-    """A node built by hand as ggml.c's constructor would (for ops pyggml has no builder for)."""
-    t = c.ctx.new_tensor(ty, *ne)
-    t.op = op
-    for i, s in enumerate(srcs):
-        t.src[i] = s
-    if params:
-        t.set_op_params(params)
-    return t

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the torch backend is the optional extra pyggml[torch]")
 
 import pyggml as g  # noqa: E402
-from backend_run import Inputs, mul_mat_id, run_graph, upload_inputs  # noqa: E402
+from backend_run import Inputs, run_graph, upload_inputs  # noqa: E402
 from opcheck import NMSE_DEFAULT, NMSE_MATMUL, NMSE_SOFTMAX, assert_close  # noqa: E402
 from pyggml.backend import api  # noqa: E402
 from pyggml.backend.base import BufferUsage  # noqa: E402
@@ -225,4 +225,4 @@ def test_mul_mat_id(ty: T, b_rows: int) -> None:
     ids = np.array([[5, 1], [1, 1], [0, 7], [5, 2]], dtype=np.int32)  # (n_tokens, n_used)
     inputs = {"as": (ty, [256, 12, 8], _r(8, 12, 256)), "b": (T.F32, [256, b_rows, 4], _r(4, b_rows, 256)),
               "ids": (T.I32, [2, 4], ids)}
-    _same(inputs, lambda ctx, t: mul_mat_id(ctx, t["as"], t["b"], t["ids"]), NMSE_MATMUL)
+    _same(inputs, lambda ctx, t: g.mul_mat_id(ctx, t["as"], t["b"], t["ids"]), NMSE_MATMUL)

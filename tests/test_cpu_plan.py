@@ -23,7 +23,7 @@ from pyggml.backend.cpu.qmatmul import MATVEC_MAX_COLS
 from pyggml.errors import PyGGMLError
 from pyggml.graph import Graph
 from pyggml.ops import builders as B
-from pyggml.ops.enums import GluOp, Op
+from pyggml.ops.enums import GluOp
 from pyggml.tensor import Tensor
 from pyggml.types import GGMLType
 
@@ -129,9 +129,8 @@ def test_rope(mode: int, variant: str) -> None:
     ff = c.tensor(F32, n_dims // 2, lo=1.0, hi=4.0) if variant == "freq_factors" else None
     ext = 1.0 if variant == "yarn" else 0.0
     scale = 0.25 if variant == "yarn" else 1.0
-    out = B.rope_ext(c.ctx, x, pos, ff, n_dims, mode, 4096, 10000.0, scale, ext, 1.0, 32.0, 1.0)
-    if variant == "back":
-        out.op = Op.ROPE_BACK
+    rope = B.rope_ext_back if variant == "back" else B.rope_ext
+    out = rope(c.ctx, x, pos, ff, n_dims, mode, 4096, 10000.0, scale, ext, 1.0, 32.0, 1.0)
     close(*both(out), rtol=5e-6)
 
 

@@ -1,4 +1,5 @@
-"""Backward ops, ROLL, PAD_REFLECT_1D: built by hand as ggml.c builds them, checked against math."""
+"""Backward, loss and optimizer ops, convolutions, ROLL, PAD_REFLECT_1D, window and rel-pos ops:
+built with their builders (ops/builders_extra.py, builders_train.py) and checked against math."""
 
 from __future__ import annotations
 
@@ -6,10 +7,7 @@ import numpy as np
 import pytest
 
 from opcheck import OpCase, assert_close, values
-from opcheck import hand_node as _node
 from pyggml.ops import builders as B
-from pyggml.ops.enums import Op
-from pyggml.tensor import Tensor
 from pyggml.types import GGMLType
 
 F32, I32 = GGMLType.F32, GGMLType.I32
@@ -20,7 +18,7 @@ F32, I32 = GGMLType.F32, GGMLType.I32
 def test_silu_back_is_the_derivative() -> None:
     c = OpCase()
     dy, x = c.tensor(F32, 30, 3), c.tensor(F32, 30, 3, lo=-4, hi=4)
-    got = c.compute(_node(c, Op.SILU_BACK, [30, 3], [dy, x]))
+    got = c.compute(B.silu_back(c.ctx, dy, x))
     xv = values(x).astype(np.float64)
     h = 1e-6
     silu = lambda v: v / (1 + np.exp(-v))  # noqa: E731
@@ -32,7 +30,7 @@ def test_rms_norm_back_is_the_vjp() -> None:
     c = OpCase()
     dz, x = c.tensor(F32, 16, 4), c.tensor(F32, 16, 4)
     eps = 1e-5
-    got = c.compute(_node(c, Op.RMS_NORM_BACK, [16, 4], [dz, x], [eps]))
+    got = c.compute(B.rms_norm_back(c.ctx, dz, x, eps))
     xv, g = values(x).astype(np.float64), values(dz).astype(np.float64)
     ms = (xv**2).mean(axis=-1, keepdims=True) + eps
     ref = (g - xv * (xv * g).mean(axis=-1, keepdims=True) / ms) / np.sqrt(ms)
@@ -48,7 +46,7 @@ def test_soft_max_back_is_the_vjp() -> None:
     y = np.exp(xv - xv.max(axis=-1, keepdims=True))
     y /= y.sum(axis=-1, keepdims=True)
     yt = c.tensor(F32, 12, 5, data=y.astype(np.float32))
-    got = c.compute(_node(c, Op.SOFT_MAX_BACK, [12, 5], [dy, yt], [scale, 0.0]))
+    got = c.compute(B.soft_max_ext_back(c.ctx, dy, yt, scale, 0.0))
     g = values(dy).astype(np.float64)
     yv = values(yt).astype(np.float64)
     ref = scale * yv * (g - (yv * g).sum(axis=-1, keepdims=True))
@@ -60,8 +58,7 @@ def test_rope_back_undoes_rope() -> None:
     a = c.tensor(F32, 16, 2, 4)
     pos = c.ints(I32, 4, data=np.array([0, 7, 30, 99]))
     fwd = B.rope(c.ctx, a, pos, 16, B.GGML_ROPE_TYPE_NEOX)
-    back = B.rope(c.ctx, fwd, pos, 16, B.GGML_ROPE_TYPE_NEOX)
-    back.op = Op.ROPE_BACK
+    back = B.rope_ext_back(c.ctx, fwd, pos, None, 16, B.GGML_ROPE_TYPE_NEOX, 0, 10000.0, 1.0, 0.0, 1.0, 0.0, 0.0)
     got = c.compute(back)
     assert_close(got, values(a), max_nmse=1e-12)
 
@@ -70,7 +67,7 @@ def test_get_rows_back_scatter_adds() -> None:
     c = OpCase()
     g = c.tensor(F32, 6, 4)
     ids = np.array([2, 0, 2, 5])
-    out = _node(c, Op.GET_ROWS_BACK, [6, 7], [g, c.ints(I32, 4, data=ids)])
+    out = B.get_rows_back(c.ctx, g, c.ints(I32, 4, data=ids), c.ctx.new_tensor(F32, 6, 7))
     got = c.compute(out)
     ref = np.zeros((7, 6))
     for i, r in enumerate(ids):
@@ -82,7 +79,7 @@ def test_get_rows_back_scatter_adds() -> None:
 def test_roll(shifts: tuple[int, int, int, int]) -> None:
     c = OpCase()
     a = c.tensor(F32, 5, 3, 2)
-    got = c.compute(_node(c, Op.ROLL, [5, 3, 2], [a], list(shifts)))
+    got = c.compute(B.roll(c.ctx, a, *shifts))
     x = values(a)
     ref = np.empty_like(x)
     for i2 in range(2):
@@ -95,14 +92,10 @@ def test_roll(shifts: tuple[int, int, int, int]) -> None:
 def test_pad_reflect_1d() -> None:
     c = OpCase()
     a = c.tensor(F32, 5, 2)
-    got = c.compute(_node(c, Op.PAD_REFLECT_1D, [5 + 3 + 2, 2], [a], [3, 2]))
+    got = c.compute(B.pad_reflect_1d(c.ctx, a, 3, 2))
     x = values(a)[0, 0]
     idx = [3, 2, 1, 0, 1, 2, 3, 4, 3, 2]  # reflect without repeating the edge
     assert_close(got[0, 0], x[:, idx], max_nmse=0.0)
-
-
-def _conv_node(c: OpCase, op: Op, ne: list[int], kern: Tensor, src: Tensor, params: list[int]) -> Tensor:
-    return _node(c, op, ne, [kern, src], params)
 
 
 @pytest.mark.parametrize("kt", [F32, GGMLType.F16])
@@ -113,7 +106,7 @@ def test_conv_2d_direct(kt: GGMLType) -> None:
     s0, s1, p0, p1, d0, d1 = 2, 1, 1, 0, 1, 2
     ow = (7 + 2 * p0 - d0 * 2 - 1) // s0 + 1
     oh = (6 + 2 * p1 - d1 * 1 - 1) // s1 + 1
-    got = c.compute(_conv_node(c, Op.CONV_2D, [ow, oh, 4, 2], kern, img, [s0, s1, p0, p1, d0, d1]))
+    got = c.compute(B.conv_2d_direct(c.ctx, kern, img, s0, s1, p0, p1, d0, d1))
     k = values(kern).astype(np.float64)
     x = values(img)
     if kt == GGMLType.F16:
@@ -139,7 +132,7 @@ def test_conv_2d_dw_direct() -> None:
     c = OpCase()
     kern = c.tensor(F32, 3, 3, 1, 4)  # [KW, KH, 1, C]
     img = c.tensor(F32, 6, 5, 4, 1)
-    got = c.compute(_conv_node(c, Op.CONV_2D_DW, [6, 5, 4, 1], kern, img, [1, 1, 1, 1, 1, 1]))
+    got = c.compute(B.conv_2d_dw_direct(c.ctx, kern, img, 1, 1, 1, 1, 1, 1))
     k = values(kern)[:, 0].astype(np.float64)
     x = np.pad(values(img)[0].astype(np.float64), ((0, 0), (1, 1), (1, 1)))
     ref = np.zeros((1, 4, 5, 6))
@@ -155,7 +148,7 @@ def test_conv_transpose_1d() -> None:
     kern = c.tensor(F32, 3, 2, 4)  # [K, OC, IC]
     src = c.tensor(F32, 5, 4)  # [L, IC]
     s0 = 2
-    got = c.compute(_conv_node(c, Op.CONV_TRANSPOSE_1D, [(5 - 1) * s0 + 3, 2], kern, src, [s0, 0, 1]))
+    got = c.compute(B.conv_transpose_1d(c.ctx, kern, src, s0, 0, 1))
     w, x = values(kern)[0].astype(np.float64), values(src)[0, 0].astype(np.float64)
     ref = np.zeros((2, 11))
     for t in range(5):
@@ -171,7 +164,7 @@ def test_conv_transpose_2d() -> None:
     src = c.tensor(F32, 4, 3, 3)  # [W, H, IC]
     st = 2
     ow, oh = (4 - 1) * st + 2, (3 - 1) * st + 3
-    got = c.compute(_conv_node(c, Op.CONV_TRANSPOSE_2D, [ow, oh, 2, 1], kern, src, [st]))
+    got = c.compute(B.conv_transpose_2d_p0(c.ctx, kern, src, st))
     w, x = values(kern).astype(np.float64), values(src)[0].astype(np.float64)
     ref = np.zeros((2, oh, ow))
     for y in range(3):
@@ -187,8 +180,7 @@ def test_cross_entropy_loss_and_back() -> None:
     logits = c.tensor(F32, 10, 4, lo=-3, hi=3)
     p = c.rng.uniform(0, 1, size=(4, 10))
     labels = c.tensor(F32, 10, 4, data=(p / p.sum(axis=1, keepdims=True)).astype(np.float32))
-    loss = c.ctx.new_tensor(F32, 1)
-    loss.op, loss.src[0], loss.src[1] = Op.CROSS_ENTROPY_LOSS, logits, labels
+    loss = B.cross_entropy_loss(c.ctx, logits, labels)
     got = c.compute(loss).reshape(-1)[0]
     x = values(logits)[0, 0].astype(np.float64)
     lsm = x - x.max(axis=1, keepdims=True)
@@ -197,7 +189,7 @@ def test_cross_entropy_loss_and_back() -> None:
     ref = -(lsm * y).sum() / 4
     assert abs(got - ref) < 1e-6 * max(1.0, abs(ref))
     grad = c.tensor(F32, 1, data=np.array([1.5], dtype=np.float32))
-    back = _node(c, Op.CROSS_ENTROPY_LOSS_BACK, [10, 4], [grad, logits, labels])
+    back = B.cross_entropy_loss_back(c.ctx, grad, logits, labels)
     gb = c.compute(back)[0, 0]
     assert_close(gb, ((np.exp(lsm) - y) * 1.5 / 4).astype(np.float32))
 
@@ -212,10 +204,8 @@ def test_opt_step_adamw_and_sgd() -> None:
     v = c.tensor(F32, 8, data=np.zeros(8, np.float32))
     alpha, b1, b2, eps, wd = 1e-2, 0.9, 0.999, 1e-8, 0.1
     prm = c.tensor(F32, 7, data=np.array([alpha, b1, b2, eps, wd, 1 / (1 - b1), 1 / (1 - b2)], np.float32))
-    step = c.ctx.view_tensor(w)
-    step.op = Op.OPT_STEP_ADAMW
-    for i, s in enumerate([w, g, m, v, prm]):
-        step.src[i] = s
+    w.set_param()
+    step = B.opt_step_adamw(c.ctx, w, g, m, v, prm)
     c.compute(step)
     mm, vv = (1 - b1) * g0, (1 - b2) * g0.astype(np.float64) ** 2
     ref = w0 * (1 - alpha * wd) - alpha * (mm / (1 - b1)) / (np.sqrt(vv / (1 - b2)) + eps)
@@ -223,9 +213,8 @@ def test_opt_step_adamw_and_sgd() -> None:
     assert_close(values(m).reshape(-1), mm.astype(np.float32))
     w2 = c.tensor(F32, 8, data=w0)
     sp = c.tensor(F32, 2, data=np.array([0.5, 0.2], np.float32))
-    sgd = c.ctx.view_tensor(w2)
-    sgd.op = Op.OPT_STEP_SGD
-    sgd.src[0], sgd.src[1], sgd.src[2] = w2, g, sp
+    w2.set_param()
+    sgd = B.opt_step_sgd(c.ctx, w2, g, sp)
     c.compute(sgd)
     assert_close(values(w2).reshape(-1), (w0 * (1 - 0.5 * 0.2) - 0.5 * g0).astype(np.float32))
 
@@ -235,7 +224,7 @@ def test_win_part_and_unpart_round_trip() -> None:
     ch, wd, h, w = 3, 5, 4, 3
     a = c.tensor(F32, ch, wd, h)
     npx, npy = (wd + (w - wd % w) % w) // w, (h + (w - h % w) % w) // w
-    part = _node(c, Op.WIN_PART, [ch, w, w, npx * npy], [a], [npx, npy, w])
+    part = B.win_part(c.ctx, a, w)
     got = c.compute(part)
     x = values(a)[0]  # (H, W, C)
     ref = np.zeros((npx * npy, w, w, ch), dtype=np.float32)
@@ -246,7 +235,7 @@ def test_win_part_and_unpart_round_trip() -> None:
                     if py * w + i2 < h and px * w + i1 < wd:
                         ref[py * npx + px, i2, i1] = x[py * w + i2, px * w + i1]
     assert_close(got, ref, max_nmse=0.0)
-    back = _node(c, Op.WIN_UNPART, [ch, wd, h], [part], [w])
+    back = B.win_unpart(c.ctx, part, wd, h, w)
     assert_close(c.compute(back), values(a), max_nmse=0.0)
 
 
@@ -254,8 +243,7 @@ def test_get_rel_pos() -> None:
     c = OpCase()
     ch, k = 4, 3
     a = c.tensor(GGMLType.F16, ch, 2 * k - 1)
-    out = c.ctx.new_tensor(GGMLType.F16, ch, k, k)
-    out.op, out.src[0] = Op.GET_REL_POS, a
+    out = B.get_rel_pos(c.ctx, a, k, k)
     got = c.compute(out)
     x = values(a)[0, 0]
     ref = np.array([[x[(k - i1 - 1) + i2] for i1 in range(k)] for i2 in range(k)])[None]
@@ -267,7 +255,7 @@ def test_add_rel_pos() -> None:
     n, b1, b2, b3 = 3, 2, 2, 2
     a = c.tensor(F32, n * n, b1 * b2, b3)
     pw, ph = c.tensor(F32, n, b1, b2, b3), c.tensor(F32, n, b1, b2, b3)
-    got = c.compute(_node(c, Op.ADD_REL_POS, [n * n, b1 * b2, b3], [a, pw, ph], [0]))
+    got = c.compute(B.add_rel_pos(c.ctx, a, pw, ph))
     dst = values(a).reshape(-1).astype(np.float64).copy()
     pwf, phf = values(pw).reshape(-1), values(ph).reshape(-1)
     for jp0 in range(pwf.size):  # ggml's loop, index for index
@@ -288,7 +276,7 @@ def test_pool_2d_back(op: int) -> None:
     xf = c.tensor(F32, 5, 4, 2)
     ow, oh = (5 + 2 * p0 - k0) // s0 + 1, (4 + 2 * p1 - k1) // s1 + 1
     grad = c.tensor(F32, ow, oh, 2)
-    got = c.compute(_node(c, Op.POOL_2D_BACK, [5, 4, 2], [grad, xf], [op, k0, k1, s0, s1, p0, p1]))
+    got = c.compute(B.pool_2d_back(c.ctx, grad, xf, op, k0, k1, s0, s1, p0, p1))
     x, g = values(xf)[0], values(grad)[0]
     ref = np.zeros_like(x, dtype=np.float64)
     for ch in range(2):
@@ -318,7 +306,7 @@ def test_im2col_back_is_the_adjoint_of_im2col(is_2d: bool) -> None:
     col = B.im2col(c.ctx, kern, img, s0, s1, p0, p1, d0, d1, is_2d, F32)
     fwd = c.compute(col)
     g = c.tensor(F32, *col.ne)
-    back = _node(c, Op.IM2COL_BACK, list(img.ne), [g, kern], [s0, s1, p0, p1, d0, d1, int(is_2d)])
+    back = B.im2col_back(c.ctx, g, kern, list(img.ne), s0, s1, p0, p1, d0, d1, is_2d)
     got = c.compute(back)
     lhs = float((fwd.astype(np.float64) * values(g)).sum())
     rhs = float((values(img).astype(np.float64) * got).sum())
@@ -330,7 +318,7 @@ def test_col2im_1d() -> None:
     k, oc, t_in, s0, p0 = 3, 2, 5, 2, 1
     a = c.tensor(F32, k * oc, t_in)
     t_out = (t_in - 1) * s0 + k - 2 * p0
-    got = c.compute(_node(c, Op.COL2IM_1D, [t_out, oc], [a], [s0, oc, p0]))
+    got = c.compute(B.col2im_1d(c.ctx, a, s0, oc, p0))
     col = values(a)[0, 0].astype(np.float64)
     ref = np.zeros((oc, t_out))
     for o in range(oc):
@@ -373,9 +361,9 @@ def test_im2col_3d_and_conv_3d() -> None:
     x = values(img).astype(np.float64).reshape(n, ic, 3, 4, 4)
     k = values(kern).astype(np.float64).reshape(oc, ic, 2, 2, 2)
     ref = _conv3d_ref(x, k, s, p, d, (ow, oh, od))
-    got = c.compute(_node(c, Op.CONV_3D, [ow, oh, od, oc * n], [kern, img], [*params, ic, n, oc]))
+    got = c.compute(B.conv_3d_direct(c.ctx, kern, img, *params, ic, n, oc))
     assert_close(got, ref.reshape(n * oc, od, oh, ow).astype(np.float32))
-    col = c.compute(_node(c, Op.IM2COL_3D, [ic * 8, ow, oh, od * n], [kern, img], [*params, ic]))
+    col = c.compute(B.im2col_3d(c.ctx, kern, img, ic, *params, F32))
     # im2col_3d rows times the flattened kernel rows reproduce the convolution
     cols = col.reshape(n, od, oh, ow, ic * 8).astype(np.float64)
     via = np.einsum("nzyxk,ok->nozyx", cols, k.reshape(oc, ic * 8))

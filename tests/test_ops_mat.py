@@ -14,7 +14,6 @@ from pyggml import quants
 from pyggml.backend.cpu import qmatmul
 from pyggml.backend.cpu.actquant import fake_quant
 from pyggml.ops import builders as B
-from pyggml.ops.enums import Op
 from pyggml.quants import CODECS
 from pyggml.types import GGMLType
 
@@ -179,15 +178,6 @@ def test_fused_matvec_equals_quantized_activation_dot(qt: GGMLType) -> None:
     assert np.abs(got - plain).max() > np.abs(got - ref).max()
 
 
-def _node(c: OpCase, op: Op, ty: GGMLType, ne: list[int], *srcs) -> object:
-    """A node as ggml.c's constructor builds it (these ops have no pyggml builder yet)."""
-    t = c.ctx.new_tensor(ty, *ne)
-    t.op = op
-    for i, s in enumerate(srcs):
-        t.src[i] = s
-    return t
-
-
 @pytest.mark.parametrize("wt", [F32, F16, GGMLType.Q8_0, GGMLType.Q4_K], ids=lambda t: t.type_name)
 @pytest.mark.parametrize("b_rows", [1, 2])  # b.ne1 = 1 broadcasts one row to every used expert
 def test_mul_mat_id(wt: GGMLType, b_rows: int) -> None:
@@ -197,7 +187,7 @@ def test_mul_mat_id(wt: GGMLType, b_rows: int) -> None:
     b = c.tensor(F32, k, b_rows, n_tok)
     ids = c.rng.integers(0, n_expert, size=(n_tok, n_used))
     ids_t = c.ints(I32, n_used, n_tok, data=ids)
-    out = _node(c, Op.MUL_MAT_ID, F32, [m, n_used, n_tok], w, b, ids_t)
+    out = B.mul_mat_id(c.ctx, w, b, ids_t)
     got = c.compute(out)
     vw, vb = values(w)[0].astype(np.float64), values(b)[0].astype(np.float64)
     ref = np.zeros((1, n_tok, n_used, m))
@@ -212,7 +202,7 @@ def test_add_id() -> None:
     a = c.tensor(F32, 8, 3, 4)
     bias = c.tensor(F32, 8, 5)
     ids = c.rng.integers(0, 5, size=(4, 3))
-    out = _node(c, Op.ADD_ID, F32, [8, 3, 4], a, bias, c.ints(I32, 3, 4, data=ids))
+    out = B.add_id(c.ctx, a, bias, c.ints(I32, 3, 4, data=ids))
     got = c.compute(out)
     assert_close(got, values(a) + values(bias)[0, 0][ids][None])
 

@@ -352,18 +352,13 @@ def test_rope_multi_sections(mode: int, sections: list[int], head_dim: int, n_di
 
 
 def test_lightning_indexer() -> None:
-    from pyggml.ops.enums import Op
-
     c = OpCase()
     n_embd, n_head, n_tok, n_kv = 8, 3, 4, 6
     q = c.tensor(F32, n_embd, n_head, n_tok)
     k = c.tensor(F16, n_embd, 1, n_kv)
     w = c.tensor(F32, n_head, n_tok)
     m = c.tensor(F16, n_kv, n_tok, lo=-1, hi=0)
-    out = c.ctx.new_tensor(F32, n_kv, n_tok)
-    out.op = Op.LIGHTNING_INDEXER
-    for i, s in enumerate([q, k, w, m]):
-        out.src[i] = s
+    out = B.lightning_indexer(c.ctx, q, k, w, m)
     got = c.compute(out)[0, 0]
     qv, kv = values(q)[0].astype(np.float64), values(k)[0, :, 0].astype(np.float64)
     wv, mv = values(w)[0, 0].astype(np.float64), values(m)[0, 0].astype(np.float64)

@@ -1,6 +1,7 @@
 """Mamba/RWKV/GLA recurrences and SOLVE_TRI against scalar loop references (float64).
 
-These ops have no pyggml builder yet; nodes are built with the shapes and src slots of ggml.c.
+Nodes come from their builders (ops/builders_recurrent.py, builders_extra.py for DSV4), so the
+result shapes checked here are the builders' as well as the kernels'.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ import numpy as np
 import pytest
 
 from opcheck import OpCase, assert_close, values
-from opcheck import hand_node as _node
-from pyggml.ops.enums import Op
+from pyggml.ops import builders as B
 from pyggml.tensor import Tensor
 from pyggml.types import GGMLType
 
@@ -30,7 +30,7 @@ def test_ssm_conv() -> None:
     d_conv, d_inner, n_t, n_s = 4, 6, 5, 2
     sx = c.tensor(F32, d_conv - 1 + n_t, d_inner, n_s)
     w = c.tensor(F32, d_conv, d_inner)
-    got = c.compute(_node(c, Op.SSM_CONV, [d_inner, n_t, n_s], [sx, w]))
+    got = c.compute(B.ssm_conv(c.ctx, sx, w))
     x, k = values(sx)[0].astype(np.float64), values(w)[0, 0].astype(np.float64)
     ref = np.zeros((n_s, n_t, d_inner))
     for s in range(n_s):
@@ -52,7 +52,8 @@ def test_ssm_scan(mamba: int) -> None:
     cc = c.tensor(F32, d_state, ng, nt, ns)
     ids = c.ints(I32, ns, data=np.array([1, 0]))
     n_y = dim * nh * nt * ns
-    out = _node(c, Op.SSM_SCAN, [n_y + d_state * dim * nh * ns], [s, x, dt, a, b, cc, ids])
+    out = B.ssm_scan(c.ctx, s, x, dt, a, b, cc, ids, 1)
+    assert out.ne[0] == n_y + d_state * dim * nh * ns
     got = c.compute(out).reshape(-1)
     sv, xv, dtv = values(s).astype(np.float64), values(x).astype(np.float64), values(dt)[0].astype(np.float64)
     av, bv, cv = values(a)[0, 0].astype(np.float64), values(b).astype(np.float64), values(cc).astype(np.float64)
@@ -116,9 +117,14 @@ def test_linear_attention_recurrences(kind: str) -> None:
     for n in names:
         tensors[n] = c.tensor(F32, size, heads, lo=-1, hi=1) if n == "tf" else c.tensor(F32, size, heads, t_len)
     state = c.tensor(F32, size * size * heads, n_seqs)
-    op = {"wkv6": Op.RWKV_WKV6, "gla": Op.GATED_LINEAR_ATTN, "wkv7": Op.RWKV_WKV7}[kind]
-    params = [0.5] if kind == "gla" else None
-    out = _node(c, op, [size * heads, t_len + size * n_seqs], [tensors[n] for n in names] + [state], params)
+    args = [tensors[n] for n in names]
+    if kind == "wkv6":
+        out = B.rwkv_wkv6(c.ctx, *args, state)
+    elif kind == "gla":
+        out = B.gated_linear_attn(c.ctx, *args, state, 0.5)
+    else:
+        out = B.rwkv_wkv7(c.ctx, *args, state)
+    assert out.ne[:2] == [size * heads, t_len + size * n_seqs]
     got = c.compute(out).reshape(-1)
     ins = {n: values(t).astype(np.float64).reshape((heads, size) if n == "tf" else (t_len, heads, size))
            for n, t in tensors.items()}
@@ -132,7 +138,7 @@ def test_solve_tri() -> None:
     a_np = np.tril(c.rng.uniform(-1, 1, size=(2, n, n))) + 3 * np.eye(n)
     a = c.tensor(F32, n, n, 2, data=a_np.astype(np.float32))
     b = c.tensor(F32, k, n, 2)
-    got = c.compute(_node(c, Op.SOLVE_TRI, [k, n, 2], [a, b]))
+    got = c.compute(B.solve_tri(c.ctx, a, b, True, True, False))
     ref = np.stack([np.linalg.solve(values(a)[0, i].astype(np.float64), values(b)[0, i].astype(np.float64))
                     for i in range(2)])[None]
     assert_close(got, ref.astype(np.float32))
@@ -149,8 +155,8 @@ def test_gated_delta_net(kda: bool, n_keep: int) -> None:
     beta = c.tensor(F32, 1, heads, t_len, n_seqs, lo=0, hi=1)
     state = c.tensor(F32, size, size, heads, n_seqs)
     n_out = size * heads * t_len * n_seqs
-    out = _node(c, Op.GATED_DELTA_NET, [n_out + size * size * heads * n_seqs * n_keep], [q, k, v, g, beta, state])
-    out.set_op_params_i32(0, n_keep)
+    out = B.gated_delta_net(c.ctx, q, k, v, g, beta, state, n_keep)
+    assert out.nelements() == n_out + size * size * heads * n_seqs * n_keep
     got = c.compute(out).reshape(-1)
     qv, kv, vv = (values(x).astype(np.float64) for x in (q, k, v))
     gv, bv, sv = values(g).astype(np.float64), values(beta).astype(np.float64), values(state).astype(np.float64)
@@ -177,7 +183,7 @@ def test_dsv4_hyper_connections() -> None:
     n_embd, hc, n_tok = 6, 4, 3
     x = c.tensor(F32, n_embd, hc, n_tok)
     w = c.tensor(F32, hc, n_tok)
-    pre = c.compute(_node(c, Op.DSV4_HC_PRE, [n_embd, n_tok], [x, w], [1.0, 0]))  # ggml_dsv4_hc_pre: scale 1
+    pre = c.compute(B.dsv4_hc_pre(c.ctx, x, w))
     ref = np.einsum("the,th->te", values(x)[0].astype(np.float64), values(w)[0, 0].astype(np.float64))
     assert_close(pre[0, 0], ref.astype(np.float32))
 
@@ -185,7 +191,7 @@ def test_dsv4_hyper_connections() -> None:
     res = c.tensor(F32, n_embd, hc, n_tok)
     post = c.tensor(F32, hc, n_tok)
     comb = c.tensor(F32, hc, hc, n_tok)
-    got = c.compute(_node(c, Op.DSV4_HC_POST, [n_embd, hc, n_tok], [y, res, post, comb]))
+    got = c.compute(B.dsv4_hc_post(c.ctx, y, res, post, comb))
     yv, rv = values(y)[0, 0].astype(np.float64), values(res)[0].astype(np.float64)
     pv, cv = values(post)[0, 0].astype(np.float64), values(comb)[0].astype(np.float64)
     ref = np.zeros((n_tok, hc, n_embd))
@@ -198,9 +204,7 @@ def test_dsv4_hyper_connections() -> None:
     scale = c.tensor(F32, 3, lo=0.5, hi=1.5)
     base = c.tensor(F32, (2 + hc) * hc)
     eps, n_iter = 1e-3, 3
-    out = _node(c, Op.DSV4_HC_COMB, [hc, hc, n_tok], [mixes, scale, base])
-    out.set_op_params_f32(0, eps)
-    out.set_op_params_i32(1, n_iter)
+    out = B.dsv4_hc_comb(c.ctx, mixes, scale, base, eps, n_iter)
     got = c.compute(out)[0]
     mv, sc, bv = values(mixes)[0, 0].astype(np.float64), values(scale).reshape(-1), values(base).reshape(-1)
     for t in range(n_tok):

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch", reason="these scheduler tests use the optional torch backend as the second device")
 
 import pyggml as g
-from backend_run import from_bytes, mul_mat_id, read
+from backend_run import from_bytes, read
 from opcheck import NMSE_MATMUL, assert_close
 from pyggml.backend import api
 from pyggml.backend import sched as S
@@ -134,7 +134,7 @@ def test_offloaded_moe_weights_copy_only_the_used_experts(monkeypatch) -> None:
     made: dict = {}
 
     def build(ctx, t):
-        made["moe"] = mul_mat_id(ctx, t["experts"], t["x"], t["ids"]).set_name("moe")
+        made["moe"] = g.mul_mat_id(ctx, t["experts"], t["x"], t["ids"]).set_name("moe")
         return g.scale(ctx, made["moe"], 2.0).set_name("out")
 
     uploads: list[tuple[str, int, int]] = []

@@ -15,12 +15,17 @@ from enum import IntEnum
 from typing import Any
 
 from ..context import Context
-from ..errors import PyGGMLError, ShapeError, TypeMismatchError
+from ..errors import PyGGMLError, ShapeError, TypeMismatchError  # noqa: F401  (ShapeError: importable from here as before)
 from ..tensor import GGML_MAX_DIMS, GGML_MAX_SRC, Tensor, are_same_shape, can_repeat
 from ..types import GGMLType
+from ._build import BF16, F16, F32, I32, I64, _dup_or_view, _ne, _new, _node, _require
+from .builders_extra import *  # noqa: F403  (ggml's less common forward ops, kept out of this file's length)
+from .builders_extra import __all__ as _extra_all
+from .builders_recurrent import *  # noqa: F403
+from .builders_recurrent import __all__ as _recurrent_all
+from .builders_train import *  # noqa: F403
+from .builders_train import __all__ as _train_all
 from .enums import GluOp, Op, UnaryOp
-
-F32, F16, BF16, I32, I64 = GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.I32, GGMLType.I64
 
 GGML_PREC_DEFAULT = 0
 GGML_PREC_F32 = 10
@@ -60,32 +65,6 @@ GGML_SCALE_FLAG_ANTIALIAS = 1 << 9
 
 
 # ---------------------------------------------------------------------- helpers
-def _require(cond: bool, op: str, msg: str, exc: type[PyGGMLError] = ShapeError) -> None:
-    if not cond:
-        raise exc(f"{op}: {msg}")
-
-
-def _ne(t: Tensor) -> str:
-    return "[" + ", ".join(str(n) for n in t.ne) + "]"
-
-
-def _node(result: Tensor, op: Op, *srcs: Tensor | None, params: Sequence[int | float] | bytes | None = None) -> Tensor:
-    result.op = op
-    for i, s in enumerate(srcs):
-        result.src[i] = s
-    if params is not None:
-        result.set_op_params(params if isinstance(params, bytes) else list(params))
-    return result
-
-
-def _dup_or_view(ctx: Context, a: Tensor, inplace: bool) -> Tensor:
-    return ctx.view_tensor(a) if inplace else ctx.dup_tensor(a)
-
-
-def _new(ctx: Context, type: GGMLType, ne: Sequence[int]) -> Tensor:
-    return ctx.new_tensor_impl(type, list(ne))
-
-
 def _format(t: Tensor, fmt: str, *args: str) -> None:
     """ggml_format_name with snprintf's truncation (derived names may exceed 63 bytes)."""
     t.name = (fmt % args).encode()[:63].decode(errors="ignore")
@@ -661,6 +640,35 @@ def rope_multi(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims: int
                  attn_factor, beta_fast, beta_slow, False)
 
 
+def rope_ext_back(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims: int, mode: int, n_ctx_orig: int,
+                  freq_base: float, freq_scale: float, ext_factor: float, attn_factor: float,
+                  beta_fast: float, beta_slow: float) -> Tensor:
+    """ggml_rope_ext_back: rope_ext's node with op ROPE_BACK (the inverse rotation, rope's gradient)."""
+    result = rope_ext(ctx, a, b, c, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext_factor, attn_factor,
+                      beta_fast, beta_slow)
+    result.op = Op.ROPE_BACK
+    return result
+
+
+def rope_multi_back(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None, n_dims: int, sections: Sequence[int],
+                    mode: int, n_ctx_orig: int, freq_base: float, freq_scale: float, ext_factor: float,
+                    attn_factor: float, beta_fast: float, beta_slow: float) -> Tensor:
+    """ggml_rope_multi_back: rope_multi's node with op ROPE_BACK."""
+    result = rope_multi(ctx, a, b, c, n_dims, sections, mode, n_ctx_orig, freq_base, freq_scale, ext_factor,
+                        attn_factor, beta_fast, beta_slow)
+    result.op = Op.ROPE_BACK
+    return result
+
+
+def rope_set_offset(a: Tensor, n_offs: int) -> Tensor:
+    """ggml_rope_set_offset: rotate dims [n_offs, n_offs + n_dims) only (op_params i32[15]); returns a."""
+    _require(a.op in (Op.ROPE, Op.ROPE_BACK), "rope_set_offset", "not a ROPE or ROPE_BACK node", PyGGMLError)
+    _require(n_offs >= 0, "rope_set_offset", f"n_offs must be >= 0, got {n_offs}")
+    _require(a.get_op_params_i32(2) != GGML_ROPE_TYPE_VISION, "rope_set_offset", "vision rope has no offset")
+    a.set_op_params_i32(15, n_offs)
+    return a
+
+
 def rope_yarn_corr_dims(n_dims: int, n_ctx_orig: int, freq_base: float, beta_fast: float,
                         beta_slow: float) -> tuple[float, float]:
     """ggml_rope_yarn_corr_dims: the dimension range over which YaRN ramps (floor/ceil, clamped)."""
@@ -799,6 +807,13 @@ def swiglu_oai(ctx: Context, a: Tensor, b: Tensor | None, alpha: float, limit: f
     """gpt-oss SwiGLU with clamping: op_params f32[2] = alpha, f32[3] = limit."""
     result = _glu(ctx, a, b, GluOp.SWIGLU_OAI, False)
     result.set_op_params_f32(2, alpha)
+    result.set_op_params_f32(3, limit)
+    return result
+
+
+def swiglu_clamp(ctx: Context, a: Tensor, b: Tensor | None, limit: float) -> Tensor:
+    """silu(min(x, limit)) * clamp(g, -limit, limit) (GluOp.SWIGLU_CLAMP); op_params f32[3] = limit."""
+    result = _glu(ctx, a, b, GluOp.SWIGLU_CLAMP, False)
     result.set_op_params_f32(3, limit)
     return result
 
@@ -1046,6 +1061,7 @@ def custom_inplace(ctx: Context, a: Tensor, args: Sequence[Tensor], fun: CustomF
 
 __all__ = [n for n, v in list(globals().items())
            if not n.startswith("_") and getattr(v, "__module__", None) == __name__ and n not in ("CustomFn",)]
+__all__ += [*_extra_all, *_recurrent_all, *_train_all]
 __all__ += [
     "GGML_N_TASKS_MAX",
     "GGML_PREC_DEFAULT",

@@ -1,7 +1,7 @@
 """ggml's op enums: ``enum ggml_op``, ``enum ggml_unary_op``, ``enum ggml_glu_op``.
 
-Values and names are ggml's (ggml.h:481-632); ``GGML_OP_COUNT`` 101, ``GGML_UNARY_OP_COUNT`` 22,
-``GGML_GLU_OP_COUNT`` 6. The ``name`` of each member is ggml's ``ggml_op_name`` string.
+Values and names are ggml's (ggml.h:481-643); ``GGML_OP_COUNT`` 101, ``GGML_UNARY_OP_COUNT`` 22,
+``GGML_GLU_OP_COUNT`` 7. The ``name`` of each member is ggml's ``ggml_op_name`` string.
 """
 
 from __future__ import annotations
@@ -145,11 +145,12 @@ class GluOp(IntEnum):
     SWIGLU_OAI = 3
     GEGLU_ERF = 4
     GEGLU_QUICK = 5
+    SWIGLU_CLAMP = 6
 
 
 GGML_OP_COUNT = 101
 GGML_UNARY_OP_COUNT = 22
-GGML_GLU_OP_COUNT = 6
+GGML_GLU_OP_COUNT = 7
 assert len(Op) == GGML_OP_COUNT and len(UnaryOp) == GGML_UNARY_OP_COUNT and len(GluOp) == GGML_GLU_OP_COUNT
 
 #: ops that compute nothing (ggml_op_is_empty): their result is a view or a leaf

@@ -164,9 +164,6 @@ def _swiglu_clamp(x: np.ndarray, g: np.ndarray, limit: float) -> np.ndarray:
     return out * np.clip(g, -lim, lim)
 
 
-#: GGML_GLU_OP_SWIGLU_CLAMP, the glu sub-op after GEGLU_QUICK (not yet a GluOp member)
-GLU_OP_SWIGLU_CLAMP = 6
-
 _GLU: dict[GluOp, Callable[[np.ndarray], np.ndarray]] = {
     GluOp.REGLU: act.relu,
     GluOp.GEGLU: act.gelu,
@@ -185,7 +182,7 @@ def glu(node: Tensor, n_threads: int) -> None:
     require_types(node, b, (a.type,))
     raw = node.get_op_params_i32(0)
     try:
-        sub = raw if raw == GLU_OP_SWIGLU_CLAMP else GluOp(raw)
+        sub = GluOp(raw)
     except ValueError:
         raise unsupported(node, f"unknown glu op {raw}") from None
     xa = load_f32(a)
@@ -199,7 +196,7 @@ def glu(node: Tensor, n_threads: int) -> None:
         raise unsupported(node, f"GLU result shape {shape4(node)} does not match its operands")
     if sub == GluOp.SWIGLU_OAI:
         y = _swiglu_oai(x, g, node.get_op_params_f32(2), node.get_op_params_f32(3))
-    elif sub == GLU_OP_SWIGLU_CLAMP:
+    elif sub == GluOp.SWIGLU_CLAMP:
         require_types(node, a, (F32, F16))
         y = _swiglu_clamp(x, g, node.get_op_params_f32(3))
     else:

@@ -1,7 +1,7 @@
 """Ops a decoder's forward pass does not use: the backward ops of training graphs, ROLL, PAD_REFLECT_1D.
 
-pyggml has no builders for some of these yet; the kernels follow ggml-cpu so graphs built by
-hand (or by later builders) compute as in ggml.
+The kernels follow ggml-cpu; their nodes come from ops/builders_train.py and ops/builders_extra.py
+(pyggml/ops/table.py lists where each op's builder, kernel and tests live).
 """
 
 from __future__ import annotations
