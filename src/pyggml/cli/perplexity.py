@@ -103,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
                           pos=[p for _ in chunks for p in range(b0, b1)],
                           seq_id=[s for s in range(len(chunks)) for _ in range(b0, b1)],
                           logits=[p >= first for _ in chunks for p in range(b0, b1)])
-            rows.append(ctx.decode_batch(batch).copy())
+            rows.append(ctx.decode_batch(batch))  # a new array each decode: no copy needed
         # rows of one chunk after another within a batch; batches go along the chunk (n_seq is then 1)
-        logits = np.concatenate(rows, axis=0).reshape(len(chunks), n_ctx - first, -1)
+        logits = (rows[0] if len(rows) == 1 else np.concatenate(rows, axis=0)).reshape(len(chunks), n_ctx - first, -1)
         for k, c in enumerate(group):
             for i in range(n_ctx - first - 1):
                 nlls.append(log_softmax_nll(logits[k, i], tokens[c * n_ctx + first + i + 1]))

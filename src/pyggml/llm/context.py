@@ -287,18 +287,17 @@ class LlamaContext:
             ubatches = split_equal(ub_all, self.n_ubatch, sequential=True)
         self._apply_k_shift()
         saved = self._save_state()
-        rows = []
+        # each ubatch's logits go straight to their rows in batch order (split_equal reorders tokens):
+        # one copy of what can be a gigabyte (1024 outputs of a 262k vocabulary)
+        logits = np.empty((ub_all.n_outputs, hp.n_vocab), dtype=np.float32)
+        row_of = np.cumsum(ub_all.output) - 1  # batch index -> logits row, for outputs
         try:
             for ub in ubatches:
-                rows.append(self._process_ubatch(ub))
+                self._process_ubatch(ub, logits, row_of[ub.index[ub.output]])
         except BaseException:  # a failure, an abort or Ctrl-C part-way: the memory is as it was
             self._restore_state(saved)
             raise
-        logits = np.concatenate(rows, axis=0) if rows else np.zeros((0, hp.n_vocab), np.float32)
-        # rows come ubatch by ubatch; split_equal may have reordered tokens: back to batch order
-        out_index = np.concatenate([ub.index[ub.output] for ub in ubatches])
-        in_order = bool(np.all(np.diff(out_index) > 0))
-        self.logits = logits if in_order else logits[np.argsort(out_index, kind="stable")]
+        self.logits = logits
         self.output_ids = np.full(ub_all.n_tokens, -1, dtype=np.int64)
         self.output_ids[ub_all.output] = np.arange(ub_all.n_outputs)
         return self.logits
@@ -321,7 +320,8 @@ class LlamaContext:
             self.caches[name].set_state(cells)
         self._graph = None  # a failure may have left the scheduler half-way: plan the next graph anew
 
-    def _process_ubatch(self, ub: PreparedBatch) -> np.ndarray:
+    def _process_ubatch(self, ub: PreparedBatch, logits: np.ndarray, rows: np.ndarray) -> None:
+        """Decode one ubatch; its output tokens' logits are written to ``logits[rows]``."""
         n_tokens = ub.n_tokens
         out_ids = np.flatnonzero(ub.output).astype(np.int32)
         n_outputs = out_ids.size
@@ -367,8 +367,14 @@ class LlamaContext:
                 raise DecodeAborted("decode aborted by the abort callback")
             raise DecodeError(f"the graph failed to compute: {status.name}")
         if n_outputs == 0:
-            return np.zeros((0, self.model.hparams.n_vocab), dtype=np.float32)
-        return tensor_to_numpy(g.logits).reshape(n_outputs, -1)
+            return
+        t = g.logits
+        on_host = (t.buffer is None or t.buffer.is_host()) and t.type == GGMLType.F32 and t.is_contiguous()
+        src = (t.numpy() if on_host else tensor_to_numpy(t)).reshape(n_outputs, -1)
+        if rows[-1] - rows[0] == n_outputs - 1 and np.all(np.diff(rows) == 1):
+            logits[rows[0] : rows[-1] + 1] = src
+        else:
+            logits[rows] = src
 
 
 def tensor_to_numpy(t: Tensor) -> np.ndarray:
