@@ -24,6 +24,7 @@ import numpy as np
 
 from ..backend.api import backend_tensor_get, backend_tensor_set
 from ..errors import PyGGMLError
+from ..tensor import Tensor
 from .kv_cache import KVCache, seq_bit
 
 STATE_SEQ_MAGIC = 0x67677371  # 'ggsq'
@@ -45,11 +46,20 @@ def _runs(cells: np.ndarray) -> list[tuple[int, int]]:
     return [(int(cells[a]), int(cells[b - 1]) + 1) for a, b in zip(starts, ends, strict=True)]
 
 
-def _layout(cache: KVCache, il: int) -> tuple[int, int, int]:
-    """(K row bytes, V row bytes, V element bytes) of layer il."""
+def _row_tensors(cache: KVCache) -> list[tuple[int, Tensor, int, str]]:
+    """(layer, tensor, row bytes, name) of what is saved cell by cell: every K, then every V unless V is
+    transposed (then saved element by element, see _v_planes)."""
     hp = cache.hp
-    k, v = cache.k[il], cache.v[il]
-    return k.type.row_size(hp.n_embd_k_gqa(il)), v.type.row_size(hp.n_embd_v_gqa(il)), v.type.type_size
+    rows = [(il, cache.k[il], cache.k[il].type.row_size(hp.n_embd_k_gqa(il)), "K") for il in cache.layer_ids]
+    if not cache.v_trans:
+        rows += [(il, cache.v[il], cache.v[il].type.row_size(hp.n_embd_v_gqa(il)), "V") for il in cache.layer_ids]
+    return rows
+
+
+def _v_plane(cache: KVCache, il: int, st: int) -> np.ndarray:
+    """Stream st of layer il's transposed V as bytes [n_embd_v_gqa, cells * element size]."""
+    v = cache.v[il]
+    return backend_tensor_get(v, offset=st * v.nb[2], size=v.nb[2]).reshape(cache.hp.n_embd_v_gqa(il), -1)
 
 
 def write_cache(cache: KVCache, seq_id: int, out: io.BufferedIOBase | io.BytesIO) -> None:
@@ -71,26 +81,18 @@ def write_cache(cache: KVCache, seq_id: int, out: io.BufferedIOBase | io.BytesIO
             out.write(struct.pack(f"<iI{len(ids)}i", int(pos[c]), len(ids), *ids))
         runs = _runs(cells)
         out.write(struct.pack("<II", int(cache.v_trans), len(cache.layer_ids)))
-        for il in cache.layer_ids:
-            k = cache.k[il]
-            k_row, _, _ = _layout(cache, il)
-            out.write(struct.pack("<iQ", int(k.type), k_row))
+        for _, t, row, _ in _row_tensors(cache):
+            out.write(struct.pack("<iQ", int(t.type), row))
             for a, b in runs:
-                out.write(backend_tensor_get(k, offset=st * k.nb[2] + a * k_row, size=(b - a) * k_row).tobytes())
-        for il in cache.layer_ids:
-            v = cache.v[il]
-            _, v_row, v_el = _layout(cache, il)
-            if not cache.v_trans:
-                out.write(struct.pack("<iQ", int(v.type), v_row))
-                for a, b in runs:
-                    out.write(backend_tensor_get(v, offset=st * v.nb[2] + a * v_row, size=(b - a) * v_row).tobytes())
-                continue
-            e = cache.hp.n_embd_v_gqa(il)
-            out.write(struct.pack("<iII", int(v.type), v_el, e))
-            plane = backend_tensor_get(v, offset=st * v.nb[2], size=v.nb[2]).reshape(e, cache.size * v_el)
-            for j in range(e):
-                for a, b in runs:
-                    out.write(plane[j, a * v_el : b * v_el].tobytes())
+                out.write(backend_tensor_get(t, offset=st * t.nb[2] + a * row, size=(b - a) * row).tobytes())
+        if cache.v_trans:
+            for il in cache.layer_ids:
+                v, el = cache.v[il], cache.v[il].type.type_size
+                plane = _v_plane(cache, il, st)
+                out.write(struct.pack("<iII", int(v.type), el, plane.shape[0]))
+                for j in range(plane.shape[0]):
+                    for a, b in runs:
+                        out.write(plane[j, a * el : b * el].tobytes())
 
 
 class _Reader:
@@ -152,34 +154,25 @@ def _read_data(cache: KVCache, st: int, cells: np.ndarray, r: _Reader) -> None:
     if bool(v_trans) != cache.v_trans:
         raise StateError("the state's V cache is " + ("" if v_trans else "not ") + "transposed and this "
                          "context's is " + ("" if cache.v_trans else "not ") + "(flash attention differs)")
-    for il in cache.layer_ids:
-        k = cache.k[il]
-        k_row, _, _ = _layout(cache, il)
-        k_type, row = r.unpack("<iQ")
-        if k_type != int(k.type) or row != k_row:
-            raise StateError(f"layer {il}: the state's K rows are type {k_type}, {row} bytes; the cache's "
-                             f"{k.type.name}, {k_row} bytes")
+    for il, t, row, name in _row_tensors(cache):
+        ty, saved_row = r.unpack("<iQ")
+        if ty != int(t.type) or saved_row != row:
+            raise StateError(f"layer {il}: the state's {name} rows are type {ty}, {saved_row} bytes; the cache's "
+                             f"{t.type.name}, {row} bytes")
         for a, b in runs:
-            backend_tensor_set(k, np.frombuffer(r.take((b - a) * k_row), np.uint8), st * k.nb[2] + a * k_row)
+            backend_tensor_set(t, np.frombuffer(r.take((b - a) * row), np.uint8), st * t.nb[2] + a * row)
+    if not cache.v_trans:
+        return
     for il in cache.layer_ids:
-        v = cache.v[il]
-        _, v_row, v_el = _layout(cache, il)
-        if not cache.v_trans:
-            v_type, row = r.unpack("<iQ")
-            if v_type != int(v.type) or row != v_row:
-                raise StateError(f"layer {il}: the state's V rows are type {v_type}, {row} bytes; the cache's "
-                                 f"{v.type.name}, {v_row} bytes")
+        v, el = cache.v[il], cache.v[il].type.type_size
+        plane = _v_plane(cache, il, st)
+        ty, saved_el, n_e = r.unpack("<iII")
+        if ty != int(v.type) or saved_el != el or n_e != plane.shape[0]:
+            raise StateError(f"layer {il}: the state's V is type {ty} x {n_e}; the cache's {v.type.name} x "
+                             f"{plane.shape[0]}")
+        for j in range(n_e):
             for a, b in runs:
-                backend_tensor_set(v, np.frombuffer(r.take((b - a) * v_row), np.uint8), st * v.nb[2] + a * v_row)
-            continue
-        e = cache.hp.n_embd_v_gqa(il)
-        v_type, el, n_e = r.unpack("<iII")
-        if v_type != int(v.type) or el != v_el or n_e != e:
-            raise StateError(f"layer {il}: the state's V is type {v_type} x {n_e}; the cache's {v.type.name} x {e}")
-        plane = backend_tensor_get(v, offset=st * v.nb[2], size=v.nb[2]).reshape(e, cache.size * v_el)
-        for j in range(e):
-            for a, b in runs:
-                plane[j, a * v_el : b * v_el] = np.frombuffer(r.take((b - a) * v_el), np.uint8)
+                plane[j, a * el : b * el] = np.frombuffer(r.take((b - a) * el), np.uint8)
         backend_tensor_set(v, plane.reshape(-1), st * v.nb[2])
 
 
