@@ -109,8 +109,8 @@ def main() -> int:
             return 2
     deadline = time.perf_counter() + args.max_seconds
     rows = []
-    for url in args.url:
-        for c in args.clients:
+    for c in args.clients:  # level by level, the servers in turn: both meet the same machine load
+        for url in args.url:
             n = args.requests or max(4, 2 * c)
             rows.append(asyncio.run(level(url, c, n, args.max_tokens, deadline)))
             if not args.json:
