@@ -35,18 +35,29 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=1, help="tokens per profiled step (default 1: decode; "
                                                            "e.g. 512 profiles a prompt ubatch)")
     ap.add_argument("--parallel", type=int, default=0, help="profile B sequences' batched decode step instead: "
-                                                            "one token and its logits per sequence")
+                                                            "one token and its logits per sequence (with --prompt N: "
+                                                            "B prompts of N tokens, as llama-batched-bench's pp)")
+    ap.add_argument("--streams", action="store_true", help="a KV stream per sequence (default: unified)")
     args = ap.parse_args()
     model = Model(args.model or default_model_path(), progress=False)
     n_ctx = max(256, 2 * args.n_past + (args.reps + 1) * args.prompt * 2)
     n_seq = max(1, args.parallel)
     ctx = LlamaContext(model, ContextParams(n_ctx=n_ctx * n_seq, n_threads=args.threads, n_seq_max=n_seq,
-                                            n_batch=max(512, args.prompt), n_ubatch=max(512, args.prompt)))
+                                            n_batch=max(512, args.prompt * n_seq), n_ubatch=max(512, args.prompt),
+                                            kv_unified=not args.streams))
     ctx.decode(list(range(1, args.n_past + 1)))
     for s in range(1, n_seq):
         ctx.seq_cp(0, s)
 
     def step(first: int) -> None:
+        if args.parallel and args.prompt > 1:  # llama-batched-bench's prompts: B sequences at once
+            ctx.clear()
+            n = args.prompt
+            ctx.decode_batch(Batch(token=[(first + i) % 1000 + 1 for i in range(n * n_seq)],
+                                   pos=[i for _ in range(n_seq) for i in range(n)],
+                                   seq_id=[[s] for s in range(n_seq) for _ in range(n)],
+                                   logits=[i == n - 1 for _ in range(n_seq) for i in range(n)]))
+            return
         if args.parallel:  # llama-batched-bench's generation step
             pos = ctx.seq_pos_max(0) + 1
             ctx.decode_batch(Batch(token=[(first + s) % 1000 + 1 for s in range(n_seq)], pos=[pos] * n_seq,

@@ -109,7 +109,9 @@ def weight_product(w: np.ndarray, ty: GGMLType, x: np.ndarray, n_threads: int) -
         x = fake_quant(np.ascontiguousarray(x), vdt)
     else:
         x = np.ascontiguousarray(x, dtype=np.float32)
-    blas.set_threads(1 if matvec or nt > 1 else n_threads)
+    # OpenBLAS on one thread always: its own threads spin after each call and took the cores from ours
+    # (a KV stream per sequence makes many small attention products: every op of the step ran 1.6x slower)
+    blas.set_threads(1)
     tile = max(16, _TILE_FLOATS // max(k, 1))
     for r0 in range(0, m, tile):
         r1 = min(m, r0 + tile)
