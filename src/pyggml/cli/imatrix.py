@@ -92,11 +92,12 @@ def compute(args: argparse.Namespace, col: object, text: str) -> int:
     """llama-imatrix's ``compute_imatrix``: tokenize, cut into chunks, BOS first, decode each with all outputs."""
     from ..llm.context import ContextParams, LlamaContext
     from ..llm.model import Model
-    from ..llm.models import default_model_path
+    from ..llm.packaged import resolve
     from ..llm.vocab import Vocab
     from .main import CLIError
+    from .perplexity import neg_log_probs
 
-    path = args.model or default_model_path()
+    path = resolve(args.model)  # a file, a packaged model's name, or the default model
     model = Model(path, progress=not args.quiet)
     vocab = Vocab.from_metadata(model.reader)
     n_ctx = args.ctx_size
@@ -126,7 +127,7 @@ def compute(args: argparse.Namespace, col: object, text: str) -> int:
                 ctx.clear()
                 logits = ctx.decode(chunk, outputs=[True] * n_ctx)
                 if not args.no_ppl:  # llama-imatrix's process_logits: the second half predicts its next tokens
-                    v = _neg_log_probs(logits[first:n_ctx - 1], orig[first + 1:])
+                    v = neg_log_probs(logits[first:n_ctx - 1], orig[first + 1:])
                     nll += float(v.sum())
                     nll2 += float((v * v).sum())
                     count += len(v)
@@ -145,14 +146,3 @@ def compute(args: argparse.Namespace, col: object, text: str) -> int:
         else:
             print("Unexpected negative standard deviation of log(prob)")
     return n_chunk
-
-
-def _neg_log_probs(logits: object, targets: list[int]) -> object:
-    """-log softmax(logits)[target] per row, the sums in double as llama.cpp's log_softmax."""
-    import numpy as np
-
-    x = np.asarray(logits, dtype=np.float32)
-    mx = x.max(axis=1)
-    sums = np.exp((x - mx[:, None]).astype(np.float64)).sum(axis=1)
-    t = np.asarray(targets)
-    return -((x[np.arange(len(t)), t] - mx).astype(np.float64) - np.log(sums))

@@ -16,6 +16,7 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -35,11 +36,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def log_softmax_nll(logits: np.ndarray, target: int) -> float:
-    """-log p(target): the max-shifted log-sum-exp with expf terms summed in double (llama.cpp's)."""
-    mx = float(logits.max())
-    s = float(np.exp((logits - np.float32(mx)).astype(np.float32)).astype(np.float64).sum())
-    return -(float(logits[target]) - mx - math.log(s))
+def neg_log_probs(logits: np.ndarray, targets: Sequence[int], rows_per_block: int = 16) -> np.ndarray:
+    """-log p(target) for each row (float64): the max-shifted log-sum-exp with expf terms summed in double,
+    as llama-perplexity's and llama-imatrix's log_softmax. Rows go a block at a time: a block of a
+    262k vocabulary is 16 MB of float32 terms where all the rows of a chunk would be a gigabyte."""
+    x = np.asarray(logits, dtype=np.float32)
+    t = np.asarray(targets, dtype=np.int64)
+    out = np.empty(len(t), dtype=np.float64)
+    for r0 in range(0, len(t), rows_per_block):
+        xb = x[r0 : r0 + rows_per_block]
+        mx = xb.max(axis=1)
+        sums = np.exp(xb - mx[:, None]).astype(np.float64).sum(axis=1)
+        picked = xb[np.arange(len(xb)), t[r0 : r0 + rows_per_block]].astype(np.float64)
+        out[r0 : r0 + rows_per_block] = -(picked - mx.astype(np.float64) - np.log(sums))
+    return out
 
 
 def _eta(seconds: float) -> str:
@@ -107,8 +117,8 @@ def run(args: argparse.Namespace) -> int:
         # rows of one chunk after another within a batch; batches go along the chunk (n_seq is then 1)
         logits = (rows[0] if len(rows) == 1 else np.concatenate(rows, axis=0)).reshape(len(chunks), n_ctx - first, -1)
         for k, c in enumerate(group):
-            for i in range(n_ctx - first - 1):
-                nlls.append(log_softmax_nll(logits[k, i], tokens[c * n_ctx + first + i + 1]))
+            targets = tokens[c * n_ctx + first + 1 : (c + 1) * n_ctx]
+            nlls += neg_log_probs(logits[k, : n_ctx - first - 1], targets).tolist()
             if c == 0 and not args.quiet:  # llama-perplexity's estimate after the first pass
                 t_pass = time.perf_counter() - t_start
                 print(f"perplexity: {t_pass:.2f} seconds per pass - ETA {_eta(t_pass * n_chunk / n_seq)}",
