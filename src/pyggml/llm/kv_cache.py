@@ -171,10 +171,7 @@ class KVCache:
         # as llama.cpp: restart from cell 0 when head ran far past the used cells (or off the end)
         head = int(self.head[st])
         head = 0 if head >= self.size or head > used + 2 * n_tokens else head
-        next_pos = {}
-        if self.n_swa:
-            for s in range(self.n_seq_max):
-                next_pos[s] = self.seq_pos_max(s) + 1
+        next_pos: dict[int, int] = {}  # a sequence's next position, asked only for sequences met in full cells
         idxs: list[int] = []
         taken: set[int] = set()
         n_tested = 0
@@ -194,6 +191,8 @@ class KVCache:
                 m = int(seq[i])
                 if m and m & (m - 1) == 0:  # exactly one sequence
                     s = m.bit_length() - 1
+                    if s not in next_pos:
+                        next_pos[s] = self.seq_pos_max(s) + 1
                     ok = bool(self.is_masked_swa(p, next_pos[s]))
             if ok:
                 idxs.append(i)
