@@ -16,8 +16,9 @@ import argparse
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +51,41 @@ def neg_log_probs(logits: np.ndarray, targets: Sequence[int], rows_per_block: in
         picked = xb[np.arange(len(xb)), t[r0 : r0 + rows_per_block]].astype(np.float64)
         out[r0 : r0 + rows_per_block] = -(picked - mx.astype(np.float64) - np.log(sums))
     return out
+
+
+def decode_chunk_groups(ctx: Any, tokens: Sequence[int], n_ctx: int, n_seq: int, n_batch: int, n_chunk: int,
+                        bos: int, first_output: int,
+                        after_decode: Callable[[], None] | None = None) -> Iterator[tuple[int, np.ndarray]]:
+    """Decode chunks ``0..n_chunk-1`` of ``tokens`` (``n_ctx`` tokens each) as llama-perplexity and llama-imatrix
+    do: ``n_seq`` chunks at a time, one sequence (KV stream) each, in a cleared cache, in batches of ``n_batch``
+    tokens per chunk span (several batches per chunk when ``n_batch < n_ctx``); each chunk's first token is
+    replaced by ``bos`` when ``bos >= 0``. Positions ``>= first_output`` request logits; ``after_decode`` runs
+    after every decode. Yields, chunk by chunk once its group is done, ``(chunk index, logits of positions
+    first_output..n_ctx-1)``."""
+    for c0 in range(0, n_chunk, n_seq):
+        group = range(c0, min(c0 + n_seq, n_chunk))
+        ctx.clear()
+        chunks = []
+        for c in group:
+            chunk = list(tokens[c * n_ctx : (c + 1) * n_ctx])
+            if bos >= 0:
+                chunk[0] = bos
+            chunks.append(chunk)
+        rows = []
+        for b0 in range(0, n_ctx, n_batch):  # the same span of every chunk per batch
+            b1 = min(b0 + n_batch, n_ctx)
+            batch = Batch(token=[t for ch in chunks for t in ch[b0:b1]],
+                          pos=[p for _ in chunks for p in range(b0, b1)],
+                          seq_id=[s for s in range(len(chunks)) for _ in range(b0, b1)],
+                          logits=[p >= first_output for _ in chunks for p in range(b0, b1)])
+            rows.append(ctx.decode_batch(batch))  # a new array each decode: no copy needed
+            if after_decode is not None:
+                after_decode()
+        # rows of one chunk after another within a batch; batches go along the chunk (n_seq is then 1)
+        logits = (rows[0] if len(rows) == 1 else np.concatenate(rows, axis=0)).reshape(len(chunks),
+                                                                                        n_ctx - first_output, -1)
+        for k, c in enumerate(group):
+            yield c, logits[k]
 
 
 def _eta(seconds: float) -> str:
@@ -97,33 +133,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"perplexity: {len(tokens)} tokens, computing over {n_chunk} chunks, n_ctx={n_ctx}{why}, "
               f"batch_size={n_batch}, n_seq={n_seq}", file=sys.stderr)
     t_start = time.perf_counter()
-    for c0 in range(0, n_chunk, n_seq):
-        group = range(c0, min(c0 + n_seq, n_chunk))
-        ctx.clear()
-        chunks = []
-        for c in group:
-            chunk = list(tokens[c * n_ctx : (c + 1) * n_ctx])
-            if add_bos:
-                chunk[0] = vocab.bos
-            chunks.append(chunk)
-        rows = []
-        for b0 in range(0, n_ctx, n_batch):  # the same span of every chunk per batch
-            b1 = min(b0 + n_batch, n_ctx)
-            batch = Batch(token=[t for ch in chunks for t in ch[b0:b1]],
-                          pos=[p for _ in chunks for p in range(b0, b1)],
-                          seq_id=[s for s in range(len(chunks)) for _ in range(b0, b1)],
-                          logits=[p >= first for _ in chunks for p in range(b0, b1)])
-            rows.append(ctx.decode_batch(batch))  # a new array each decode: no copy needed
-        # rows of one chunk after another within a batch; batches go along the chunk (n_seq is then 1)
-        logits = (rows[0] if len(rows) == 1 else np.concatenate(rows, axis=0)).reshape(len(chunks), n_ctx - first, -1)
-        for k, c in enumerate(group):
-            targets = tokens[c * n_ctx + first + 1 : (c + 1) * n_ctx]
-            nlls += neg_log_probs(logits[k, : n_ctx - first - 1], targets).tolist()
-            if c == 0 and not args.quiet:  # llama-perplexity's estimate after the first pass
-                t_pass = time.perf_counter() - t_start
-                print(f"perplexity: {t_pass:.2f} seconds per pass - ETA {_eta(t_pass * n_chunk / n_seq)}",
-                      file=sys.stderr)
-            print(f"[{c + 1}]{math.exp(sum(nlls) / len(nlls)):.4f},", end="", flush=True)
+    for c, logits in decode_chunk_groups(ctx, tokens, n_ctx, n_seq, n_batch, n_chunk, vocab.bos if add_bos else -1,
+                                         first):
+        nlls += neg_log_probs(logits[: n_ctx - first - 1], tokens[c * n_ctx + first + 1 : (c + 1) * n_ctx]).tolist()
+        if c == 0 and not args.quiet:  # llama-perplexity's estimate after the first pass
+            t_pass = time.perf_counter() - t_start
+            print(f"perplexity: {t_pass:.2f} seconds per pass - ETA {_eta(t_pass * n_chunk / n_seq)}",
+                  file=sys.stderr)
+        print(f"[{c + 1}]{math.exp(sum(nlls) / len(nlls)):.4f},", end="", flush=True)
     mean = sum(nlls) / len(nlls)
     var = sum(x * x for x in nlls) / len(nlls) - mean * mean
     ppl = math.exp(mean)
