@@ -271,3 +271,189 @@ def test_quantize_with_a_collected_imatrix(small: Path, tmp_path: Path) -> None:
     with GGUFReader(res.path) as r:
         assert r["quantize.imatrix.dataset"] == "calib.txt" and r["quantize.imatrix.entries_count"] == 14
         assert r["quantize.imatrix.chunks_count"] == 1 and r["general.file_type"] == 19
+
+
+# ---------------------------------------------------------------- llama-imatrix's options (-b, -ofreq, ...)
+TEXT = DATA / "imatrix-text.txt"
+
+
+@pytest.fixture(scope="module")
+def tok2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tokenized_model(tmp_path_factory.mktemp("tok2") / "tok2.gguf")
+
+
+def _run(model: Path, out: Path, *flags: str, text: Path = TEXT) -> None:
+    assert main(["imatrix", "-q", "-m", str(model), "-f", str(text), "-o", str(out), "-c", "32", "-t", "1",
+                 *flags]) == 0
+
+
+def _assert_same(a: IMatrix, b: IMatrix, rtol: float = 0.0) -> None:
+    assert a.chunk_count == b.chunk_count and list(a.entries) == list(b.entries) and len(a.entries) == 14
+    for k, e in a.entries.items():
+        assert e.counts.tolist() == b.entries[k].counts.tolist(), k
+        if rtol:
+            np.testing.assert_allclose(e.sums, b.entries[k].sums, rtol=rtol, err_msg=k)
+        else:
+            np.testing.assert_array_equal(e.sums, b.entries[k].sums, err_msg=k)
+
+
+def test_batch_size_decodes_several_chunks_per_batch(tok2: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """-b 96 with -c 32 decodes 3 chunks per batch (5 chunks: 2 decodes), -b 16 each chunk in 2 batches:
+    the same counts and chunk count as one chunk per batch, sums and perplexities within float32 round-off
+    (measured 4.8e-5 and 1.5e-5 relative)."""
+    calls: list[int] = []
+    real = LlamaContext.decode_batch
+
+    def spy(self: LlamaContext, batch: object) -> np.ndarray:
+        calls.append(len(batch.token))  # type: ignore[attr-defined]
+        return real(self, batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LlamaContext, "decode_batch", spy)
+    ims, ppls = {}, {}
+    for b, want in (("32", [32] * 5), ("96", [96, 64]), ("16", [16] * 10)):
+        calls.clear()
+        _run(tok2, tmp_path / f"b{b}.gguf", "--chunks", "5", "-b", b)
+        assert calls == want, (b, calls)
+        ims[b] = load_imatrix(tmp_path / f"b{b}.gguf")
+        ppls[b] = [float(x) for x in re.findall(r"\[\d+\]([0-9.]+),", capsys.readouterr().out)]
+    assert ims["32"].chunk_count == 5 and ims["32"].entries["blk.1.ffn_down.weight"].counts.tolist() == [160]
+    for b in ("96", "16"):
+        _assert_same(ims[b], ims["32"], rtol=2e-4)
+        np.testing.assert_allclose(ppls[b], ppls["32"], rtol=1e-5)
+    # llama-imatrix -c 32 -b 96 --chunks 5 printed these
+    np.testing.assert_allclose(ppls["96"], [373.9888, 365.3886, 341.4179, 322.5995, 317.9555], rtol=2e-4)
+
+
+def test_save_frequency_copies_are_named_as_llama_imatrix_names_them(tok2: Path, tmp_path: Path) -> None:
+    """--save-frequency 2: OUT.at_2 and OUT.at_4 (llama-imatrix's names), each equal to a run stopped there;
+    with 3 chunks per batch the count goes 3, 5 and the copies are .at_3 and .at_5, as llama-imatrix's."""
+    out = tmp_path / "im.gguf"
+    _run(tok2, out, "--chunks", "5", "-b", "32", "--save-frequency", "2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["im.gguf", "im.gguf.at_2", "im.gguf.at_4"]
+    for n in (2, 4):
+        _run(tok2, tmp_path / f"stop{n}.gguf", "--chunks", str(n), "-b", "32")
+        _assert_same(load_imatrix(tmp_path / f"im.gguf.at_{n}"), load_imatrix(tmp_path / f"stop{n}.gguf"))
+    (tmp_path / "b96").mkdir()
+    _run(tok2, tmp_path / "b96" / "im.gguf", "--chunks", "5", "-b", "96", "--save-frequency", "2")
+    assert sorted(p.name for p in (tmp_path / "b96").iterdir()) == ["im.gguf", "im.gguf.at_3", "im.gguf.at_5"]
+    assert load_imatrix(tmp_path / "b96" / "im.gguf.at_3").chunk_count == 3
+    (tmp_path / "dat").mkdir()
+    _run(tok2, tmp_path / "dat" / "im.dat", "--chunks", "3", "-b", "32", "--save-frequency", "3",
+         "--output-format", "dat")
+    copy = load_imatrix(tmp_path / "dat" / "im.dat.at_3")
+    assert copy.is_legacy and copy.chunk_count == 3
+
+
+def test_output_frequency_writes_the_output_as_a_run_stopped_there(tok2: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """-ofreq 2 over 5 chunks writes OUT after chunks 2 and 4 and at the end; each write holds every weight
+    at that chunk, equal to a run stopped there. The default (10) writes only at the end of 5 chunks."""
+    import pyggml.cli.imatrix as cli_imatrix
+
+    written: list[tuple[str, IMatrix]] = []
+    real = cli_imatrix.save
+
+    def spy(args: object, col: object, path: str) -> None:
+        real(args, col, path)  # type: ignore[arg-type]
+        written.append((Path(path).name, load_imatrix(path)))
+
+    monkeypatch.setattr(cli_imatrix, "save", spy)
+    out = tmp_path / "im.gguf"
+    _run(tok2, out, "--chunks", "5", "-b", "32", "-ofreq", "2")
+    assert [(name, im.chunk_count) for name, im in written] == [("im.gguf", 2), ("im.gguf", 4), ("im.gguf", 5)]
+    for name, im in written:
+        assert {int(e.counts[0]) for e in im.entries.values()} == {32 * im.chunk_count}, name
+    monkeypatch.setattr(cli_imatrix, "save", real)
+    _run(tok2, tmp_path / "stop2.gguf", "--chunks", "2", "-b", "32")
+    _assert_same(written[0][1], load_imatrix(tmp_path / "stop2.gguf"))
+    monkeypatch.setattr(cli_imatrix, "save", spy)
+    written.clear()
+    _run(tok2, out, "--chunks", "5", "-b", "32")
+    assert [(name, im.chunk_count) for name, im in written] == [("im.gguf", 5)]
+
+
+def test_chunk_skips_exactly_the_first_chunks(tok2: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """--chunk 1 --chunks 2 processes chunks 1 and 2: with chunk 0 alone (combined by --in-file) it gives
+    the 3-chunk imatrix, and its first perplexity is chunk 1's own, b*b/a from a 2-chunk run's [1]a,[2]b
+    (llama-imatrix --chunk 1 --chunks 2 printed [1]356.9862)."""
+    _run(tok2, tmp_path / "c0.gguf", "--chunks", "2", "-b", "32")
+    a, b = (float(x) for x in re.findall(r"\[\d+\]([0-9.]+),", capsys.readouterr().out))
+    _run(tok2, tmp_path / "c0.gguf", "--chunks", "1", "-b", "32")
+    _run(tok2, tmp_path / "c12.gguf", "--chunk", "1", "--chunks", "2", "-b", "32")
+    first = float(re.findall(r"\[1\]([0-9.]+),", capsys.readouterr().out)[-1])
+    np.testing.assert_allclose(first, b * b / a, rtol=1e-5)
+    np.testing.assert_allclose(first, 356.9862, rtol=2e-4)
+    _run(tok2, tmp_path / "all.gguf", "--chunks", "3", "-b", "32")
+    assert main(["imatrix", "-q", "-c", "32", "--in-file", f"{tmp_path / 'c0.gguf'},{tmp_path / 'c12.gguf'}",
+                 "-o", str(tmp_path / "sum.gguf")]) == 0
+    _assert_same(load_imatrix(tmp_path / "sum.gguf"), load_imatrix(tmp_path / "all.gguf"), rtol=1e-5)
+    assert load_imatrix(tmp_path / "c12.gguf").chunk_count == 2
+    # 2157 tokens are 67 chunks of 32: llama-imatrix wants more than two chunks' tokens left after the skip
+    _run(tok2, tmp_path / "c65.gguf", "--chunk", "65", "--no-ppl")
+    assert load_imatrix(tmp_path / "c65.gguf").chunk_count == 2
+    assert main(["imatrix", "-q", "-m", str(tok2), "-f", str(TEXT), "-c", "32", "--chunk", "66",
+                 "-o", str(tmp_path / "x.gguf")]) == 1
+    err = capsys.readouterr().err
+    assert "--chunk 66: there will be not enough tokens left after removing 66 chunks" in err
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_no_ppl_and_parse_special(tok2: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--no-ppl prints no perplexity and collects the same imatrix; --parse-special turns the BOS text into
+    the one BOS token (so fewer chunks), without it the text is 17 plain tokens."""
+    from pyggml.llm.vocab import Vocab
+
+    _run(tok2, tmp_path / "p.gguf", "--chunks", "2", "--ppl")
+    assert "Final estimate" in capsys.readouterr().out
+    _run(tok2, tmp_path / "n.gguf", "--chunks", "2", "--no-ppl")
+    assert capsys.readouterr().out == ""
+    _assert_same(load_imatrix(tmp_path / "n.gguf"), load_imatrix(tmp_path / "p.gguf"))
+    text = tmp_path / "special.txt"
+    text.write_text("<|begin_of_text|>" * 64 + TEXT.read_text(encoding="utf-8")[:1000], encoding="utf-8")
+    vocab = Vocab.from_metadata(Model(tok2, progress=False).reader)
+    for flags, parse in (([], False), (["--parse-special"], True)):
+        _run(tok2, tmp_path / "s.gguf", "--no-ppl", *flags, text=text)
+        n = len(vocab.tokenize(text.read_text(encoding="utf-8"), add_special=True, parse_special=parse))
+        assert load_imatrix(tmp_path / "s.gguf").chunk_count == n // 32, flags
+    assert len(vocab.tokenize("<|begin_of_text|>", add_special=False, parse_special=False)) == 17
+
+
+@pytest.mark.parametrize(("flags", "needle"), [
+    (["-ofreq", "0"], "-ofreq/--output-frequency must be > 0"),
+    (["--output-frequency", "-3"], "-ofreq/--output-frequency must be > 0"),
+    (["--save-frequency", "-1"], "--save-frequency must be >= 0"),
+    (["--chunk", "-1"], "--chunk/--from-chunk must be >= 0"),
+    (["--chunks", "0"], "--chunks must be -1 (all) or > 0"),
+    (["-b", "48"], "-b/--batch-size (48) must be below -c/--ctx-size (32) or a multiple of it"),
+    (["-b", "0"], "-b/--batch-size 0 is out of range"),  # main's check of the shared model flags
+])
+def test_bad_option_values_are_one_line_errors(tok2: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               flags: list[str], needle: str) -> None:
+    out = tmp_path / "im.gguf"
+    assert main(["imatrix", "-q", "-m", str(tok2), "-f", str(TEXT), "-o", str(out), "-c", "32", *flags]) == 1
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+def test_help_names_llama_imatrix_options(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["imatrix", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for flag in ("-b BATCH_SIZE, --batch-size", "-ofreq N, --output-frequency N", "--save-frequency N",
+                 "imatrix.gguf.at_20", "--chunk N, --from-chunk N", "--chunks N", "--ppl", "--no-ppl",
+                 "--parse-special", "-o FNAME, --output FNAME, --output-file FNAME", "--in-file FNAME",
+                 "--process-output", "--show-statistics", "--output-format {gguf,dat}"):
+        assert flag in out, flag
+
+
+def test_gguf_output_without_gguf_suffix_is_warned_about(tok2: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["imatrix", "-m", str(tok2), "-f", str(TEXT), "-c", "32", "--chunks", "2", "--no-ppl"]
+    assert main([*base, "-o", str(tmp_path / "im.bin")]) == 0
+    assert "saving imatrix using GGUF format with a different suffix than .gguf" in capsys.readouterr().err
+    assert main([*base, "-o", str(tmp_path / "im.bin"), "--output-format", "gguf"]) == 0
+    assert "different suffix" not in capsys.readouterr().err

@@ -82,8 +82,6 @@ def _check_args(args: argparse.Namespace) -> None:
         raise CLIError(f"--chunk/--from-chunk must be >= 0, got {args.chunk}")
     if args.file is None:  # combining files decodes nothing: -b does not matter
         return
-    if args.batch_size <= 0:
-        raise CLIError(f"-b/--batch-size must be > 0, got {args.batch_size}")
     if args.batch_size >= args.ctx_size and args.batch_size % args.ctx_size:
         raise CLIError(f"-b/--batch-size ({args.batch_size}) must be below -c/--ctx-size ({args.ctx_size}) or a "
                        "multiple of it: each batch holds whole chunks or part of one")
