@@ -6,6 +6,12 @@ chunks per batch (4 with the defaults), each a sequence in its own KV stream, ev
 chunk longer than -b goes in several batches. The collector sums each weight's squared inputs; whenever
 the chunk count passes a multiple of --output-frequency the imatrix is written to -o, and of
 --save-frequency to a copy named ``-o`` + ``.at_<chunk count>``, as llama-imatrix names them.
+
+One difference, on purpose: llama-imatrix tests for those writes inside its eval callback, so a file is
+written as soon as the first weight (blk.0.attn_q) passes the chunk and holds every other weight one chunk
+behind (its ``.at_1`` has blk.0.attn_q alone). Here the test runs once each decode is done, so every
+intermediate file equals the imatrix of a run stopped at that chunk; which chunks trigger a write, and the
+names, are llama-imatrix's.
 """
 
 from __future__ import annotations
