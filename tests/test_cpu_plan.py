@@ -182,7 +182,7 @@ def test_cont_of_a_permuted_tensor(src_type: GGMLType, dst_type: GGMLType) -> No
 def test_quantized_mat_vec_is_the_numpy_paths_bits(ty: GGMLType, cols: int | str) -> None:
     """Few src1 rows: the compiled kernel runs the same integer block dots as the numpy path."""
     c = OpCase()
-    n = MATVEC_MAX_COLS[ty] if cols == "max" else cols
+    n = min(MATVEC_MAX_COLS[ty], 100) if cols == "max" else cols  # Q8_0/Q4_0/Q5_0: no limit
     w = c.tensor(ty, 512, 70)
     x = c.tensor(F32, 512, n, lo=-3, hi=3)
     exact(*both(B.mul_mat(c.ctx, w, x)))
@@ -195,14 +195,102 @@ def test_quantized_mat_vec_over_planes_of_src1() -> None:
     exact(*both(B.mul_mat(c.ctx, w, x)))
 
 
+@pytest.mark.parametrize("n_tok", [1, 3, 40])
 @pytest.mark.parametrize("wt", [F16, F32])
-def test_float_mat_mul_like_attention(wt: GGMLType) -> None:
-    """KQ against a permuted K view with GQA broadcast (4 query heads per KV head), few query rows."""
+def test_float_mat_mul_like_attention(wt: GGMLType, n_tok: int) -> None:
+    """KQ against a permuted K view with GQA broadcast (4 query heads per KV head)."""
     c = OpCase()
-    head, n_kv, n_kv_head, n_head, n_tok = 64, 37, 2, 8, 3
+    head, n_kv, n_kv_head, n_head = 64, 37, 2, 8
     k = B.permute(c.ctx, c.tensor(wt, head, n_kv_head, n_kv), 0, 2, 1, 3)  # [head, n_kv, n_kv_head]
     q = B.permute(c.ctx, c.tensor(F32, head, n_head, n_tok), 0, 2, 1, 3)  # [head, n_tok, n_head]
     close(*both(B.mul_mat(c.ctx, k, q)), rtol=1e-5)
+
+
+def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 fused multiply-add: the product of two float32 is exact in float64 (rounding the float64 sum
+    to float32 differs from one rounding only at float32 ties after a float64 rounding, ~2^-29 a step)."""
+    return (a.astype(np.float64) * b + c).astype(np.float32)
+
+
+def _hsum8(v: np.ndarray) -> np.ndarray:
+    q = v[..., 4:] + v[..., :4]
+    return (q[..., 0] + q[..., 2]) + (q[..., 1] + q[..., 3])
+
+
+def _tinyblas(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """llamafile's tinyBLAS<8, __m256> per output (sgemm.cpp gemm_bloc): one 8-lane fma accumulator, hsum."""
+    acc = np.zeros((x.shape[0], w.shape[0], 8), np.float32)
+    for l in range(0, w.shape[1], 8):
+        acc = _fma(w[None, :, l:l + 8], x[:, None, l:l + 8], acc)
+    return _hsum8(acc)
+
+
+def _vec_dot(w: np.ndarray, x: np.ndarray, half: bool) -> np.ndarray:
+    """ggml_vec_dot_f16/_f32 on AVX2 (vec.cpp): four 8-lane fma accumulators over steps of 32,
+    GGML_F32x8_REDUCE, leftovers in double (fp16) or float (f32)."""
+    k = w.shape[1]
+    np32 = k // 32 * 32
+    acc = np.zeros((x.shape[0], w.shape[0], 4, 8), np.float32)
+    for i in range(0, np32, 32):
+        acc = _fma(w[None, :, i:i + 32].reshape(1, -1, 4, 8), x[:, None, i:i + 32].reshape(-1, 1, 4, 8), acc)
+    x0 = (acc[..., 0, :] + acc[..., 2, :]) + (acc[..., 1, :] + acc[..., 3, :])
+    t0 = x0[..., :4] + x0[..., 4:]
+    red = (t0[..., 0] + t0[..., 1]) + (t0[..., 2] + t0[..., 3])
+    if half:
+        s = red.astype(np.float64)
+        for i in range(np32, k):
+            s = s + (w[None, :, i] * x[:, None, i]).astype(np.float64)
+        return s.astype(np.float32)
+    for i in range(np32, k):
+        red = _fma(w[None, :, i], x[:, None, i], red)
+    return red
+
+
+@pytest.mark.parametrize("wt", [F16, F32])
+@pytest.mark.parametrize(("k", "m", "n"), [(64, 36, 17), (72, 36, 21), (40, 37, 17), (70, 36, 18)])
+def test_prompt_float_mat_mul_is_llama_cpps_order(wt: GGMLType, k: int, m: int, n: int) -> None:
+    """Prompt-size products get llama.cpp's bits on x86/AVX2: tinyBLAS's tiles when k % 8 == 0 and m % 4 == 0,
+    one ggml_vec_dot per output otherwise (m = 37; k = 70), src1 rounded to fp16 against fp16 weights."""
+    c = OpCase()
+    w = c.tensor(wt, k, m)
+    x = c.tensor(F32, k, n, lo=-3, hi=3)
+    out = B.mul_mat(c.ctx, w, x)
+    got, _ = both(out)
+    wv = values(w)[0, 0]
+    xv = values(x)[0, 0]
+    if wt == F16:
+        xv = xv.astype(np.float16).astype(np.float32)
+    tiled = k % 8 == 0 and m % 4 == 0
+    want = _tinyblas(wv, xv) if tiled else _vec_dot(wv, xv, wt == F16)
+    exact(got[0, 0], want)
+
+
+@pytest.mark.parametrize("wt", [F16, F32])
+def test_decode_float_mat_mul_sums_in_double(wt: GGMLType) -> None:
+    """Up to 16 columns: each output is the double sum of the float products, rounded once."""
+    c = OpCase()
+    w = c.tensor(wt, 72, 36)
+    x = c.tensor(F32, 72, 16, lo=-3, hi=3)
+    got, _ = both(B.mul_mat(c.ctx, w, x))
+    xv = values(x)[0, 0]
+    if wt == F16:
+        xv = xv.astype(np.float16).astype(np.float32)
+    want = (xv.astype(np.float64) @ values(w)[0, 0].T.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(got[0, 0], want)
+
+
+def test_attention_rows_do_not_change_with_the_batch() -> None:
+    """Prompt-size KQV over more cells (zero probabilities past the live ones) and with other query rows beside
+    it: each output keeps its bits, so perplexity does not depend on how chunks are grouped into batches."""
+    c = OpCase()
+    v = c.tensor(F16, 512, 64)  # V^T: [n_kv, head]
+    probs = c.rng.uniform(0, 1, size=(40, 512)).astype(np.float32)
+    probs[:, 256:] = 0  # the cells past the first 256 are masked
+    p = c.tensor(F32, 512, 40, data=probs)
+    few = c.tensor(F32, 256, 20, data=probs[:20, :256])  # 20 query rows over the first 256 cells only
+    vw = B.view_2d(c.ctx, v, 256, 64, v.nb[1], 0)
+    all_rows = c.compute(B.mul_mat(c.ctx, v, p))[0, 0]
+    exact(c.compute(B.mul_mat(c.ctx, vw, few))[0, 0], all_rows[:20])
 
 
 def _one_column_at_a_time(c: OpCase, w: Tensor, x: Tensor) -> np.ndarray:
@@ -226,13 +314,25 @@ def test_mat_vec_columns_together_give_each_columns_bits(ty: GGMLType, cols: int
     exact(c.compute(out)[0, 0], _one_column_at_a_time(c, w, x))
 
 
-@pytest.mark.parametrize("ty", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q4_0, GGMLType.Q5_0])
+@pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0])
+def test_prompt_size_q8_0_family_gives_each_columns_bits(ty: GGMLType) -> None:
+    """Q8_0/Q4_0/Q5_0 prompts (register tiles over decoded rows, a block of columns at a time: k = 8192 makes
+    blocks of 32 columns; 9 rows and 70 columns leave partial tiles) give each row the bits it gets alone."""
+    c = OpCase()
+    w = c.tensor(ty, 8192, 9)
+    x = c.tensor(F32, 8192, 70, lo=-3, hi=3)
+    out = B.mul_mat(c.ctx, w, x)
+    if jit.matmul.gemm.AVAILABLE:  # x86 AVX2: the register tiles over decoded rows
+        assert jit.select(out).kernel.name == f"k_tiles_{ty.name.lower()}"
+    exact(c.compute(out)[0, 0], _one_column_at_a_time(c, w, x))
+
+
+@pytest.mark.parametrize("ty", [GGMLType.Q4_K, GGMLType.Q6_K])
 @pytest.mark.parametrize(("rows", "extra"), [(64, 8), (70, 5), (8, 1)])
 def test_integer_gemm_gives_the_mat_vec_results(ty: GGMLType, rows: int, extra: int) -> None:
     """Prompt-size products (AVX2 integer GEMM over interleaved 8-row tiles) against the one-column kernel:
-    K-quants give exactly its bits (same integer dots, same float steps); Q4_0/Q5_0 the same integer block
-    dots summed in ggml's generic order instead of 8 float lanes. Rows past the last whole tile and
-    activation rows past the last group of 4 are covered by the odd sizes."""
+    exactly its bits (same integer dots, same float steps). Rows past the last whole tile and activation
+    rows past the last group of 4 are covered by the odd sizes."""
     from pyggml.backend.cpu.jit import gemm
 
     if not gemm.AVAILABLE:
@@ -246,14 +346,14 @@ def test_integer_gemm_gives_the_mat_vec_results(ty: GGMLType, rows: int, extra: 
     g.build_forward_expand(out)
     assert any(n is out for n in plan_for(g, _resolve).nodes)
     graph_compute(g, 2)
-    (exact if ty in (GGMLType.Q4_K, GGMLType.Q6_K) else close)(values(out)[0, 0], _one_column_at_a_time(c, w, x))
+    exact(values(out)[0, 0], _one_column_at_a_time(c, w, x))
 
 
 def test_large_products_stay_on_the_numpy_kernel() -> None:
     c = OpCase()
     w = c.tensor(GGMLType.Q4_1, 64, 8)
     out = B.mul_mat(c.ctx, w, c.tensor(F32, 64, 1))  # no compiled Q4_1 kernel
-    many = B.mul_mat(c.ctx, c.tensor(GGMLType.Q8_0, 64, 8), c.tensor(F32, 64, MATVEC_MAX_COLS[GGMLType.Q8_0] + 1))
+    many = B.mul_mat(c.ctx, c.tensor(GGMLType.IQ4_NL, 64, 8), c.tensor(F32, 64, MATVEC_MAX_COLS[GGMLType.IQ4_NL] + 1))
     for node in (out, many):
         g = Graph()
         g.build_forward_expand(node)

@@ -150,3 +150,31 @@ def f32_from_bits(typingctx, bits):
         return builder.bitcast(v, ir.FloatType())
 
     return sig, codegen
+
+
+@intrinsic
+def f32_bits(typingctx, x):
+    """The int32 bit pattern of the float32 ``x`` (a register bitcast)."""
+    if x != types.float32:
+        return None
+    sig = types.int32(x)
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], _I32)
+
+    return sig, codegen
+
+
+@intrinsic
+def fmaf(typingctx, a, b, c):
+    """a*b + c in float32 with one rounding (llvm.fma.f32: vfmadd on FMA CPUs), as C's fmaf."""
+    if not (a == b == c == types.float32):
+        return None
+    sig = types.float32(a, b, c)
+
+    def codegen(context, builder, sig, args):
+        f = ir.FloatType()
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f, [f] * 3), "llvm.fma.f32")
+        return builder.call(fn, list(args))
+
+    return sig, codegen

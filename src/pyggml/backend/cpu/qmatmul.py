@@ -47,6 +47,7 @@ from ... import quants
 from ...types import GGMLType
 from . import threads
 from .actquant import F16_TO_F32
+from .native import fmaf
 
 #: fp16 bit pattern -> float32 (exact, as GGML_FP16_TO_FP32)
 _F16 = F16_TO_F32
@@ -64,8 +65,12 @@ FUSED = frozenset(Q8_0_FAMILY + Q8_1_FAMILY + Q8_K_FAMILY)
 #: 82.4/82.1 at 96; Q8_0 4864x896 fused/BLAS 87.8/76.6 at 96; Q5_K fused/BLAS 73.2/54.6 at 128).
 #: The fused kernels decode each weight block once for ROWDOT_COLS activation rows.
 #: IQ4_NL/Q4_1/Q5_1 have plainer kernels (a decode per column), hence the lower limit.
+#: Q8_0/Q4_0/Q5_0 take the fused kernels at every column count: llama.cpp computes their prompts with
+#: the same per-output dot as their decode on x86 (llamafile's tinyBLAS_Q0_AVX: 8 float lanes, fma per
+#: block), so a product's bits never depend on the batch's shape, and neither do perplexity or imatrix.
+ALL_COLS = 1 << 62
 MATVEC_MAX_COLS = {
-    GGMLType.Q8_0: 96, GGMLType.Q4_0: 48, GGMLType.Q5_0: 40, GGMLType.IQ4_NL: 8, GGMLType.Q4_1: 8,
+    GGMLType.Q8_0: ALL_COLS, GGMLType.Q4_0: ALL_COLS, GGMLType.Q5_0: ALL_COLS, GGMLType.IQ4_NL: 8, GGMLType.Q4_1: 8,
     GGMLType.Q5_1: 8, GGMLType.Q4_K: 64, GGMLType.Q5_K: 128, GGMLType.Q6_K: 96,
 }
 #: fused products reading fewer weight bytes than this (times columns) run on one thread: waking a
@@ -304,6 +309,12 @@ def _decode_q5_0(builder, blk):
     return builder.sub(builder.or_(_nibbles32(builder, q), hb), _consts(32, [16] * 32))
 
 
+def _fma8(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+    """a*b + c over <8 x float> with one rounding (llvm.fma: vfmadd on FMA CPUs)."""
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(a.type, [a.type] * 3), "llvm.fma.v8f32")
+    return builder.call(fn, [a, b, c])
+
+
 def _rowdot_blocks(builder, decode, block_bytes, wbase, nb, cols, tbase):
     """The codegen of the row dots: per block, codes decoded once and dotted with each column's
     (activation base, scale base) in ``cols``; returns each column's float32 sum."""
@@ -319,10 +330,9 @@ def _rowdot_blocks(builder, decode, block_bytes, wbase, nb, cols, tbase):
             av = builder.load(builder.bitcast(builder.gep(abase, [builder.mul(b, ir.Constant(_I64, 32))]),
                                               _vec(32).as_pointer()), align=1)
             lanes = _signed_lanes8(builder, codes, av)  # <8 x i32>
-            # multiply, then add (two roundings): fused multiply-adds measured further from llama.cpp's
-            # reference logits (tests/data/gemma3: mean top-10 error 0.236 vs 0.215)
-            contrib = builder.fmul(builder.sitofp(lanes, f8), _splat(builder, d, 8))
-            builder.store(builder.fadd(builder.load(acc), contrib), acc)
+            # acc = fma(d, lanes, acc): ggml's AVX2 vec_dot (_mm256_fmadd_ps) and llamafile's
+            # tinyBLAS_Q0_AVX, which llama.cpp runs for these types' prompts on x86 (sgemm.cpp)
+            builder.store(_fma8(builder, _splat(builder, d, 8), builder.sitofp(lanes, f8), builder.load(acc)), acc)
     sums = []
     for acc in accs:
         v2 = _halves(builder, _halves(builder, builder.load(acc)))
@@ -354,6 +364,8 @@ def _rowdot32(decode, block_bytes: int):
     return intrinsic(typer)
 
 
+#: activation bytes per column block of the row-dot kernels (half of a Zen 3 / Ice Lake L2)
+_COL_BLOCK_BYTES = 256 * 1024
 #: columns per call of the multi-column row dots: one decode of the weight codes serves them all
 ROWDOT_COLS = 4
 
@@ -689,17 +701,21 @@ def _mv_rowdot(kind, wu, wi, rs, m, qa, da, asum, tab, out, r0, r1):  # pragma: 
     """Q8_0 / Q4_0 / Q5_0 (kind 0/1/2): one whole-row vector dot per output (see rowdot_*)."""
     n, nb = qa.shape[0], qa.shape[1] // 32
     qf, df = qa.reshape(qa.size), da.reshape(da.size)
+    n4 = n - n % ROWDOT_COLS
+    # prompts: columns a block at a time, so the activations a row meets stay in L2 (k bytes a column)
+    cb = max(ROWDOT_COLS, (_COL_BLOCK_BYTES // (32 * nb)) // ROWDOT_COLS * ROWDOT_COLS)
+    for j0 in range(0, n4, cb):
+        for r in range(r0, r1):
+            for j in range(j0, min(j0 + cb, n4), ROWDOT_COLS):  # several columns per decode of the row
+                if kind == 0:
+                    s = rowdot4_q8_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
+                elif kind == 1:
+                    s = rowdot4_q4_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
+                else:
+                    s = rowdot4_q5_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
+                for c in range(ROWDOT_COLS):
+                    out[j + c, r] = s[c]
     for r in range(r0, r1):
-        n4 = n - n % ROWDOT_COLS
-        for j in range(0, n4, ROWDOT_COLS):  # several columns per decode of the row
-            if kind == 0:
-                s = rowdot4_q8_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
-            elif kind == 1:
-                s = rowdot4_q4_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
-            else:
-                s = rowdot4_q5_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
-            for c in range(ROWDOT_COLS):
-                out[j + c, r] = s[c]
         for j in range(n4, n):
             if kind == 0:
                 out[j, r] = rowdot_q8_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
@@ -777,6 +793,15 @@ def _scale_min_k4(wu, o, sc, mn):  # pragma: no cover - compiled
         mn[k] = (np.int32(wu[o + k + 4]) >> 4) | ((np.int32(wu[o + k]) >> 6) << 4)
 
 
+@njit(cache=True, inline="always")
+def _k_acc(kind, acc, d, isum):  # pragma: no cover - compiled
+    """acc + d*isum for a superblock: Q4_K with one rounding, as llama.cpp's x86 repacked Q4_K kernels
+    (repack.cpp gemv/gemm_q4_K_8x8_q8_K: _mm256_fmadd_ps); Q5_K rounding the product first."""
+    if kind == 0:
+        return fmaf(isum, d, acc)
+    return acc + d * isum
+
+
 @njit(cache=True, nogil=True)
 def _mv_k(kind, wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
     """Q4_K / Q5_K / Q6_K (kind 0/1/2) rows against activation rows, ROWDOT_COLS rows per decode
@@ -808,16 +833,16 @@ def _mv_k(kind, wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no co
                 dw, mw = _h(tab, wu, o), _h(tab, wu, o + 2)
                 if cols == 1:
                     t1 = sbdot_q4_k(wu, o, qf, ao, bf, bo) if kind == 0 else sbdot_q5_k(wu, o, qf, ao, bf, bo)
-                    acc0[0] += (dw * da[j, b]) * np.float32(t1[0])
-                    acc1[0] += (mw * da[j, b]) * np.float32(t1[1])
+                    acc0[0] = _k_acc(kind, acc0[0], dw * da[j, b], np.float32(t1[0]))
+                    acc1[0] = _k_acc(kind, acc1[0], mw * da[j, b], np.float32(t1[1]))
                 else:
                     if kind == 0:
                         t = sbdot4_q4_k(wu, o, qf, ao, bf, bo, k, bk)
                     else:
                         t = sbdot4_q5_k(wu, o, qf, ao, bf, bo, k, bk)
                     for c in range(ROWDOT_COLS):
-                        acc0[c] += (dw * da[j + c, b]) * np.float32(t[2 * c])
-                        acc1[c] += (mw * da[j + c, b]) * np.float32(t[2 * c + 1])
+                        acc0[c] = _k_acc(kind, acc0[c], dw * da[j + c, b], np.float32(t[2 * c]))
+                        acc1[c] = _k_acc(kind, acc1[c], mw * da[j + c, b], np.float32(t[2 * c + 1]))
             for c in range(cols):
                 out[j + c, r] = acc0[c] - acc1[c]
             j += cols

@@ -1,7 +1,7 @@
 """Compiled elementwise kernels: ADD/SUB/MUL/DIV with ggml broadcasting, SCALE, GLU and UNARY (F32).
 
 Same float32 operations, one rounding each, as the numpy kernels in kernels_elementwise.py;
-GELU goes through ggml's fp16 table (activations.py), SiLU is ``x / (1 + expf(-x))``.
+GELU goes through ggml's fp16 table (activations.py), SiLU is ``x / (1 + expf(-x))`` with ggml's expf (mathf.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..activations import _GELU_TABLE_F32
 from ..actquant import f16_bits
 from ..native import f32p, u32p
 from . import Choice, jit_kernel, selector
-from .mathf import expf
+from .mathf import LANES, libm_expf, v_expf
 from .record import AUX, T_DST, T_SRC0, T_SRC1, aux_f32, params_f32, rec, span
 
 F32 = GGMLType.F32
@@ -177,9 +177,15 @@ def _gelu_row(xv, xb, table, dv):  # pragma: no cover - compiled
 
 @numba.njit(**_opts)
 def _silu_row(xv, xb, table, dv):  # pragma: no cover - compiled
-    for i in range(xv.size):
+    """ggml_vec_silu_f32 on AVX2: x / (1 + exp(-x)), ggml_v_expf over whole vectors, libm for the rest."""
+    n = xv.size
+    nv = n - n % LANES
+    for i in range(nv):
         v = xv[i]
-        dv[i] = v / (np.float32(1.0) + expf(-v))
+        dv[i] = v / (np.float32(1.0) + v_expf(-v))
+    for i in range(nv, n):
+        v = xv[i]
+        dv[i] = v / (np.float32(1.0) + libm_expf(-v))
 
 
 @numba.njit(**_opts)

@@ -1,4 +1,5 @@
-"""Prompt-size MUL_MAT with Q4_K weights as integer arithmetic (x86 AVX2), ggml's repack idea per tile.
+"""Prompt-size MUL_MAT with quantized weights (x86 AVX2): integer tiles for Q4_K/Q6_K, register tiles for
+Q8_0/Q4_0/Q5_0.
 
 Why: a prompt multiplies every weight by hundreds of activation rows, so it is compute-bound. The
 numpy kernel dequantizes to float32 and uses BLAS sgemm, which is capped by the float multiply-add
@@ -12,7 +13,7 @@ unpacks them once into an interleaved scratch tile (about 2.5 KB per 256 columns
 streams every activation row past it, 4 at a time. The activations are quantized to Q8_K first, as
 for every Q4_K product. Each output is the same integer superblock dots and the same float
 operations, in the same order, as the mat-vec kernel (qmatmul._mv_q4_k): prompt and decode give
-the same bits for a token.
+the same bits for a token. The 32-value block types cannot share lanes that way (see q0_tiles).
 
 Scratch tile, per superblock (``SB_BYTES``): codes (64 steps of 32 bytes: rows 0..7, 4 codes each),
 sub-block scales (8 x 16 i16, each row's scale in its two lanes), mins (4 x 16 i16, pairs of
@@ -29,7 +30,20 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..native import atomic_add, atomic_store, f32p, i8p, i32p, i64p, u8p
-from ..qmatmul import _AVX2, _h, _maddubs, _maddwd, _scale_min_k4, _vec
+from ..qmatmul import (
+    _AVX2,
+    _decode_q4_0,
+    _decode_q5_0,
+    _decode_q8_0,
+    _fp16_at,
+    _h,
+    _maddubs,
+    _maddwd,
+    _quantize_q8_0,
+    _scale_min_k4,
+    _vec,
+    _x86,
+)
 from ..threads import C_CHUNK, C_WDATA, barrier
 from .elementwise import _row_index
 from .record import AUX, T_DST, T_SRC0, T_SRC1, rec, span
@@ -139,8 +153,8 @@ def _tile_kernel(cols: int, q6: bool):
     k, da f32 rows of nsb, bs int32 rows of nsb*16, all row-major and addressed from their first row) times
     the 8 rows of a Q4_K (q6=False) or Q6_K scratch tile; writes out[c][0..8] (f32) at out + c*out_stride.
 
-    Per lane (weight row) the float steps are the mat-vec kernel's: Q4_K acc0 += (d*da)*sumi,
-    acc1 += (dmin*da)*summ, out = acc0 - acc1; Q6_K acc += (d*da)*(sumi - 32*sum sc*bsum)."""
+    Per lane (weight row) the float steps are the mat-vec kernel's: Q4_K acc0 = fma(sumi, d*da, acc0),
+    acc1 = fma(summ, dmin*da, acc1), out = acc0 - acc1; Q6_K acc += (d*da)*(sumi - 32*sum sc*bsum)."""
     sb_bytes = Q6_BYTES if q6 else SB_BYTES
 
     def typer(typingctx, tile, nsb, qa, k, da, bs, out, out_stride):
@@ -217,10 +231,13 @@ def _tile_kernel(cols: int, q6: bool):
                     summ = zero_i
                     for j, bj in enumerate(_bcast_pairs(builder, builder.add(ev, od))):
                         summ = builder.add(summ, _maddwd(builder, mins[j], bj))
-                    t0 = builder.fmul(builder.fmul(d, da), builder.sitofp(acc32[c], f8))
-                    t1 = builder.fmul(builder.fmul(dmin, da), builder.sitofp(summ, f8))
-                    builder.store(builder.fadd(builder.load(acc0[c]), t0), acc0[c])
-                    builder.store(builder.fadd(builder.load(acc1[c]), t1), acc1[c])
+                    # fma, as llama.cpp's repacked Q4_K kernels (the mat-vec's _k_acc)
+                    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f8, [f8] * 3),
+                                                         "llvm.fma.v8f32")
+                    builder.store(builder.call(fma, [builder.sitofp(acc32[c], f8), builder.fmul(d, da),
+                                                     builder.load(acc0[c])]), acc0[c])
+                    builder.store(builder.call(fma, [builder.sitofp(summ, f8), builder.fmul(dmin, da),
+                                                     builder.load(acc1[c])]), acc1[c])
             out_p = builder.inttoptr(out_a, i8ptr)
             for c in range(cols):
                 res = builder.load(acc0[c]) if q6 else builder.fsub(builder.load(acc0[c]), builder.load(acc1[c]))
@@ -328,89 +345,44 @@ def gemm_tiles(node, ith, nth, ctrl, tile_at, blk_len, blk_bytes, es, quantize, 
         mv(wu, wi, rs, m, qa, da, ex, tab, out, m - m % ROWS, m)
 
 
-# --------------------------------------------------------------------------------- Q4_0 / Q5_0
-# 32-value blocks with an fp16 scale each, against Q8_0 activations. Codes are kept unsigned (Q4_0:
-# 0..15, Q5_0: 0..31) and the offset (8 or 16) comes off each block through the activation's block
-# sum: sum (q - off) a = sum q a - off * sum a. Per lane (weight row): acc += (d_w*d_a) * float(sumi),
-# block after block, as ggml's generic vec_dot.
-Q0_CODES = 256
-Q0_BLOCK = Q0_CODES + 32  # codes, then d (8 f32)
+# ------------------------------------------------------------------------ Q8_0 / Q4_0 / Q5_0 tiles
+# ggml's AVX2 vec_dot and llamafile's tinyBLAS_Q0_AVX (what llama.cpp runs for these types' prompts
+# on x86) give every output its own 8 float lanes: per 32-value block, lane i gets the integer sum of
+# products 4i..4i+3, converted to float and fma'd with d_w*d_a. The lanes cannot be shared between
+# weight rows as the K-quant tiles above share them, so these tiles keep that per-output order and
+# save elsewhere: a thread decodes its chunk of weight rows once into signed codes, their absolute
+# values and float scales (the sign trick's operands), and a register tile of 2 rows x 4 activation
+# rows reuses each load. Every output gets the bits of qmatmul's row dots (the mat-vec kernels).
+Q0_CHUNK_ROWS = 16
+Q0_TILE_M, Q0_TILE_N = 2, 3
+#: scratch bytes per 32-value block of a decoded row: codes, |codes|, the scale
+Q0_BLOCK_BYTES = 32 + 32 + 4
+_DECODE = {0: (_decode_q8_0, 34), 1: (_decode_q4_0, 18), 2: (_decode_q5_0, 22)}
 
 
-@numba.njit(**_opts)
-def repack_q4_0(wu, row0, rs, nblk, tab, out):  # pragma: no cover - compiled
-    of = out.view(np.float32)
-    for r in range(ROWS):
-        for b in range(nblk):
-            o = (row0 + r) * rs + 18 * b
-            base = b * Q0_BLOCK
-            of[(base + Q0_CODES) // 4 + r] = _h(tab, wu, o)
-            for i in range(16):
-                v = wu[o + 2 + i]
-                out[base + (i // 4) * 32 + 4 * r + i % 4] = v & 15
-                out[base + ((i + 16) // 4) * 32 + 4 * r + i % 4] = v >> 4
+def _q0_unpack(kind: int):
+    """unpack(w_row, nb, codes, absq, d, tab): a Q8_0/Q4_0/Q5_0 row (kind 0/1/2) of nb blocks into signed
+    codes (nb*32 i8), their absolute values (nb*32 u8) and scales (nb f32); all byte addresses."""
+    decode, block_bytes = _DECODE[kind]
 
-
-@numba.njit(**_opts)
-def repack_q5_0(wu, row0, rs, nblk, tab, out):  # pragma: no cover - compiled
-    of = out.view(np.float32)
-    for r in range(ROWS):
-        for b in range(nblk):
-            o = (row0 + r) * rs + 22 * b
-            base = b * Q0_BLOCK
-            of[(base + Q0_CODES) // 4 + r] = _h(tab, wu, o)
-            qh = np.int64(wu[o + 2]) | (np.int64(wu[o + 3]) << 8) | (np.int64(wu[o + 4]) << 16) | (
-                np.int64(wu[o + 5]) << 24)
-            for i in range(16):
-                v = np.int64(wu[o + 6 + i])
-                out[base + (i // 4) * 32 + 4 * r + i % 4] = (v & 15) | (((qh >> i) & 1) << 4)
-                out[base + ((i + 16) // 4) * 32 + 4 * r + i % 4] = (v >> 4) | (((qh >> (i + 16)) & 1) << 4)
-
-
-def _tile_kernel_q0(cols: int, offset: int):
-    """q0_tile(tile, nblk, qa, k, da, asum, out, out_stride): ``cols`` Q8_0 activation rows (qa int8 rows of
-    k, da f32 and asum i32 rows of nblk) times the 8 rows of a Q4_0 (offset 8) / Q5_0 (offset 16) tile."""
-
-    def typer(typingctx, tile, nblk, qa, k, da, asum, out, out_stride):
-        sig = types.void(types.int64, types.int64, types.int64, types.int64, types.int64, types.int64, types.int64,
-                         types.int64)
+    def typer(typingctx, w, nb, codes, absq, d, tab):
+        sig = types.void(*([types.int64] * 6))
 
         def codegen(context, builder, sig, args):
-            tile_a, nblk_v, qa_a, k_v, da_a, as_a, out_a, ostride = args
+            w_a, nb_v, c_a, x_a, d_a, t_a = args
             i8ptr = _I8.as_pointer()
-            tile_p = builder.inttoptr(tile_a, i8ptr)
-            qa_p = builder.inttoptr(qa_a, i8ptr)
-            da_p = builder.inttoptr(da_a, i8ptr)
-            as_p = builder.inttoptr(as_a, i8ptr)
-            f8 = _vec(8, _F32)
-            ones = ir.Constant(_vec(16, _I16), [1] * 16)
-            acc = [cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in range(cols)]
-            with cgutils.for_range(builder, nblk_v) as loop:
+            wp, cp, xp = (builder.inttoptr(v, i8ptr) for v in (w_a, c_a, x_a))
+            dp = builder.inttoptr(d_a, _F32.as_pointer())
+            tbase = builder.inttoptr(t_a, _F32.as_pointer())
+            with cgutils.for_range(builder, nb_v) as loop:
                 b = loop.index
-                tb = builder.gep(tile_p, [builder.mul(b, ir.Constant(_I64, Q0_BLOCK))])
-                d = builder.load(_at(builder, tb, Q0_CODES, f8), align=4)
-                w = [builder.load(_at(builder, tb, 32 * t, _vec(32, _I8)), align=1) for t in range(8)]
-                for c in range(cols):
-                    arow = builder.gep(qa_p, [builder.add(builder.mul(ir.Constant(_I64, c), k_v),
-                                                          builder.mul(b, ir.Constant(_I64, 32)))])
-                    s32 = ir.Constant(_vec(8, _I32), [0] * 8)
-                    for g in range(2):  # i16 sums of 4 steps fit: 4*2*31*127 < 2^15
-                        s16 = ir.Constant(_vec(16, _I16), [0] * 16)
-                        for t in range(4 * g, 4 * g + 4):
-                            a4 = builder.load(_at(builder, arow, 4 * t, _I32), align=1)
-                            av = builder.bitcast(_splat_i32(builder, a4, 8), _vec(32, _I8))
-                            s16 = builder.add(s16, _maddubs(builder, w[t], av))
-                        s32 = builder.add(s32, _maddwd(builder, s16, ones))
-                    idx = builder.mul(builder.add(builder.mul(ir.Constant(_I64, c), nblk_v), b), ir.Constant(_I64, 4))
-                    asum = builder.load(_at(builder, as_p, idx, _I32))
-                    s32 = builder.sub(s32, _splat_i32(builder, builder.mul(asum, ir.Constant(_I32, offset)), 8))
-                    da = _splat_f32(builder, builder.load(_at(builder, da_p, idx, _F32)), 8)
-                    t0 = builder.fmul(builder.fmul(d, da), builder.sitofp(s32, f8))
-                    builder.store(builder.fadd(builder.load(acc[c]), t0), acc[c])
-            out_p = builder.inttoptr(out_a, i8ptr)
-            for c in range(cols):
-                builder.store(builder.load(acc[c]), _at(builder, out_p, builder.mul(ir.Constant(_I64, c), ostride), f8),
-                              align=4)
+                blk = builder.gep(wp, [builder.mul(b, ir.Constant(_I64, block_bytes))])
+                q = decode(builder, blk)
+                off = builder.mul(b, ir.Constant(_I64, 32))
+                builder.store(q, _at(builder, cp, off, _vec(32, _I8)), align=1)
+                ax = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), q, q)
+                builder.store(ax, _at(builder, xp, off, _vec(32, _I8)), align=1)
+                builder.store(_fp16_at(builder, blk, tbase), builder.gep(dp, [b]))
             return context.get_dummy_value()
 
         return sig, codegen
@@ -418,14 +390,131 @@ def _tile_kernel_q0(cols: int, offset: int):
     return intrinsic(typer)
 
 
-q4_0_tile_4 = _tile_kernel_q0(COLS, 8)
-q4_0_tile_1 = _tile_kernel_q0(1, 8)
-q5_0_tile_4 = _tile_kernel_q0(COLS, 16)
-q5_0_tile_1 = _tile_kernel_q0(1, 16)
+def _q0_tile(rm: int, rn: int):
+    """tile(codes, absq, d, srow, nb, qa, k, da, out, ocol): rm decoded weight rows (scratch rows srow
+    bytes apart; scales nb f32 a row) times rn Q8_0 activation rows (qa int8 rows of k, da f32 rows of
+    nb); out[j][i] (f32) at out + 4*i + j*ocol. Per output exactly qmatmul._rowdot_blocks's steps."""
+
+    def typer(typingctx, codes, absq, d, srow, nb, qa, k, da, out, ocol):
+        sig = types.void(*([types.int64] * 10))
+
+        def codegen(context, builder, sig, args):
+            c_a, x_a, d_a, srow_v, nb_v, qa_a, k_v, da_a, out_a, ocol_v = args
+            i8ptr = _I8.as_pointer()
+            f8 = _vec(8, _F32)
+            ones = ir.Constant(_vec(16, _I16), [1] * 16)
+            crow = [builder.inttoptr(builder.add(c_a, builder.mul(srow_v, ir.Constant(_I64, i))), i8ptr)
+                    for i in range(rm)]
+            xrow = [builder.inttoptr(builder.add(x_a, builder.mul(srow_v, ir.Constant(_I64, i))), i8ptr)
+                    for i in range(rm)]
+            drow = [builder.inttoptr(builder.add(d_a, builder.mul(builder.mul(nb_v, ir.Constant(_I64, 4)),
+                                                                     ir.Constant(_I64, i))), _F32.as_pointer())
+                    for i in range(rm)]
+            arow = [builder.inttoptr(builder.add(qa_a, builder.mul(k_v, ir.Constant(_I64, j))), i8ptr)
+                    for j in range(rn)]
+            darow = [builder.inttoptr(builder.add(da_a, builder.mul(builder.mul(nb_v, ir.Constant(_I64, 4)),
+                                                                       ir.Constant(_I64, j))), _F32.as_pointer())
+                     for j in range(rn)]
+            accs = [[cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in range(rm)]
+                    for _ in range(rn)]
+            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f8, [f8] * 3), "llvm.fma.v8f32")
+            with cgutils.for_range(builder, nb_v) as loop:
+                b = loop.index
+                off = builder.mul(b, ir.Constant(_I64, 32))
+                w = [builder.load(_at(builder, crow[i], off, _vec(32, _I8)), align=1) for i in range(rm)]
+                x = [builder.load(_at(builder, xrow[i], off, _vec(32, _I8)), align=1) for i in range(rm)]
+                dw = [_splat_f32(builder, builder.load(builder.gep(drow[i], [b])), 8) for i in range(rm)]
+                for j in range(rn):
+                    a = builder.load(_at(builder, arow[j], off, _vec(32, _I8)), align=1)
+                    da = _splat_f32(builder, builder.load(builder.gep(darow[j], [b])), 8)
+                    for i in range(rm):
+                        sy = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), a, w[i])
+                        lanes = _maddwd(builder, _maddubs(builder, x[i], sy), ones)
+                        acc = accs[j][i]
+                        builder.store(builder.call(fma, [builder.fmul(dw[i], da), builder.sitofp(lanes, f8),
+                                                         builder.load(acc)]), acc)
+            out_p = builder.inttoptr(out_a, i8ptr)
+            for j in range(rn):
+                for i in range(rm):
+                    v = builder.load(accs[j][i])
+                    h = builder.fadd(builder.shuffle_vector(v, ir.Constant(f8, ir.Undefined),
+                                                            ir.Constant(_vec(4, _I32), [0, 1, 2, 3])),
+                                     builder.shuffle_vector(v, ir.Constant(f8, ir.Undefined),
+                                                            ir.Constant(_vec(4, _I32), [4, 5, 6, 7])))
+                    h2 = builder.fadd(builder.shuffle_vector(h, ir.Constant(h.type, ir.Undefined),
+                                                             ir.Constant(_vec(2, _I32), [0, 1])),
+                                      builder.shuffle_vector(h, ir.Constant(h.type, ir.Undefined),
+                                                             ir.Constant(_vec(2, _I32), [2, 3])))
+                    res = builder.fadd(builder.extract_element(h2, ir.Constant(_I32, 0)),
+                                       builder.extract_element(h2, ir.Constant(_I32, 1)))
+                    o = builder.add(builder.mul(ocol_v, ir.Constant(_I64, j)), ir.Constant(_I64, 4 * i))
+                    builder.store(res, _at(builder, out_p, o, _F32), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return intrinsic(typer)
 
 
-_q4_0_4, _q4_0_1 = _tile_call(q4_0_tile_4), _tile_call(q4_0_tile_1)
-_q5_0_4, _q5_0_1 = _tile_call(q5_0_tile_4), _tile_call(q5_0_tile_1)
+_unpack_q8_0, _unpack_q4_0, _unpack_q5_0 = (_q0_unpack(kind) for kind in range(3))
+_q0_full, _q0_m1 = _q0_tile(Q0_TILE_M, Q0_TILE_N), _q0_tile(Q0_TILE_M, 1)
+_q0_1n, _q0_11 = _q0_tile(1, Q0_TILE_N), _q0_tile(1, 1)
+
+
+def q0_scratch_bytes(k: int) -> int:
+    """Bytes of one thread's decoded chunk of Q0_CHUNK_ROWS rows of k values (64-aligned)."""
+    return (Q0_CHUNK_ROWS * (k // 32) * Q0_BLOCK_BYTES + 63) // 64 * 64
+
+
+@numba.njit(inline="always", **_opts)
+def q0_tiles(node, ith, nth, ctrl, kind, scratch_at, col_block_bytes):  # pragma: no cover - compiled
+    """MUL_MAT of a Q8_0/Q4_0/Q5_0 weight (kind 0/1/2) by many F32 rows: activations quantized to Q8_0
+    into the work buffer, then chunks of Q0_CHUNK_ROWS weight rows from the chunk counter, each decoded
+    into the thread's scratch and run against the activation rows a column block at a time."""
+    r = rec(node)
+    w, k, m, rs = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 6]
+    nb = k // 32
+    qa_at, da_at, _, _, _, _, n = quantize_src1(node, ith, nth, ctrl, _quantize_q8_0, 32, 32)
+    d = r[T_DST]
+    srow = 32 * nb
+    sc = qa_at + scratch_at + ith * ((Q0_CHUNK_ROWS * nb * Q0_BLOCK_BYTES + 63) // 64 * 64)
+    codes, absq, scales = sc, sc + Q0_CHUNK_ROWS * srow, sc + 2 * Q0_CHUNK_ROWS * srow
+    cb = max(Q0_TILE_N, (col_block_bytes // k) // Q0_TILE_N * Q0_TILE_N)
+    n_chunks = (m + Q0_CHUNK_ROWS - 1) // Q0_CHUNK_ROWS
+    tab = r[AUX]
+    c = ith
+    while c < n_chunks:
+        row0 = c * Q0_CHUNK_ROWS
+        rows = min(Q0_CHUNK_ROWS, m - row0)
+        for i in range(rows):
+            wr = w + (row0 + i) * rs
+            if kind == 0:
+                _unpack_q8_0(wr, nb, codes + i * srow, absq + i * srow, scales + 4 * i * nb, tab)
+            elif kind == 1:
+                _unpack_q4_0(wr, nb, codes + i * srow, absq + i * srow, scales + 4 * i * nb, tab)
+            else:
+                _unpack_q5_0(wr, nb, codes + i * srow, absq + i * srow, scales + 4 * i * nb, tab)
+        for j0 in range(0, n, cb):
+            j1 = min(n, j0 + cb)
+            i = 0
+            while i < rows:
+                rm = Q0_TILE_M if rows - i >= Q0_TILE_M else 1
+                ci, xi, di = codes + i * srow, absq + i * srow, scales + 4 * i * nb
+                j = j0
+                while j < j1:
+                    rn = Q0_TILE_N if j1 - j >= Q0_TILE_N else 1
+                    qa, da, out = qa_at + j * k, da_at + 4 * j * nb, d + 4 * (j * m + row0 + i)
+                    if rm == Q0_TILE_M and rn == Q0_TILE_N:
+                        _q0_full(ci, xi, di, srow, nb, qa, k, da, out, 4 * m)
+                    elif rm == Q0_TILE_M:
+                        _q0_m1(ci, xi, di, srow, nb, qa, k, da, out, 4 * m)
+                    elif rn == Q0_TILE_N:
+                        _q0_1n(ci, xi, di, srow, nb, qa, k, da, out, 4 * m)
+                    else:
+                        _q0_11(ci, xi, di, srow, nb, qa, k, da, out, 4 * m)
+                    j += rn
+                i += rm
+        c = atomic_add(ctrl + 8 * C_CHUNK, 1)
 
 
 AVAILABLE = _AVX2

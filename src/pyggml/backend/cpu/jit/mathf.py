@@ -1,44 +1,64 @@
-"""expf written for vectorizing loops: Cephes' polynomial with a bit-built 2^n, no calls, no branches.
+"""ggml's SIMD expf, lane by lane, so softmax and SiLU give llama.cpp's bits.
 
-libm's expf is a call LLVM cannot vectorize, which made a softmax row cost ~8 ns a value. This
-one is about 1 ulp from the correctly rounded result (ggml's own SIMD ``ggml_v_expf`` is about
-1.5 ulp), returns +inf above 88.72 and 0 below -87.33 (where the true value would be a subnormal
-under 1.2e-38: nothing a softmax or SiLU can tell from zero).
+ggml-cpu computes exp in softmax rows and SiLU/SwiGLU with ``ggml_v_expf`` (vec.h) over whole
+vectors and libm's ``expf`` over the leftover elements. The vector function is a fixed sequence
+of fma/mul/add and bit operations, so the same steps on one float per call give each lane's
+result exactly; written without calls or data-dependent branches LLVM vectorizes the loops
+again. The algorithm (as in ARM's optimized-routines): n = round(x/ln2) through the 1.5*2^23
+shift, b = x - n*ln2 in two fma steps (ln2 split in a high and a low part), a degree-5
+polynomial p(b) ~ e^b - 1, then 2^n * (1 + p) with the exponent built in the bits; |n| > 126
+scales in two steps (gradual underflow, overflow to inf), |n| > 192 saturates.
+
+``LANES`` is the AVX2 vector (8 floats): rows are split the way ggml splits them on an AVX2+FMA
+build, the build this project measures against (an AVX-512 build uses 16).
 """
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
-from ..native import f32_from_bits
+from ..native import f32_bits, f32_from_bits, fmaf
 
-_LOG2E = np.float32(1.44269504088896341)
-_C1 = np.float32(0.693359375)
-_C2 = np.float32(-2.12194440e-4)
-_P0 = np.float32(1.9875691500e-4)
-_P1 = np.float32(1.3981999507e-3)
-_P2 = np.float32(8.3334519073e-3)
-_P3 = np.float32(4.1665795894e-2)
-_P4 = np.float32(1.6666665459e-1)
-_P5 = np.float32(5.0000001201e-1)
-_HI = np.float32(88.7228391)
-_LO = np.float32(-87.3365447)
+#: floats per ggml SIMD step on AVX2 (exp lanes, then libm expf for the row's last n % LANES)
+LANES = 8
+#: ggml_v_expf's constants, as vec.h spells them (hex floats: exact)
+_SHIFT = np.float32(float.fromhex("0x1.8p23"))  # adding it rounds to an integer in the low mantissa bits
+_LOG2E = np.float32(float.fromhex("0x1.715476p+0"))
+_LN2_HI = np.float32(float.fromhex("0x1.62e4p-1"))
+_LN2_LO = np.float32(float.fromhex("0x1.7f7d1cp-20"))
+_C1 = np.float32(float.fromhex("0x1.ffffecp-1"))
+_C2 = np.float32(float.fromhex("0x1.fffdb6p-2"))
+_C3 = np.float32(float.fromhex("0x1.555e66p-3"))
+_C4 = np.float32(float.fromhex("0x1.573e2ep-5"))
+_C5 = np.float32(float.fromhex("0x1.0e4020p-7"))
+_ONE_BITS = np.int32(0x3F800000)
 
 
 @numba.njit(inline="always", cache=True, error_model="numpy")
-def expf(x):  # pragma: no cover - compiled
-    """e**x for a float32 x (see the module docstring for the range)."""
-    xc = min(max(x, _LO), _HI)
-    fx = min(np.floor(xc * _LOG2E + np.float32(0.5)), np.float32(127.0))  # 2^fx stays a normal float
-    r = xc - fx * _C1
-    r = r - fx * _C2
-    z = r * r
-    y = ((((_P0 * r + _P1) * r + _P2) * r + _P3) * r + _P4) * r + _P5
-    y = y * z + r + np.float32(1.0)
-    y = y * f32_from_bits((np.int32(fx) + np.int32(127)) << np.int32(23))
-    if x > _HI:
-        y = np.float32(np.inf)
-    if x < _LO:
-        y = np.float32(0.0)
-    return y
+def v_expf(x):  # pragma: no cover - compiled
+    """One lane of ggml_v_expf (AVX2/FMA): e**x of a float32, about 1.5 ulp from the exact value."""
+    z = fmaf(x, _LOG2E, _SHIFT)
+    n = z - _SHIFT
+    b = fmaf(-n, _LN2_LO, fmaf(-n, _LN2_HI, x))
+    e = np.int32(f32_bits(z) << np.int32(23))
+    k = f32_from_bits(e + _ONE_BITS)
+    u = b * b
+    j = fmaf(fmaf(fmaf(_C5, b, _C4), u, fmaf(_C3, b, _C2)), u, _C1 * b)
+    an = abs(n)
+    small = fmaf(k, j, k)
+    g = np.int32(-2113929216) if n <= np.float32(0.0) else np.int32(0)  # 0x82000000 where n <= 0
+    s1 = f32_from_bits(g + np.int32(0x7F000000))
+    s2 = f32_from_bits(e - g)
+    scaled = fmaf(s2, j, s2) * s1
+    big = s1 * s1
+    r = scaled if an > np.float32(126.0) else small
+    return big if an > np.float32(192.0) else r
+
+
+@numba.njit(inline="always", cache=True, error_model="numpy")
+def libm_expf(x):  # pragma: no cover - compiled
+    """expf from the C library: ggml's leftover elements after the vector steps."""
+    return np.float32(math.exp(x))

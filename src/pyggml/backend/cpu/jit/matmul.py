@@ -7,12 +7,18 @@ same kernels, so the same bits, as the numpy path's decode products. This is ggm
 convert src1, barrier, chunked vec_dot (ggml-cpu.c:1328-1467).
 
 F16/F32 weights (attention's KQ and KQV against the F16 cache): src1 rows are rounded to fp16
-first when the weight is F16 (ggml's vec_dot_type F16), then each output is one dot of a weight
-row with an activation row, 16 float lanes at a time (fp16 widened with the CPU's conversion
-instruction), lanes summed in a fixed tree: the result does not depend on the thread count.
+first when the weight is F16 (ggml's vec_dot_type F16). Decode-size products (up to DOUBLE_MAX_COLS
+src1 columns) sum each output in double, so a sequence gets the same bits whichever cells its
+tokens took and whatever shares its batch. Prompts compute as llama.cpp does on x86 with AVX2:
+llamafile's tinyBLAS register tiles (one 8-lane fma accumulator per output) where it takes the
+product, one ggml_vec_dot_f16/_f32 per output (four accumulators) elsewhere. Neither depends on
+the thread count, the other columns or masked cells past the live ones, so a prompt's attention
+does not change with the batch's shape.
 
-More src1 rows than qmatmul.MATVEC_MAX_COLS (prompts) take the numpy kernel: dequantized tiles
-and BLAS, which is faster there.
+Quantized prompts: Q4_K/Q6_K take the integer GEMM tiles (gemm.py), which give the mat-vec
+kernels' bits; Q8_0/Q4_0/Q5_0 the mat-vec kernels at every size (llama.cpp's tinyBLAS_Q0 is the
+same per-output dot); other types past qmatmul.MATVEC_MAX_COLS the numpy kernel (dequantized
+tiles and BLAS).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from ....types import GGMLType
 from ..actquant import F16_TO_F32, f16_bits
 from ..native import atomic_add, atomic_store, f32p, i8p, i64p, u8p, u32p
 from ..qmatmul import (
+    _COL_BLOCK_BYTES,
     MATVEC_MAX_COLS,
     _mv_iq4_nl,
     _mv_q4_k,
@@ -50,8 +57,37 @@ _I64 = ir.IntType(64)
 _LANES = 16
 
 
+def _hsum8(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """tinyBLAS's hsum(__m256): halves added, then (0+2)+(1+3) of the four lanes left."""
+    i32 = ir.IntType(32)
+
+    def pick(x, idx):
+        return builder.shuffle_vector(x, ir.Constant(x.type, ir.Undefined),
+                                      ir.Constant(ir.VectorType(i32, len(idx)), idx))
+
+    q = builder.fadd(pick(v, [4, 5, 6, 7]), pick(v, [0, 1, 2, 3]))
+    h = builder.fadd(q, pick(q, [2, 3, 2, 3]))
+    return builder.fadd(builder.extract_element(h, ir.Constant(i32, 0)),
+                        builder.extract_element(h, ir.Constant(i32, 1)))
+
+
+def _fma(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(a.type, [a.type] * 3),
+                                        f"llvm.fma.v{a.type.count}f32" if isinstance(a.type, ir.VectorType)
+                                        else "llvm.fma.f32")
+    return builder.call(fn, [a, b, c])
+
+
+def _load8(builder: ir.IRBuilder, base: ir.Value, i: ir.Value, half: bool) -> ir.Value:
+    """8 weights from element i of ``base`` (fp16 or f32) as <8 x float>."""
+    ty = ir.HalfType() if half else _F32T
+    v = builder.load(builder.bitcast(builder.gep(base, [i]), ir.VectorType(ty, 8).as_pointer()), align=2 if half else 4)
+    return builder.fpext(v, ir.VectorType(_F32T, 8)) if half else v
+
+
 def _dot_intrinsic(half: bool):
-    """dot(w_addr, x_addr, n) -> float32: sum w[i]*x[i], w fp16 (half=True) or f32, x f32.
+    """dot(w_addr, x_addr, n) -> float32: sum w[i]*x[i], w fp16 (half=True) or f32, x f32, for decode-size
+    products (at most DOUBLE_MAX_COLS src1 columns).
 
     Products and sums are in double (16 lanes, a fixed pairwise tree), rounded to float once. Why
     double: these are attention's products, where most terms are masked zeros and which cells hold
@@ -106,6 +142,132 @@ def _dot_intrinsic(half: bool):
 
 dot_f16_f32 = _dot_intrinsic(True)
 dot_f32_f32 = _dot_intrinsic(False)
+
+
+def _vec_dot_intrinsic(half: bool):
+    """vec_dot(w_addr, x_addr, n) -> float32: ggml_vec_dot_f16 / _f32 on AVX2, the product ggml takes
+    for one src1 column (and where llamafile's tinyBLAS declines).
+
+    Four <8 x float> accumulators over steps of 32 (fma), reduced as GGML_F32x8_REDUCE (x0+x2, x1+x3,
+    then x0+x1, the two 128-bit halves added, two horizontal adds); leftovers added in double for
+    fp16 weights (ggml_float) and in float for f32 weights, as vec.cpp does."""
+
+    def typer(typingctx, w, x, n):
+        sig = types.float32(types.int64, types.int64, types.int64)
+
+        def codegen(context, builder, sig, args):
+            wty = ir.HalfType() if half else _F32T
+            f8 = ir.VectorType(_F32T, 8)
+            wbase = builder.inttoptr(args[0], wty.as_pointer())
+            xbase = builder.inttoptr(args[1], _F32T.as_pointer())
+            n = args[2]
+            nsteps = builder.sdiv(n, ir.Constant(_I64, 32))
+            accs = [cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in range(4)]
+            with cgutils.for_range(builder, nsteps) as loop:
+                i = builder.mul(loop.index, ir.Constant(_I64, 32))
+                for j, acc in enumerate(accs):
+                    o = builder.add(i, ir.Constant(_I64, 8 * j))
+                    xv = builder.load(builder.bitcast(builder.gep(xbase, [o]), f8.as_pointer()), align=4)
+                    builder.store(_fma(builder, _load8(builder, wbase, o, half), xv, builder.load(acc)), acc)
+            x0, x1, x2, x3 = (builder.load(a) for a in accs)
+            x0 = builder.fadd(builder.fadd(x0, x2), builder.fadd(x1, x3))
+            i32 = ir.IntType(32)
+
+            def pick(v, idx):
+                return builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
+                                              ir.Constant(ir.VectorType(i32, len(idx)), idx))
+
+            t0 = builder.fadd(pick(x0, [0, 1, 2, 3]), pick(x0, [4, 5, 6, 7]))
+            t1 = builder.fadd(pick(t0, [0, 2]), pick(t0, [1, 3]))  # hadd: (t0+t1, t2+t3)
+            red = builder.fadd(builder.extract_element(t1, ir.Constant(i32, 0)),
+                               builder.extract_element(t1, ir.Constant(i32, 1)))
+            start = builder.mul(nsteps, ir.Constant(_I64, 32))
+            f64 = ir.DoubleType()
+            tail = cgutils.alloca_once_value(builder, builder.fpext(red, f64) if half else red)
+            with cgutils.for_range_slice(builder, start, n, ir.Constant(_I64, 1), inc=True) as (i, _):
+                wi = builder.load(builder.gep(wbase, [i]))
+                wi = builder.fpext(wi, _F32T) if half else wi
+                xi = builder.load(builder.gep(xbase, [i]))
+                if half:  # (ggml_float)(x*y): the float product, widened
+                    builder.store(builder.fadd(builder.load(tail), builder.fpext(builder.fmul(wi, xi), f64)), tail)
+                else:  # sumf += x*y, contracted to an fma by the compiler
+                    builder.store(_fma(builder, wi, xi, builder.load(tail)), tail)
+            res = builder.load(tail)
+            return builder.fptrunc(res, _F32T) if half else res
+
+        return sig, codegen
+
+    return intrinsic(typer)
+
+
+vec_dot_f16 = _vec_dot_intrinsic(True)
+vec_dot_f32 = _vec_dot_intrinsic(False)
+
+#: src1 columns (per plane) up to which F16/F32 products sum in double: decode steps, where the cells a
+#: sequence's tokens landed in vary with the batch (see _dot_intrinsic)
+DOUBLE_MAX_COLS = 16
+#: weight bytes a tile group keeps in L1 while all src1 columns pass it (half a 32 KB L1)
+_L1_WEIGHT_BYTES = 8 * 1024
+#: the register tile: 4 weight rows by 2 src1 columns, one accumulator each (tinyBLAS takes 4 x 3 on
+#: 16-register x86; the tile's shape does not change any output's bits, and 4 x 3 spills here)
+TILE_M, TILE_N = 4, 2
+
+
+def _tile_intrinsic(rn: int, half: bool):
+    """tile(w_addr, w_stride, x_addr, x_stride, k, d_addr, d_stride_row, d_stride_col): the TILE_M x rn
+    outputs of llamafile's tinyBLAS<8, __m256> (F16 with fp16 src1, or F32): one <8 x float> accumulator
+    per output, fma over k in steps of 8, hsum at the end. Strides in bytes."""
+
+    def typer(typingctx, w, ws, x, xs, k, d, dr, dc):
+        sig = types.void(*([types.int64] * 8))
+
+        def codegen(context, builder, sig, args):
+            w_a, ws_v, x_a, xs_v, k_v, d_a, dr_v, dc_v = args
+            wty = ir.HalfType() if half else _F32T
+            f8 = ir.VectorType(_F32T, 8)
+            wrow = [builder.inttoptr(builder.add(w_a, builder.mul(ws_v, ir.Constant(_I64, i))), wty.as_pointer())
+                    for i in range(TILE_M)]
+            xrow = [builder.inttoptr(builder.add(x_a, builder.mul(xs_v, ir.Constant(_I64, j))), _F32T.as_pointer())
+                    for j in range(rn)]
+            accs = [[cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in range(TILE_M)]
+                    for _ in range(rn)]
+            nsteps = builder.sdiv(k_v, ir.Constant(_I64, 8))
+            with cgutils.for_range(builder, nsteps) as loop:
+                o = builder.mul(loop.index, ir.Constant(_I64, 8))
+                av = [_load8(builder, wrow[i], o, half) for i in range(TILE_M)]
+                for j in range(rn):
+                    bv = builder.load(builder.bitcast(builder.gep(xrow[j], [o]), f8.as_pointer()), align=4)
+                    for i in range(TILE_M):
+                        builder.store(_fma(builder, av[i], bv, builder.load(accs[j][i])), accs[j][i])
+            for j in range(rn):
+                for i in range(TILE_M):
+                    off = builder.add(builder.add(d_a, builder.mul(dr_v, ir.Constant(_I64, i))),
+                                      builder.mul(dc_v, ir.Constant(_I64, j)))
+                    builder.store(_hsum8(builder, builder.load(accs[j][i])), builder.inttoptr(off, _F32T.as_pointer()))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return intrinsic(typer)
+
+
+_t16_1, _t16_2 = _tile_intrinsic(1, True), _tile_intrinsic(2, True)
+_t32_1, _t32_2 = _tile_intrinsic(1, False), _tile_intrinsic(2, False)
+
+
+@numba.njit(**_opts)
+def _tile_f(half, rn, w, ws, x, xs, k, d, dr, dc):  # pragma: no cover - compiled
+    """The tile intrinsic for rn columns (1 or TILE_N = 2) of fp16 or f32 weights."""
+    if half:
+        if rn == 2:
+            _t16_2(w, ws, x, xs, k, d, dr, dc)
+        else:
+            _t16_1(w, ws, x, xs, k, d, dr, dc)
+    elif rn == 2:
+        _t32_2(w, ws, x, xs, k, d, dr, dc)
+    else:
+        _t32_1(w, ws, x, xs, k, d, dr, dc)
+
 
 #: rows of the weight per work chunk (ggml's chunk_size for a one-column product)
 _CHUNK_ROWS = 64
@@ -215,21 +377,28 @@ def k_gemm_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 
 @jit_kernel
-def k_gemm_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.gemm_tiles(node, ith, nth, ctrl, rec(node)[AUX + 1], 32, gemm.Q0_BLOCK, 32, _quantize_q8_0,
-                    gemm.repack_q4_0, gemm._q4_0_4, gemm._q4_0_1, _mv_q4_0)
+def k_tiles_q8_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    gemm.q0_tiles(node, ith, nth, ctrl, 0, rec(node)[AUX + 1], _COL_BLOCK_BYTES)
 
 
 @jit_kernel
-def k_gemm_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.gemm_tiles(node, ith, nth, ctrl, rec(node)[AUX + 1], 32, gemm.Q0_BLOCK, 32, _quantize_q8_0,
-                    gemm.repack_q5_0, gemm._q5_0_4, gemm._q5_0_1, _mv_q5_0)
+def k_tiles_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    gemm.q0_tiles(node, ith, nth, ctrl, 1, rec(node)[AUX + 1], _COL_BLOCK_BYTES)
 
+
+@jit_kernel
+def k_tiles_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    gemm.q0_tiles(node, ith, nth, ctrl, 2, rec(node)[AUX + 1], _COL_BLOCK_BYTES)
+
+
+#: Q8_0/Q4_0/Q5_0 products of at least this many src1 rows decode their weight rows once into register
+#: tiles (gemm.q0_tiles); fewer take the row dots directly. Both give the same bits.
+Q0_TILE_MIN_COLS = 8
+_Q0_TILES = {GGMLType.Q8_0: k_tiles_q8_0, GGMLType.Q4_0: k_tiles_q4_0, GGMLType.Q5_0: k_tiles_q5_0}
 
 #: prompt-size products run as integer GEMMs over interleaved 8-row tiles (gemm.py) for these types:
 #: kernel, values per block, tile bytes per block
-_GEMM = {GGMLType.Q4_K: (k_gemm_q4_k, 256, gemm.SB_BYTES), GGMLType.Q6_K: (k_gemm_q6_k, 256, gemm.Q6_BYTES),
-         GGMLType.Q4_0: (k_gemm_q4_0, 32, gemm.Q0_BLOCK), GGMLType.Q5_0: (k_gemm_q5_0, 32, gemm.Q0_BLOCK)}
+_GEMM = {GGMLType.Q4_K: (k_gemm_q4_k, 256, gemm.SB_BYTES), GGMLType.Q6_K: (k_gemm_q6_k, 256, gemm.Q6_BYTES)}
 
 
 def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
@@ -240,6 +409,8 @@ def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
     k = a.ne[0]
     es = 16 if bs == 256 else 32
     act = _pad64(n * k) + _pad64(4 * n * (k // bs)) + _pad64(4 * n * (k // es))
+    if a.type in _Q0_TILES and n >= Q0_TILE_MIN_COLS and gemm.AVAILABLE:
+        return Choice(_Q0_TILES[a.type], ints=(_TAB, act), wsize=act + available_cores() * gemm.q0_scratch_bytes(k))
     if n <= MATVEC_MAX_COLS.get(a.type, 0):
         return Choice(kern, ints=(_TAB,), wsize=act)
     if a.type in _GEMM and gemm.AVAILABLE:
@@ -251,7 +422,12 @@ def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
 # ------------------------------------------------------------------------------ F16 / F32
 @numba.njit(**_opts)
 def _matmul_f(node, ith, nth, ctrl, half):  # pragma: no cover - compiled
-    """dst[i01, i11, i12, i13] = dot(src0 row (i01, i12/r2, i13/r3), src1 row (i11, i12, i13))."""
+    """dst[i01, i11, i12, i13] = dot(src0 row (i01, i12/r2, i13/r3), src1 row (i11, i12, i13)).
+
+    Planes of up to DOUBLE_MAX_COLS src1 columns (decode): one double-precision dot per output. More
+    (prompts): as ggml-cpu with llamafile computes them on AVX2, in tinyBLAS's tiles where it takes the
+    product (AUX+1 set: k % 8 == 0, ne01 % 4 == 0, and fp16 weights or a contiguous src1), else one
+    ggml_vec_dot per output."""
     r = rec(node)
     tab = numba.carray(f32p(r[AUX]), 65536)
     d, nd0, nd1, nd2, nd3 = r[T_DST], r[T_DST + 5], r[T_DST + 6], r[T_DST + 7], r[T_DST + 8]
@@ -278,28 +454,49 @@ def _matmul_f(node, ith, nth, ctrl, half):  # pragma: no cover - compiled
         barrier(ctrl, nth)
     else:
         barrier(ctrl, nth)
-    nrc = _n_chunks(ne01, nth)
+    exact = ne11 <= DOUBLE_MAX_COLS
+    tiled = r[AUX + 1] != 0 and not exact
+    n_tiles = ne01 // TILE_M
+    nrc = min(_n_chunks(ne01, nth), n_tiles) if tiled else _n_chunks(ne01, nth)
     nchunk = nrc * ne12 * ne13
+    xs = 4 * k if half else nx1
     c = ith
     while c < nchunk:
         plane = c // nrc
         rc = c - plane * nrc
         i12 = plane % ne12
         i13 = plane // ne12
-        r0, r1 = ne01 * rc // nrc, ne01 * (rc + 1) // nrc
         wp = w + (i12 // r2) * nw2 + (i13 // r3) * nw3
-        for i11 in range(ne11):
-            if half:
-                xp = xq + 4 * k * (i11 + ne11 * (i12 + ne12 * i13))
-            else:
-                xp = x + i11 * nx1 + i12 * nx2 + i13 * nx3
-            dp = d + i11 * nd1 + i12 * nd2 + i13 * nd3
-            for i01 in range(r0, r1):
-                if half:
-                    v = dot_f16_f32(wp + i01 * nw1, xp, k)
-                else:
-                    v = dot_f32_f32(wp + i01 * nw1, xp, k)
-                f32p(dp + i01 * nd0)[0] = v
+        xp0 = xq + 4 * k * ne11 * (i12 + ne12 * i13) if half else x + i12 * nx2 + i13 * nx3
+        dp0 = d + i12 * nd2 + i13 * nd3
+        if tiled:
+            t0, t1 = n_tiles * rc // nrc, n_tiles * (rc + 1) // nrc
+            # groups of tiles whose weight rows stay in L1 while every column passes them
+            tg = max(1, _L1_WEIGHT_BYTES // (TILE_M * k * (2 if half else 4)))
+            for g0 in range(t0, t1, tg):
+                j = 0
+                while j < ne11:
+                    rn = min(TILE_N, ne11 - j)
+                    for t in range(g0, min(g0 + tg, t1)):
+                        i01 = t * TILE_M
+                        _tile_f(half, rn, wp + i01 * nw1, nw1, xp0 + j * xs, xs, k, dp0 + i01 * nd0 + j * nd1,
+                                nd0, nd1)
+                    j += rn
+        else:
+            r0, r1 = ne01 * rc // nrc, ne01 * (rc + 1) // nrc
+            for i11 in range(ne11):
+                xp = xp0 + i11 * xs
+                dp = dp0 + i11 * nd1
+                for i01 in range(r0, r1):
+                    if exact and half:
+                        v = dot_f16_f32(wp + i01 * nw1, xp, k)
+                    elif exact:
+                        v = dot_f32_f32(wp + i01 * nw1, xp, k)
+                    elif half:
+                        v = vec_dot_f16(wp + i01 * nw1, xp, k)
+                    else:
+                        v = vec_dot_f32(wp + i01 * nw1, xp, k)
+                    f32p(dp + i01 * nd0)[0] = v
         c = atomic_add(ctrl + 8 * C_CHUNK, 1)
 
 
@@ -313,18 +510,17 @@ def k_mm_f32(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _matmul_f(node, ith, nth, ctrl, False)
 
 
-#: src1 rows up to which F16/F32 products run compiled (above: BLAS in the numpy kernel)
-FLOAT_MAX_COLS = 16
-
-
 def _float_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
-    if node.type != F32 or b.ne[1] > FLOAT_MAX_COLS or b.nb[0] != 4 or a.nb[0] != a.type.type_size:
+    if node.type != F32 or b.nb[0] != 4 or a.nb[0] != a.type.type_size:
         return None
     if b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3] or node.ne != [a.ne[1], b.ne[1], b.ne[2], b.ne[3]]:
         return None
+    # llamafile_sgemm's conditions (sgemm.cpp tinyBLAS::matmul, ggml-cpu.c's two calls): k % 8, m % 4, and
+    # for f32 weights a contiguous src1 (fp16 weights meet an fp16 copy of src1, contiguous by making)
+    tiled = int(a.ne[0] % 8 == 0 and a.ne[1] % TILE_M == 0 and (a.type == F16 or b.is_contiguous()))
     if a.type == F16:
-        return Choice(k_mm_f16, ints=(_TAB,), wsize=4 * a.ne[0] * b.ne[1] * b.ne[2] * b.ne[3])
-    return Choice(k_mm_f32, ints=(_TAB,))
+        return Choice(k_mm_f16, ints=(_TAB, tiled), wsize=4 * a.ne[0] * b.ne[1] * b.ne[2] * b.ne[3])
+    return Choice(k_mm_f32, ints=(_TAB, tiled))
 
 
 _TAB = int(F16_TO_F32.ctypes.data)

@@ -1,7 +1,8 @@
 """Compiled RMS_NORM, SOFT_MAX and ROPE (F32), with the numerics of kernels_nn.py.
 
-RMS_NORM sums the float32 squares in double and narrows the mean once; SOFT_MAX sums the
-exponentials in double and multiplies by the float32 reciprocal; ROPE builds its angles by the
+RMS_NORM sums the float32 squares in double and narrows the mean once; SOFT_MAX takes ggml's
+vector expf (mathf.py), sums the exponentials in double (prompt rows as ggml-cpu on AVX2 does:
+vectors of 8 summed in float first) and multiplies by the float32 reciprocal; ROPE builds its angles by the
 cumulative float32 product theta_{i+1} = theta_i * theta_scale, per position row, as ggml does.
 Parameters ggml derives in float32 (theta_scale, YaRN corrections, ALiBi slopes) are computed by
 the selectors with the same numpy code the Python kernels use, so both paths get the same values.
@@ -18,11 +19,12 @@ from ....ops.enums import Op
 from ....tensor import Tensor
 from ....types import GGMLType
 from ..kernels_nn import GGML_ROPE_TYPE_NEOX, alibi_slopes, rope_yarn_corr_dims
-from ..native import f32p, i32p, u16p
+from ..native import f32p, fmaf, i32p, u16p
 from ..threads import C_ERR
 from . import Choice, jit_kernel, selector
 from .elementwise import _row_index, all_f32, rows_contiguous
-from .mathf import expf
+from .mathf import LANES, libm_expf, v_expf
+from .matmul import DOUBLE_MAX_COLS
 from .record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_f32, rec, span
 
 F32, F16, I32 = GGMLType.F32, GGMLType.F16, GGMLType.I32
@@ -83,7 +85,8 @@ def _row_max(w, lanes):  # pragma: no cover - compiled
 
 @numba.njit(**_opts)
 def _row_sum(w, acc):  # pragma: no cover - compiled
-    """The row's sum in double lanes (element i in lane i % _LANES), lanes added in a fixed tree.
+    """The row's sum in double lanes (element i in lane i % _LANES), lanes added in a fixed tree, for rows of
+    decode-size products (at most matmul.DOUBLE_MAX_COLS rows a plane).
 
     Double, like ggml's softmax sum, and for a second reason: in a masked row only a few terms are
     live and which lanes they fall in depends on the cells a sequence's tokens sit in; summed in
@@ -103,6 +106,24 @@ def _row_sum(w, acc):  # pragma: no cover - compiled
         for j in range(width):
             acc[j] += acc[j + width]
     return acc[0]
+
+
+@numba.njit(**_opts)
+def _row_sum_ggml(w):  # pragma: no cover - compiled
+    """ggml_vec_soft_max_f32's sum on AVX2, for prompt rows: each vector of LANES values summed in float
+    (halves, then (0+2)+(1+3)), added in double, then the leftover values in double."""
+    n = w.size
+    nv = n - n % LANES
+    s = 0.0
+    for i0 in range(0, nv, LANES):
+        q0 = w[i0 + 4] + w[i0]
+        q1 = w[i0 + 5] + w[i0 + 1]
+        q2 = w[i0 + 6] + w[i0 + 2]
+        q3 = w[i0 + 7] + w[i0 + 3]
+        s += np.float64((q0 + q2) + (q1 + q3))
+    for i in range(nv, n):
+        s += np.float64(w[i])
+    return s
 
 
 @numba.njit(**_opts)
@@ -145,9 +166,13 @@ def _soft_max(node, ith, nth, add_mask):  # pragma: no cover - compiled
             mp = m + i1 * nm1 + (i2 % nem2) * nm2 + (i3 % nem3) * nm3
             add_mask(w, mp, slopes[i2], tab)
         mx = _row_max(w, lanes)
-        for i in range(ne0):
-            w[i] = expf(w[i] - mx)
-        inv = np.float32(1.0 / _row_sum(w, dlanes))
+        nv = ne0 - ne0 % LANES
+        for i in range(nv):  # ggml_vec_soft_max_f32: ggml's vector expf, libm for the last ne0 % LANES
+            w[i] = v_expf(w[i] - mx)
+        for i in range(nv, ne0):
+            w[i] = libm_expf(w[i] - mx)
+        total = _row_sum(w, dlanes) if ne1 <= DOUBLE_MAX_COLS else _row_sum_ggml(w)
+        inv = np.float32(1.0 / total)
         for i in range(ne0):
             y[i] = w[i] * inv
 
@@ -228,8 +253,10 @@ def _rope(node, ith, nth, neox, back):  # pragma: no cover - compiled
             else:
                 j0, j1 = n_offs + 2 * i, n_offs + 2 * i + 1
             x0, x1 = x[j0], x[j1]
-            out[j0] = x0 * cos[i] - x1 * sin[i]
-            out[j1] = x0 * sin[i] + x1 * cos[i]
+            # ggml's rotate_pairs as GCC builds it for x86 (-ffp-contract=fast, FMA): x0*cos - x1*sin becomes
+            # fma(x0, cos, -(x1*sin)) and x0*sin + x1*cos fma(x0, sin, x1*cos) (llama.cpp 0c1e570's libggml-cpu)
+            out[j0] = fmaf(x0, cos[i], -(x1 * sin[i]))
+            out[j1] = fmaf(x0, sin[i], x1 * cos[i])
 
 
 @jit_kernel
