@@ -24,25 +24,6 @@ from .alloc import (
 )
 from .backend.api import *  # noqa: F403  (ggml-backend's flat API)
 from .backend.cpu.backend import backend_cpu_buffer_type, backend_cpu_init, backend_cpu_set_n_threads
-from .backend.sched import (
-    BackendSched,
-    backend_sched_alloc_graph,
-    backend_sched_free,
-    backend_sched_get_backend,
-    backend_sched_get_buffer_size,
-    backend_sched_get_n_backends,
-    backend_sched_get_n_copies,
-    backend_sched_get_n_splits,
-    backend_sched_get_tensor_backend,
-    backend_sched_graph_compute,
-    backend_sched_graph_compute_async,
-    backend_sched_new,
-    backend_sched_reserve,
-    backend_sched_reset,
-    backend_sched_set_eval_callback,
-    backend_sched_set_tensor_backend,
-    backend_sched_synchronize,
-)
 from .context import (
     Context,
     dup_tensor,
@@ -84,6 +65,25 @@ from .graph import (
 )
 from .ops.builders import *  # noqa: F403  (ggml's op constructors, flat)
 from .ops.enums import GluOp, Op, UnaryOp, glu_op_name, op_name, unary_op_name
+from .sched import (
+    BackendSched,
+    backend_sched_alloc_graph,
+    backend_sched_free,
+    backend_sched_get_backend,
+    backend_sched_get_buffer_size,
+    backend_sched_get_n_backends,
+    backend_sched_get_n_copies,
+    backend_sched_get_n_splits,
+    backend_sched_get_tensor_backend,
+    backend_sched_graph_compute,
+    backend_sched_graph_compute_async,
+    backend_sched_new,
+    backend_sched_reserve,
+    backend_sched_reset,
+    backend_sched_set_eval_callback,
+    backend_sched_set_tensor_backend,
+    backend_sched_synchronize,
+)
 from .tensor import (
     GGML_MAX_DIMS,
     GGML_MAX_NAME,

@@ -21,8 +21,8 @@ import numpy as np
 from ..backend.api import backend_tensor_get, backend_tensor_set
 from ..backend.base import GGMLStatus
 from ..backend.cpu.backend import backend_cpu_init
-from ..backend.sched import BackendSched, backend_sched_new, backend_sched_set_eval_callback
 from ..errors import PyGGMLError
+from ..sched import BackendSched, backend_sched_new, backend_sched_set_eval_callback
 from ..tensor import Tensor, ggml_pad
 from ..types import GGMLType
 from . import state
