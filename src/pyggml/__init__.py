@@ -49,6 +49,7 @@ from .errors import (
     UnsupportedOpError,
 )
 from .gguf import *  # noqa: F403  (gguf_* functions, GGUFReader, GGUFWriter, GGUFError)
+from .gguf_loader import init_context, load_tensor
 from .graph import (
     GGML_DEFAULT_GRAPH_SIZE,
     Graph,
@@ -63,6 +64,7 @@ from .graph import (
     new_graph,
     new_graph_custom,
 )
+from .ops import operators as _operators  # attaches a + b, a @ b, ... to Tensor
 from .ops.builders import *  # noqa: F403  (ggml's op constructors, flat)
 from .ops.enums import GluOp, Op, UnaryOp, glu_op_name, op_name, unary_op_name
 from .sched import (

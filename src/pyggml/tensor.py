@@ -365,44 +365,21 @@ class Tensor:
         ne = ", ".join(str(n) for n in self.ne[: self.n_dims()])
         return f"<Tensor {self.name!r} {self.type.type_name} [{ne}] op={self.op.name}>"
 
-    def _binary(self, other: object, fn_name: str) -> Tensor:
-        from .ops import builders
+    if TYPE_CHECKING:  # the operators are attached by ops/operators.py (ops sits above tensor)
 
-        if not isinstance(other, Tensor):
-            return NotImplemented
-        return getattr(builders, fn_name)(self._ctx_for_op(), self, other)
+        def __add__(self, other: Tensor) -> Tensor: ...
+        def __sub__(self, other: Tensor) -> Tensor: ...
+        def __mul__(self, other: Tensor | float) -> Tensor: ...
+        def __rmul__(self, other: float) -> Tensor: ...
+        def __truediv__(self, other: Tensor) -> Tensor: ...
+        def __matmul__(self, other: Tensor) -> Tensor: ...
+        def __neg__(self) -> Tensor: ...
 
     def _ctx_for_op(self) -> Context:
+        """The context an operator (``a + b``, see ops/operators.py) builds its node in."""
         if self.ctx is None:
             raise PyGGMLError(f"tensor {self.name!r} has no context to build ops in")
         return self.ctx
-
-    def __add__(self, other: object) -> Tensor:
-        return self._binary(other, "add")
-
-    def __sub__(self, other: object) -> Tensor:
-        return self._binary(other, "sub")
-
-    def __mul__(self, other: object) -> Tensor:
-        from .ops import builders
-
-        if isinstance(other, int | float):
-            return builders.scale(self._ctx_for_op(), self, float(other))
-        return self._binary(other, "mul")
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, other: object) -> Tensor:
-        return self._binary(other, "div")
-
-    def __matmul__(self, other: object) -> Tensor:
-        """``a @ b`` is ggml_mul_mat(a, b): rows of a dotted with rows of b."""
-        return self._binary(other, "mul_mat")
-
-    def __neg__(self) -> Tensor:
-        from .ops import builders
-
-        return builders.neg(self._ctx_for_op(), self)
 
 
 def check_same_type(op: str, *ts: Tensor) -> None:
