@@ -9,7 +9,6 @@ The op kernels live in :mod:`pyggml.backend.cpu.compute`; this module only dispa
 from __future__ import annotations
 
 import inspect
-import os
 import platform
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from ..base import (
     Registry,
 )
 from ..errors import BackendError, NotSupportedError
+from ..host import system_memory
 
 if TYPE_CHECKING:
     from ...graph import Graph
@@ -243,14 +243,6 @@ def _cpu_description() -> str:
     return platform.processor() or "CPU"
 
 
-def _system_memory() -> tuple[int, int]:
-    try:
-        page = os.sysconf("SC_PAGE_SIZE")
-        return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
-    except (ValueError, OSError, AttributeError):
-        return 0, 0
-
-
 class CPUDevice(Device):
     def name(self) -> str:
         return "CPU"
@@ -259,7 +251,7 @@ class CPUDevice(Device):
         return _cpu_description()
 
     def memory(self) -> tuple[int, int]:
-        return _system_memory()
+        return system_memory()
 
     def type(self) -> DeviceType:
         return DeviceType.CPU
