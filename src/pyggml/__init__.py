@@ -106,7 +106,7 @@ __version__ = "0.1.0"
 
 def graph_compute_with_ctx(ctx: Context, graph: Graph, n_threads: int = 1) -> int:
     """ggml_graph_compute_with_ctx: run every node of ``graph`` on the CPU, in the tensors' memory."""
-    from .backend.cpu.compute import graph_compute_with_ctx as compute
+    from .backend.cpu.compute import graph_compute_with_ctx as compute  # deferred: the kernels load numba
 
     return compute(ctx, graph, n_threads)
 
@@ -159,7 +159,7 @@ def __getattr__(name: str) -> object:
     """Lazy exports of llama.cpp's quantization tools (``pyggml.quantize_model``, ``pyggml.IMatrixCollector``):
     importing them loads the quantizers, which a plain ``import pyggml`` should not pay for."""
     if name in ("quantize_model", "QuantizeOptions", "IMatrixCollector"):
-        from . import quantize
+        from . import quantize  # deferred (see the docstring)
 
         return getattr(quantize, name)
     raise AttributeError(f"module 'pyggml' has no attribute {name!r}")

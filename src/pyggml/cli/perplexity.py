@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from ..llm.batch import Batch
-from .common import add_kv_unified_arg, add_model_args
+from .common import add_kv_unified_arg, add_model_args, load_model, make_context
+from .main import CLIError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -60,9 +61,6 @@ def _eta(seconds: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .common import load_model, make_context
-    from .main import CLIError
-
     try:
         text = Path(args.file).read_text(encoding="utf-8")
     except OSError as e:

@@ -9,7 +9,11 @@ vocabulary adds BOS itself (common/chat.cpp), so tokenizing the result gives exa
 from __future__ import annotations
 
 import datetime
+import json
 from typing import Any
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import PyGGMLError
 
@@ -44,9 +48,6 @@ def _raise(msg: str) -> None:
 class ChatTemplate:
     def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "", add_bos: bool = False,
                  add_eos: bool = False) -> None:
-        import jinja2
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
         self.source = source if source and source != "chatml" else CHATML_TEMPLATE
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined)
         env.globals["raise_exception"] = _raise
@@ -75,8 +76,6 @@ class ChatTemplate:
 
 
 def _tojson(value: Any, indent: int | None = None) -> str:
-    import json
-
     return json.dumps(value, ensure_ascii=False, indent=indent)
 
 

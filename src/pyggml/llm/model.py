@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from .. import memory
 from ..backend.api import backend_buffer_set_usage, backend_tensor_alloc, backend_tensor_set
@@ -92,8 +93,6 @@ class Model:
         elsewhere: dict[BufferType, list[tuple[Tensor, np.ndarray]]] = {}
         items = infos
         if progress and sys.stderr.isatty():
-            from tqdm import tqdm
-
             items = tqdm(infos, desc=f"loading {self.path.name}", unit="tensor", file=sys.stderr, leave=False)
         for ti in items:
             t = self.ctx.new_tensor(ti.type, *ti.ne[: max(ti.n_dims, 1)]).set_name(ti.name)

@@ -18,13 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
+from tqdm import tqdm
 
 from .. import quants
 from ..convert import bf16_to_f32
 from ..gguf import GGUF_DEFAULT_ALIGNMENT, GGUFError, GGUFReader, GGUFWriter
 from ..gguf.records import TensorInfo
 from ..types import GGMLType
+from .convert_ops import as_type_opt
 from .ftypes import LlamaFType, QuantizeError, ftype_default_type, guess_ftype, parse_ftype
 from .imatrix_io import IMatrix, load_imatrix
 from .overrides import KVOverride
@@ -212,8 +215,6 @@ def _quantize_tensor(r: GGUFReader, ti: TensorInfo, new_type: GGMLType, imatrix:
 @contextmanager
 def _numba_threads(n: int) -> Iterator[None]:
     """Run the numba kernels on ``n`` threads (at most numba's pool), restoring the previous count."""
-    import numba
-
     prev = numba.get_num_threads()
     numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
     try:
@@ -266,8 +267,6 @@ def quantize_model(fname_inp: str | os.PathLike[str], fname_out: str | os.PathLi
 
 def _quantize(r: GGUFReader, fname_out: Any, ftype: LlamaFType, only_copy: bool, opts: QuantizeOptions,
               im_data: dict[str, np.ndarray] | None, im: IMatrix | None, say: Callable[[str], None]) -> QuantizeResult:
-    from .convert_ops import as_type_opt
-
     info = model_info(r, opts.kv_overrides)
     by_name = {ti.name: ti for ti in r.tensors}
     order = weight_order(list(by_name))
@@ -357,8 +356,6 @@ def _write(r: GGUFReader, w: GGUFWriter, plans: list[TensorPlan], im_data: dict[
     nthread = opts.nthread if opts.nthread > 0 else (os.cpu_count() or 1)
     bar = None
     if opts.progress:
-        from tqdm import tqdm
-
         bar = tqdm(total=len(plans), desc="quantizing", unit="tensor", file=sys.stderr, leave=False)
 
     def producer(p: TensorPlan) -> Callable[[], Iterator[np.ndarray]]:

@@ -27,7 +27,7 @@ from ..base import (
     GGMLStatus,
     Registry,
 )
-from ..errors import BackendError, NotSupportedError
+from ..errors import AllocationError, BackendError, NotSupportedError
 from ..host import system_memory
 
 if TYPE_CHECKING:
@@ -109,8 +109,6 @@ class CPUBufferType(BufferType):
         try:
             mem = memory.aligned_empty(size, _MALLOC_ALIGN)
         except MemoryError as e:
-            from ..errors import AllocationError
-
             raise AllocationError(f"failed to allocate CPU buffer of size {size}") from e
         memory.register(mem)
         return CPUBuffer(self, mem, owned=True)
@@ -272,7 +270,7 @@ class CPUDevice(Device):
 
     def supports_op(self, op: Tensor) -> bool:
         try:
-            from . import compute
+            from . import compute  # deferred: the kernels load numba
         except ImportError:
             return True
         check = getattr(compute, "supports_op", None)
@@ -298,11 +296,9 @@ class CPURegistry(Registry):
 
 def _get_features() -> list[tuple[str, str]]:
     """ggml_backend_get_features: what the kernels were built with (here: the Python stack)."""
-    import numpy
-
-    feats = [("NUMPY", numpy.__version__)]
+    feats = [("NUMPY", np.__version__)]
     try:
-        import numba
+        import numba  # deferred: heavy, and only this report asks for it
 
         feats.append(("NUMBA", numba.__version__))
     except ImportError:
