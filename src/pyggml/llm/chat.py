@@ -16,6 +16,7 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import PyGGMLError
+from ..gguf.constants import Keys
 
 #: llama.cpp's fallback when a model has no template
 CHATML_TEMPLATE = (
@@ -96,7 +97,7 @@ def template_for(reader: Any, vocab: Any, override: str | None = None) -> ChatTe
     if override:
         src = BUILTIN_TEMPLATES.get(override.lower(), override)
     else:
-        src = reader.get("tokenizer.chat_template", None)
+        src = reader.get(Keys.TOKENIZER_CHAT_TEMPLATE, None)
     if not src:
         hint = " (it has Gemma's turn tokens: --chat-template gemma)" if _has_tokens(
             vocab, "<start_of_turn>", "<end_of_turn>") else ""
