@@ -12,9 +12,9 @@ import numpy as np
 from backend_run import Inputs, read, to_bytes, upload_inputs
 from pyggml.backend import api
 from pyggml.backend.base import Backend
-from pyggml.backend.sched import BackendSched, backend_sched_new
 from pyggml.context import Context
 from pyggml.graph import Graph, new_graph
+from pyggml.sched import BackendSched, backend_sched_new
 from pyggml.tensor import Tensor
 
 PLUGIN_DIR = Path(__file__).parent / "plugin_pkg"

@@ -41,6 +41,8 @@ def stop_before_work(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(GGUFReader, "__init__", _stop)
     monkeypatch.setattr(RPCServer, "__init__", _stop)
     monkeypatch.setattr("pyggml.rpc.client.parse_rpc_servers", _stop)
+    monkeypatch.setattr("pyggml.cli.common.parse_rpc_servers", _stop)  # the commands' own bindings
+    monkeypatch.setattr("pyggml.cli.devices.parse_rpc_servers", _stop)
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from pyggml.context import Context, tensor_overhead
-from pyggml.gguf import GGUFError, GGUFReader, GGUFWriter, init_context, load_tensor
-from pyggml.gguf.loader import BLOB_NAME
+from pyggml.gguf import GGUFError, GGUFReader, GGUFWriter
+from pyggml.gguf_loader import BLOB_NAME, init_context, load_tensor
 from pyggml.types import GGMLType
 
 

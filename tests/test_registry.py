@@ -13,8 +13,8 @@ import pytest
 import pyggml as g
 from backend_run import read
 from opcheck import NMSE_MATMUL, assert_close
+from pyggml import sched as S
 from pyggml.backend import registry as R
-from pyggml.backend import sched as S
 from pyggml.backend.base import DeviceType
 from pyggml.backend.cpu.backend import CPUBackend
 from pyggml.types import GGMLType as T

@@ -9,11 +9,11 @@ import pyggml as g
 from backend_run import run_graph, upload_inputs
 from pyggml.backend import api
 from pyggml.backend.cpu.backend import backend_cpu_init
-from pyggml.backend.sched import backend_sched_graph_compute, backend_sched_new
 from pyggml.context import Context
 from pyggml.graph import new_graph
 from pyggml.rpc.client import parse_rpc_servers
 from pyggml.rpc.protocol import Cmd
+from pyggml.sched import backend_sched_graph_compute, backend_sched_new
 from pyggml.types import GGMLType as T
 from rpc_util import running_server
 

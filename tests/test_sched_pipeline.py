@@ -11,8 +11,8 @@ pytest.importorskip("torch", reason="these scheduler tests use the optional torc
 import pyggml as g
 from backend_run import from_bytes, read
 from opcheck import NMSE_MATMUL, assert_close
+from pyggml import sched as S
 from pyggml.backend import api
-from pyggml.backend import sched as S
 from pyggml.backend.cpu.backend import backend_cpu_init
 from pyggml.backend.torch import backend_torch_init
 from pyggml.ops.enums import VIEW_OPS

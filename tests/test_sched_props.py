@@ -14,7 +14,7 @@ pytest.importorskip("torch", reason="these scheduler tests use the optional torc
 import pyggml as g
 from backend_run import read
 from opcheck import NMSE_MATMUL, assert_close
-from pyggml.backend import sched as S
+from pyggml import sched as S
 from pyggml.backend.cpu.backend import backend_cpu_init
 from pyggml.backend.torch import backend_torch_init
 from pyggml.ops.enums import VIEW_OPS, Op

@@ -11,7 +11,7 @@ pytest.importorskip("torch", reason="these scheduler tests use the optional torc
 
 import pyggml as g
 from opcheck import NMSE_MATMUL, NMSE_SOFTMAX, assert_close
-from pyggml.backend import sched as S
+from pyggml import sched as S
 from pyggml.backend.cpu.backend import backend_cpu_init
 from pyggml.backend.torch import backend_torch_init
 from pyggml.types import GGMLType as T

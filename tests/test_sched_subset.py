@@ -9,7 +9,7 @@ import numpy as np
 import pyggml as g
 from backend_run import read
 from opcheck import NMSE_MATMUL, assert_close
-from pyggml.backend import sched as S
+from pyggml import sched as S
 from pyggml.backend.cpu.backend import backend_cpu_init
 from pyggml.ops.enums import Op
 from pyggml.types import GGMLType as T

@@ -24,25 +24,6 @@ from .alloc import (
 )
 from .backend.api import *  # noqa: F403  (ggml-backend's flat API)
 from .backend.cpu.backend import backend_cpu_buffer_type, backend_cpu_init, backend_cpu_set_n_threads
-from .backend.sched import (
-    BackendSched,
-    backend_sched_alloc_graph,
-    backend_sched_free,
-    backend_sched_get_backend,
-    backend_sched_get_buffer_size,
-    backend_sched_get_n_backends,
-    backend_sched_get_n_copies,
-    backend_sched_get_n_splits,
-    backend_sched_get_tensor_backend,
-    backend_sched_graph_compute,
-    backend_sched_graph_compute_async,
-    backend_sched_new,
-    backend_sched_reserve,
-    backend_sched_reset,
-    backend_sched_set_eval_callback,
-    backend_sched_set_tensor_backend,
-    backend_sched_synchronize,
-)
 from .context import (
     Context,
     dup_tensor,
@@ -68,6 +49,7 @@ from .errors import (
     UnsupportedOpError,
 )
 from .gguf import *  # noqa: F403  (gguf_* functions, GGUFReader, GGUFWriter, GGUFError)
+from .gguf_loader import init_context, load_tensor
 from .graph import (
     GGML_DEFAULT_GRAPH_SIZE,
     Graph,
@@ -82,8 +64,28 @@ from .graph import (
     new_graph,
     new_graph_custom,
 )
+from .ops import operators as _operators  # attaches a + b, a @ b, ... to Tensor
 from .ops.builders import *  # noqa: F403  (ggml's op constructors, flat)
 from .ops.enums import GluOp, Op, UnaryOp, glu_op_name, op_name, unary_op_name
+from .sched import (
+    BackendSched,
+    backend_sched_alloc_graph,
+    backend_sched_free,
+    backend_sched_get_backend,
+    backend_sched_get_buffer_size,
+    backend_sched_get_n_backends,
+    backend_sched_get_n_copies,
+    backend_sched_get_n_splits,
+    backend_sched_get_tensor_backend,
+    backend_sched_graph_compute,
+    backend_sched_graph_compute_async,
+    backend_sched_new,
+    backend_sched_reserve,
+    backend_sched_reset,
+    backend_sched_set_eval_callback,
+    backend_sched_set_tensor_backend,
+    backend_sched_synchronize,
+)
 from .tensor import (
     GGML_MAX_DIMS,
     GGML_MAX_NAME,
@@ -104,7 +106,7 @@ __version__ = "0.1.0"
 
 def graph_compute_with_ctx(ctx: Context, graph: Graph, n_threads: int = 1) -> int:
     """ggml_graph_compute_with_ctx: run every node of ``graph`` on the CPU, in the tensors' memory."""
-    from .backend.cpu.compute import graph_compute_with_ctx as compute
+    from .backend.cpu.compute import graph_compute_with_ctx as compute  # deferred: the kernels load numba
 
     return compute(ctx, graph, n_threads)
 
@@ -157,7 +159,7 @@ def __getattr__(name: str) -> object:
     """Lazy exports of llama.cpp's quantization tools (``pyggml.quantize_model``, ``pyggml.IMatrixCollector``):
     importing them loads the quantizers, which a plain ``import pyggml`` should not pay for."""
     if name in ("quantize_model", "QuantizeOptions", "IMatrixCollector"):
-        from . import quantize
+        from . import quantize  # deferred (see the docstring)
 
         return getattr(quantize, name)
     raise AttributeError(f"module 'pyggml' has no attribute {name!r}")

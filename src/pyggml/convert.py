@@ -30,7 +30,7 @@ def rows_to_f32(raw: np.ndarray, type: GGMLType) -> np.ndarray:
     if type == GGMLType.BF16:
         return bf16_to_f32(raw)
     if type.is_quantized:
-        from . import quants
+        from . import quants  # deferred: the quantizers load numba; import pyggml stays light
 
         lead = raw.shape[:-1]
         flat = np.ascontiguousarray(raw).reshape(-1, raw.shape[-1])
@@ -49,7 +49,7 @@ def f32_to_rows(x: np.ndarray, type: GGMLType) -> np.ndarray:
     if type == GGMLType.BF16:
         return f32_to_bf16(x)
     if type.is_quantized:
-        from . import quants
+        from . import quants  # deferred (see rows_to_f32)
 
         lead = x.shape[:-1]
         flat = np.ascontiguousarray(x).reshape(-1, x.shape[-1])

@@ -9,6 +9,7 @@ iteratively so a 100k-node chain needs no recursion. Unnamed tensors are named `
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Iterable, Iterator
 from enum import IntEnum
 
@@ -227,8 +228,6 @@ class Graph:
     # ------------------------------------------------------------------ printing
     def print(self, file: object = None) -> None:
         """ggml_graph_print: one line per node and leaf."""
-        import sys
-
         out = file or sys.stdout
         print("=== GRAPH ===", file=out)
         print(f"n_nodes = {self.n_nodes}", file=out)

@@ -320,7 +320,7 @@ class Tensor:
 
     def to_float(self) -> np.ndarray:
         """The data converted to float32 (dequantized if quantized), numpy order."""
-        from .convert import to_f32_4d
+        from .convert import to_f32_4d  # deferred: loads the quantizers (numba); import pyggml stays light
 
         v = to_f32_4d(self)
         return v.reshape(v.shape[GGML_MAX_DIMS - self._np_ndim() :])
@@ -332,7 +332,7 @@ class Tensor:
         elements, for a flat array); its dtype must convert safely to the tensor's type
         (float32 data into an F16/BF16 tensor is rounded as ggml rounds it).
         """
-        from .convert import from_numpy_into
+        from .convert import from_numpy_into  # deferred: loads numba (see to_float)
 
         from_numpy_into(self, array)
         return self
@@ -343,7 +343,7 @@ class Tensor:
 
     def set_f32(self, value: float) -> Tensor:
         """ggml_set_f32: fill every element with ``value``."""
-        from .convert import fill
+        from .convert import fill  # deferred: loads numba (see to_float)
 
         fill(self, value)
         return self
@@ -365,44 +365,21 @@ class Tensor:
         ne = ", ".join(str(n) for n in self.ne[: self.n_dims()])
         return f"<Tensor {self.name!r} {self.type.type_name} [{ne}] op={self.op.name}>"
 
-    def _binary(self, other: object, fn_name: str) -> Tensor:
-        from .ops import builders
+    if TYPE_CHECKING:  # the operators are attached by ops/operators.py (ops sits above tensor)
 
-        if not isinstance(other, Tensor):
-            return NotImplemented
-        return getattr(builders, fn_name)(self._ctx_for_op(), self, other)
+        def __add__(self, other: Tensor) -> Tensor: ...
+        def __sub__(self, other: Tensor) -> Tensor: ...
+        def __mul__(self, other: Tensor | float) -> Tensor: ...
+        def __rmul__(self, other: float) -> Tensor: ...
+        def __truediv__(self, other: Tensor) -> Tensor: ...
+        def __matmul__(self, other: Tensor) -> Tensor: ...
+        def __neg__(self) -> Tensor: ...
 
     def _ctx_for_op(self) -> Context:
+        """The context an operator (``a + b``, see ops/operators.py) builds its node in."""
         if self.ctx is None:
             raise PyGGMLError(f"tensor {self.name!r} has no context to build ops in")
         return self.ctx
-
-    def __add__(self, other: object) -> Tensor:
-        return self._binary(other, "add")
-
-    def __sub__(self, other: object) -> Tensor:
-        return self._binary(other, "sub")
-
-    def __mul__(self, other: object) -> Tensor:
-        from .ops import builders
-
-        if isinstance(other, int | float):
-            return builders.scale(self._ctx_for_op(), self, float(other))
-        return self._binary(other, "mul")
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, other: object) -> Tensor:
-        return self._binary(other, "div")
-
-    def __matmul__(self, other: object) -> Tensor:
-        """``a @ b`` is ggml_mul_mat(a, b): rows of a dotted with rows of b."""
-        return self._binary(other, "mul_mat")
-
-    def __neg__(self) -> Tensor:
-        from .ops import builders
-
-        return builders.neg(self._ctx_for_op(), self)
 
 
 def check_same_type(op: str, *ts: Tensor) -> None:

@@ -85,7 +85,7 @@ class Plan:
 
     def plot(self, path: str | Path, title: str | None = None) -> Path:
         """Save a picture of memory (y) over node index (x), each tensor a bar, to a PNG file."""
-        try:
+        try:  # matplotlib is optional (the test extra), loaded only to plot
             from matplotlib.figure import Figure
             from matplotlib.patches import Rectangle
         except ImportError as e:

@@ -246,12 +246,12 @@ class Backend(ABC):
         self.freed = True
 
     def set_tensor_async(self, tensor: Tensor, data: np.ndarray, offset: int, size: int) -> None:
-        from . import api
+        from . import api  # api.py builds on this module: a real cycle
 
         api.backend_tensor_set(tensor, data, offset, size)
 
     def get_tensor_async(self, tensor: Tensor, data: np.ndarray, offset: int, size: int) -> None:
-        from . import api
+        from . import api  # api.py builds on this module: a real cycle
 
         api.backend_tensor_get(tensor, data, offset, size)
 

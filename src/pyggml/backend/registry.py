@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .base import Backend, Device, DeviceType, Registry
+from .cpu.backend import backend_cpu_reg
 from .errors import BackendError
 
 ENTRY_POINT_GROUP = "pyggml.backends"
@@ -49,19 +50,24 @@ class _BackendRegistry:
         #: id(registry) -> the entry point it came from, so unloading allows loading it again
         self.entry_point_of: dict[int, str] = {}
         self.builtins_done = False
+        self.cpu_done = False
+
+    def ensure_cpu(self) -> None:
+        """Register the CPU backend once (cheap: its module is loaded with pyggml)."""
+        if not self.cpu_done:
+            self.cpu_done = True
+            self.register(backend_cpu_reg(), "built-in")
 
     def ensure_builtins(self) -> None:
         if self.builtins_done:
             return
         self.builtins_done = True
-        from .cpu.backend import backend_cpu_reg
-
-        self.register(backend_cpu_reg(), "built-in")
+        self.ensure_cpu()
         if importlib.util.find_spec("torch") is None:
             _debug("skipped backend Torch: torch is not installed (pip install pyggml[torch])")
             return
         try:
-            from .torch import backend_torch_reg
+            from .torch import backend_torch_reg  # deferred: torch is optional and slow to import
         except Exception as e:  # a broken torch install must not take the CPU backend down
             _debug(f"skipped backend Torch: importing torch failed: {e}")
             return
@@ -224,7 +230,12 @@ def backend_dev_by_name(name: str) -> Device | None:
 
 
 def backend_dev_by_type(type: DeviceType | int) -> Device | None:
-    _state.ensure_builtins()
+    if type == DeviceType.CPU:
+        # the other built-in backend (torch) has no CPU-type device (its CPU one is ACCEL), so
+        # finding the CPU device, as llama.cpp does for its weights and its CPU backend, need not import torch
+        _state.ensure_cpu()
+    else:
+        _state.ensure_builtins()
     return next((d for d in _state.devices if d.type() == type), None)
 
 

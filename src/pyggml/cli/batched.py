@@ -17,7 +17,10 @@ import dataclasses
 import sys
 import time
 
-from .common import add_kv_unified_arg, add_model_args, add_sampling_args, load_model, make_context
+from ..llm.batch import Batch
+from ..llm.sampling import Sampler
+from .common import add_kv_unified_arg, add_model_args, add_sampling_args, load_model, make_context, sampler_from_args
+from .main import CLIError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,11 +39,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..llm.batch import Batch
-    from ..llm.sampling import Sampler
-    from .common import sampler_from_args
-    from .main import CLIError
-
     n_par, n_pred = args.parallel, args.n_predict
     if not 1 <= n_par <= 64:
         raise CLIError(f"-np/--parallel must be 1 to 64, got {n_par}")

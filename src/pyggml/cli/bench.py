@@ -15,7 +15,13 @@ import statistics
 import sys
 import time
 
-from .common import add_kv_unified_arg, add_model_args, placement_from_args
+from ..llm.batch import Batch
+from ..llm.context import ContextParams, LlamaContext
+from ..llm.model import Model
+from ..llm.packaged import resolve
+from ..llm.vocab import Vocab
+from .common import add_kv_unified_arg, add_model_args, load_model, make_context, placement_from_args
+from .main import CLIError
 
 
 def glibc_rand(n: int, seed: int = 1) -> list[int]:
@@ -85,11 +91,6 @@ def _test_gen(ctx: object, n_gen: int, bos: int | None, n_vocab: int) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.npp is not None or args.ntg is not None or args.npl is not None:
         return run_batched(args)
-    from ..llm.context import ContextParams, LlamaContext
-    from ..llm.model import Model
-    from ..llm.packaged import resolve
-    from ..llm.vocab import Vocab
-    from .main import CLIError
 
     if args.repetitions < 1:
         raise CLIError("-r must be at least 1")
@@ -158,9 +159,6 @@ def _print_markdown(results: list[dict], model: object) -> None:
 
 def run_batched(args: argparse.Namespace) -> int:
     """llama-batched-bench: for every (PP, TG, B), B sequences' prompts then TG batched generation steps."""
-    from ..llm.batch import Batch
-    from .common import load_model, make_context
-    from .main import CLIError
 
     n_pp, n_tg, n_pl = args.npp or [128], args.ntg or [128], args.npl or [1]
     shared = args.pps

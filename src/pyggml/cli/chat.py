@@ -9,7 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..llm.chat import template_for
+from ..llm.generate import generate
+from ..llm.packaged import CHAT_MODEL
 from .common import add_model_args, add_sampling_args, load_model_and_context, sampler_from_args
+from .main import CLIError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,11 +38,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..llm.chat import template_for
-    from ..llm.generate import generate
-    from ..llm.packaged import CHAT_MODEL
-    from .main import CLIError
-
     if args.n_predict < -1:
         raise CLIError(f"-n/--n-predict must be -1 (no limit) or a count >= 0, got {args.n_predict}")
     model, vocab, ctx = load_model_and_context(args, CHAT_MODEL)

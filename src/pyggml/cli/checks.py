@@ -13,6 +13,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from ..llm.packaged import is_registry_name
+
 Rule = tuple[str, Callable[[object], bool], str]
 
 _INT32 = 2**31 - 1
@@ -77,7 +79,6 @@ def check(args: argparse.Namespace, error: Callable[[str], Exception]) -> None:
 
 def _is_model_name(path: str) -> bool:
     """-m also takes a packaged model's short name (llm/packaged.py)."""
-    from ..llm.packaged import is_registry_name
 
     return is_registry_name(path)
 

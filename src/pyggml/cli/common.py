@@ -7,7 +7,15 @@ import os
 import sys
 from typing import Any
 
+from ..backend.registry import backend_dev_by_name, backend_devices
+from ..llm.context import ContextParams, LlamaContext
+from ..llm.model import Model
+from ..llm.models import DEFAULT_MODEL_PACKAGE
+from ..llm.packaged import resolve
 from ..llm.sampling import LLAMA_DEFAULT_SEED, Sampler, SamplingParams
+from ..llm.vocab import Vocab
+from ..rpc.client import parse_rpc_servers
+from .main import CLIError
 
 
 def add_model_args(p: argparse.ArgumentParser, ctx_size: int = 4096, model_help: str | None = None) -> None:
@@ -68,13 +76,9 @@ def sampler_from_args(args: argparse.Namespace) -> Sampler:
 
 def placement_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """Model() keyword arguments for -ngl, --device and -ot."""
-    from ..backend.registry import backend_dev_by_name, backend_devices
-    from .main import CLIError
 
     devices = None
     if getattr(args, "rpc", None):
-        from ..rpc.client import parse_rpc_servers
-
         # registering puts the servers' devices (GPU type) first, so -ngl offloads to them
         parse_rpc_servers(args.rpc)
     if args.device:
@@ -98,10 +102,6 @@ def placement_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def load_model(args: argparse.Namespace, default: str | None = None) -> tuple[Any, Any]:
     """Load the model (-m: a file or a packaged model's name; ``default``, a registry name, if absent)
     and its vocabulary."""
-    from ..llm.model import Model
-    from ..llm.models import DEFAULT_MODEL_PACKAGE
-    from ..llm.packaged import resolve
-    from ..llm.vocab import Vocab
 
     path = resolve(args.model, default or DEFAULT_MODEL_PACKAGE)
     if not args.quiet:
@@ -113,7 +113,6 @@ def load_model(args: argparse.Namespace, default: str | None = None) -> tuple[An
 def make_context(args: argparse.Namespace, model: Any, n_ctx: int | None = None, n_seq_max: int = 1,
                  n_batch: int | None = None) -> Any:
     """A context for the model from -c, -b, -ub, -t, -fa, -kvu (or the values given here)."""
-    from ..llm.context import ContextParams, LlamaContext
 
     params = ContextParams(n_ctx=args.ctx_size if n_ctx is None else n_ctx,
                            n_batch=args.batch_size if n_batch is None else n_batch, n_ubatch=args.ubatch_size,

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import argparse
 
+from ..backend.registry import backend_devices
+from ..rpc.client import parse_rpc_servers
+
 MIB = 1024 * 1024
 
 
@@ -22,11 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..backend.registry import backend_devices
-
     if args.rpc:
-        from ..rpc.client import parse_rpc_servers
-
         parse_rpc_servers(args.rpc)
     print("Available devices:")
     for dev in backend_devices():

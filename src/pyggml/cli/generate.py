@@ -10,7 +10,9 @@ import os
 import sys
 from pathlib import Path
 
+from ..llm.generate import generate
 from .common import add_model_args, add_sampling_args, load_model_and_context, sampler_from_args
+from .main import CLIError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -42,9 +44,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..llm.generate import generate
-    from .main import CLIError
-
     if args.file is not None:
         try:
             prompt = Path(args.file).read_text(encoding="utf-8")

@@ -11,6 +11,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from importlib.metadata import PackageNotFoundError, version
+
+from ..errors import PyGGMLError
+from .checks import check
 
 #: sub-command modules, in the order ``--help`` lists them
 COMMANDS = ["generate", "chat", "serve", "batched", "bench", "perplexity", "tokenize", "dump", "devices", "rpc_server",
@@ -29,8 +33,6 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("pyggml")
     except PackageNotFoundError:  # running from a source tree that is not installed
@@ -56,8 +58,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        from .checks import check
-
         check(args, CLIError)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
@@ -66,8 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as e:  # user-facing: one line, no traceback
-        from ..errors import PyGGMLError
-
         if isinstance(e, CLIError | PyGGMLError | OSError):
             print(f"error: {e}", file=sys.stderr)
             return 1

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from ..llm.batch import Batch
-from .common import add_kv_unified_arg, add_model_args
+from .common import add_kv_unified_arg, add_model_args, load_model, make_context
+from .main import CLIError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -96,9 +97,6 @@ def _eta(seconds: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .common import load_model, make_context
-    from .main import CLIError
-
     try:
         text = Path(args.file).read_text(encoding="utf-8")
     except OSError as e:

@@ -8,7 +8,18 @@ import textwrap
 import time
 from pathlib import Path
 
+from ..quantize import (
+    QuantizeError,
+    QuantizeOptions,
+    parse_ftype,
+    parse_kv_override,
+    parse_prune_layers,
+    parse_tensor_type,
+    parse_tensor_type_file,
+    quantize_model,
+)
 from ..quantize.ftypes import QUANT_OPTIONS, QuantOption
+from .main import CLIError
 
 
 def _types_epilog() -> str:
@@ -74,16 +85,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..quantize import (
-        QuantizeOptions,
-        parse_kv_override,
-        parse_prune_layers,
-        parse_tensor_type,
-        parse_tensor_type_file,
-        quantize_model,
-    )
-    from .main import CLIError
-
     output, opt, nthreads = _positionals(args.input, args.rest, args.dry_run)
     if args.include_weights and args.exclude_weights:
         raise CLIError("--include-weights and --exclude-weights cannot be used together")
@@ -115,8 +116,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _positionals(inp: str, rest: list[str], dry_run: bool) -> tuple[str, QuantOption, int]:
     """llama-quantize's positionals: ``IN TYPE [N]`` (output ggml-model-TYPE.gguf beside IN) or ``IN OUT TYPE [N]``."""
-    from ..quantize import QuantizeError, parse_ftype
-    from .main import CLIError
 
     try:
         opt = parse_ftype(rest[0])

@@ -14,6 +14,9 @@ import re
 import sys
 from typing import Any
 
+from ..backend.base import DeviceType
+from ..backend.registry import backend_dev_by_name, backend_dev_by_type, backend_devices
+from ..rpc.server import RPCServer, default_cache_dir, print_log, security_warning
 from .main import CLIError
 
 
@@ -36,8 +39,6 @@ def add_parser(subparsers: Any) -> None:
 def _devices(spec: str | None) -> list[Any]:
     """rpc-server.cpp's choice: the named devices, else every device that is not a CPU or an
     accelerator (GPUs), else the CPU."""
-    from ..backend.base import DeviceType
-    from ..backend.registry import backend_dev_by_name, backend_dev_by_type, backend_devices
 
     if spec is None:
         gpus = [d for d in backend_devices() if d.type() not in (DeviceType.CPU, DeviceType.ACCEL)]
@@ -67,8 +68,6 @@ def _backend_for(dev: Any, n_threads: int) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..rpc.server import RPCServer, default_cache_dir, print_log, security_warning
-
     if not 0 < args.port < 65536:
         raise CLIError(f"port {args.port} is out of range 1..65535")
     if args.threads <= 0:

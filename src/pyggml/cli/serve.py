@@ -9,9 +9,13 @@ loaded before the server listens; Ctrl-C stops it.
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 
-from .common import add_kv_unified_arg, add_model_args, add_sampling_args
+from ..llm.chat import NoChatTemplateError, template_for
+from ..llm.packaged import CHAT_MODEL
+from .common import add_kv_unified_arg, add_model_args, add_sampling_args, load_model, make_context
+from .main import CLIError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -54,11 +58,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def build_state(args: argparse.Namespace) -> object:
     """Load the model and make the engine and the app's state (started separately)."""
-    from ..llm.chat import NoChatTemplateError, template_for
-    from ..llm.packaged import CHAT_MODEL
-    from ..serve.app import ServerState
+    from ..serve.app import ServerState  # deferred: serve/ needs the optional serve extra (starlette)
     from ..serve.engine import Engine
-    from .common import load_model, make_context
 
     model, vocab = load_model(args, CHAT_MODEL)
     hp = model.hparams
@@ -83,8 +84,6 @@ def build_state(args: argparse.Namespace) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .main import CLIError
-
     try:
         import uvicorn
 
@@ -119,9 +118,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_address(host: str, port: int) -> None:
     """Fail fast, with one line, when the address cannot be bound (in use, or not this machine's)."""
-    import socket
-
-    from .main import CLIError
 
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)

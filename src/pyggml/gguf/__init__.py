@@ -24,7 +24,6 @@ from .constants import (
 )
 from .context import GGUFContext
 from .errors import CHECKS, GGUFError, GGUFKeyError, GGUFTypeError
-from .loader import init_context, load_tensor
 from .reader import GGUFReader
 from .records import GGUFKV, StringArray, TensorInfo
 from .writer import GGUFWriter
@@ -48,7 +47,5 @@ __all__ = [
     "Keys",
     "StringArray",
     "TensorInfo",
-    "init_context",
-    "load_tensor",
     *_api_all,
 ]

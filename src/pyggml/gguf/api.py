@@ -14,6 +14,7 @@ import numpy as np
 from ..types import GGMLType
 from .constants import GGUFValueType, gguf_type_name, gguf_type_size
 from .context import GGUFContext
+from .errors import GGUFKeyError
 from .reader import GGUFReader
 from .records import StringArray
 from .writer import GGUFWriter
@@ -80,8 +81,6 @@ def gguf_get_arr_data(ctx: GGUFContext, key_id: int) -> np.ndarray:
 def gguf_get_arr_str(ctx: GGUFContext, key_id: int, i: int) -> str:
     arr = ctx.get_arr_str(key_id)
     if not 0 <= i < len(arr):
-        from .errors import GGUFKeyError
-
         raise GGUFKeyError(f"index {i} out of range for array {ctx.kv(key_id).key!r} of {len(arr)}")
     return arr[i]
 

@@ -142,42 +142,98 @@ def gguf_type_size(t: int) -> int:
 
 
 class Keys:
-    """Well-known metadata keys (llama.cpp's llama-arch.cpp); ``{arch}`` is the architecture name."""
+    """The one place for every GGUF metadata key pyggml reads or writes.
 
+    Names are llama.cpp's ``LLM_KV_*`` (llama-arch.cpp, and tools/imatrix's ``LLM_KV_IMATRIX_*``)
+    without the prefix: ``LLM_KV_ATTENTION_HEAD_COUNT`` is ``Keys.ATTENTION_HEAD_COUNT``. Keys that
+    start with ``{arch}`` are per architecture: ``Keys.arch(Keys.BLOCK_COUNT, "gemma3")`` is
+    ``"gemma3.block_count"``.
+    """
+
+    # general.*
+    GENERAL_TYPE = "general.type"
     GENERAL_ARCHITECTURE = "general.architecture"
     GENERAL_QUANTIZATION_VERSION = "general.quantization_version"
     GENERAL_ALIGNMENT = GGUF_KEY_GENERAL_ALIGNMENT
     GENERAL_NAME = "general.name"
     GENERAL_FILE_TYPE = "general.file_type"
-    GENERAL_TYPE = "general.type"
 
+    # {arch}.*: the model's shape
+    VOCAB_SIZE = "{arch}.vocab_size"
     CONTEXT_LENGTH = "{arch}.context_length"
     EMBEDDING_LENGTH = "{arch}.embedding_length"
     BLOCK_COUNT = "{arch}.block_count"
     FEED_FORWARD_LENGTH = "{arch}.feed_forward_length"
-    VOCAB_SIZE = "{arch}.vocab_size"
+    EXPERT_COUNT = "{arch}.expert_count"
+    FINAL_LOGIT_SOFTCAPPING = "{arch}.final_logit_softcapping"
+
     ATTENTION_HEAD_COUNT = "{arch}.attention.head_count"
     ATTENTION_HEAD_COUNT_KV = "{arch}.attention.head_count_kv"
     ATTENTION_KEY_LENGTH = "{arch}.attention.key_length"
     ATTENTION_VALUE_LENGTH = "{arch}.attention.value_length"
     ATTENTION_LAYERNORM_RMS_EPS = "{arch}.attention.layer_norm_rms_epsilon"
     ATTENTION_SLIDING_WINDOW = "{arch}.attention.sliding_window"
+    ATTENTION_SLIDING_WINDOW_PATTERN = "{arch}.attention.sliding_window_pattern"
+
+    ROPE_DIMENSION_COUNT = "{arch}.rope.dimension_count"
     ROPE_FREQ_BASE = "{arch}.rope.freq_base"
+    ROPE_FREQ_BASE_SWA = "{arch}.rope.freq_base_swa"
+    ROPE_SCALE_LINEAR = "{arch}.rope.scale_linear"
     ROPE_SCALING_TYPE = "{arch}.rope.scaling.type"
     ROPE_SCALING_FACTOR = "{arch}.rope.scaling.factor"
+    ROPE_SCALING_ATTN_FACTOR = "{arch}.rope.scaling.attn_factor"
+    ROPE_SCALING_ORIG_CTX_LEN = "{arch}.rope.scaling.original_context_length"
 
+    # split files (gguf-split)
+    SPLIT_NO = "split.no"
+    SPLIT_COUNT = "split.count"
+    SPLIT_TENSORS_COUNT = "split.tensors.count"
+
+    # tokenizer.*
     TOKENIZER_MODEL = "tokenizer.ggml.model"
     TOKENIZER_PRE = "tokenizer.ggml.pre"
-    TOKENIZER_TOKENS = "tokenizer.ggml.tokens"
-    TOKENIZER_SCORES = "tokenizer.ggml.scores"
+    TOKENIZER_LIST = "tokenizer.ggml.tokens"
     TOKENIZER_TOKEN_TYPE = "tokenizer.ggml.token_type"
+    TOKENIZER_SCORES = "tokenizer.ggml.scores"
     TOKENIZER_MERGES = "tokenizer.ggml.merges"
     TOKENIZER_BOS_ID = "tokenizer.ggml.bos_token_id"
     TOKENIZER_EOS_ID = "tokenizer.ggml.eos_token_id"
+    TOKENIZER_EOT_ID = "tokenizer.ggml.eot_token_id"
+    TOKENIZER_EOM_ID = "tokenizer.ggml.eom_token_id"
     TOKENIZER_UNK_ID = "tokenizer.ggml.unknown_token_id"
+    TOKENIZER_SEP_ID = "tokenizer.ggml.seperator_token_id"  # sic, as llama.cpp spells it
     TOKENIZER_PAD_ID = "tokenizer.ggml.padding_token_id"
+    TOKENIZER_CLS_ID = "tokenizer.ggml.cls_token_id"  # written by converters (gguf-py's Keys.Tokenizer.CLS_ID)
+    TOKENIZER_MASK_ID = "tokenizer.ggml.mask_token_id"
     TOKENIZER_ADD_BOS = "tokenizer.ggml.add_bos_token"
     TOKENIZER_ADD_EOS = "tokenizer.ggml.add_eos_token"
     TOKENIZER_ADD_SEP = "tokenizer.ggml.add_sep_token"
-    TOKENIZER_ADD_SPACE_PREFIX = "tokenizer.ggml.add_space_prefix"
+    TOKENIZER_ADD_PREFIX = "tokenizer.ggml.add_space_prefix"
+    TOKENIZER_REMOVE_EXTRA_WS = "tokenizer.ggml.remove_extra_whitespaces"
     TOKENIZER_CHAT_TEMPLATE = "tokenizer.chat_template"
+    TOKENIZER_FIM_PRE_ID = "tokenizer.ggml.fim_pre_token_id"
+    TOKENIZER_FIM_SUF_ID = "tokenizer.ggml.fim_suf_token_id"
+    TOKENIZER_FIM_MID_ID = "tokenizer.ggml.fim_mid_token_id"
+    TOKENIZER_FIM_PAD_ID = "tokenizer.ggml.fim_pad_token_id"
+    TOKENIZER_FIM_REP_ID = "tokenizer.ggml.fim_rep_token_id"
+    TOKENIZER_FIM_SEP_ID = "tokenizer.ggml.fim_sep_token_id"
+    # deprecated FIM names, still read (they win over the fim_* ones, as in llama.cpp)
+    TOKENIZER_PREFIX_ID = "tokenizer.ggml.prefix_token_id"
+    TOKENIZER_SUFFIX_ID = "tokenizer.ggml.suffix_token_id"
+    TOKENIZER_MIDDLE_ID = "tokenizer.ggml.middle_token_id"
+
+    # what llama-quantize records about the importance matrix it used
+    QUANTIZE_IMATRIX_FILE = "quantize.imatrix.file"
+    QUANTIZE_IMATRIX_DATASET = "quantize.imatrix.dataset"
+    QUANTIZE_IMATRIX_N_ENTRIES = "quantize.imatrix.entries_count"
+    QUANTIZE_IMATRIX_N_CHUNKS = "quantize.imatrix.chunks_count"
+
+    # an imatrix GGUF file (tools/imatrix); its tensors are "<name>.in_sum2" and "<name>.counts"
+    IMATRIX_DATASETS = "imatrix.datasets"
+    IMATRIX_CHUNK_COUNT = "imatrix.chunk_count"
+    IMATRIX_CHUNK_SIZE = "imatrix.chunk_size"
+
+    @staticmethod
+    def arch(key: str, arch: str) -> str:
+        """A per-architecture key for ``arch``: ``Keys.arch(Keys.BLOCK_COUNT, "llama")`` -> ``"llama.block_count"``."""
+        return key.format(arch=arch)

@@ -10,6 +10,7 @@ time while writing, so a file larger than memory can be written.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import struct
 import tempfile
@@ -32,6 +33,7 @@ from .constants import (
 )
 from .context import GGUFContext
 from .errors import GGUFError, GGUFTypeError
+from .reader import GGUFReader
 from .records import GGUFKV, StringArray, TensorInfo, encode_str, ggml_n_dims
 
 #: tensor data: an array or bytes now, or a callable returning them / an iterable of chunks later
@@ -256,8 +258,6 @@ class GGUFWriter(GGUFContext):
 
         Writing it reproduces a file that ggml or gguf-py wrote, byte for byte.
         """
-        from .reader import GGUFReader
-
         w = cls(version=src.version)
         for kv in src.kvs():
             w.set_kv(kv)
@@ -529,8 +529,6 @@ class GGUFWriter(GGUFContext):
 
     def to_bytes(self) -> bytes:
         """The whole file in memory (``gguf_write_to_buf``), for small files and tests."""
-        import io
-
         buf = io.BytesIO()
         self.write_to(buf)
         return buf.getvalue()

@@ -9,9 +9,14 @@ vocabulary adds BOS itself (common/chat.cpp), so tokenizing the result gives exa
 from __future__ import annotations
 
 import datetime
+import json
 from typing import Any
 
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
 from ..errors import PyGGMLError
+from ..gguf.constants import Keys
 
 #: llama.cpp's fallback when a model has no template
 CHATML_TEMPLATE = (
@@ -44,9 +49,6 @@ def _raise(msg: str) -> None:
 class ChatTemplate:
     def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "", add_bos: bool = False,
                  add_eos: bool = False) -> None:
-        import jinja2
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
         self.source = source if source and source != "chatml" else CHATML_TEMPLATE
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined)
         env.globals["raise_exception"] = _raise
@@ -75,8 +77,6 @@ class ChatTemplate:
 
 
 def _tojson(value: Any, indent: int | None = None) -> str:
-    import json
-
     return json.dumps(value, ensure_ascii=False, indent=indent)
 
 
@@ -97,7 +97,7 @@ def template_for(reader: Any, vocab: Any, override: str | None = None) -> ChatTe
     if override:
         src = BUILTIN_TEMPLATES.get(override.lower(), override)
     else:
-        src = reader.get("tokenizer.chat_template", None)
+        src = reader.get(Keys.TOKENIZER_CHAT_TEMPLATE, None)
     if not src:
         hint = " (it has Gemma's turn tokens: --chat-template gemma)" if _has_tokens(
             vocab, "<start_of_turn>", "<end_of_turn>") else ""

@@ -20,16 +20,15 @@ import numpy as np
 
 from ..backend.api import backend_tensor_get, backend_tensor_set
 from ..backend.base import GGMLStatus
-from ..backend.cpu.backend import backend_cpu_init
-from ..backend.sched import BackendSched, backend_sched_new, backend_sched_set_eval_callback
 from ..errors import PyGGMLError
+from ..sched import BackendSched, backend_sched_new, backend_sched_set_eval_callback
 from ..tensor import Tensor, ggml_pad
 from ..types import GGMLType
 from . import state
 from .batch import Batch, DecodeError, PreparedBatch, prepare, split_equal, split_simple
 from .graph import GRAPH_MAX_NODES, GraphBuilder, UbatchGraph, build_k_shift
 from .kv_cache import KV_PAD, KVCache
-from .model import Model
+from .model import Model, cpu_device
 
 #: ggml's eval callback: called with ask=True to ask whether a node is wanted, then with ask=False
 #: once it has been computed; returning False from the second call stops the graph.
@@ -94,8 +93,11 @@ class LlamaContext:
             self.caches = {"base": KVCache(hp, list(range(hp.n_layer)), self.n_ctx_seq, buft, p.type_k, p.type_v,
                                            v_trans, 0, "base", p.n_seq_max, n_stream)}
             self.layer_cache = ["base"] * hp.n_layer
-        self.backend = backend_cpu_init()
-        self.backend.set_n_threads(p.n_threads or os.cpu_count() or 1)
+        cpu = cpu_device()
+        self.backend = cpu.init_backend(None)
+        set_n_threads = cpu.reg.get_proc_address("ggml_backend_set_n_threads") if cpu.reg is not None else None
+        if set_n_threads is not None:  # as llama.cpp sets threads: through the registry's proc address
+            set_n_threads(self.backend, p.n_threads or os.cpu_count() or 1)
         # the devices holding weights first, the CPU last (llama.cpp's order)
         self.backends = [d.init_backend(None) for d in model.devices] + [self.backend]
         self.sched: BackendSched = backend_sched_new(self.backends, None, GRAPH_MAX_NODES, False, True)
@@ -381,7 +383,7 @@ def tensor_to_numpy(t: Tensor) -> np.ndarray:
     """A float32 copy of a tensor's data in numpy order, wherever it lives (host or device)."""
     if t.buffer is None or t.buffer.is_host():
         return np.array(t.to_float(), dtype=np.float32, copy=True)
-    from ..convert import rows_to_f32
+    from ..convert import rows_to_f32  # deferred: loads the quantizers (numba) for a device read only
 
     if not t.is_contiguous():
         raise PyGGMLError(f"cannot read non-contiguous device tensor {t.name!r}")

@@ -26,6 +26,7 @@ import numpy as np
 from .. import quants
 from ..convert import f32_to_bf16
 from ..gguf import GGUFValueType, GGUFWriter
+from ..gguf.constants import Keys
 from ..types import GGMLType
 from .convert_arch import detect_arch, hparams_metadata, map_tensors, required_tensors
 from .convert_vocab import ConversionError, tokenizer_metadata
@@ -146,20 +147,20 @@ def convert_hf_model(
     elif arch not in ("llama", "qwen2", "gemma3"):
         raise ConversionError(f"unsupported architecture {arch!r}")
     w = GGUFWriter()
-    w.set_str("general.architecture", arch)
+    w.set_str(Keys.GENERAL_ARCHITECTURE, arch)
     if name:
-        w.set_str("general.name", name)
+        w.set_str(Keys.GENERAL_NAME, name)
     for k, v in hparams_metadata(arch, cfg).items():
         _put(w, k, v)
-    w.set_u32("general.quantization_version", GGML_QUANT_VERSION)
-    w.set_u32("general.file_type", file_type)
+    w.set_u32(Keys.GENERAL_QUANTIZATION_VERSION, GGML_QUANT_VERSION)
+    w.set_u32(Keys.GENERAL_FILE_TYPE, file_type)
     n_vocab_real = None
     if tokenizer is not None:
         md = tokenizer_metadata(tokenizer, arch, int(cfg.get("vocab_size") or 0), tokenizer_pre, special_token_ids)
         if arch == "gemma3":  # gemma3's converter cuts the vocabulary (and embeddings) to the real tokens
-            n_vocab_real = sum(1 for t in md["tokenizer.ggml.tokens"] if not t.startswith("[PAD"))
-            md["tokenizer.ggml.tokens"] = md["tokenizer.ggml.tokens"][:n_vocab_real]
-            md["tokenizer.ggml.token_type"] = md["tokenizer.ggml.token_type"][:n_vocab_real]
+            n_vocab_real = sum(1 for t in md[Keys.TOKENIZER_LIST] if not t.startswith("[PAD"))
+            md[Keys.TOKENIZER_LIST] = md[Keys.TOKENIZER_LIST][:n_vocab_real]
+            md[Keys.TOKENIZER_TOKEN_TYPE] = md[Keys.TOKENIZER_TOKEN_TYPE][:n_vocab_real]
         for k, v in md.items():
             _put(w, k, v)
     written: set[str] = set()

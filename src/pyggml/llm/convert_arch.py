@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..gguf.constants import Keys
 from .convert_vocab import ConversionError
 
 HF_CLASSES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Gemma3ForCausalLM": "gemma3"}
@@ -94,28 +95,28 @@ def hparams_metadata(arch: str, config: dict[str, Any]) -> dict[str, Any]:
     a = arch
     n_head = int(_req(config, "num_attention_heads"))
     md: dict[str, Any] = {
-        f"{a}.block_count": int(_req(config, "num_hidden_layers")),
-        f"{a}.context_length": int(_req(config, "max_position_embeddings")),
-        f"{a}.embedding_length": int(_req(config, "hidden_size")),
-        f"{a}.feed_forward_length": int(_req(config, "intermediate_size")),
-        f"{a}.attention.head_count": n_head,
-        f"{a}.attention.head_count_kv": int(config.get("num_key_value_heads") or n_head),
-        f"{a}.attention.layer_norm_rms_epsilon": float(_req(config, "rms_norm_eps")),
+        Keys.arch(Keys.BLOCK_COUNT, a): int(_req(config, "num_hidden_layers")),
+        Keys.arch(Keys.CONTEXT_LENGTH, a): int(_req(config, "max_position_embeddings")),
+        Keys.arch(Keys.EMBEDDING_LENGTH, a): int(_req(config, "hidden_size")),
+        Keys.arch(Keys.FEED_FORWARD_LENGTH, a): int(_req(config, "intermediate_size")),
+        Keys.arch(Keys.ATTENTION_HEAD_COUNT, a): n_head,
+        Keys.arch(Keys.ATTENTION_HEAD_COUNT_KV, a): int(config.get("num_key_value_heads") or n_head),
+        Keys.arch(Keys.ATTENTION_LAYERNORM_RMS_EPS, a): float(_req(config, "rms_norm_eps")),
     }
     if config.get("head_dim") is not None or arch == "gemma3":
-        md[f"{a}.attention.key_length"] = head_dim(config)
-        md[f"{a}.attention.value_length"] = head_dim(config)
+        md[Keys.arch(Keys.ATTENTION_KEY_LENGTH, a)] = head_dim(config)
+        md[Keys.arch(Keys.ATTENTION_VALUE_LENGTH, a)] = head_dim(config)
     rope = _rope(config, "full_attention" if arch == "gemma3" else None)
-    md[f"{a}.rope.freq_base"] = float(rope["rope_theta"])
+    md[Keys.arch(Keys.ROPE_FREQ_BASE, a)] = float(rope["rope_theta"])
     rope_type = str(rope.get("rope_type") or rope.get("type") or "default").lower()
     if rope_type == "linear":
-        md[f"{a}.rope.scaling.type"] = "linear"
-        md[f"{a}.rope.scaling.factor"] = float(rope["factor"])
+        md[Keys.arch(Keys.ROPE_SCALING_TYPE, a)] = "linear"
+        md[Keys.arch(Keys.ROPE_SCALING_FACTOR, a)] = float(rope["factor"])
     elif rope_type not in ("default", "llama3") or (rope_type == "llama3" and arch != "llama"):
         raise ConversionError(f"{arch}: RoPE scaling type {rope_type!r} is not supported by this converter")
     if arch == "llama":
-        md["llama.vocab_size"] = int(_req(config, "vocab_size"))
-        md["llama.rope.dimension_count"] = head_dim(config)
+        md[Keys.arch(Keys.VOCAB_SIZE, "llama")] = int(_req(config, "vocab_size"))
+        md[Keys.arch(Keys.ROPE_DIMENSION_COUNT, "llama")] = head_dim(config)
     elif arch == "qwen2" and config.get("use_sliding_window"):
         raise ConversionError("qwen2 with use_sliding_window=True: llama.cpp's qwen2 graph has no sliding window")
     elif arch == "gemma3":
@@ -136,20 +137,20 @@ def _gemma3_metadata(config: dict[str, Any]) -> dict[str, Any]:
     if config.get("attn_logit_softcapping") is not None:
         raise ConversionError("gemma3: attn_logit_softcapping is not supported (Gemma 3 does not use it)")
     if config.get("final_logit_softcapping"):
-        md["gemma3.final_logit_softcapping"] = float(config["final_logit_softcapping"])
+        md[Keys.arch(Keys.FINAL_LOGIT_SOFTCAPPING, "gemma3")] = float(config["final_logit_softcapping"])
     local = _rope(config, "sliding_attention")
     if "rope_parameters" in config and "sliding_attention" in (config.get("rope_parameters") or {}):
-        md["gemma3.rope.freq_base_swa"] = float(local["rope_theta"])
+        md[Keys.arch(Keys.ROPE_FREQ_BASE_SWA, "gemma3")] = float(local["rope_theta"])
     elif config.get("rope_local_base_freq") is not None:
-        md["gemma3.rope.freq_base_swa"] = float(config["rope_local_base_freq"])
+        md[Keys.arch(Keys.ROPE_FREQ_BASE_SWA, "gemma3")] = float(config["rope_local_base_freq"])
     if config.get("sliding_window_pattern") != 1 and config.get("sliding_window"):
-        md["gemma3.attention.sliding_window"] = int(config["sliding_window"])
+        md[Keys.arch(Keys.ATTENTION_SLIDING_WINDOW, "gemma3")] = int(config["sliding_window"])
         types = config.get("layer_types")
         if types:
             flags = [t == "sliding_attention" for t in types]
             # the runner's default is a period of 6 (every 6th layer global); write the pattern only if it differs
             if flags != [(il % 6) < 5 for il in range(n_layer)]:
-                md["gemma3.attention.sliding_window_pattern"] = flags
+                md[Keys.arch(Keys.ATTENTION_SLIDING_WINDOW_PATTERN, "gemma3")] = flags
     return md
 
 

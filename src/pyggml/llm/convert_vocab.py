@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from ..errors import PyGGMLError
+from ..gguf.constants import Keys
 
 # gguf token types (llama.h's llama_token_type / gguf-py's TokenType)
 TOKEN_NORMAL = 1
@@ -29,8 +30,10 @@ TOKEN_UNUSED = 5
 DEFAULT_PRE = {"llama": "llama-bpe", "qwen2": "qwen2", "gemma3": "default"}
 
 _SPECIAL_KINDS = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
-# gguf's key spellings, "seperator" included
-_KEY_NAMES = {"unk": "unknown", "sep": "seperator", "pad": "padding"}
+#: special token kind -> its GGUF key ("seperator" included, as gguf spells it)
+_ID_KEYS = {"bos": Keys.TOKENIZER_BOS_ID, "eos": Keys.TOKENIZER_EOS_ID, "unk": Keys.TOKENIZER_UNK_ID,
+            "sep": Keys.TOKENIZER_SEP_ID, "pad": Keys.TOKENIZER_PAD_ID, "cls": Keys.TOKENIZER_CLS_ID,
+            "mask": Keys.TOKENIZER_MASK_ID}
 
 
 class ConversionError(PyGGMLError, ValueError):
@@ -131,15 +134,15 @@ def tokenizer_metadata(
             types.append(TOKEN_NORMAL)
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
     md: dict[str, Any] = {
-        "tokenizer.ggml.model": "gpt2",
-        "tokenizer.ggml.pre": pre or DEFAULT_PRE.get(arch, "default"),
-        "tokenizer.ggml.tokens": tokens,
-        "tokenizer.ggml.token_type": types,
-        "tokenizer.ggml.merges": merges,
+        Keys.TOKENIZER_MODEL: "gpt2",
+        Keys.TOKENIZER_PRE: pre or DEFAULT_PRE.get(arch, "default"),
+        Keys.TOKENIZER_LIST: tokens,
+        Keys.TOKENIZER_TOKEN_TYPE: types,
+        Keys.TOKENIZER_MERGES: merges,
     }
     ids = _special_ids(tokenizer, vocab, special_ids)
     for kind, tid in ids.items():
-        md[f"tokenizer.ggml.{_KEY_NAMES.get(kind, kind)}_token_id"] = tid
+        md[_ID_KEYS[kind]] = tid
     # written even when False: the runner's default for a missing key depends on the vocabulary type
-    md["tokenizer.ggml.add_bos_token"], md["tokenizer.ggml.add_eos_token"] = _adds_around(backend, ids)
+    md[Keys.TOKENIZER_ADD_BOS], md[Keys.TOKENIZER_ADD_EOS] = _adds_around(backend, ids)
     return md

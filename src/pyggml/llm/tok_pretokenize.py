@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..gguf.constants import Keys
 from .tok_unicode import expand_classes
 from .vocab_errors import UnsupportedTokenizerError
 
@@ -107,5 +108,5 @@ def pre_tokenizer(name: str) -> PreTokenizer:
     except KeyError:
         known = ", ".join(sorted(PRE_TOKENIZERS))
         raise UnsupportedTokenizerError(
-            f"pre-tokenizer tokenizer.ggml.pre={name!r} is not supported by pyggml (supported: {known})"
+            f"pre-tokenizer {Keys.TOKENIZER_PRE}={name!r} is not supported by pyggml (supported: {known})"
         ) from None

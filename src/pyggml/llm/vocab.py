@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..gguf import GGUFReader
 from .tok_bpe import BPETokenizer
 from .tok_detok import clean_spaces, decode_byte_level
 from .tok_special import partition
@@ -79,8 +80,6 @@ class Vocab(VocabData):
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str]) -> Vocab:
         """From a GGUF file, read with :class:`pyggml.gguf.GGUFReader` (only the metadata is touched)."""
-        from ..gguf import GGUFReader
-
         with GGUFReader(path) as reader:
             return cls.from_reader(reader)
 

@@ -19,22 +19,22 @@ from typing import Any
 
 import numpy as np
 
+from ..gguf.constants import Keys
 from .tok_pretokenize import PreTokenizer, pre_tokenizer
 from .token_attrs import CONTROL, LSTRIP, NORMAL, RSTRIP, SPECIAL, UNUSED, USER_DEFINED, attr_from_type
 from .vocab_errors import UnsupportedTokenizerError, VocabError
 
 TOKEN_NULL = -1  #: LLAMA_TOKEN_NULL: "no such token"
 
-K = "tokenizer.ggml."
-
 #: special-id keys, in llama.cpp's order (the deprecated FIM names come last and win)
 SPECIAL_ID_KEYS = (
-    ("bos", "bos_token_id"), ("eos", "eos_token_id"), ("eot", "eot_token_id"), ("eom", "eom_token_id"),
-    ("unk", "unknown_token_id"), ("sep", "seperator_token_id"), ("pad", "padding_token_id"),
-    ("mask", "mask_token_id"), ("fim_pre", "fim_pre_token_id"), ("fim_suf", "fim_suf_token_id"),
-    ("fim_mid", "fim_mid_token_id"), ("fim_pad", "fim_pad_token_id"), ("fim_rep", "fim_rep_token_id"),
-    ("fim_sep", "fim_sep_token_id"), ("fim_pre", "prefix_token_id"), ("fim_suf", "suffix_token_id"),
-    ("fim_mid", "middle_token_id"),
+    ("bos", Keys.TOKENIZER_BOS_ID), ("eos", Keys.TOKENIZER_EOS_ID), ("eot", Keys.TOKENIZER_EOT_ID),
+    ("eom", Keys.TOKENIZER_EOM_ID), ("unk", Keys.TOKENIZER_UNK_ID), ("sep", Keys.TOKENIZER_SEP_ID),
+    ("pad", Keys.TOKENIZER_PAD_ID), ("mask", Keys.TOKENIZER_MASK_ID), ("fim_pre", Keys.TOKENIZER_FIM_PRE_ID),
+    ("fim_suf", Keys.TOKENIZER_FIM_SUF_ID), ("fim_mid", Keys.TOKENIZER_FIM_MID_ID),
+    ("fim_pad", Keys.TOKENIZER_FIM_PAD_ID), ("fim_rep", Keys.TOKENIZER_FIM_REP_ID),
+    ("fim_sep", Keys.TOKENIZER_FIM_SEP_ID), ("fim_pre", Keys.TOKENIZER_PREFIX_ID),
+    ("fim_suf", Keys.TOKENIZER_SUFFIX_ID), ("fim_mid", Keys.TOKENIZER_MIDDLE_ID),
 )  # fmt: skip
 
 #: texts that identify a special token when its id is not in the metadata
@@ -142,10 +142,10 @@ def _array(md: Mapping[str, Any], key: str, n_min: int | None = None) -> Sequenc
 
 def load_vocab_data(md: Mapping[str, Any]) -> VocabData:
     """A :class:`VocabData` from GGUF metadata; raises :class:`VocabError` naming the bad key."""
-    model = _str(md, K + "model")
+    model = _str(md, Keys.TOKENIZER_MODEL)
     if model is None:
-        raise VocabError(f"{K}model is missing: the file has no tokenizer")
-    pre_name = _str(md, K + "pre", "") or ""
+        raise VocabError(f"{Keys.TOKENIZER_MODEL} is missing: the file has no tokenizer")
+    pre_name = _str(md, Keys.TOKENIZER_PRE, "") or ""
     if model == "llama":
         defaults = {"bos": 1, "eos": 2, "unk": 0}
         pre = None
@@ -162,11 +162,13 @@ def load_vocab_data(md: Mapping[str, Any]) -> VocabData:
         }
     else:
         raise UnsupportedTokenizerError(
-            f"tokenizer model {K}model={model!r} is not supported (pyggml has 'llama' (SPM) and 'gpt2' (BPE))"
+            f"tokenizer model {Keys.TOKENIZER_MODEL}={model!r} is not supported "
+            "(pyggml has 'llama' (SPM) and 'gpt2' (BPE))"
         )
-    for key in ("add_space_prefix", "remove_extra_whitespaces"):
-        if (v := _bool(md, K + key)) is not None:
-            flags[key] = v
+    for flag, key in (("add_space_prefix", Keys.TOKENIZER_ADD_PREFIX),
+                      ("remove_extra_whitespaces", Keys.TOKENIZER_REMOVE_EXTRA_WS)):  # fmt: skip
+        if (v := _bool(md, key)) is not None:
+            flags[flag] = v
 
     data = VocabData(model=model, pre_name=pre_name, pre=pre, **_token_table(md), **flags)  # type: ignore[arg-type]
     if model == "gpt2":
@@ -185,23 +187,23 @@ def load_vocab_data(md: Mapping[str, Any]) -> VocabData:
 
 
 def _token_table(md: Mapping[str, Any]) -> dict[str, Any]:
-    raw = _array(md, K + "tokens")
+    raw = _array(md, Keys.TOKENIZER_LIST)
     if raw is None:
-        raise VocabError(f"cannot find the tokenizer vocab: {K}tokens is missing")
+        raise VocabError(f"cannot find the tokenizer vocab: {Keys.TOKENIZER_LIST} is missing")
     tokens = raw.tolist() if hasattr(raw, "tolist") else list(raw)
     n = len(tokens)
     for i, tok in enumerate(tokens):
         if type(tok) is not str:
             if not isinstance(tok, str | bytes):
-                raise VocabError(f"{K}tokens[{i}] is a {type(tok).__name__}, not a string")
+                raise VocabError(f"{Keys.TOKENIZER_LIST}[{i}] is a {type(tok).__name__}, not a string")
             tokens[i] = tok.decode("utf-8", "surrogateescape") if isinstance(tok, bytes) else str(tok)
     token_to_id = dict(zip(tokens, range(n), strict=True))
     if len(token_to_id) != n or "" in token_to_id:  # rare: redo slowly to rename empties and name duplicates
         token_to_id = _checked_index(tokens)
     return {
         "tokens": tokens,
-        "scores": _numbers(md, "scores", n, float, "numbers"),
-        "attrs": _numbers(md, "token_type", n, int, "integers"),
+        "scores": _numbers(md, Keys.TOKENIZER_SCORES, n, float, "numbers"),
+        "attrs": _numbers(md, Keys.TOKENIZER_TOKEN_TYPE, n, int, "integers"),
         "token_to_id": token_to_id,
         "max_token_len": max(map(len, tokens), default=0),
     }
@@ -211,9 +213,9 @@ def _token_table(md: Mapping[str, Any]) -> dict[str, Any]:
 _TYPE_TABLE = np.array([attr_from_type(t) for t in range(7)], dtype=np.int64)
 
 
-def _numbers(md: Mapping[str, Any], name: str, n: int, kind: type, what: str) -> list[Any]:
+def _numbers(md: Mapping[str, Any], key: str, n: int, kind: type, what: str) -> list[Any]:
     """scores (as float) or token types (as attribute bits); defaults when the key is absent."""
-    raw = _array(md, K + name, n)
+    raw = _array(md, key, n)
     if raw is None:
         return [0.0] * n if kind is float else [NORMAL] * n
     try:
@@ -221,7 +223,7 @@ def _numbers(md: Mapping[str, Any], name: str, n: int, kind: type, what: str) ->
     except (TypeError, ValueError):
         arr = np.asarray([], dtype=object)
     if arr.dtype.kind not in ("f", "i", "u") if kind is float else arr.dtype.kind not in ("i", "u"):
-        raise VocabError(f"{K}{name} must hold {what}, not {arr.dtype}")
+        raise VocabError(f"{key} must hold {what}, not {arr.dtype}")
     if kind is float:
         return arr.astype(np.float64).tolist()
     types = arr.astype(np.int64)
@@ -239,13 +241,13 @@ def _checked_index(tokens: list[str]) -> dict[str, int]:
 
 
 def _merges(md: Mapping[str, Any]) -> dict[tuple[str, str], int]:
-    merges = _array(md, K + "merges")
+    merges = _array(md, Keys.TOKENIZER_MERGES)
     if merges is None:
-        raise VocabError(f"cannot find the tokenizer merges: {K}merges is missing")
+        raise VocabError(f"cannot find the tokenizer merges: {Keys.TOKENIZER_MERGES} is missing")
     ranks: dict[tuple[str, str], int] = {}
     for rank, m in enumerate(merges.tolist() if hasattr(merges, "tolist") else merges):
         if not isinstance(m, str):
-            raise VocabError(f"{K}merges[{rank}] is a {type(m).__name__}, not a string")
+            raise VocabError(f"{Keys.TOKENIZER_MERGES}[{rank}] is a {type(m).__name__}, not a string")
         cut = m.find(" ", 1)  # the first space that is not the first character
         pair = (m[:cut], m[cut + 1 :]) if cut >= 0 else ("", "")
         ranks.setdefault(pair, rank)  # a repeated pair keeps its first rank
@@ -259,19 +261,19 @@ def _special_ids(md: Mapping[str, Any], data: VocabData, defaults: dict[str, int
     for name, key in SPECIAL_ID_KEYS:
         if ids[name] >= n:
             ids[name] = TOKEN_NULL  # a default outside a small vocab is disabled
-        new_id = _int(md, K + key)
+        new_id = _int(md, key)
         if new_id is not None and 0 <= new_id < n:
             ids[name] = new_id  # llama.cpp ignores (with a warning) an id outside the vocab
     data.ids = ids
 
 
 def _add_flags(md: Mapping[str, Any], data: VocabData) -> None:
-    for flag, key, id_name in (("add_bos", "add_bos_token", "bos"), ("add_eos", "add_eos_token", "eos"),
-                               ("add_sep", "add_sep_token", "sep")):  # fmt: skip
-        if (v := _bool(md, K + key)) is not None:
+    for flag, key, id_name in (("add_bos", Keys.TOKENIZER_ADD_BOS, "bos"), ("add_eos", Keys.TOKENIZER_ADD_EOS, "eos"),
+                               ("add_sep", Keys.TOKENIZER_ADD_SEP, "sep")):  # fmt: skip
+        if (v := _bool(md, key)) is not None:
             setattr(data, flag, v)
         if getattr(data, flag) and data.ids[id_name] == TOKEN_NULL:
-            raise VocabError(f"{K}{key} is true, but the {id_name} token id is not set")
+            raise VocabError(f"{key} is true, but the {id_name} token id is not set")
 
 
 def _first_id(data: VocabData, texts: Sequence[str]) -> int:
@@ -322,8 +324,8 @@ def _eog(data: VocabData) -> None:
 
 def _model_specific_attrs(md: Mapping[str, Any], data: VocabData) -> None:
     """LSTRIP/RSTRIP that llama.cpp sets by model name, since GGUF does not store them."""
-    name = (_str(md, "general.name", "") or "").lower()
-    arch = _str(md, "general.architecture", "") or ""
+    name = (_str(md, Keys.GENERAL_NAME, "") or "").lower()
+    arch = _str(md, Keys.GENERAL_ARCHITECTURE, "") or ""
     pre = data.pre_name
 
     def set_attr(text: str, bit: int, on: bool) -> None:

@@ -18,13 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
+from tqdm import tqdm
 
 from .. import quants
 from ..convert import bf16_to_f32
 from ..gguf import GGUF_DEFAULT_ALIGNMENT, GGUFError, GGUFReader, GGUFWriter
+from ..gguf.constants import Keys
 from ..gguf.records import TensorInfo
 from ..types import GGMLType
+from .convert_ops import as_type_opt
 from .ftypes import LlamaFType, QuantizeError, ftype_default_type, guess_ftype, parse_ftype
 from .imatrix_io import IMatrix, load_imatrix
 from .overrides import KVOverride
@@ -122,13 +126,13 @@ def _kv_value(r: GGUFReader, key: str, overrides: dict[str, KVOverride], default
 def model_info(r: GGUFReader, kv_overrides: Sequence[KVOverride] = ()) -> ModelInfo:
     """The hparams the type rules use, as llama.cpp's loader reads them (overrides applied)."""
     ov = {o.key: o for o in kv_overrides}
-    if "general.architecture" not in r:
-        raise QuantizeError("the input has no general.architecture key: not a llama.cpp model file")
-    arch = str(_kv_value(r, "general.architecture", ov, ""))
-    n_layer = int(_kv_value(r, f"{arch}.block_count", ov, 0))
-    n_head = int(_kv_value(r, f"{arch}.attention.head_count", ov, 0))
-    n_head_kv = int(_kv_value(r, f"{arch}.attention.head_count_kv", ov, n_head))
-    n_expert = int(_kv_value(r, f"{arch}.expert_count", ov, 0))
+    if Keys.GENERAL_ARCHITECTURE not in r:
+        raise QuantizeError(f"the input has no {Keys.GENERAL_ARCHITECTURE} key: not a llama.cpp model file")
+    arch = str(_kv_value(r, Keys.GENERAL_ARCHITECTURE, ov, ""))
+    n_layer = int(_kv_value(r, Keys.arch(Keys.BLOCK_COUNT, arch), ov, 0))
+    n_head = int(_kv_value(r, Keys.arch(Keys.ATTENTION_HEAD_COUNT, arch), ov, 0))
+    n_head_kv = int(_kv_value(r, Keys.arch(Keys.ATTENTION_HEAD_COUNT_KV, arch), ov, n_head))
+    n_expert = int(_kv_value(r, Keys.arch(Keys.EXPERT_COUNT, arch), ov, 0))
     return ModelInfo.from_hparams(arch, n_layer, n_head, n_head_kv, n_expert)
 
 
@@ -212,8 +216,6 @@ def _quantize_tensor(r: GGUFReader, ti: TensorInfo, new_type: GGMLType, imatrix:
 @contextmanager
 def _numba_threads(n: int) -> Iterator[None]:
     """Run the numba kernels on ``n`` threads (at most numba's pool), restoring the previous count."""
-    import numba
-
     prev = numba.get_num_threads()
     numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
     try:
@@ -266,14 +268,12 @@ def quantize_model(fname_inp: str | os.PathLike[str], fname_out: str | os.PathLi
 
 def _quantize(r: GGUFReader, fname_out: Any, ftype: LlamaFType, only_copy: bool, opts: QuantizeOptions,
               im_data: dict[str, np.ndarray] | None, im: IMatrix | None, say: Callable[[str], None]) -> QuantizeResult:
-    from .convert_ops import as_type_opt
-
     info = model_info(r, opts.kv_overrides)
     by_name = {ti.name: ti for ti in r.tensors}
     order = weight_order(list(by_name))
     out_ftype = int(ftype)
     if only_copy:
-        out_ftype = int(r.get_u32("general.file_type")) if "general.file_type" in r else guess_ftype(
+        out_ftype = int(r.get_u32(Keys.GENERAL_FILE_TYPE)) if Keys.GENERAL_FILE_TYPE in r else guess_ftype(
             [by_name[n].type for n in order])
     default_type = ftype_default_type(ftype)
     params = QuantParams(ftype=ftype, output_tensor_type=as_type_opt(opts.output_tensor_type),
@@ -290,24 +290,24 @@ def _quantize(r: GGUFReader, fname_out: Any, ftype: LlamaFType, only_copy: bool,
     # ggml's gguf_set_kv copies a general.alignment key but the new context keeps the default alignment
     # for its layout (and llama-quantize pads tensors to 32): so does this output
     w._set_alignment(GGUF_DEFAULT_ALIGNMENT)
-    w.set_u32("general.quantization_version", GGML_QNT_VERSION)
-    w.set_u32("general.file_type", out_ftype & 0xFFFFFFFF)
-    for k in ("split.no", "split.count", "split.tensors.count"):
+    w.set_u32(Keys.GENERAL_QUANTIZATION_VERSION, GGML_QNT_VERSION)
+    w.set_u32(Keys.GENERAL_FILE_TYPE, out_ftype & 0xFFFFFFFF)
+    for k in (Keys.SPLIT_NO, Keys.SPLIT_COUNT, Keys.SPLIT_TENSORS_COUNT):
         w.remove_key(k)
     overrides = list(opts.kv_overrides)
     if im_data is not None and im is not None:
         src = str(opts.imatrix) if not isinstance(opts.imatrix, IMatrix) else ""
-        overrides.append(KVOverride("quantize.imatrix.file", "str", src.encode()[:127].decode("utf-8", "ignore")))
+        overrides.append(KVOverride(Keys.QUANTIZE_IMATRIX_FILE, "str", src.encode()[:127].decode("utf-8", "ignore")))
         if im.datasets:
-            overrides.append(KVOverride("quantize.imatrix.dataset", "str",
+            overrides.append(KVOverride(Keys.QUANTIZE_IMATRIX_DATASET, "str",
                                         im.datasets[0].encode()[:127].decode("utf-8", "ignore")))
-        overrides.append(KVOverride("quantize.imatrix.entries_count", "int", len(im_data)))
+        overrides.append(KVOverride(Keys.QUANTIZE_IMATRIX_N_ENTRIES, "int", len(im_data)))
         if im.chunk_count > 0:
-            overrides.append(KVOverride("quantize.imatrix.chunks_count", "int", im.chunk_count))
+            overrides.append(KVOverride(Keys.QUANTIZE_IMATRIX_N_CHUNKS, "int", im.chunk_count))
     for o in overrides:
         _set_override(w, o)
     if opts.prune_layers:
-        w.set_u32(f"{info.arch}.block_count", n_blocks)
+        w.set_u32(Keys.arch(Keys.BLOCK_COUNT, info.arch), n_blocks)
 
     plans: list[TensorPlan] = []
     needs_imatrix = False
@@ -357,8 +357,6 @@ def _write(r: GGUFReader, w: GGUFWriter, plans: list[TensorPlan], im_data: dict[
     nthread = opts.nthread if opts.nthread > 0 else (os.cpu_count() or 1)
     bar = None
     if opts.progress:
-        from tqdm import tqdm
-
         bar = tqdm(total=len(plans), desc="quantizing", unit="tensor", file=sys.stderr, leave=False)
 
     def producer(p: TensorPlan) -> Callable[[], Iterator[np.ndarray]]:

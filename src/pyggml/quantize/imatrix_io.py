@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from ..gguf import GGUFError, GGUFReader, GGUFValueType, GGUFWriter
+from ..gguf.constants import Keys
 from ..types import GGMLType
 from .ftypes import QuantizeError
 
-KEY_DATASETS = "imatrix.datasets"
-KEY_CHUNK_COUNT = "imatrix.chunk_count"
-KEY_CHUNK_SIZE = "imatrix.chunk_size"
+KEY_DATASETS = Keys.IMATRIX_DATASETS
+KEY_CHUNK_COUNT = Keys.IMATRIX_CHUNK_COUNT
+KEY_CHUNK_SIZE = Keys.IMATRIX_CHUNK_SIZE
 
 
 @dataclass
@@ -146,7 +147,7 @@ def _load_legacy(p: Path) -> IMatrix:
 def save_imatrix(im: IMatrix, path: str | os.PathLike[str]) -> Path:
     """Write ``im`` in llama-imatrix's GGUF format (atomically)."""
     w = GGUFWriter()
-    w.set_str("general.type", "imatrix")
+    w.set_str(Keys.GENERAL_TYPE, "imatrix")
     w.set_arr(KEY_DATASETS, list(im.datasets), GGUFValueType.STRING)
     w.set_u32(KEY_CHUNK_COUNT, im.chunk_count)
     w.set_u32(KEY_CHUNK_SIZE, im.chunk_size)

@@ -30,6 +30,7 @@ from ..backend.base import (
     Registry,
 )
 from ..backend.errors import AllocationError
+from ..backend.registry import backend_dev_by_name, backend_register
 from ..ops.enums import Op
 from .connection import Connection, get_connection
 from .protocol import HASH_THRESHOLD, REPLY_SIZE, RPC_GUID, SET_TENSOR_HEADER, Cmd, RPCError, fnv1a_64, parse_endpoint
@@ -245,10 +246,9 @@ class RPCDevice(Device):
 
     def supports_op(self, op: Tensor) -> bool:
         """The client cannot ask (ggml-rpc answers always true); pyggml's server runs the CPU
-        kernels, so the CPU backend's answer is the honest one."""
-        from ..backend.cpu.compute import supports_op
-
-        return bool(supports_op(op))
+        kernels, so the CPU device's answer (asked through the registry) is the honest one."""
+        cpu = backend_dev_by_name("CPU")
+        return cpu is None or cpu.supports_op(op)
 
     def supports_buft(self, buft: BufferType) -> bool:
         return isinstance(buft, RPCBufferType) and buft.endpoint == self.endpoint and buft.index == self.index
@@ -316,8 +316,6 @@ def parse_rpc_servers(servers: str, register: bool = True) -> list[Device]:
     for ep in endpoints:
         devs = rpc_add_server(ep)
         if register and devs:
-            from ..backend.registry import backend_register
-
             backend_register(_regs[ep])
         devices.extend(devs)
     return devices

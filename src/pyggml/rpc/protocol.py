@@ -12,6 +12,8 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
+import numpy as np
+
 from ..errors import PyGGMLError
 
 PROTO_MAJOR = 7
@@ -171,9 +173,7 @@ def fnv1a_64(data: bytes | bytearray | memoryview, h: int = _FNV_OFFSET) -> int:
 
 
 def _fnv_fast(buf: memoryview, h: int) -> int:
-    import numpy as np
-
-    from ._fnv import fnv1a_u8
+    from ._fnv import fnv1a_u8  # deferred: compiles a numba kernel, needed only for large buffers
 
     return int(fnv1a_u8(np.frombuffer(buf, dtype=np.uint8), np.uint64(h)))
 

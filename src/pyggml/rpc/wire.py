@@ -22,7 +22,7 @@ _U32 = 1 << 32
 
 def _remote(tensor: Tensor, conn: Connection | None) -> tuple[int, int]:
     """(buffer handle, data) when the tensor lives in an RPC buffer (of ``conn``'s server, if given)."""
-    from .client import RPCBuffer
+    from .client import RPCBuffer  # client.py builds on this module: a real cycle
 
     buf = tensor.buffer
     if isinstance(buf, RPCBuffer) and (conn is None or buf.conn is conn):

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from ..llm.chat import ChatTemplateError
 from ..llm.sampling import LLAMA_DEFAULT_SEED, SamplingParams
 from . import metrics, oai
 from .engine import DoneEvent, Engine, ErrorEvent, Task, TaskParams, TokenEvent
@@ -231,8 +232,6 @@ async def chat_completions(request: Request, state: ServerState) -> Response:
     messages = [{"role": m.role, "content": m.text()} for m in req.messages]
 
     def render() -> list[int]:
-        from ..llm.chat import ChatTemplateError
-
         try:
             text = state.template.render(messages, add_generation_prompt=True)
         except ChatTemplateError as e:

@@ -9,7 +9,6 @@ The op kernels live in :mod:`pyggml.backend.cpu.compute`; this module only dispa
 from __future__ import annotations
 
 import inspect
-import os
 import platform
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -28,7 +27,8 @@ from ..base import (
     GGMLStatus,
     Registry,
 )
-from ..errors import BackendError, NotSupportedError
+from ..errors import AllocationError, BackendError, NotSupportedError
+from ..host import system_memory
 
 if TYPE_CHECKING:
     from ...graph import Graph
@@ -109,8 +109,6 @@ class CPUBufferType(BufferType):
         try:
             mem = memory.aligned_empty(size, _MALLOC_ALIGN)
         except MemoryError as e:
-            from ..errors import AllocationError
-
             raise AllocationError(f"failed to allocate CPU buffer of size {size}") from e
         memory.register(mem)
         return CPUBuffer(self, mem, owned=True)
@@ -243,14 +241,6 @@ def _cpu_description() -> str:
     return platform.processor() or "CPU"
 
 
-def _system_memory() -> tuple[int, int]:
-    try:
-        page = os.sysconf("SC_PAGE_SIZE")
-        return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
-    except (ValueError, OSError, AttributeError):
-        return 0, 0
-
-
 class CPUDevice(Device):
     def name(self) -> str:
         return "CPU"
@@ -259,7 +249,7 @@ class CPUDevice(Device):
         return _cpu_description()
 
     def memory(self) -> tuple[int, int]:
-        return _system_memory()
+        return system_memory()
 
     def type(self) -> DeviceType:
         return DeviceType.CPU
@@ -280,7 +270,7 @@ class CPUDevice(Device):
 
     def supports_op(self, op: Tensor) -> bool:
         try:
-            from . import compute
+            from . import compute  # deferred: the kernels load numba
         except ImportError:
             return True
         check = getattr(compute, "supports_op", None)
@@ -306,11 +296,9 @@ class CPURegistry(Registry):
 
 def _get_features() -> list[tuple[str, str]]:
     """ggml_backend_get_features: what the kernels were built with (here: the Python stack)."""
-    import numpy
-
-    feats = [("NUMPY", numpy.__version__)]
+    feats = [("NUMPY", np.__version__)]
     try:
-        import numba
+        import numba  # deferred: heavy, and only this report asks for it
 
         feats.append(("NUMBA", numba.__version__))
     except ImportError:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ...ops.enums import Op
+from ...tensor import TensorFlag
 from ..base import (
     Backend,
     BufferType,
@@ -25,6 +27,7 @@ from ..base import (
     Registry,
 )
 from ..errors import BackendError
+from ..host import system_memory
 from . import kernels
 from .buffer import TorchBuffer, TorchBufferType
 
@@ -66,8 +69,6 @@ class TorchBackend(Backend):
         return dst_buf.cpy_tensor(src, dst)
 
     def graph_compute(self, graph: Graph) -> GGMLStatus:
-        from ...tensor import TensorFlag
-
         for node in graph.nodes:
             if node.flags & TensorFlag.COMPUTE:
                 kernels.compute_node(node)
@@ -114,9 +115,7 @@ class TorchDevice(Device):
         if self.torch_device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.torch_device)
             return int(free), int(total)
-        from ..cpu.backend import _system_memory
-
-        return _system_memory()
+        return system_memory()
 
     def type(self) -> DeviceType:
         return self._type
@@ -142,8 +141,6 @@ class TorchDevice(Device):
     def offload_op(self, op: Tensor) -> bool:
         """Like ggml's GPU backends: take big batched matrix products whose weights sit in host
         memory (32 tokens or more), where the upload pays for itself."""
-        from ...ops.enums import Op
-
         if op.op == Op.MUL_MAT:
             return op.ne[1] >= 32
         return op.op == Op.MUL_MAT_ID and op.ne[2] >= 32

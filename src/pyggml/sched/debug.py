@@ -11,13 +11,13 @@ import os
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from ..ops.enums import VIEW_OPS
+from ..ops.enums import VIEW_OPS, GluOp, Op, UnaryOp
 from ..tensor import TensorFlag
 
 if TYPE_CHECKING:
     from ..graph import Graph
     from ..tensor import Tensor
-    from .sched import BackendSched
+    from .scheduler import BackendSched
 
 
 def debug_level() -> int:
@@ -35,8 +35,6 @@ def fmt_size(size: int) -> str:
 
 def _op_desc(t: Tensor) -> str:
     """ggml_op_desc: the unary/glu sub-op name for UNARY and GLU nodes, else the op name."""
-    from ..ops.enums import GluOp, Op, UnaryOp
-
     if t.op == Op.UNARY:
         return UnaryOp(t.get_op_params_i32(0)).name
     if t.op == Op.GLU:

@@ -4,28 +4,28 @@ ggml makes one context holding every tensor of the file; unless ``no_alloc``, it
 an I8 tensor "GGUF tensor data binary blob" with the whole data section, and each tensor's
 data points into it at the tensor's offset. This module does exactly that, with the same
 memory accounting, so code ported from ggml finds the same context.
+
+Why here and not in gguf/: gguf/ reads and writes bytes and metadata and knows nothing of
+tensors or contexts (it sits below them, just above quants/). Building a Context of Tensors
+from a reader needs both, so this module lives on the tensor/context layer, one above gguf/.
+It is ggml's, not llama.cpp's (llm/model.py loads models its own way, into backend buffers),
+which is why it is not in llm/.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from ..types import GGMLType
-from .errors import GGUFError
-from .reader import GGUFReader
-
-if TYPE_CHECKING:
-    from ..context import Context
-    from ..tensor import Tensor
+from . import memory
+from .context import Context, tensor_overhead
+from .gguf.errors import GGUFError
+from .gguf.reader import GGUFReader
+from .tensor import Tensor
+from .types import GGMLType
 
 BLOB_NAME = "GGUF tensor data binary blob"
 
 
 def init_context(reader: GGUFReader, no_alloc: bool = False) -> Context:
     """A Context with one tensor per table entry, named as in the file (data copied unless ``no_alloc``)."""
-    from .. import memory
-    from ..context import Context, tensor_overhead
-
     n = reader.n_tensors
     size = reader.data_size
     mem_size = n * tensor_overhead() if no_alloc else (n + 1) * tensor_overhead() + size
@@ -49,8 +49,6 @@ def init_context(reader: GGUFReader, no_alloc: bool = False) -> Context:
 
 def load_tensor(ctx: Context, reader: GGUFReader, name: str) -> Tensor:
     """A new tensor in ``ctx`` with the file tensor's name, type and shape, its data copied in."""
-    from .. import memory
-
     ti = reader.tensor_info(name)
     if ctx.get_no_alloc():
         raise GGUFError(f"cannot load tensor {name!r} into a no_alloc context", tensor=name)

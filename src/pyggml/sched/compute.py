@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import memory
+from ..backend import api
+from ..backend.base import Backend, BufferUsage, GGMLStatus
 from ..ops.enums import Op
 from ..tensor import TensorFlag
-from . import api
-from .base import Backend, BufferUsage, GGMLStatus
-from .sched_assign import SchedError
+from .assign import SchedError
 
 if TYPE_CHECKING:
     from ..tensor import Tensor
-    from .sched import BackendSched, SchedSplit
+    from .scheduler import BackendSched, SchedSplit
 
 
 def _sync_split_event(sched: BackendSched, backend_id: int) -> None:

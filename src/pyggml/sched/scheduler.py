@@ -1,6 +1,6 @@
 """ggml_backend_sched: run one graph across several backends.
 
-The scheduler decides a backend for every tensor (passes 1-4, sched_assign.py), cuts the node
+The scheduler decides a backend for every tensor (passes 1-4, assign.py), cuts the node
 list into splits that each run on one backend, gives every split a copy of the inputs it cannot
 read where they live (pass 5), allocates the whole thing with one multi-buffer graph allocator
 and runs the splits in order with ggml's synchronisation rules. With ``parallel`` it keeps
@@ -25,15 +25,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..alloc.gallocr import Gallocr, gallocr_new_n
+from ..backend import api
+from ..backend.base import Backend, BufferType, BufferUsage, DeviceType, Event, GGMLStatus
 from ..context import Context
 from ..graph import Graph, graph_next_uid, graph_overhead_custom, hash_size
 from ..ops.enums import VIEW_OPS
 from ..tensor import GGML_MAX_NAME, GGML_TENSOR_SIZE, TensorFlag
-from . import api
-from .base import Backend, BufferType, BufferUsage, DeviceType, Event, GGMLStatus
-from .sched_assign import Assigner, Assignments, SchedAssignError, SchedError
-from .sched_compute import compute_splits
-from .sched_debug import debug_level, print_assignments
+from .assign import Assigner, Assignments, SchedAssignError, SchedError
+from .compute import compute_splits
+from .debug import debug_level, print_assignments
 
 if TYPE_CHECKING:
     from ..tensor import Tensor

@@ -1,6 +1,6 @@
 """Passes 1 to 4 of ggml_backend_sched_split_graph: which backend runs each tensor.
 
-Kept apart from the splitting and copying (sched.py) because these passes only read the graph
+Kept apart from the splitting and copying (scheduler.py) because these passes only read the graph
 and write a backend id (and the rule that chose it, the "cause") per tensor. The order of the
 passes and every tie-break follow ggml-backend.cpp, so a GGML_SCHED_DEBUG table printed by
 llama.cpp for the same graph and backends reads the same here.
@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..backend.base import BufferUsage
+from ..backend.errors import BackendError
 from ..ops.enums import VIEW_OPS, Op
 from ..tensor import TensorFlag
-from .base import BufferUsage
-from .errors import BackendError
 
 if TYPE_CHECKING:
+    from ..backend.base import Backend, Buffer, BufferType
     from ..graph import Graph
     from ..tensor import Tensor
-    from .base import Backend, Buffer, BufferType
 
 
 class SchedError(BackendError):

@@ -1,0 +1,143 @@
+"""The layer contract of docs/architecture.md, checked on the source with ``ast`` (no import runs).
+
+Every module under src/pyggml maps to one layer; a module may import (at module level, inside a
+function, or under TYPE_CHECKING alike) only from its own layer or the layers below it. Private
+names (``_x``) and private modules (``_x.py``) are not imported across packages: a package's
+private parts serve that package and its subpackages only (backend/cpu/ and backend/torch/ count
+as separate packages, as two backends that share only backend/'s public interfaces).
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+PKG = SRC / "pyggml"
+
+#: lowest first; a module belongs to the longest prefix that names it
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("pyggml.errors", "pyggml.notice")),
+    ("types", ("pyggml.types",)),
+    ("quants", ("pyggml.quants",)),
+    ("gguf", ("pyggml.gguf",)),
+    # ggml.h's struct ggml_tensor and enum ggml_op go together: a tensor's op field is an Op
+    ("tensor", ("pyggml.memory", "pyggml.tensor", "pyggml.context", "pyggml.convert", "pyggml.gguf_loader",
+                "pyggml.ops.enums")),
+    ("ops", ("pyggml.ops",)),
+    ("graph", ("pyggml.graph",)),
+    ("backend", ("pyggml.backend",)),
+    ("alloc", ("pyggml.alloc",)),
+    ("rpc", ("pyggml.rpc",)),
+    ("sched", ("pyggml.sched",)),
+    ("llm", ("pyggml.llm", "pyggml.quantize")),  # quantize: llama.cpp's llama_model_quantize and imatrix
+    ("serve", ("pyggml.serve",)),
+    ("cli", ("pyggml.cli",)),
+    ("api", ("pyggml",)),  # pyggml/__init__.py: the flat ggml API re-exports every layer; nothing imports it
+]
+RANK = {name: i for i, (name, _) in enumerate(LAYERS)}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def is_package(mod: str) -> bool:
+    return (SRC.joinpath(*mod.split(".")) / "__init__.py").exists()
+
+
+def is_module(mod: str) -> bool:
+    p = SRC.joinpath(*mod.split("."))
+    return p.with_suffix(".py").exists() or (p / "__init__.py").exists()
+
+
+def layer_of(mod: str) -> str:
+    best, best_len = None, -1
+    for name, prefixes in LAYERS:
+        for p in prefixes:
+            if (mod == p or mod.startswith(p + ".")) and len(p) > best_len:
+                best, best_len = name, len(p)
+    assert best is not None, mod
+    return best
+
+
+def room_of(mod: str) -> str:
+    """The package whose private parts ``mod`` may use: its top-level package (backend/<impl>/ for a backend)."""
+    parts = mod.split(".")
+    if len(parts) >= 3 and parts[1] == "backend" and is_package(".".join(parts[:3])):
+        return ".".join(parts[:3])
+    return ".".join(parts[:2])
+
+
+def imports_of(path: Path) -> list[tuple[int, str, str | None]]:
+    """(line, imported module, imported name or None) for every pyggml import in the file."""
+    mod = module_name(path)
+    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    out: list[tuple[int, str, str | None]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, None) for a in node.names if a.name.split(".")[0] == "pyggml"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "pyggml":
+                continue
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                # "from pkg import submodule" imports the submodule
+                out.append((node.lineno, sub, None) if is_module(sub) else (node.lineno, target, a.name))
+    return out
+
+
+def violations(root: Path = PKG) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        src = module_name(path)
+        for line, target, name in imports_of(path):
+            where = f"{path.relative_to(SRC)}:{line}"
+            low, high = layer_of(src), layer_of(target)
+            if RANK[high] > RANK[low]:
+                found.append(f"{where}: {src} ({low}) imports {target} from the higher layer {high}")
+            private_mod = any(p.startswith("_") and not p.startswith("__") for p in target.split("."))
+            private_name = name is not None and name.startswith("_") and not name.startswith("__")
+            if (private_mod or private_name) and room_of(target) != room_of(src):
+                what = f"{target}.{name}" if name else target
+                found.append(f"{where}: {src} imports the private {what} of another package")
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    for path in PKG.rglob("*.py"):
+        assert layer_of(module_name(path)) in RANK
+
+
+def test_imports_go_down_the_layers() -> None:
+    found = violations()
+    assert not found, "imports against docs/architecture.md's layers:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(("line", "expect"), [
+    ("from ..llm.model import Model", "from the higher layer llm"),
+    ("def f():\n    from ..sched import BackendSched\n", "from the higher layer sched"),
+    ("import pyggml.alloc.gallocr", "from the higher layer alloc"),
+    ("from ..backend.cpu.backend import _cpu_buft", "private"),
+])
+def test_the_checker_catches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, expect: str) -> None:
+    """A copy of the tree with one bad import added to gguf/reader.py (or rpc/client.py, for a private one) fails."""
+    src = tmp_path / "src"
+    shutil.copytree(PKG, src / "pyggml", ignore=shutil.ignore_patterns("__pycache__", "*.nb*"))
+    victim = src / "pyggml" / ("rpc/client.py" if expect == "private" else "gguf/reader.py")
+    victim.write_text(victim.read_text(encoding="utf-8") + "\n" + line + "\n", encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", src)
+    found = violations(src / "pyggml")
+    assert len(found) == 1 and expect in found[0], found
