@@ -75,17 +75,7 @@ def graph_compute_with_ctx(ctx: Context, graph: Graph, n_threads: int = 1) -> in
 
 
 # Importing the kernel modules registers their kernels.
-from . import (  # noqa: E402
-    kernels_conv,
-    kernels_custom,
-    kernels_elementwise,
-    kernels_extra,
-    kernels_mat,
-    kernels_nn,
-    kernels_recurrent,
-    kernels_reduce,
-    kernels_shape,
-)
+from . import kernels  # noqa: E402, F401
 
 __all__ = [
     "KERNELS",
@@ -93,14 +83,5 @@ __all__ = [
     "graph_compute",
     "graph_compute_with_ctx",
     "kernel",
-    "kernels_conv",
-    "kernels_custom",
-    "kernels_elementwise",
-    "kernels_extra",
-    "kernels_mat",
-    "kernels_nn",
-    "kernels_recurrent",
-    "kernels_reduce",
-    "kernels_shape",
     "supports_op",
 ]

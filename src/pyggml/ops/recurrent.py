@@ -1,10 +1,12 @@
 """Op constructors for the recurrent and solver ops: SSM_CONV, SSM_SCAN (Mamba), RWKV_WKV6,
 GATED_LINEAR_ATTN, RWKV_WKV7, GATED_DELTA_NET and SOLVE_TRI.
 
-Each is ggml.c's constructor of the same name (arguments in ggml's order, its asserts as
-ShapeError / TypeMismatchError). The recurrences return one F32 tensor holding the outputs followed
-by the final states (ggml's "concatenated y + states" layout), which the caller views apart.
-Re-exported by ops/builders.py and the flat ``pyggml.*``.
+The recurrences return one F32 tensor holding the outputs followed by the final states (ggml's
+"concatenated y + states" layout), which the caller views apart.
+
+Each is ggml.c's constructor of the same name (without ``ggml_``, arguments in ggml's order, its
+asserts as ShapeError / TypeMismatchError); the CPU kernels of these ops live in the same-named
+module backend/cpu/kernels/recurrent.py. Re-exported by ops/builders.py and the flat ``pyggml.*``.
 """
 
 from __future__ import annotations
@@ -144,5 +146,13 @@ def gated_delta_net(ctx: Context, q: Tensor, k: Tensor, v: Tensor, g: Tensor, be
     return _node(result, Op.GATED_DELTA_NET, q, k, v, g, beta, state)
 
 
-__all__ = [n for n, v in list(globals().items())
-           if not n.startswith("_") and callable(v) and getattr(v, "__module__", None) == __name__]
+
+__all__ = [
+    "gated_delta_net",
+    "gated_linear_attn",
+    "rwkv_wkv6",
+    "rwkv_wkv7",
+    "solve_tri",
+    "ssm_conv",
+    "ssm_scan",
+]

@@ -1,10 +1,10 @@
-"""Op constructors of training graphs: backward ops (SILU_BACK, RMS_NORM_BACK, SOFT_MAX_BACK,
-POOL_2D_BACK), the cross-entropy loss and its gradient, and the optimizer steps.
+"""Op constructors of training graphs: the cross-entropy loss and its gradient, and the optimizer
+steps (OPT_STEP_ADAMW, OPT_STEP_SGD). The backward ops sit with their forward op's family
+(SILU_BACK in unary.py, RMS_NORM_BACK and SOFT_MAX_BACK in nn.py, POOL_2D_BACK in conv.py).
 
-ggml's backward pass (ggml_build_backward_expand) emits these nodes; pyggml has no autodiff yet,
-but it has their CPU kernels, so the constructors are here for graphs built by hand and for the
-op table. ROPE_BACK's constructors (rope_ext_back, rope_multi_back) live beside rope in
-builders.py because they are rope nodes with another op. Re-exported by ops/builders.py.
+Each is ggml.c's constructor of the same name (without ``ggml_``, arguments in ggml's order, its
+asserts as ShapeError / TypeMismatchError); the CPU kernels of these ops live in the same-named
+module backend/cpu/kernels/train.py. Re-exported by ops/builders.py and the flat ``pyggml.*``.
 """
 
 from __future__ import annotations
@@ -12,40 +12,8 @@ from __future__ import annotations
 from ..context import Context
 from ..errors import TypeMismatchError
 from ..tensor import Tensor, TensorFlag, are_same_shape
-from ._build import F32, _dup_or_view, _ne, _new, _node, _require
+from ._build import F32, _ne, _new, _node, _require
 from .enums import Op
-
-
-def silu_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    """ggml_silu_back: the SiLU gradient, a = upstream gradient dy, b = the forward input x."""
-    return _node(ctx.dup_tensor(a), Op.SILU_BACK, a, b)
-
-
-def rms_norm_back(ctx: Context, a: Tensor, b: Tensor, eps: float) -> Tensor:
-    """ggml_rms_norm_back: the RMS_NORM gradient, a = dz, b = x; op_params f32[0] = eps."""
-    return _node(ctx.dup_tensor(a), Op.RMS_NORM_BACK, a, b, params=[float(eps)])
-
-
-def _soft_max_ext_back(ctx: Context, a: Tensor, b: Tensor, scale: float, max_bias: float, inplace: bool) -> Tensor:
-    return _node(_dup_or_view(ctx, a, inplace), Op.SOFT_MAX_BACK, a, b, params=[float(scale), float(max_bias)])
-
-
-def soft_max_ext_back(ctx: Context, a: Tensor, b: Tensor, scale: float, max_bias: float) -> Tensor:
-    """ggml_soft_max_ext_back: the softmax gradient, a = dy, b = the softmax output; f32 {scale, max_bias}."""
-    return _soft_max_ext_back(ctx, a, b, scale, max_bias, False)
-
-
-def soft_max_ext_back_inplace(ctx: Context, a: Tensor, b: Tensor, scale: float, max_bias: float) -> Tensor:
-    return _soft_max_ext_back(ctx, a, b, scale, max_bias, True)
-
-
-def pool_2d_back(ctx: Context, a: Tensor, af: Tensor, op: int, k0: int, k1: int, s0: int, s1: int,
-                 p0: float, p1: float) -> Tensor:
-    """ggml_pool_2d_back: the POOL_2D gradient a spread over an F32 tensor shaped like the forward input af.
-
-    op_params i32 {op, k0, k1, s0, s1, p0, p1}, the paddings truncated to int as ggml's int32 array does.
-    """
-    return _node(_new(ctx, F32, af.ne), Op.POOL_2D_BACK, a, af, params=[int(op), k0, k1, s0, s1, int(p0), int(p1)])
 
 
 def cross_entropy_loss(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
@@ -90,5 +58,10 @@ def opt_step_sgd(ctx: Context, a: Tensor, grad: Tensor, params: Tensor) -> Tenso
     return _node(ctx.view_tensor(a), Op.OPT_STEP_SGD, a, grad, params)
 
 
-__all__ = [n for n, v in list(globals().items())
-           if not n.startswith("_") and callable(v) and getattr(v, "__module__", None) == __name__]
+
+__all__ = [
+    "cross_entropy_loss",
+    "cross_entropy_loss_back",
+    "opt_step_adamw",
+    "opt_step_sgd",
+]

@@ -2,6 +2,8 @@
 
 The recurrences run token by token as in ggml-cpu, vectorized over heads and state dims. Their
 outputs are 1-d/2-d concatenations (outputs, then the final states) laid out as ggml's.
+
+Builders: pyggml/ops/recurrent.py (the same family).
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ...ops.enums import Op
-from ...tensor import Tensor
-from ._common import F32, I32, KernelInputError, require_types
-from .registry import kernel
+from ....ops.enums import Op
+from ....tensor import Tensor
+from .._common import F32, I32, KernelInputError, require_types
+from ..registry import kernel
 
 
 def _f32(node: Tensor, *ts: Tensor | None) -> None:
@@ -223,3 +225,4 @@ def gated_delta_net(node: Tensor, n_threads: int) -> None:
             slot = t_len - 1 - t
             if slot < n_keep:
                 snaps[slot, s] = m
+

@@ -1,19 +1,21 @@
-"""Kernels that move, repeat or mask data: REPEAT, REPEAT_BACK, CONCAT, PAD, ACC, SET, DIAG,
-DIAG_MASK_*, TRI, ARANGE, TIMESTEP_EMBEDDING.
+"""Kernels that move, repeat or mask data: REPEAT, REPEAT_BACK, CONCAT, ACC, SET, DIAG,
+DIAG_MASK_*, TRI, ARANGE, TIMESTEP_EMBEDDING, ROLL, WIN_PART, WIN_UNPART.
 
 Pure data movement works on the raw stored values (bf16 bits, quantized bytes) so nothing is
 rounded that ggml would copy bit for bit.
+
+Builders: pyggml/ops/shape.py (the same family).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ... import memory
-from ...ops.enums import Op
-from ...tensor import Tensor
-from ._common import F32, FLOAT_TYPES, I16, I32, KernelInputError, require_types, shape4, store, unsupported
-from .registry import kernel
+from .... import memory
+from ....ops.enums import Op
+from ....tensor import Tensor
+from .._common import F32, FLOAT_TYPES, I16, I32, KernelInputError, require_types, shape4, store, unsupported
+from ..registry import kernel
 
 
 @kernel(Op.REPEAT)
@@ -52,24 +54,6 @@ def concat(node: Tensor, n_threads: int) -> None:
     if not 0 <= dim < 4:
         raise KernelInputError(f"CONCAT: dim {dim} out of range")
     node.view4()[...] = np.concatenate([a.view4(), b.view4()], axis=3 - dim)
-
-
-@kernel(Op.PAD)
-def pad(node: Tensor, n_threads: int) -> None:
-    """Pad each dim with lp/rp zeros (op_params i32 lp0,rp0,...,lp3,rp3), or wrap around when i32[8] is set."""
-    a = node.src[0]
-    require_types(node, a, (F32,))
-    p = [node.get_op_params_i32(i) for i in range(9)]
-    lp = (p[6], p[4], p[2], p[0])  # numpy order: dims 3, 2, 1, 0
-    x = a.view4()
-    out = node.view4()
-    if p[8]:
-        idx = [(np.arange(n) - l) % s for n, l, s in zip(out.shape, lp, x.shape, strict=True)]
-        out[...] = x[np.ix_(*idx)]
-        return
-    out[...] = 0
-    sl = tuple(slice(l, l + s) for l, s in zip(lp, x.shape, strict=True))
-    out[sl] = x
 
 
 def _strided(addr: int, shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int, dtype: np.dtype) -> np.ndarray:
@@ -203,4 +187,41 @@ def timestep_embedding(node: Tensor, n_threads: int) -> None:
     out[:, :half] = np.cos(arg)
     out[:, half : 2 * half] = np.sin(arg)
     store(node, out.reshape(shape4(node)))
+
+
+@kernel(Op.ROLL)
+def roll(node: Tensor, n_threads: int) -> None:
+    """Cyclic shift of every dim: dst[i] = src[(i - shift) mod ne]; op_params i32 shift0..shift3."""
+    a = node.src[0]
+    require_types(node, a, (F32,))
+    shifts = [node.get_op_params_i32(i) for i in range(4)]
+    node.view4()[...] = np.roll(a.view4(), shift=(shifts[3], shifts[2], shifts[1], shifts[0]), axis=(0, 1, 2, 3))
+
+
+@kernel(Op.WIN_PART)
+def win_part(node: Tensor, n_threads: int) -> None:
+    """Split [C, W, H] into zero-padded w x w windows [C, w, w, npx*npy]; op_params i32 {npx, npy, w}."""
+    a = node.src[0]
+    require_types(node, a, (F32,))
+    npx, npy, w = (node.get_op_params_i32(i) for i in range(3))
+    x = a.view4()[0]  # (H, W, C)
+    h, wd, ch = x.shape
+    padded = np.zeros((npy * w, npx * w, ch), dtype=np.float32)
+    padded[:h, :wd] = x
+    win = padded.reshape(npy, w, npx, w, ch).transpose(0, 2, 1, 3, 4).reshape(npy * npx, w, w, ch)
+    node.view4()[...] = win
+
+
+@kernel(Op.WIN_UNPART)
+def win_unpart(node: Tensor, n_threads: int) -> None:
+    """Reassemble w x w windows [C, w, w, n] into [C, W, H] (the inverse of WIN_PART); op_params i32 {w}."""
+    a = node.src[0]
+    require_types(node, a, (F32,))
+    w = node.get_op_params_i32(0)
+    wd, h = node.ne[1], node.ne[2]
+    npx = (wd + (w - wd % w) % w) // w
+    x = a.view4()  # (n, w, w, C)
+    npy = x.shape[0] // npx
+    full = x.reshape(npy, npx, w, w, -1).transpose(0, 2, 1, 3, 4).reshape(npy * w, npx * w, -1)
+    node.view4()[0] = full[:h, :wd]
 

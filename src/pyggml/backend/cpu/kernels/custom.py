@@ -4,6 +4,8 @@ ggml keeps ``{fun, n_tasks, userdata}`` in op_params as raw pointers; pyggml's b
 Python objects in ``node.extra`` as the tuple ``(fun, n_tasks, userdata)``. ggml calls the function
 once per thread with ``(ith, nth)``, where nth is n_threads when n_tasks is GGML_N_TASKS_MAX (-1)
 and min(n_tasks, n_threads) otherwise; the calls here run one after another, in ith order.
+
+Builders: pyggml/ops/custom.py (the same family).
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...ops.enums import Op
-from ...tensor import Tensor
-from ._common import KernelInputError
-from .registry import kernel
+from ....ops.enums import Op
+from ....tensor import Tensor
+from .._common import KernelInputError
+from ..registry import kernel
 
 GGML_N_TASKS_MAX = -1
 
@@ -51,3 +53,4 @@ def custom(node: Tensor, n_threads: int) -> None:
     nth = _n_tasks(n_tasks, n_threads)
     for ith in range(nth):
         fun(node, ith, nth, userdata)
+

@@ -1,16 +1,18 @@
 """Reductions and orderings along rows: SUM, SUM_ROWS, MEAN, CUMSUM, ARGMAX, COUNT_EQUAL, ARGSORT, TOP_K.
 
 Sums follow ggml_vec_sum_f32, which accumulates in double (``ggml_float``) and narrows once.
+
+Builders: pyggml/ops/reduce.py (the same family).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...ops.enums import Op
-from ...tensor import Tensor
-from ._common import F32, FLOAT_TYPES, I32, KernelInputError, load_f32, require_types, store
-from .registry import kernel
+from ....ops.enums import Op
+from ....tensor import Tensor
+from .._common import F32, FLOAT_TYPES, I32, KernelInputError, load_f32, require_types, store
+from ..registry import kernel
 
 GGML_SORT_ORDER_ASC = 0
 GGML_SORT_ORDER_DESC = 1
@@ -107,3 +109,4 @@ def top_k(node: Tensor, n_threads: int) -> None:
     if k > 1:
         idx[..., [0, 1]] = idx[..., [1, 0]]
     node.view4()[...] = idx
+

@@ -1,18 +1,22 @@
-"""Convolution helpers and image ops: IM2COL, POOL_1D, POOL_2D, UPSCALE.
+"""Convolution and image kernels: IM2COL (and IM2COL_BACK, IM2COL_3D), the direct convolutions
+(CONV_2D, CONV_2D_DW, CONV_3D, CONV_TRANSPOSE_1D/2D), COL2IM_1D, POOL_1D, POOL_2D (and
+POOL_2D_BACK), UPSCALE, PAD, PAD_REFLECT_1D.
 
 ggml builds conv_1d / conv_2d from IM2COL followed by MUL_MAT, so IM2COL's layout is the
 contract: [N, IC, IH, IW] -> [N, OH, OW, IC*KH*KW] (1-D: IH = KH = OH = 1).
+
+Builders: pyggml/ops/conv.py (the same family).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...ops.enums import Op
-from ...tensor import Tensor
-from ...types import GGMLType
-from ._common import F16, F32, KernelInputError, load_f32, require_types, shape4, store
-from .registry import kernel
+from ....ops.enums import Op
+from ....tensor import Tensor
+from ....types import GGMLType
+from .._common import F16, F32, KernelInputError, load_f32, require_types, shape4, store
+from ..registry import kernel
 
 GGML_OP_POOL_MAX = 0
 GGML_OP_POOL_AVG = 1
@@ -400,3 +404,66 @@ def col2im_1d(node: Tensor, n_threads: int) -> None:
     for t in range(t_in):  # ascending t_in: ggml's summation order per output sample
         full[:, t * s0 : t * s0 + k] += col[t].reshape(oc, k)
     store(node, full[:, p0 : p0 + node.ne[0]].reshape(shape4(node)))
+
+
+@kernel(Op.PAD)
+def pad(node: Tensor, n_threads: int) -> None:
+    """Pad each dim with lp/rp zeros (op_params i32 lp0,rp0,...,lp3,rp3), or wrap around when i32[8] is set."""
+    a = node.src[0]
+    require_types(node, a, (F32,))
+    p = [node.get_op_params_i32(i) for i in range(9)]
+    lp = (p[6], p[4], p[2], p[0])  # numpy order: dims 3, 2, 1, 0
+    x = a.view4()
+    out = node.view4()
+    if p[8]:
+        idx = [(np.arange(n) - l) % s for n, l, s in zip(out.shape, lp, x.shape, strict=True)]
+        out[...] = x[np.ix_(*idx)]
+        return
+    out[...] = 0
+    sl = tuple(slice(l, l + s) for l, s in zip(lp, x.shape, strict=True))
+    out[sl] = x
+
+
+@kernel(Op.PAD_REFLECT_1D)
+def pad_reflect_1d(node: Tensor, n_threads: int) -> None:
+    """Reflection padding of dim 0 by (p0, p1) (the edge element is not repeated)."""
+    a = node.src[0]
+    require_types(node, a, (F32,))
+    p0, p1 = node.get_op_params_i32(0), node.get_op_params_i32(1)
+    if shape4(node)[-1] != a.ne[0] + p0 + p1:
+        raise KernelInputError("PAD_REFLECT_1D: dst width does not match the padding")
+    node.view4()[...] = np.pad(a.view4(), ((0, 0), (0, 0), (0, 0), (p0, p1)), mode="reflect")
+
+
+@kernel(Op.POOL_2D_BACK)
+def pool_2d_back(node: Tensor, n_threads: int) -> None:
+    """Gradient of POOL_2D: src0 = output gradient, src1 = the forward input; op_params as POOL_2D.
+
+    Max sends each gradient to the first maximum of its window; avg spreads grad / (k0*k1).
+    """
+    g_t, xf_t = node.src[0], node.src[1]
+    require_types(node, g_t, (F32,))
+    require_types(node, xf_t, (F32, F16))
+    require_types(node, node, (F32,))
+    op, k0, k1, s0, s1, p0, p1 = (node.get_op_params_i32(i) for i in range(7))
+    grad = g_t.view4()  # (.., .., oh, ow)
+    xf = load_f32(xf_t)  # (.., .., ih, iw)
+    ih, iw = xf.shape[-2:]
+    out = np.zeros(xf.shape, dtype=np.float32)
+    for oy in range(grad.shape[2]):
+        for ox in range(grad.shape[3]):
+            ys = [y for y in range(oy * s1 - p1, oy * s1 - p1 + k1) if 0 <= y < ih]
+            xs = [x for x in range(ox * s0 - p0, ox * s0 - p0 + k0) if 0 <= x < iw]
+            if not ys or not xs:
+                continue
+            g = grad[:, :, oy, ox]
+            if op == 1:  # AVG
+                out[:, :, ys[0] : ys[-1] + 1, xs[0] : xs[-1] + 1] += (g / np.float32(k0 * k1))[..., None, None]
+                continue
+            win = xf[:, :, ys[0] : ys[-1] + 1, xs[0] : xs[-1] + 1].reshape(*g.shape, -1)
+            first = win.argmax(axis=-1)  # the first maximum, as ggml's strict '>' scan
+            yy, xx = ys[0] + first // len(xs), xs[0] + first % len(xs)
+            i3, i2 = np.indices(g.shape)
+            np.add.at(out, (i3, i2, yy, xx), g)
+    node.view4()[...] = out
+
