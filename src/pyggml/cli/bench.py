@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from ..llm.context import ContextParams, LlamaContext
     from ..llm.model import Model
     from ..llm.packaged import resolve
-    from ..llm.vocab import Vocab
+    from ..llm.tokenizer import Vocab
     from .main import CLIError
 
     if args.repetitions < 1:

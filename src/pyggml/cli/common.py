@@ -101,7 +101,7 @@ def load_model(args: argparse.Namespace, default: str | None = None) -> tuple[An
     from ..llm.model import Model
     from ..llm.models import DEFAULT_MODEL_PACKAGE
     from ..llm.packaged import resolve
-    from ..llm.vocab import Vocab
+    from ..llm.tokenizer import Vocab
 
     path = resolve(args.model, default or DEFAULT_MODEL_PACKAGE)
     if not args.quiet:

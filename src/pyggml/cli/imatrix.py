@@ -93,7 +93,7 @@ def compute(args: argparse.Namespace, col: object, text: str) -> int:
     from ..llm.context import ContextParams, LlamaContext
     from ..llm.model import Model
     from ..llm.packaged import resolve
-    from ..llm.vocab import Vocab
+    from ..llm.tokenizer import Vocab
     from .main import CLIError
     from .perplexity import neg_log_probs
 

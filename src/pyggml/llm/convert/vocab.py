@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import PyGGMLError
+from ...errors import PyGGMLError
 
 # gguf token types (llama.h's llama_token_type / gguf-py's TokenType)
 TOKEN_NORMAL = 1

@@ -3,7 +3,7 @@
 llama.cpp names each pre-tokenizer in ``llama_vocab::impl::load`` and gives it a list of
 regexes (``llm_tokenizer_bpe``). Each regex refines the previous split: every piece is cut
 into its matches and the unmatched gaps between them, and all of them are kept. The regexes
-here are llama.cpp's, written for :mod:`re` with explicit classes (see :mod:`.tok_unicode`):
+here are llama.cpp's, written for :mod:`re` with explicit classes (see :mod:`.unicode`):
 ``{L}`` letters, ``{N}`` numbers, ``{P}`` punctuation, ``{S}`` White_Space.
 
 llama.cpp runs the llama3 and gpt2 regexes through hand-written splitters and the others
@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .tok_unicode import expand_classes
-from .vocab_errors import UnsupportedTokenizerError
+from .errors import UnsupportedTokenizerError
+from .unicode import expand_classes
 
 # contractions are matched case-insensitively, but only for ASCII letters (llama.cpp's adapted form)
 _CONTRACTIONS = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from .tok_pretokenize import PreTokenizer, pre_tokenizer
-from .token_attrs import CONTROL, LSTRIP, NORMAL, RSTRIP, SPECIAL, UNUSED, USER_DEFINED, attr_from_type
-from .vocab_errors import UnsupportedTokenizerError, VocabError
+from .attrs import CONTROL, LSTRIP, NORMAL, RSTRIP, SPECIAL, UNUSED, USER_DEFINED, attr_from_type
+from .errors import UnsupportedTokenizerError, VocabError
+from .pretokenize import PreTokenizer, pre_tokenizer
 
 TOKEN_NULL = -1  #: LLAMA_TOKEN_NULL: "no such token"
 

@@ -6,7 +6,7 @@
 
 Two tokenizer models are implemented: SentencePiece (``tokenizer.ggml.model = "llama"``, e.g.
 Llama 2, Gemma) and byte-level BPE (``"gpt2"``, e.g. Llama 3, Qwen2) with the pre-tokenizers
-in :mod:`.tok_pretokenize`. Results are token for token those of llama.cpp's
+in :mod:`.pretokenize`. Results are token for token those of llama.cpp's
 ``llama_tokenize`` / ``llama_token_to_piece`` / ``llama_detokenize``.
 
 Text is a Python ``str``. Pieces are ``bytes``: one token can hold part of a UTF-8 character
@@ -19,17 +19,17 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .tok_bpe import BPETokenizer
-from .tok_detok import clean_spaces, decode_byte_level
-from .tok_special import partition
-from .tok_spm import spm_tokenize
-from .tok_unicode import BYTE_TO_CHAR
-from .token_attrs import BYTE, CONTROL, HIDDEN, NORMAL, UNUSED, USER_DEFINED
-from .vocab_errors import InvalidTokenError, TokenizeError
-from .vocab_load import TOKEN_NULL, VocabData, load_vocab_data
+from .attrs import BYTE, CONTROL, HIDDEN, NORMAL, UNUSED, USER_DEFINED
+from .bpe import BPETokenizer
+from .detok import clean_spaces, decode_byte_level
+from .errors import InvalidTokenError, TokenizeError
+from .load import TOKEN_NULL, VocabData, load_vocab_data
+from .special import partition
+from .spm import spm_tokenize
+from .unicode import BYTE_TO_CHAR
 
 if TYPE_CHECKING:
-    from ..gguf import GGUFContext
+    from ...gguf import GGUFContext
 
 _ESCAPED_SPACE = "\u2581"  # SentencePiece's visible space, "▁"
 
@@ -47,7 +47,7 @@ class _SpecialId:
 
 
 class Vocab(VocabData):
-    """Tokenizer state loaded from GGUF metadata; see :func:`.vocab_load.load_vocab_data`."""
+    """Tokenizer state loaded from GGUF metadata; see :func:`.load.load_vocab_data`."""
 
     bos = _SpecialId()
     eos = _SpecialId()
@@ -79,7 +79,7 @@ class Vocab(VocabData):
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str]) -> Vocab:
         """From a GGUF file, read with :class:`pyggml.gguf.GGUFReader` (only the metadata is touched)."""
-        from ..gguf import GGUFReader
+        from ...gguf import GGUFReader
 
         with GGUFReader(path) as reader:
             return cls.from_reader(reader)

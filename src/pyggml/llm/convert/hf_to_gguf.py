@@ -3,7 +3,7 @@
 ``convert_hf_model(model, config, "out.gguf", ftype="q8_0", tokenizer=tok)`` takes a transformers
 model (or its state dict: torch tensors or numpy arrays) and config (object or dict), maps names and
 shapes as llama.cpp does (a torch ``[out, in]`` matrix keeps its C-order bytes and becomes ggml
-``ne = [in, out]``), applies the per-architecture fixes (convert_arch), and writes the weights in the
+``ne = [in, out]``), applies the per-architecture fixes (arch.py), and writes the weights in the
 chosen type. As in llama.cpp, 1-d tensors and norms always stay F32; 2-d weights take the output
 type, and a weight whose rows do not fill whole blocks of it falls back the way llama-quantize falls
 back (K-quants to a legacy type, then F16). ``q4_k`` etc. quantize every 2-d weight to that one type
@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import quants
-from ..convert import f32_to_bf16
-from ..gguf import GGUFValueType, GGUFWriter
-from ..types import GGMLType
-from .convert_arch import detect_arch, hparams_metadata, map_tensors, required_tensors
-from .convert_vocab import ConversionError, tokenizer_metadata
+from ... import quants
+from ...convert import f32_to_bf16
+from ...gguf import GGUFValueType, GGUFWriter
+from ...types import GGMLType
+from .arch import detect_arch, hparams_metadata, map_tensors, required_tensors
+from .vocab import ConversionError, tokenizer_metadata
 
 #: output type name -> (tensor type of 2-d weights, llama_ftype written as general.file_type)
 FTYPES: dict[str, tuple[GGMLType, int]] = {

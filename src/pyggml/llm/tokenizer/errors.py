@@ -7,7 +7,7 @@ model llama.cpp could load but pyggml cannot tokenize raises :class:`Unsupported
 
 from __future__ import annotations
 
-from ..errors import PyGGMLError
+from ...errors import PyGGMLError
 
 
 class VocabError(PyGGMLError, ValueError):

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .convert_vocab import ConversionError
+from .vocab import ConversionError
 
 HF_CLASSES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Gemma3ForCausalLM": "gemma3"}
 MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "gemma3_text": "gemma3"}

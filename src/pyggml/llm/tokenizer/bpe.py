@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from .tok_pretokenize import PreTokenizer
-from .tok_unicode import byte_encode
+from .pretokenize import PreTokenizer
+from .unicode import byte_encode
 
 #: words remembered per tokenizer; cleared when full (tokenization is a pure function of the word)
 _CACHE_LIMIT = 1 << 16

@@ -9,7 +9,7 @@ tokens always are. A token with LSTRIP/RSTRIP also eats the whitespace to its le
 
 from __future__ import annotations
 
-from .token_attrs import HIDDEN, LSTRIP, RSTRIP
+from .attrs import HIDDEN, LSTRIP, RSTRIP
 
 Fragment = str | int  #: raw text still to tokenize, or a token id already decided
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .tok_unicode import CHAR_TO_BYTE
+from .unicode import CHAR_TO_BYTE
 
 
 def decode_byte_level(text: str) -> bytes:
