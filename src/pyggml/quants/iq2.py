@@ -3,8 +3,8 @@
 All five store, per group of 8 weights, an index into a fixed grid of 8-vectors (the
 ggml-common.h grids), plus signs (IQ2) or a shift (IQ1) and small sub-block scales under an
 fp16 super-scale. Dequantization is a table gather; quantization is ggml's search
-(``quantize_row_*_impl`` in ggml-quants.c), run by the numba kernels of :mod:`.iq2_quant` (IQ2) and :mod:`.iq1_quant` (IQ1) on
-the tables of :mod:`.iq2_tables`.
+(``quantize_row_*_impl`` in ggml-quants.c), run by the numba kernels of :mod:`.iq2_quant` (IQ2)
+and :mod:`.iq1_quant` (IQ1) on the tables of :mod:`.iq2_tables`.
 
 Block layouts (bytes, ggml-common.h)::
 
