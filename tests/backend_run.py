@@ -17,7 +17,7 @@ from pyggml.alloc import backend_alloc_ctx_tensors, gallocr_alloc_graph, gallocr
 from pyggml.backend import api
 from pyggml.backend.base import Backend, BufferUsage
 from pyggml.context import Context
-from pyggml.convert import f32_to_bf16
+from pyggml.tensor_data import f32_to_bf16
 from pyggml.graph import Graph, new_graph
 from pyggml.tensor import Tensor
 from pyggml.types import GGMLType

@@ -18,7 +18,7 @@ import pytest
 
 from pyggml import quants
 from pyggml.backend.cpu import actquant, qmatmul
-from pyggml.convert import bf16_to_f32, f32_to_bf16
+from pyggml.tensor_data import bf16_to_f32, f32_to_bf16
 from pyggml.types import GGMLType
 
 T = GGMLType

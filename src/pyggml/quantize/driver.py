@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import quants
-from ..convert import bf16_to_f32
+from ..tensor_data import bf16_to_f32
 from ..gguf import GGUF_DEFAULT_ALIGNMENT, GGUFError, GGUFReader, GGUFWriter
 from ..gguf.records import TensorInfo
 from ..types import GGMLType

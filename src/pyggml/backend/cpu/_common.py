@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ...convert import bf16_to_f32, f32_to_bf16
+from ...tensor_data import bf16_to_f32, f32_to_bf16
 from ...errors import PyGGMLError, UnsupportedOpError
 from ...tensor import Tensor
 from ...types import GGMLType

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ... import quants
-from ...convert import f32_to_bf16
+from ...tensor_data import f32_to_bf16
 from ...gguf import GGUFValueType, GGUFWriter
 from ...types import GGMLType
 from .arch import detect_arch, hparams_metadata, map_tensors, required_tensors

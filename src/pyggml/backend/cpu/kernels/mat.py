@@ -47,7 +47,7 @@ def _weight_rows_f32(w: np.ndarray, ty: GGMLType) -> np.ndarray:
         return w.astype(np.float32)
     if ty.is_quantized:
         return quants.dequantize(np.ascontiguousarray(w), ty)
-    from ....convert import bf16_to_f32
+    from ....tensor_data import bf16_to_f32
 
     return bf16_to_f32(w)
 
