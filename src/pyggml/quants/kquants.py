@@ -13,6 +13,8 @@ converted exactly as ggml-cpu's matmul does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numba import njit, prange
 
@@ -198,12 +200,13 @@ class _KQuant(BlockCodec):
         qw = imatrix if use_qw else np.empty(0, np.float32)
         quantize_superblocks(self.kind, x, qw, use_qw, out.reshape(x.shape[0], -1))
 
+    #: the type's numba dequantizer, called with the blocks, the fp16 fields at ``fp16_at`` widened, and y
+    _deq: Callable[..., None]
+    fp16_at: tuple[int, ...]
+
     def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
         blocks = blocks.reshape(-1, self.qtype.type_size)
-        self._dequantize_superblocks(blocks, y.reshape(blocks.shape[0], QK_K))
-
-    def _dequantize_superblocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        raise NotImplementedError
+        self._deq(blocks, *(read_fp16(blocks, at) for at in self.fp16_at), y.reshape(blocks.shape[0], QK_K))
 
 
 @register
@@ -211,9 +214,8 @@ class Q2_K(_KQuant):
     qtype = GGMLType.Q2_K
     block_dtype = BLOCK_Q2_K
     kind = 2
-
-    def _dequantize_superblocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        _deq_q2_K(blocks, read_fp16(blocks, 80), read_fp16(blocks, 82), y)
+    _deq = staticmethod(_deq_q2_K)
+    fp16_at = (80, 82)
 
 
 @register
@@ -221,9 +223,8 @@ class Q3_K(_KQuant):
     qtype = GGMLType.Q3_K
     block_dtype = BLOCK_Q3_K
     kind = 3
-
-    def _dequantize_superblocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        _deq_q3_K(blocks, read_fp16(blocks, 108), y)
+    _deq = staticmethod(_deq_q3_K)
+    fp16_at = (108,)
 
 
 @register
@@ -231,9 +232,8 @@ class Q4_K(_KQuant):
     qtype = GGMLType.Q4_K
     block_dtype = BLOCK_Q4_K
     kind = 4
-
-    def _dequantize_superblocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        _deq_q4_K(blocks, read_fp16(blocks, 0), read_fp16(blocks, 2), y)
+    _deq = staticmethod(_deq_q4_K)
+    fp16_at = (0, 2)
 
 
 @register
@@ -241,9 +241,8 @@ class Q5_K(_KQuant):
     qtype = GGMLType.Q5_K
     block_dtype = BLOCK_Q5_K
     kind = 5
-
-    def _dequantize_superblocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        _deq_q5_K(blocks, read_fp16(blocks, 0), read_fp16(blocks, 2), y)
+    _deq = staticmethod(_deq_q5_K)
+    fp16_at = (0, 2)
 
 
 @register
@@ -251,9 +250,8 @@ class Q6_K(_KQuant):
     qtype = GGMLType.Q6_K
     block_dtype = BLOCK_Q6_K
     kind = 6
-
-    def _dequantize_superblocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        _deq_q6_K(blocks, read_fp16(blocks, 208), y)
+    _deq = staticmethod(_deq_q6_K)
+    fp16_at = (208,)
 
 
 def quantize_q8_K(x: np.ndarray) -> np.ndarray:
