@@ -13,9 +13,9 @@ import numpy as np
 from pyggml import quants
 from pyggml.backend.cpu.compute import graph_compute
 from pyggml.context import Context
-from pyggml.tensor_data import to_f32_4d
 from pyggml.graph import Graph
 from pyggml.tensor import Tensor
+from pyggml.tensor_data import to_f32_4d
 from pyggml.types import GGMLType
 
 #: test-backend-ops thresholds

@@ -268,7 +268,6 @@ def pool_2d_back(ctx: Context, a: Tensor, af: Tensor, op: int, k0: int, k1: int,
     return _node(_new(ctx, F32, af.ne), Op.POOL_2D_BACK, a, af, params=[int(op), k0, k1, s0, s1, int(p0), int(p1)])
 
 
-
 __all__ = [
     "GGML_SCALE_FLAG_ALIGN_CORNERS",
     "GGML_SCALE_FLAG_ANTIALIAS",

@@ -90,7 +90,6 @@ def custom_inplace(ctx: Context, a: Tensor, args: Sequence[Tensor], fun: CustomF
     return result
 
 
-
 __all__ = [
     "GGML_N_TASKS_MAX",
     "custom_4d",

@@ -152,7 +152,6 @@ def fill_inplace(ctx: Context, a: Tensor, c: float) -> Tensor:
     return _fill(ctx, a, c, True)
 
 
-
 __all__ = [
     "add",
     "add1",

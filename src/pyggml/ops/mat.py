@@ -74,7 +74,6 @@ def add_id(ctx: Context, a: Tensor, b: Tensor, ids: Tensor) -> Tensor:
     return _node(ctx.dup_tensor(a), Op.ADD_ID, a, b, ids)
 
 
-
 __all__ = [
     "GGML_PREC_DEFAULT",
     "GGML_PREC_F32",

@@ -362,7 +362,6 @@ def soft_max_ext_back_inplace(ctx: Context, a: Tensor, b: Tensor, scale: float, 
     return _soft_max_ext_back(ctx, a, b, scale, max_bias, True)
 
 
-
 __all__ = [
     "GGML_ROPE_TYPE_IMROPE",
     "GGML_ROPE_TYPE_MROPE",

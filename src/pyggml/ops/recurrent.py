@@ -146,7 +146,6 @@ def gated_delta_net(ctx: Context, q: Tensor, k: Tensor, v: Tensor, g: Tensor, be
     return _node(result, Op.GATED_DELTA_NET, q, k, v, g, beta, state)
 
 
-
 __all__ = [
     "gated_delta_net",
     "gated_linear_attn",

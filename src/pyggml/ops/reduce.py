@@ -64,7 +64,6 @@ def top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
     return _node(_new(ctx, I32, [k, a.ne[1], a.ne[2], a.ne[3]]), Op.TOP_K, a)
 
 
-
 __all__ = [
     "SortOrder",
     "argmax",

@@ -102,7 +102,6 @@ def get_rows_back(ctx: Context, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
     return _node(_new(ctx, F32, [c.ne[0], c.ne[1]]), Op.GET_ROWS_BACK, a, b)
 
 
-
 __all__ = [
     "cast",
     "cont",

@@ -262,7 +262,6 @@ def win_unpart(ctx: Context, a: Tensor, w0: int, h0: int, w: int) -> Tensor:
     return _node(_new(ctx, F32, [a.ne[0], w0, h0]), Op.WIN_UNPART, a, params=[w])
 
 
-
 __all__ = [
     "TriType",
     "acc",

@@ -184,7 +184,6 @@ ROWS: tuple[OpRow, ...] = (
 )
 
 
-
 def key(op: AnyOp) -> tuple[str, str]:
     """A row's key, ("Op", "ADD"): the enums are IntEnums, so Op.NONE == UnaryOp.ABS == GluOp.REGLU == 0
     and the members themselves cannot key one dict."""

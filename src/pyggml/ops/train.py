@@ -58,7 +58,6 @@ def opt_step_sgd(ctx: Context, a: Tensor, grad: Tensor, params: Tensor) -> Tenso
     return _node(ctx.view_tensor(a), Op.OPT_STEP_SGD, a, grad, params)
 
 
-
 __all__ = [
     "cross_entropy_loss",
     "cross_entropy_loss_back",

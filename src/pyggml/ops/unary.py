@@ -142,7 +142,6 @@ def silu_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return _node(ctx.dup_tensor(a), Op.SILU_BACK, a, b)
 
 
-
 __all__ = [
     "abs",
     "abs_inplace",

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from .. import quants
-from ..tensor_data import bf16_to_f32
 from ..gguf import GGUF_DEFAULT_ALIGNMENT, GGUFError, GGUFReader, GGUFWriter
 from ..gguf.records import TensorInfo
+from ..tensor_data import bf16_to_f32
 from ..types import GGMLType
 from .ftypes import LlamaFType, QuantizeError, ftype_default_type, guess_ftype, parse_ftype
 from .imatrix_io import IMatrix, load_imatrix

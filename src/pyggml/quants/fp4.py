@@ -159,7 +159,6 @@ class NVFP4Codec(BlockCodec):
         _deq_fp4(blocks[..., 4:].reshape(n_rows, n_blocks, 4, 8), scale, _KV_F32, y)
 
 
-
 __all__ = [
     "BLOCK_MXFP4",
     "BLOCK_NVFP4",

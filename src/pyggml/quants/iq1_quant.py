@@ -393,7 +393,6 @@ def serial_iq1_m(x, qw, has_qw, grid, kmap, neighbours, out, dvals, status):  # 
         _row_iq1_m(x, row, qw, has_qw, grid, kmap, neighbours, out, dvals, status)
 
 
-
 @nb.njit(cache=True, parallel=True)
 def parallel_iq1_m(x, qw, has_qw, grid, kmap, neighbours, out, dvals, status):  # pragma: no cover - numba
     for row in prange(x.shape[0]):

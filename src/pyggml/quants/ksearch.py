@@ -31,7 +31,6 @@ FLT_MAX = f32(3.4028234663852886e38)
 GROUP_MAX_EPS = f32(1e-15)
 
 
-
 # --------------------------------------------------------------------------- bytes
 
 
@@ -278,7 +277,6 @@ def make_qkx2_quants(
                 scale = this_scale
                 vmin = this_min
     return scale, -vmin
-
 
 
 #: ggml's ``make_qkx3_quants``: the same search as ``make_qkx2_quants`` (see there)

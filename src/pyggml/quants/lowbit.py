@@ -124,7 +124,6 @@ class Q2_0Codec(BlockCodec):
         _deq_q2_0(blocks, read_fp16(blocks, 0), y)
 
 
-
 __all__ = [
     "BLOCK_Q1_0",
     "BLOCK_Q2_0",

@@ -171,7 +171,6 @@ class TQ2_0Codec(BlockCodec):
         _deq_tq2_0(blocks, read_fp16(blocks, 64), y)
 
 
-
 __all__ = [
     "BLOCK_TQ1_0",
     "BLOCK_TQ2_0",

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from ... import quants
-from ...tensor_data import f32_to_bf16
 from ...gguf import GGUFValueType, GGUFWriter
+from ...tensor_data import f32_to_bf16
 from ...types import GGMLType
 from .arch import detect_arch, hparams_metadata, map_tensors, required_tensors
 from .vocab import ConversionError, tokenizer_metadata
