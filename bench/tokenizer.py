@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from pyggml.llm.models import default_model_path
-from pyggml.llm.vocab import Vocab
+from pyggml.llm.tokenizer import Vocab
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "gemma3"
 

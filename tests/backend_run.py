@@ -17,9 +17,9 @@ from pyggml.alloc import backend_alloc_ctx_tensors, gallocr_alloc_graph, gallocr
 from pyggml.backend import api
 from pyggml.backend.base import Backend, BufferUsage
 from pyggml.context import Context
-from pyggml.convert import f32_to_bf16
 from pyggml.graph import Graph, new_graph
 from pyggml.tensor import Tensor
+from pyggml.tensor_data import f32_to_bf16
 from pyggml.types import GGMLType
 
 #: name -> (type, ne, values as float/int array with the tensor's numpy shape)

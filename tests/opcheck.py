@@ -2,7 +2,7 @@
 and compare with a numpy reference using test-backend-ops' NMSE.
 
 The references in the tests are written independently of the kernels (plain numpy or loops);
-input values are read back with pyggml.convert (not the kernels' loaders), so a view's strides
+input values are read back with pyggml.tensor_data (not the kernels' loaders), so a view's strides
 are interpreted by code the kernels do not share.
 """
 
@@ -13,9 +13,9 @@ import numpy as np
 from pyggml import quants
 from pyggml.backend.cpu.compute import graph_compute
 from pyggml.context import Context
-from pyggml.convert import to_f32_4d
 from pyggml.graph import Graph
 from pyggml.tensor import Tensor
+from pyggml.tensor_data import to_f32_4d
 from pyggml.types import GGMLType
 
 #: test-backend-ops thresholds
@@ -88,7 +88,7 @@ class OpCase:
 
 
 def values(t: Tensor) -> np.ndarray:
-    """t's data as float32 (ne3, ne2, ne1, ne0), read through pyggml.convert (honours strides)."""
+    """t's data as float32 (ne3, ne2, ne1, ne0), read through pyggml.tensor_data (honours strides)."""
     if t.type in (GGMLType.I8, GGMLType.I16, GGMLType.I32, GGMLType.I64):
         return np.array(t.view4())
     return np.array(to_f32_4d(t), dtype=np.float32)
@@ -100,7 +100,7 @@ def round_f16(x: np.ndarray) -> np.ndarray:
 
 
 def round_bf16(x: np.ndarray) -> np.ndarray:
-    """bf16 round to nearest even, independent of pyggml.convert (float64 arithmetic on the bits)."""
+    """bf16 round to nearest even, independent of pyggml.tensor_data (float64 arithmetic on the bits)."""
     u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
     r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
     return r.astype(np.uint32).view(np.float32)

@@ -33,7 +33,7 @@ def stop_before_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """What the commands call once their flags are accepted raises _Reached instead."""
     from pyggml.gguf.reader import GGUFReader
     from pyggml.llm.model import Model
-    from pyggml.llm.vocab import Vocab
+    from pyggml.llm.tokenizer import Vocab
     from pyggml.rpc.server import RPCServer
 
     monkeypatch.setattr(Model, "__init__", _stop)

@@ -405,7 +405,7 @@ def test_chunk_skips_exactly_the_first_chunks(tok2: Path, tmp_path: Path,
 def test_no_ppl_and_parse_special(tok2: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--no-ppl prints no perplexity and collects the same imatrix; --parse-special turns the BOS text into
     the one BOS token (so fewer chunks), without it the text is 17 plain tokens."""
-    from pyggml.llm.vocab import Vocab
+    from pyggml.llm.tokenizer import Vocab
 
     _run(tok2, tmp_path / "p.gguf", "--chunks", "2", "--ppl")
     assert "Final estimate" in capsys.readouterr().out

@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("quants", ("pyggml.quants",)),
     ("gguf", ("pyggml.gguf",)),
     # ggml.h's struct ggml_tensor and enum ggml_op go together: a tensor's op field is an Op
-    ("tensor", ("pyggml.memory", "pyggml.tensor", "pyggml.context", "pyggml.convert", "pyggml.gguf_loader",
+    ("tensor", ("pyggml.memory", "pyggml.tensor", "pyggml.context", "pyggml.tensor_data", "pyggml.gguf_loader",
                 "pyggml.ops.enums")),
     ("ops", ("pyggml.ops",)),
     ("graph", ("pyggml.graph",)),

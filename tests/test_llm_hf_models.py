@@ -28,13 +28,13 @@ from bpe_build import train  # noqa: E402
 from pyggml import quants  # noqa: E402
 from pyggml.errors import PyGGMLError  # noqa: E402
 from pyggml.gguf import GGUFReader  # noqa: E402
-from pyggml.llm import convert_arch  # noqa: E402
 from pyggml.llm.context import ContextParams, LlamaContext  # noqa: E402
 from pyggml.llm.convert import FTYPES, ConversionError, convert_hf_model, main, tensor_type  # noqa: E402
+from pyggml.llm.convert import arch as convert_arch  # noqa: E402
 from pyggml.llm.generate import generate  # noqa: E402
 from pyggml.llm.model import Model  # noqa: E402
 from pyggml.llm.sampling import Sampler, SamplingParams  # noqa: E402
-from pyggml.llm.vocab import Vocab  # noqa: E402
+from pyggml.llm.tokenizer import Vocab  # noqa: E402
 from pyggml.types import GGMLType  # noqa: E402
 
 N_TOKENS = 24

@@ -1,8 +1,8 @@
-"""The builders of ops/builders_extra.py, builders_recurrent.py and builders_train.py against ggml.c's
-constructors: result type and shape, src slots, op_params layout, and each GGML_ASSERT as a
-ShapeError / TypeMismatchError (never a bare assert). The kernels' numbers are checked elsewhere
-(test_ops_extra, test_ops_recurrent, test_ops_tbo); this module computes only where the layout is
-the point (CONV_2D_DW's channels-innermost result).
+"""The builders written for ops that once had only CPU kernels (in ops/conv.py, shape.py, rows.py,
+mat.py, nn.py, unary.py, recurrent.py, train.py) against ggml.c's constructors: result type and
+shape, src slots, op_params layout, and each GGML_ASSERT as a ShapeError / TypeMismatchError (never
+a bare assert). The kernels' numbers are checked elsewhere (test_ops_extra, test_ops_recurrent,
+test_ops_tbo); this module computes only where the layout is the point (CONV_2D_DW's channels-innermost result).
 """
 
 from __future__ import annotations

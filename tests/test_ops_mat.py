@@ -73,7 +73,7 @@ def test_mul_mat_non_contiguous_src1() -> None:
 
 def test_mul_mat_large_weight_is_tiled(monkeypatch: pytest.MonkeyPatch) -> None:
     """More weight rows than one dequantization tile: every tile must land in its columns."""
-    from pyggml.backend.cpu import kernels_mat
+    from pyggml.backend.cpu.kernels import mat as kernels_mat
 
     monkeypatch.setattr(kernels_mat, "_TILE_FLOATS", 64 * 20)  # 20-row tiles
     c = OpCase()

@@ -1,6 +1,6 @@
 """Mamba/RWKV/GLA recurrences and SOLVE_TRI against scalar loop references (float64).
 
-Nodes come from their builders (ops/builders_recurrent.py, builders_extra.py for DSV4), so the
+Nodes come from their builders (ops/recurrent.py, ops/nn.py for DSV4), so the
 result shapes checked here are the builders' as well as the kernels'.
 """
 

@@ -18,7 +18,7 @@ import pytest
 
 from pyggml import quants
 from pyggml.backend.cpu import actquant, qmatmul
-from pyggml.convert import bf16_to_f32, f32_to_bf16
+from pyggml.tensor_data import bf16_to_f32, f32_to_bf16
 from pyggml.types import GGMLType
 
 T = GGMLType
@@ -277,7 +277,7 @@ def test_successive_products_do_not_share_results() -> None:
 def test_weight_product_float_weights(ty: GGMLType, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """kernels_mat.weight_product's float branch (attention with an F16 K/V cache): x rounded to
     the weight's type, split over threads, identical for any thread count, into a scratch result."""
-    from pyggml.backend.cpu import kernels_mat
+    from pyggml.backend.cpu.kernels import mat as kernels_mat
 
     rng = np.random.default_rng(19)
     k, m = 96, 70

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 
 from pyggml.quants import QuantError, dequantize, get_codec, quantize
 from pyggml.quants.fp import fp16_bits_to_fp32, fp32_to_fp16_bits
+from pyggml.quants.fp4 import KVALUES_FP4
 from pyggml.quants.legacy import quantize_q8_0_activations, quantize_q8_1_activations
-from pyggml.quants.other import KVALUES_FP4
 from pyggml.types import GGMLType
 
 N = 32 * 128

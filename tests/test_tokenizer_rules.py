@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpe_build import CORPUS
-from pyggml.llm.tok_detok import clean_spaces
-from pyggml.llm.vocab import Vocab
-from pyggml.llm.vocab_errors import TokenizeError, UnsupportedTokenizerError, VocabError
+from pyggml.llm.tokenizer import Vocab
+from pyggml.llm.tokenizer.detok import clean_spaces
+from pyggml.llm.tokenizer.errors import TokenizeError, UnsupportedTokenizerError, VocabError
 
 K = "tokenizer.ggml."
 

@@ -320,7 +320,7 @@ class Tensor:
 
     def to_float(self) -> np.ndarray:
         """The data converted to float32 (dequantized if quantized), numpy order."""
-        from .convert import to_f32_4d  # deferred: loads the quantizers (numba); import pyggml stays light
+        from .tensor_data import to_f32_4d  # deferred: loads the quantizers (numba); import pyggml stays light
 
         v = to_f32_4d(self)
         return v.reshape(v.shape[GGML_MAX_DIMS - self._np_ndim() :])
@@ -332,7 +332,7 @@ class Tensor:
         elements, for a flat array); its dtype must convert safely to the tensor's type
         (float32 data into an F16/BF16 tensor is rounded as ggml rounds it).
         """
-        from .convert import from_numpy_into  # deferred: loads numba (see to_float)
+        from .tensor_data import from_numpy_into  # deferred: loads numba (see to_float)
 
         from_numpy_into(self, array)
         return self
@@ -343,7 +343,7 @@ class Tensor:
 
     def set_f32(self, value: float) -> Tensor:
         """ggml_set_f32: fill every element with ``value``."""
-        from .convert import fill  # deferred: loads numba (see to_float)
+        from .tensor_data import fill  # deferred: loads numba (see to_float)
 
         fill(self, value)
         return self

@@ -19,7 +19,7 @@ from ..llm.batch import Batch
 from ..llm.context import ContextParams, LlamaContext
 from ..llm.model import Model
 from ..llm.packaged import resolve
-from ..llm.vocab import Vocab
+from ..llm.tokenizer import Vocab
 from .common import add_kv_unified_arg, add_model_args, load_model, make_context, placement_from_args
 from .main import CLIError
 

@@ -13,7 +13,7 @@ from ..llm.model import Model
 from ..llm.models import DEFAULT_MODEL_PACKAGE
 from ..llm.packaged import resolve
 from ..llm.sampling import LLAMA_DEFAULT_SEED, Sampler, SamplingParams
-from ..llm.vocab import Vocab
+from ..llm.tokenizer import Vocab
 from ..rpc.client import parse_rpc_servers
 from .main import CLIError
 

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from ..llm.packaged import resolve
-from ..llm.vocab import Vocab
+from ..llm.tokenizer import Vocab
 
 
 def add_parser(subparsers: Any) -> None:

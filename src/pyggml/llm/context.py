@@ -383,7 +383,7 @@ def tensor_to_numpy(t: Tensor) -> np.ndarray:
     """A float32 copy of a tensor's data in numpy order, wherever it lives (host or device)."""
     if t.buffer is None or t.buffer.is_host():
         return np.array(t.to_float(), dtype=np.float32, copy=True)
-    from ..convert import rows_to_f32  # deferred: loads the quantizers (numba) for a device read only
+    from ..tensor_data import rows_to_f32  # deferred: loads the quantizers (numba) for a device read only
 
     if not t.is_contiguous():
         raise PyGGMLError(f"cannot read non-contiguous device tensor {t.name!r}")

@@ -1,7 +1,7 @@
-"""Helpers every op constructor shares (ops/builders.py and the builders_* modules beside it).
+"""Helpers the op constructors share (the family modules ops/<family>.py).
 
-They live apart from builders.py so the builder modules can import them without importing each
-other: builders.py re-exports the builders_* functions, and a cycle through it would leave one
+They live apart from builders.py so the family modules can import them without importing each
+other through it: builders.py re-exports every family, and a cycle through it would leave one
 of the two half-initialised depending on which was imported first.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from ..context import Context
 from ..errors import PyGGMLError, ShapeError
-from ..tensor import Tensor
+from ..tensor import Tensor, can_repeat
 from ..types import GGMLType
 from .enums import Op
 
@@ -44,3 +44,17 @@ def _dup_or_view(ctx: Context, a: Tensor, inplace: bool) -> Tensor:
 
 def _new(ctx: Context, type: GGMLType, ne: Sequence[int]) -> Tensor:
     return ctx.new_tensor_impl(type, list(ne))
+
+
+def _format(t: Tensor, fmt: str, *args: str) -> None:
+    """ggml_format_name with snprintf's truncation (derived names may exceed 63 bytes)."""
+    t.name = (fmt % args).encode()[:63].decode(errors="ignore")
+
+
+def _is_padded_1d(t: Tensor) -> bool:
+    return t.nb[0] == t.type.type_size and t.nb[2] == t.nb[1] * t.ne[1] and t.nb[3] == t.nb[2] * t.ne[2]
+
+
+def _check_repeat(op: str, b: Tensor, a: Tensor) -> None:
+    _require(can_repeat(b, a), op, f"b {_ne(b)} cannot be broadcast to a {_ne(a)}")
+

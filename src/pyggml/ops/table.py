@@ -2,9 +2,12 @@
 its builders, whether the CPU and torch backends compute it, and the test modules that exercise it.
 
 Like ggml's single ``enum ggml_op`` with a constructor per op, this is the one place to look up
-where an op lives. tests/test_op_table.py holds the table to the code: it fails when an op has
-no row, a listed builder is missing, a CPU kernel or torch support differs from what the row says,
-or a listed test module does not mention the op. An op without a builder or a CPU kernel must
+where an op lives: its builders in ``pyggml/ops/<family>.py`` and its CPU kernel in
+``pyggml/backend/cpu/kernels/<family>.py``, the same family name on both sides (elementwise,
+unary, reduce, shape, rows, mat, nn, conv, recurrent, train, custom). tests/test_op_table.py
+holds the table to the code: it fails when an op has no row, a listed builder is missing, its
+builder and kernel sit in families of different names, a CPU kernel or torch support differs from
+what the row says, or a listed test module does not mention the op. An op without a builder or a CPU kernel must
 say why (``why_not``); nothing is skipped silently.
 
 The table only names things (builders by function name, tests by module name): importing it
@@ -22,8 +25,9 @@ AnyOp = Op | UnaryOp | GluOp
 
 @dataclass(frozen=True)
 class OpRow:
-    """One op's row. ``builders`` are names in ``pyggml.ops.builders`` (``pyggml.*`` for leaf
-    constructors); ``tests`` are module names under tests/ without ``test_`` and ``.py``."""
+    """One op's row. ``builders`` are names in ``pyggml.ops.builders``, which gathers the family
+    modules (``pyggml.*`` for leaf constructors); ``tests`` are module names under tests/ without
+    ``test_`` and ``.py``."""
 
     op: AnyOp
     builders: tuple[str, ...]
@@ -178,7 +182,6 @@ ROWS: tuple[OpRow, ...] = (
     _row(GluOp.GEGLU_QUICK, "geglu_quick geglu_quick_swapped geglu_quick_split", "ops_elementwise", torch=True),
     _row(GluOp.SWIGLU_CLAMP, "swiglu_clamp", "ops_tbo ops_builders"),
 )
-
 
 
 def key(op: AnyOp) -> tuple[str, str]:

@@ -23,10 +23,10 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import quants
-from ..convert import bf16_to_f32
 from ..gguf import GGUF_DEFAULT_ALIGNMENT, GGUFError, GGUFReader, GGUFWriter
 from ..gguf.constants import Keys
 from ..gguf.records import TensorInfo
+from ..tensor_data import bf16_to_f32
 from ..types import GGMLType
 from .convert_ops import as_type_opt
 from .ftypes import LlamaFType, QuantizeError, ftype_default_type, guess_ftype, parse_ftype

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..notice import slow_notice
 from ..types import GGMLType, as_type
-from . import floats, iquants, kquants, legacy, other  # importing registers the codecs
+from . import fp, fp4, iq2, iq3, iq4, kquants, legacy, lowbit, ternary  # importing registers the codecs
 from .codec import CODECS, Codec, QuantError, get_codec, n_per_row_of
 from .validate import validate_row_data
 

@@ -41,16 +41,22 @@ def fp16_bytes(x: np.ndarray) -> np.ndarray:
     return bits.view(np.uint8).reshape(*bits.shape, 2)
 
 
-def assemble(n_rows: int, n_blocks: int, type_size: int, fields: list[tuple[int, np.ndarray]]) -> np.ndarray:
-    """Write byte fields (offset, uint8 (n_rows, n_blocks, width)) into rows of whole blocks."""
-    out = np.empty((n_rows, n_blocks, type_size), dtype=np.uint8)
+def put_fields(out: np.ndarray, fields: list[tuple[int, np.ndarray]]) -> np.ndarray:
+    """Write byte fields (offset, uint8 (n_rows, n_blocks, width)) into the blocks out (n_rows, n_blocks,
+    type_size); together they must cover every byte of a block."""
     covered = 0
     for offset, data in fields:
         width = data.shape[-1]
         out[..., offset : offset + width] = data
         covered += width
-    if covered != type_size:
-        raise AssertionError(f"block fields cover {covered} of {type_size} bytes")
+    if covered != out.shape[-1]:
+        raise AssertionError(f"block fields cover {covered} of {out.shape[-1]} bytes")
+    return out
+
+
+def assemble(n_rows: int, n_blocks: int, type_size: int, fields: list[tuple[int, np.ndarray]]) -> np.ndarray:
+    """Rows of whole blocks (n_rows, n_blocks * type_size) made of byte fields (see put_fields)."""
+    out = put_fields(np.empty((n_rows, n_blocks, type_size), dtype=np.uint8), fields)
     return out.reshape(n_rows, n_blocks * type_size)
 
 

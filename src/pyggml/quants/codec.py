@@ -7,10 +7,14 @@ One class per ggml type (DESIGN.md: "a quant type once"). A codec works on whole
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numba
 import numpy as np
 
 from ..errors import PyGGMLError
-from ..types import GGMLType, row_size
+from ..types import QK_K, GGMLType, row_size
 
 
 class QuantError(PyGGMLError, ValueError):
@@ -37,6 +41,67 @@ class Codec:
 
     def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
         """q: uint8 (n_rows, row_bytes), C-contiguous; returns float32 (n_rows, n_per_row)."""
+        raise NotImplementedError
+
+
+#: below these block counts a parallel launch costs more than it saves (and on a busy machine
+#: a waiting worker can turn microseconds into milliseconds), so the kernels run on one thread
+SERIAL_BELOW_QUANT = 8
+SERIAL_BELOW_DEQUANT = 1024
+
+
+@contextmanager
+def threads_for(n_blocks: int, serial_below: int) -> Iterator[None]:
+    """Run the enclosed numba parallel kernels on one thread when the job is small.
+
+    ``n_blocks`` counts the work in 256-value units. numba's thread count is per calling
+    thread, so this does not affect other threads.
+    """
+    if n_blocks >= serial_below:
+        yield
+        return
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
+
+
+class BlockCodec(Codec):
+    """The row glue every block type shares, written once: rows of floats <-> rows of blocks.
+
+    ``quantize_rows`` allocates the zeroed output rows and hands them, as blocks
+    ``(n_rows, n_blocks, type_size)``, to ``_quantize_blocks``; ``dequantize_rows`` views the
+    bytes as blocks and fills float rows ``(n_rows, n_blocks * blck_size)`` with
+    ``_dequantize_blocks``. Both skip empty input and run small jobs on one numba thread
+    (``threads_for``; the results do not depend on the thread count).
+    """
+
+    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+        n_rows, n_per_row = x.shape
+        ty = self.qtype
+        out = np.zeros((n_rows, n_per_row // ty.blck_size * ty.type_size), np.uint8)
+        if out.size:
+            with threads_for(x.size // QK_K, SERIAL_BELOW_QUANT):
+                self._quantize_blocks(x, imatrix, out.reshape(n_rows, -1, ty.type_size))
+        return out
+
+    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
+        ty = self.qtype
+        n_rows, n_blocks = q.shape[0], q.shape[1] // ty.type_size
+        y = np.empty((n_rows, n_blocks * ty.blck_size), np.float32)
+        if y.size:
+            with threads_for(y.size // QK_K, SERIAL_BELOW_DEQUANT):
+                self._dequantize_blocks(q.reshape(n_rows, n_blocks, ty.type_size), y)
+        return y
+
+    def _quantize_blocks(self, x: np.ndarray, imatrix: np.ndarray | None, out: np.ndarray) -> None:
+        """x: float32 (n_rows, n_per_row); write the blocks of every row into out (n_rows, n_blocks, type_size)."""
+        raise NotImplementedError
+
+    def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
+        """blocks: uint8 (n_rows, n_blocks, type_size); write float32 rows into y (n_rows, n_blocks * blck_size)."""
         raise NotImplementedError
 
 
@@ -73,4 +138,16 @@ def n_per_row_of(qtype: GGMLType, row_bytes: int) -> int:
     return row_bytes // qtype.type_size * qtype.blck_size
 
 
-__all__ = ["CODECS", "Codec", "QuantError", "get_codec", "n_per_row_of", "register", "row_size"]
+__all__ = [
+    "CODECS",
+    "SERIAL_BELOW_DEQUANT",
+    "SERIAL_BELOW_QUANT",
+    "BlockCodec",
+    "Codec",
+    "QuantError",
+    "get_codec",
+    "n_per_row_of",
+    "register",
+    "row_size",
+    "threads_for",
+]

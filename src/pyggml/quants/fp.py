@@ -8,14 +8,24 @@ Where ggml differs from numpy it is on NaN: ggml's software fp32->fp16 (ggml-imp
 ``ggml_compute_fp32_to_fp16``) turns every NaN into ``0x7E00 | sign``, and its fp16->fp32 goes
 through a float multiply, which quiets a signalling NaN. numpy keeps payloads untouched, so the
 NaN lanes are patched after the fast numpy conversion.
+
+The plain float types F32, F16 and BF16 are codecs here too (block size 1, at the end of this
+module): ``ggml_quantize_chunk`` and ``to_float`` handle them (F16 through
+``ggml_fp32_to_fp16_row``, BF16 through ``ggml_fp32_to_bf16_row_ref``), and the matmul path
+converts activations to F16/BF16 as their ``vec_dot_type``. An importance matrix means nothing for
+them and is ignored, as in ggml.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numba as nb
 import numpy as np
+
+from ..types import GGMLType
+from .codec import Codec, register
 
 # ---------------------------------------------------------------------------------------------
 # fp16
@@ -276,9 +286,61 @@ def round_fp16_nb(x: float) -> np.float32:
     return fp16_bits_to_fp32_nb(fp32_to_fp16_bits_nb(x))
 
 
+# ---------------------------------------------------------------------------------------------
+# the float types as codecs
+# ---------------------------------------------------------------------------------------------
+
+
+@register
+class F32Codec(Codec):
+    """Identity: the bytes are the little-endian floats themselves."""
+
+    qtype = GGMLType.F32
+    vec_dot_type = GGMLType.F32
+    block_dtype = np.dtype("<f4")
+
+    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+        return np.ascontiguousarray(x, dtype="<f4").view(np.uint8).copy()
+
+    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
+        return q.view("<f4").astype(np.float32)
+
+
+class _Float16Codec(Codec):
+    """A 16-bit float type: each value's bit pattern, rounded the way ggml rounds."""
+
+    block_dtype = np.dtype("<u2")
+    _to_bits: Callable[[np.ndarray], np.ndarray]
+    _from_bits: Callable[[np.ndarray], np.ndarray]
+
+    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+        return self._to_bits(x).astype("<u2").view(np.uint8)
+
+    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
+        return self._from_bits(q.view("<u2"))
+
+
+@register
+class F16Codec(_Float16Codec):
+    qtype = vec_dot_type = GGMLType.F16
+    block_dtype = np.dtype("<f2")
+    _to_bits = staticmethod(fp32_to_fp16_bits)
+    _from_bits = staticmethod(fp16_bits_to_fp32)
+
+
+@register
+class BF16Codec(_Float16Codec):
+    qtype = vec_dot_type = GGMLType.BF16  # numpy has no bfloat16: the block dtype is the raw bits
+    _to_bits = staticmethod(fp32_to_bf16_bits)
+    _from_bits = staticmethod(bf16_bits_to_fp32)
+
+
 __all__ = [
     "E8M0_HALF",
     "UE4M3",
+    "BF16Codec",
+    "F16Codec",
+    "F32Codec",
     "bf16_bits_to_fp32",
     "e8m0_to_fp32_half",
     "fp16_bits_to_fp32",

@@ -3,8 +3,8 @@
 All five store, per group of 8 weights, an index into a fixed grid of 8-vectors (the
 ggml-common.h grids), plus signs (IQ2) or a shift (IQ1) and small sub-block scales under an
 fp16 super-scale. Dequantization is a table gather; quantization is ggml's search
-(``quantize_row_*_impl`` in ggml-quants.c), run by the numba kernels of :mod:`.iq2_quant` on
-the tables of :mod:`.iq2_tables`.
+(``quantize_row_*_impl`` in ggml-quants.c), run by the numba kernels of :mod:`.iq2_quant` (IQ2)
+and :mod:`.iq1_quant` (IQ1) on the tables of :mod:`.iq2_tables`.
 
 Block layouts (bytes, ggml-common.h)::
 
@@ -17,22 +17,26 @@ Block layouts (bytes, ggml-common.h)::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
 import numba as nb
 import numpy as np
 
 from ..types import QK_K, GGMLType
-from . import iq2_quant as kernels
 from ._blocks import fp16_bytes
-from .codec import Codec, QuantError, register
+from .codec import BlockCodec, QuantError, register
 from .fp import fp16_bits_to_fp32, fp32_to_fp16_bits
+from .iq1_quant import DRIVERS as IQ1_DRIVERS
+from .iq2_quant import DRIVERS as IQ2_DRIVERS
 from .iq2_tables import IQ1_DELTA, common_grid_bytes, ksigns_iq2xs, quant_tables
 
 f32 = np.float32
 
 #: below this many super-blocks a quantize call stays on one thread
 PARALLEL_MIN_BLOCKS = 64
+#: per type name: (serial driver, parallel driver)
+DRIVERS = {**IQ2_DRIVERS, **IQ1_DRIVERS}
 
 
 @cache
@@ -164,25 +168,15 @@ def _dequant_iq1_m(blocks, fp16, grid, out):  # pragma: no cover - numba
 # ---------------------------------------------------------------------------------------------
 
 
-def _flat_rows(blocks: np.ndarray) -> np.ndarray:
-    """(n_rows, n_blocks, type_size) -> (n_rows, row_bytes); also for zero rows."""
-    n_rows, n_blocks, size = blocks.shape
-    return blocks.reshape(n_rows, n_blocks * size)
-
-
-class _IQ2Family(Codec):
-    """Shared plumbing: input checks, running a kernel, writing the fp16 super-scales."""
+class _IQ2Family(BlockCodec):
+    """Shared plumbing: input checks, running a row kernel, writing the fp16 super-scales."""
 
     vec_dot_type = GGMLType.Q8_K
-
-    def _blocks(self, q: np.ndarray) -> np.ndarray:
-        return q.reshape(-1, self.qtype.type_size)
-
-    def _dequant_out(self, q: np.ndarray) -> np.ndarray:
-        return np.empty((q.size // self.qtype.type_size, QK_K), dtype=np.float32)
-
-    def _rows(self, y: np.ndarray, q: np.ndarray) -> np.ndarray:
-        return y.reshape(q.shape[0], q.shape[1] // self.qtype.type_size * QK_K)
+    #: the quantizer takes "an imatrix was given" (IQ2_S, IQ1_M: their search differs without one)
+    imatrix_flag = False
+    #: the dequantizer also takes the ksigns table (the IQ2 types)
+    ksigns = False
+    _dequant: Callable[..., None]
 
     def _check(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
         name = self.qtype.type_name
@@ -201,27 +195,31 @@ class _IQ2Family(Codec):
             raise QuantError(f"{name}: imatrix values must be finite and non-negative")
         return qw
 
-    def _run(self, x: np.ndarray, qw: np.ndarray, *flag: bool) -> tuple[np.ndarray, np.ndarray]:
+    def _quantize_blocks(self, x: np.ndarray, imatrix: np.ndarray | None, out: np.ndarray) -> None:
+        qw = self._check(x, imatrix)
+        flag = (imatrix is not None,) if self.imatrix_flag else ()
         tables = quant_tables(self.qtype)
-        serial, parallel = kernels.DRIVERS[self.qtype.type_name]
-        n_rows, n_per_row = x.shape
-        n_blocks = n_per_row // QK_K
-        out = np.zeros((n_rows, n_blocks * self.qtype.type_size), dtype=np.uint8)
+        serial, parallel = DRIVERS[self.qtype.type_name]
+        n_rows, n_blocks, _ = out.shape
         dvals = np.zeros((n_rows, n_blocks), dtype=np.float32)
         status = np.zeros(n_rows, dtype=np.int32)
         x = np.ascontiguousarray(x, dtype=np.float32)
         many = n_rows > 1 and n_rows * n_blocks >= PARALLEL_MIN_BLOCKS and nb.get_num_threads() > 1
         driver = parallel if many else serial
-        driver(x, qw, *flag, tables.grid, tables.kmap, tables.neighbours, out, dvals, status)
+        driver(x, qw, *flag, tables.grid, tables.kmap, tables.neighbours, out.reshape(n_rows, -1), dvals, status)
         if status.any():
             row = int(np.flatnonzero(status)[0])
             raise QuantError(f"{self.qtype.type_name}: quantization failed in row {row} (ggml would abort)")
-        return out.reshape(n_rows, n_blocks, self.qtype.type_size), dvals
+        self._store_d(out, dvals)
 
     @staticmethod
-    def _store_d(blocks: np.ndarray, dvals: np.ndarray) -> np.ndarray:
+    def _store_d(blocks: np.ndarray, dvals: np.ndarray) -> None:
         blocks[..., 0:2] = fp16_bytes(dvals)
-        return _flat_rows(blocks)
+
+    def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
+        blocks = blocks.reshape(-1, self.qtype.type_size)
+        signs = (ksigns_iq2xs(),) if self.ksigns else ()
+        self._dequant(blocks, _fp16_table(), _grid_f32(self.qtype), *signs, y.reshape(blocks.shape[0], QK_K))
 
 
 @register
@@ -229,16 +227,8 @@ class IQ2_XXS(_IQ2Family):
     qtype = GGMLType.IQ2_XXS
     block_dtype = np.dtype([("d", "<f2"), ("qs", "<u2", (32,))])
     requires_imatrix = True
-
-    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
-        qw = self._check(x, imatrix)
-        blocks, dvals = self._run(x, qw)
-        return self._store_d(blocks, dvals)
-
-    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
-        y = self._dequant_out(q)
-        _dequant_iq2_xxs(self._blocks(q), _fp16_table(), _grid_f32(self.qtype), ksigns_iq2xs(), y)
-        return self._rows(y, q)
+    ksigns = True
+    _dequant = staticmethod(_dequant_iq2_xxs)
 
 
 @register
@@ -246,32 +236,17 @@ class IQ2_XS(_IQ2Family):
     qtype = GGMLType.IQ2_XS
     block_dtype = np.dtype([("d", "<f2"), ("qs", "<u2", (32,)), ("scales", "u1", (8,))])
     requires_imatrix = True
-
-    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
-        qw = self._check(x, imatrix)
-        blocks, dvals = self._run(x, qw)
-        return self._store_d(blocks, dvals)
-
-    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
-        y = self._dequant_out(q)
-        _dequant_iq2_xs(self._blocks(q), _fp16_table(), _grid_f32(self.qtype), ksigns_iq2xs(), y)
-        return self._rows(y, q)
+    ksigns = True
+    _dequant = staticmethod(_dequant_iq2_xs)
 
 
 @register
 class IQ2_S(_IQ2Family):
     qtype = GGMLType.IQ2_S
     block_dtype = np.dtype([("d", "<f2"), ("qs", "u1", (64,)), ("qh", "u1", (8,)), ("scales", "u1", (8,))])
-
-    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
-        qw = self._check(x, imatrix)
-        blocks, dvals = self._run(x, qw, imatrix is not None)
-        return self._store_d(blocks, dvals)
-
-    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
-        y = self._dequant_out(q)
-        _dequant_iq2_s(self._blocks(q), _fp16_table(), _grid_f32(self.qtype), ksigns_iq2xs(), y)
-        return self._rows(y, q)
+    imatrix_flag = True
+    ksigns = True
+    _dequant = staticmethod(_dequant_iq2_s)
 
 
 @register
@@ -279,37 +254,23 @@ class IQ1_S(_IQ2Family):
     qtype = GGMLType.IQ1_S
     block_dtype = np.dtype([("d", "<f2"), ("qs", "u1", (32,)), ("qh", "<u2", (8,))])
     requires_imatrix = True
-
-    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
-        qw = self._check(x, imatrix)
-        blocks, dvals = self._run(x, qw)
-        return self._store_d(blocks, dvals)
-
-    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
-        y = self._dequant_out(q)
-        _dequant_iq1_s(self._blocks(q), _fp16_table(), _grid_f32(self.qtype), y)
-        return self._rows(y, q)
+    _dequant = staticmethod(_dequant_iq1_s)
 
 
 @register
 class IQ1_M(_IQ2Family):
     qtype = GGMLType.IQ1_M
     block_dtype = np.dtype([("qs", "u1", (32,)), ("qh", "u1", (16,)), ("scales", "u1", (8,))])
+    imatrix_flag = True
+    _dequant = staticmethod(_dequant_iq1_m)
 
-    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
-        qw = self._check(x, imatrix)
-        blocks, dvals = self._run(x, qw, imatrix is not None)
+    @staticmethod
+    def _store_d(blocks: np.ndarray, dvals: np.ndarray) -> None:
         # the fp16 scale has no field of its own: its 4 nibbles top the 4 scale words
         bits = fp32_to_fp16_bits(dvals).astype(np.uint16)
         for word in range(4):
             nibble = (bits >> np.uint16(4 * word)) & np.uint16(0xF)
             blocks[..., 49 + 2 * word] |= (nibble << np.uint16(4)).astype(np.uint8)
-        return _flat_rows(blocks)
-
-    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
-        y = self._dequant_out(q)
-        _dequant_iq1_m(self._blocks(q), _fp16_table(), _grid_f32(self.qtype), y)
-        return self._rows(y, q)
 
 
 __all__ = ["IQ1_M", "IQ1_S", "IQ2_S", "IQ2_XS", "IQ2_XXS"]

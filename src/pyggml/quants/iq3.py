@@ -15,6 +15,7 @@ on first use, exactly as ggml builds it in ``ggml_quantize_init``.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numba as nb
@@ -22,7 +23,7 @@ import numpy as np
 
 from ..types import QK_K, GGMLType
 from ._blocks import fp16_bytes, load_table, read_fp16
-from .codec import Codec, QuantError, register
+from .codec import BlockCodec, QuantError, register
 from .fp import nearest_int_nb
 from .iq2_quant import block_sigma2, even_sign_groups, scale_nibble, sign_groups
 from .iq2_tables import ksigns_iq2xs
@@ -392,17 +393,17 @@ def _quantize_iq3_s(x, qw, has_qw, grid, kmap, neighbours, out, dvals, errors): 
 # ---------------------------------------------------------------------------------------------
 
 
-def _run_quantizer(kernel, qtype: GGMLType, grid_size: int, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
-    """Call a row kernel, then drop the fp16 super-scales into bytes 0-1 of every block."""
+def _run_quantizer(kernel, qtype: GGMLType, grid_size: int, x: np.ndarray, imatrix: np.ndarray | None,
+                   out: np.ndarray) -> None:
+    """Call a row kernel on out (n_rows, n_blocks, type_size), then drop the fp16 super-scales into
+    bytes 0-1 of every block."""
     tables = iq3_tables(grid_size)
-    n_rows, n_per_row = x.shape
-    nbl = n_per_row // QK_K
+    n_rows, nbl, _ = out.shape
     has_qw = imatrix is not None
-    qw = np.ascontiguousarray(imatrix, dtype=np.float32) if has_qw else np.zeros(n_per_row, np.float32)
-    out = np.zeros((n_rows, nbl * qtype.type_size), dtype=np.uint8)
+    qw = np.ascontiguousarray(imatrix, dtype=np.float32) if has_qw else np.zeros(x.shape[1], np.float32)
     dvals = np.zeros((n_rows, nbl), dtype=np.float32)
     errors = np.zeros(n_rows, dtype=np.int64)
-    kernel(x, qw, has_qw, tables.grid_f32, tables.kmap, tables.neighbours, out, dvals, errors)
+    kernel(x, qw, has_qw, tables.grid_f32, tables.kmap, tables.neighbours, out.reshape(n_rows, -1), dvals, errors)
     bad = np.flatnonzero(errors)
     if bad.size:
         row = int(bad[0])
@@ -410,9 +411,7 @@ def _run_quantizer(kernel, qtype: GGMLType, grid_size: int, x: np.ndarray, imatr
             f"{qtype.type_name}: row {row} cannot be quantized ({_ERR_TEXT[int(errors[row])]}); "
             "ggml aborts here too - check the input and imatrix for NaN/inf or float32 overflow"
         )
-    blocks = out.reshape(n_rows, nbl, qtype.type_size)
-    blocks[:, :, 0:2] = fp16_bytes(dvals)
-    return out
+    out[:, :, 0:2] = fp16_bytes(dvals)
 
 
 @nb.njit(cache=True, error_model="numpy")
@@ -465,36 +464,44 @@ def _sign_rows() -> np.ndarray:
     return np.where(bits.astype(bool), np.float32(-1.0), np.float32(1.0)).astype(np.float32)
 
 
-def _dequantize(kernel, qtype: GGMLType, q: np.ndarray, *tables: np.ndarray) -> np.ndarray:
-    n_rows = q.shape[0]
-    blocks = q.reshape(-1, qtype.type_size)
-    d = read_fp16(blocks, 0)
-    out = np.empty((blocks.shape[0], QK_K), dtype=np.float32)
-    kernel(blocks, d, *tables, out)
-    return out.reshape(n_rows, -1)
+class _IQ3(BlockCodec):
+    """The IQ3 row glue: one quantizer kernel on a grid of ``grid_size`` points, one dequantizer."""
+
+    vec_dot_type = GGMLType.Q8_K
+    grid_size: int
+    _quantize: Callable[..., None]
+    _dequantize: Callable[..., None]
+
+    def _tables(self) -> tuple[np.ndarray, ...]:
+        raise NotImplementedError
+
+    def _quantize_blocks(self, x: np.ndarray, imatrix: np.ndarray | None, out: np.ndarray) -> None:
+        _run_quantizer(self._quantize, self.qtype, self.grid_size, x, imatrix, out)
+
+    def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
+        blocks = blocks.reshape(-1, self.qtype.type_size)
+        self._dequantize(blocks, read_fp16(blocks, 0), *self._tables(), y.reshape(blocks.shape[0], QK_K))
 
 
 @register
-class IQ3XXSCodec(Codec):
+class IQ3XXSCodec(_IQ3):
     """IQ3_XXS: 3.0625 bpw; 256-point grid, parity-completed signs, 4-bit scales in the sign words."""
 
     qtype = GGMLType.IQ3_XXS
-    vec_dot_type = GGMLType.Q8_K
     block_dtype = np.dtype([("d", "<f2"), ("qs", "u1", (QK_K // 4,)), ("scales_and_signs", "<u4", (QK_K // 32,))])
+    grid_size = 256
+    _quantize = staticmethod(_quantize_iq3_xxs)
+    _dequantize = staticmethod(_dequantize_iq3_xxs)
 
-    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
-        return _run_quantizer(_quantize_iq3_xxs, self.qtype, 256, x, imatrix)
-
-    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
-        return _dequantize(_dequantize_iq3_xxs, self.qtype, q, _dequant_grid(self.qtype), ksigns_iq2xs(), _sign_rows())
+    def _tables(self) -> tuple[np.ndarray, ...]:
+        return _dequant_grid(self.qtype), ksigns_iq2xs(), _sign_rows()
 
 
 @register
-class IQ3SCodec(Codec):
+class IQ3SCodec(_IQ3):
     """IQ3_S: 3.4375 bpw; 512-point grid (9-bit indices), explicit signs, 4-bit scales."""
 
     qtype = GGMLType.IQ3_S
-    vec_dot_type = GGMLType.Q8_K
     block_dtype = np.dtype(
         [
             ("d", "<f2"),
@@ -505,11 +512,12 @@ class IQ3SCodec(Codec):
         ]
     )
 
-    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
-        return _run_quantizer(_quantize_iq3_s, self.qtype, 512, x, imatrix)
+    grid_size = 512
+    _quantize = staticmethod(_quantize_iq3_s)
+    _dequantize = staticmethod(_dequantize_iq3_s)
 
-    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
-        return _dequantize(_dequantize_iq3_s, self.qtype, q, _dequant_grid(self.qtype), _sign_rows())
+    def _tables(self) -> tuple[np.ndarray, ...]:
+        return _dequant_grid(self.qtype), _sign_rows()
 
 
 __all__ = [

@@ -14,19 +14,16 @@ from numba import njit, prange
 
 from ..types import QK_K, GGMLType
 from ._blocks import load_table, read_fp16
-from .codec import Codec, QuantError, register
+from .codec import SERIAL_BELOW_QUANT, BlockCodec, QuantError, register, threads_for
 from .fp import fp32_to_fp16_bits_nb
 from .ksearch import (
     GROUP_MAX_EPS,
-    SERIAL_BELOW_DEQUANT,
-    SERIAL_BELOW_QUANT,
     best_index_int8,
     f32,
     imatrix_weights,
     nearest_int,
     put_u16,
     signed_absmax,
-    threads_for,
 )
 
 
@@ -190,27 +187,18 @@ def _deq_iq4_xs(q: np.ndarray, d: np.ndarray, values: np.ndarray, y: np.ndarray)
                 out[32 * ib + 16 + j] = dl * values[v >> np.uint8(4)]
 
 
-class _IQ4(Codec):
+class _IQ4(BlockCodec):
     block_values: int
 
-    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
-        out = np.empty((x.shape[0], self.qtype.row_size(x.shape[1])), np.uint8)
-        if out.size:
-            use_qw = imatrix is not None
-            qw = imatrix if use_qw else np.empty(0, np.float32)
-            with threads_for(x.size // QK_K, SERIAL_BELOW_QUANT):
-                _quantize_iq4(x, qw, use_qw, _KVALUES_F32, self.block_values, NTRY_CHUNK, out)
-        return out
+    def _quantize_blocks(self, x: np.ndarray, imatrix: np.ndarray | None, out: np.ndarray) -> None:
+        use_qw = imatrix is not None
+        qw = imatrix if use_qw else np.empty(0, np.float32)
+        _quantize_iq4(x, qw, use_qw, _KVALUES_F32, self.block_values, NTRY_CHUNK, out.reshape(x.shape[0], -1))
 
-    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
-        blocks = q.reshape(-1, self.qtype.type_size)
-        y = np.empty((blocks.shape[0], self.block_values), np.float32)
-        if blocks.shape[0]:
-            d = read_fp16(blocks, 0)
-            deq = _deq_iq4_xs if self.block_values == QK_K else _deq_iq4_nl
-            with threads_for(y.size // QK_K, SERIAL_BELOW_DEQUANT):
-                deq(blocks, d, _KVALUES_F32, y)
-        return y.reshape(q.shape[0], q.shape[1] // self.qtype.type_size * self.block_values)
+    def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
+        blocks = blocks.reshape(-1, self.qtype.type_size)
+        deq = _deq_iq4_xs if self.block_values == QK_K else _deq_iq4_nl
+        deq(blocks, read_fp16(blocks, 0), _KVALUES_F32, y.reshape(blocks.shape[0], self.block_values))
 
 
 @register

@@ -13,15 +13,17 @@ converted exactly as ggml-cpu's matmul does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numba import njit, prange
 
 from ..types import QK_K, GGMLType
 from ._blocks import read_fp16
-from .codec import Codec, register
+from .codec import BlockCodec, register
 from .fp import nearest_int
 from .kq_quantize import quantize_superblocks
-from .ksearch import SERIAL_BELOW_DEQUANT, SERIAL_BELOW_QUANT, f32, threads_for
+from .ksearch import f32
 
 BLOCK_Q2_K = np.dtype([("scales", "u1", 16), ("qs", "u1", 64), ("d", "<f2"), ("dmin", "<f2")])
 BLOCK_Q3_K = np.dtype([("hmask", "u1", 32), ("qs", "u1", 64), ("scales", "u1", 12), ("d", "<f2")])
@@ -187,32 +189,24 @@ def _deq_q6_K(q: np.ndarray, d: np.ndarray, y: np.ndarray) -> None:
 # --------------------------------------------------------------------------- codecs
 
 
-class _KQuant(Codec):
-    """Common driver: the numba kernel quantizes every super-block in parallel."""
+class _KQuant(BlockCodec):
+    """The numba kernels quantize and dequantize every super-block in parallel (flat block lists)."""
 
     vec_dot_type = GGMLType.Q8_K
     kind: int
 
-    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
-        n_rows, n_per_row = x.shape
-        out = np.empty((n_rows, self.qtype.row_size(n_per_row)), np.uint8)
-        if out.size:
-            use_qw = imatrix is not None
-            qw = imatrix if use_qw else np.empty(0, np.float32)
-            with threads_for(x.size // QK_K, SERIAL_BELOW_QUANT):
-                quantize_superblocks(self.kind, x, qw, use_qw, out)
-        return out
+    def _quantize_blocks(self, x: np.ndarray, imatrix: np.ndarray | None, out: np.ndarray) -> None:
+        use_qw = imatrix is not None
+        qw = imatrix if use_qw else np.empty(0, np.float32)
+        quantize_superblocks(self.kind, x, qw, use_qw, out.reshape(x.shape[0], -1))
 
-    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
-        blocks = q.reshape(-1, self.qtype.type_size)
-        y = np.empty((blocks.shape[0], QK_K), np.float32)
-        if blocks.shape[0]:
-            with threads_for(blocks.shape[0], SERIAL_BELOW_DEQUANT):
-                self._dequantize_blocks(blocks, y)
-        return y.reshape(q.shape[0], q.shape[1] // self.qtype.type_size * QK_K)
+    #: the type's numba dequantizer, called with the blocks, the fp16 fields at ``fp16_at`` widened, and y
+    _deq: Callable[..., None]
+    fp16_at: tuple[int, ...]
 
     def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        raise NotImplementedError
+        blocks = blocks.reshape(-1, self.qtype.type_size)
+        self._deq(blocks, *(read_fp16(blocks, at) for at in self.fp16_at), y.reshape(blocks.shape[0], QK_K))
 
 
 @register
@@ -220,9 +214,8 @@ class Q2_K(_KQuant):
     qtype = GGMLType.Q2_K
     block_dtype = BLOCK_Q2_K
     kind = 2
-
-    def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        _deq_q2_K(blocks, read_fp16(blocks, 80), read_fp16(blocks, 82), y)
+    _deq = staticmethod(_deq_q2_K)
+    fp16_at = (80, 82)
 
 
 @register
@@ -230,9 +223,8 @@ class Q3_K(_KQuant):
     qtype = GGMLType.Q3_K
     block_dtype = BLOCK_Q3_K
     kind = 3
-
-    def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        _deq_q3_K(blocks, read_fp16(blocks, 108), y)
+    _deq = staticmethod(_deq_q3_K)
+    fp16_at = (108,)
 
 
 @register
@@ -240,9 +232,8 @@ class Q4_K(_KQuant):
     qtype = GGMLType.Q4_K
     block_dtype = BLOCK_Q4_K
     kind = 4
-
-    def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        _deq_q4_K(blocks, read_fp16(blocks, 0), read_fp16(blocks, 2), y)
+    _deq = staticmethod(_deq_q4_K)
+    fp16_at = (0, 2)
 
 
 @register
@@ -250,9 +241,8 @@ class Q5_K(_KQuant):
     qtype = GGMLType.Q5_K
     block_dtype = BLOCK_Q5_K
     kind = 5
-
-    def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        _deq_q5_K(blocks, read_fp16(blocks, 0), read_fp16(blocks, 2), y)
+    _deq = staticmethod(_deq_q5_K)
+    fp16_at = (0, 2)
 
 
 @register
@@ -260,9 +250,8 @@ class Q6_K(_KQuant):
     qtype = GGMLType.Q6_K
     block_dtype = BLOCK_Q6_K
     kind = 6
-
-    def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
-        _deq_q6_K(blocks, read_fp16(blocks, 208), y)
+    _deq = staticmethod(_deq_q6_K)
+    fp16_at = (208,)
 
 
 def quantize_q8_K(x: np.ndarray) -> np.ndarray:
@@ -293,19 +282,18 @@ def quantize_q8_K(x: np.ndarray) -> np.ndarray:
 
 
 @register
-class Q8_K(Codec):
+class Q8_K(BlockCodec):
     qtype = GGMLType.Q8_K
     block_dtype = BLOCK_Q8_K
     vec_dot_type = GGMLType.F32  # ggml-cpu gives Q8_K no vec_dot of its own
 
-    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
-        return quantize_q8_K(x)
+    def _quantize_blocks(self, x: np.ndarray, imatrix: np.ndarray | None, out: np.ndarray) -> None:
+        out.reshape(x.shape[0], -1)[...] = quantize_q8_K(x)
 
-    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
-        blocks = q.reshape(-1, BLOCK_Q8_K.itemsize).view(BLOCK_Q8_K)[:, 0]
+    def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
+        b = np.ascontiguousarray(blocks).reshape(-1, BLOCK_Q8_K.itemsize).view(BLOCK_Q8_K)[:, 0]
         with np.errstate(invalid="ignore", over="ignore"):
-            y = blocks["d"][:, None] * blocks["qs"].astype(np.float32)
-        return y.reshape(q.shape[0], q.shape[1] // BLOCK_Q8_K.itemsize * QK_K)
+            y.reshape(-1, QK_K)[...] = b["d"][:, None] * b["qs"].astype(np.float32)
 
 
 __all__ = ["BLOCK_Q2_K", "BLOCK_Q3_K", "BLOCK_Q4_K", "BLOCK_Q5_K", "BLOCK_Q6_K", "BLOCK_Q8_K", "quantize_q8_K"]

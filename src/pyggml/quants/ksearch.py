@@ -17,10 +17,6 @@ per-super-block scratch arrays.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-import numba
 import numpy as np
 from numba import njit
 
@@ -33,29 +29,6 @@ FLT_MAX = f32(3.4028234663852886e38)
 
 #: ggml-quants.c GROUP_MAX_EPS: a group whose largest |x| is below this is treated as zero
 GROUP_MAX_EPS = f32(1e-15)
-
-#: below these block counts a parallel launch costs more than it saves (and on a busy machine
-#: a waiting worker can turn microseconds into milliseconds), so the kernels run on one thread
-SERIAL_BELOW_QUANT = 8
-SERIAL_BELOW_DEQUANT = 1024
-
-
-@contextmanager
-def threads_for(n_blocks: int, serial_below: int) -> Iterator[None]:
-    """Run the enclosed numba parallel kernels on one thread when the job is small.
-
-    ``n_blocks`` counts the work in 256-value units. numba's thread count is per calling
-    thread, so this does not affect other threads.
-    """
-    if n_blocks >= serial_below:
-        yield
-        return
-    before = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(before)
 
 
 # --------------------------------------------------------------------------- bytes
@@ -304,7 +277,6 @@ def make_qkx2_quants(
                 scale = this_scale
                 vmin = this_min
     return scale, -vmin
-
 
 
 #: ggml's ``make_qkx3_quants``: the same search as ``make_qkx2_quants`` (see there)

@@ -20,14 +20,14 @@ import numpy as np
 
 from ..types import GGMLType
 from ._blocks import (
-    as_blocks,
     assemble,
     fp16_bytes,
     pack_bits,
     pack_nibbles,
+    put_fields,
     read_fp16,
 )
-from .codec import Codec, QuantError, register
+from .codec import BlockCodec, QuantError, register
 from .fp import nearest_int_nb, roundf_nb, trunc_to_i8_nb
 from .ksearch import (
     FLT_MAX,
@@ -223,24 +223,6 @@ def _deq_int8(blocks: np.ndarray, d: np.ndarray, qs_off: int, out: np.ndarray) -
                 out[r, b * QK + j] = F32(v - 256 if v >= 128 else v) * db
 
 
-def _dequantize_nibbles(
-    q: np.ndarray, type_size: int, has_min: bool, qh_off: int, qs_off: int, bias: int
-) -> np.ndarray:
-    blocks = as_blocks(q, type_size)
-    d = read_fp16(blocks, 0)
-    m = read_fp16(blocks, 2) if has_min else d
-    out = np.empty((q.shape[0], blocks.shape[1] * QK), np.float32)
-    _deq_nibbles(blocks, d, m, has_min, qh_off, qs_off, bias, out)
-    return out
-
-
-def _dequantize_int8(q: np.ndarray, type_size: int, qs_off: int) -> np.ndarray:
-    blocks = as_blocks(q, type_size)
-    out = np.empty((q.shape[0], blocks.shape[1] * QK), np.float32)
-    _deq_int8(blocks, read_fp16(blocks, 0), qs_off, out)
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # layout
 # ---------------------------------------------------------------------------------------------
@@ -253,13 +235,31 @@ def _q5_split(levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return pack_bits((levels >> np.uint8(4)) & np.uint8(1)), qs
 
 
-class _LegacyCodec(Codec):
-    """Shared plumbing: allocate scale/level buffers, run a kernel, lay out the blocks."""
+class _LegacyCodec(BlockCodec):
+    """Shared plumbing: allocate scale/level buffers, run a kernel, lay out the blocks.
+
+    Dequantization reads the fp16 d at byte 0 (and m at byte 2 with ``has_min``), and levels at
+    ``qs_off``: nibbles with ``bias`` subtracted and a fifth bit at ``qh_off`` (>= 0), or int8
+    (``int8``)."""
+
+    qs_off: int
+    has_min = False
+    qh_off = -1
+    bias = 0
+    int8 = False
 
     def _buffers(self, x: np.ndarray) -> tuple[int, int, np.ndarray, np.ndarray]:
         n_rows, n = x.shape
         n_blocks = n // QK
         return n_rows, n_blocks, np.empty((n_rows, n_blocks), np.float32), np.empty((n_rows, n), np.uint8)
+
+    def _dequantize_blocks(self, blocks: np.ndarray, y: np.ndarray) -> None:
+        d = read_fp16(blocks, 0)
+        if self.int8:
+            _deq_int8(blocks, d, self.qs_off, y)
+            return
+        m = read_fp16(blocks, 2) if self.has_min else d
+        _deq_nibbles(blocks, d, m, self.has_min, self.qh_off, self.qs_off, self.bias, y)
 
 
 class _SymmetricCodec(_LegacyCodec):
@@ -293,14 +293,11 @@ class Q4_0Codec(_SymmetricCodec):
     vec_dot_type = GGMLType.Q8_0
     block_dtype = BLOCK_Q4_0
     nmax = 8
+    qs_off, bias = 2, 8
 
-    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+    def _quantize_blocks(self, x: np.ndarray, imatrix: np.ndarray | None, out: np.ndarray) -> None:
         d, levels = self._levels(x, imatrix)
-        n_rows, n_blocks = d.shape
-        return assemble(n_rows, n_blocks, 18, [(0, fp16_bytes(d)), (2, pack_nibbles(levels))])
-
-    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
-        return _dequantize_nibbles(q, 18, has_min=False, qh_off=-1, qs_off=2, bias=8)
+        put_fields(out, [(0, fp16_bytes(d)), (2, pack_nibbles(levels))])
 
 
 @register
@@ -309,14 +306,11 @@ class Q4_1Codec(_AffineCodec):
     vec_dot_type = GGMLType.Q8_1
     block_dtype = BLOCK_Q4_1
     nmax = 15
+    qs_off, has_min = 4, True
 
-    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+    def _quantize_blocks(self, x: np.ndarray, imatrix: np.ndarray | None, out: np.ndarray) -> None:
         d, m, levels = self._levels(x, imatrix)
-        n_rows, n_blocks = d.shape
-        return assemble(n_rows, n_blocks, 20, [(0, fp16_bytes(d)), (2, fp16_bytes(m)), (4, pack_nibbles(levels))])
-
-    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
-        return _dequantize_nibbles(q, 20, has_min=True, qh_off=-1, qs_off=4, bias=0)
+        put_fields(out, [(0, fp16_bytes(d)), (2, fp16_bytes(m)), (4, pack_nibbles(levels))])
 
 
 @register
@@ -325,15 +319,12 @@ class Q5_0Codec(_SymmetricCodec):
     vec_dot_type = GGMLType.Q8_0
     block_dtype = BLOCK_Q5_0
     nmax = 16
+    qh_off, qs_off, bias = 2, 6, 16
 
-    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+    def _quantize_blocks(self, x: np.ndarray, imatrix: np.ndarray | None, out: np.ndarray) -> None:
         d, levels = self._levels(x, imatrix)
-        n_rows, n_blocks = d.shape
         qh, qs = _q5_split(levels)
-        return assemble(n_rows, n_blocks, 22, [(0, fp16_bytes(d)), (2, qh), (6, qs)])
-
-    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
-        return _dequantize_nibbles(q, 22, has_min=False, qh_off=2, qs_off=6, bias=16)
+        put_fields(out, [(0, fp16_bytes(d)), (2, qh), (6, qs)])
 
 
 @register
@@ -342,15 +333,12 @@ class Q5_1Codec(_AffineCodec):
     vec_dot_type = GGMLType.Q8_1
     block_dtype = BLOCK_Q5_1
     nmax = 31
+    qh_off, qs_off, has_min = 4, 8, True
 
-    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+    def _quantize_blocks(self, x: np.ndarray, imatrix: np.ndarray | None, out: np.ndarray) -> None:
         d, m, levels = self._levels(x, imatrix)
-        n_rows, n_blocks = d.shape
         qh, qs = _q5_split(levels)
-        return assemble(n_rows, n_blocks, 24, [(0, fp16_bytes(d)), (2, fp16_bytes(m)), (4, qh), (8, qs)])
-
-    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
-        return _dequantize_nibbles(q, 24, has_min=True, qh_off=4, qs_off=8, bias=0)
+        put_fields(out, [(0, fp16_bytes(d)), (2, fp16_bytes(m)), (4, qh), (8, qs)])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,6 +403,8 @@ def quantize_q8_1_activations(x: np.ndarray) -> np.ndarray:
 
 
 class _Q8Codec(_LegacyCodec):
+    int8 = True
+
     def _levels(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n_rows, n_blocks, d, levels = self._buffers(x)
         s = np.empty_like(d)
@@ -429,14 +419,11 @@ class Q8_0Codec(_Q8Codec):
     qtype = GGMLType.Q8_0
     vec_dot_type = GGMLType.Q8_0
     block_dtype = BLOCK_Q8_0
+    qs_off = 2
 
-    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+    def _quantize_blocks(self, x: np.ndarray, imatrix: np.ndarray | None, out: np.ndarray) -> None:
         d, _s, levels = self._levels(x)
-        n_rows, n_blocks = d.shape
-        return assemble(n_rows, n_blocks, 34, [(0, fp16_bytes(d)), (2, levels)])
-
-    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
-        return _dequantize_int8(q, 34, qs_off=2)
+        put_fields(out, [(0, fp16_bytes(d)), (2, levels)])
 
 
 @register
@@ -450,14 +437,11 @@ class Q8_1Codec(_Q8Codec):
     qtype = GGMLType.Q8_1
     vec_dot_type = GGMLType.Q8_1
     block_dtype = BLOCK_Q8_1
+    qs_off = 4
 
-    def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+    def _quantize_blocks(self, x: np.ndarray, imatrix: np.ndarray | None, out: np.ndarray) -> None:
         d, s, levels = self._levels(x)
-        n_rows, n_blocks = d.shape
-        return assemble(n_rows, n_blocks, 36, [(0, fp16_bytes(d)), (2, fp16_bytes(s)), (4, levels)])
-
-    def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
-        return _dequantize_int8(q, 36, qs_off=4)
+        put_fields(out, [(0, fp16_bytes(d)), (2, fp16_bytes(s)), (4, levels)])
 
 
 __all__ = [

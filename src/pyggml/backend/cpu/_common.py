@@ -11,9 +11,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ...convert import bf16_to_f32, f32_to_bf16
 from ...errors import PyGGMLError, UnsupportedOpError
 from ...tensor import Tensor
+from ...tensor_data import bf16_to_f32, f32_to_bf16
 from ...types import GGMLType
 
 F32, F16, BF16 = GGMLType.F32, GGMLType.F16, GGMLType.BF16

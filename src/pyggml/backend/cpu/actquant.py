@@ -15,6 +15,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ...quants.fp import bf16_bits_to_fp32, fp32_to_bf16_bits
 from ...types import GGMLType
 
 Q8_0, Q8_1, Q8_K = GGMLType.Q8_0, GGMLType.Q8_1, GGMLType.Q8_K
@@ -65,9 +66,7 @@ def fake_quant(x: np.ndarray, vec_dot_type: GGMLType) -> np.ndarray:
     if vec_dot_type == GGMLType.F16:
         return round_to_f16(x)
     if vec_dot_type == GGMLType.BF16:
-        from ...convert import bf16_to_f32, f32_to_bf16
-
-        return bf16_to_f32(f32_to_bf16(x))
+        return bf16_bits_to_fp32(fp32_to_bf16_bits(x))
     return x
 
 

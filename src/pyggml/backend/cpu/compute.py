@@ -1,6 +1,6 @@
 """The CPU backend's kernel registry and graph executor (ggml_graph_compute for the CPU).
 
-One kernel per ``Op``, registered with ``@kernel(Op.X)`` from the kernels_* modules. A kernel is
+One kernel per ``Op``, registered with ``@kernel(Op.X)`` from the kernels/ modules. A kernel is
 ``fn(node, n_threads) -> None``: it reads ``node.src`` and writes ``node`` through numpy views of
 real memory. ggml runs every thread through every node with ``(ith, nth)``; here numpy and BLAS
 do the parallel work, so a kernel runs once per node. ``n_threads`` sets the BLAS threads of
@@ -75,17 +75,7 @@ def graph_compute_with_ctx(ctx: Context, graph: Graph, n_threads: int = 1) -> in
 
 
 # Importing the kernel modules registers their kernels.
-from . import (  # noqa: E402
-    kernels_conv,
-    kernels_custom,
-    kernels_elementwise,
-    kernels_extra,
-    kernels_mat,
-    kernels_nn,
-    kernels_recurrent,
-    kernels_reduce,
-    kernels_shape,
-)
+from . import kernels  # noqa: E402, F401
 
 __all__ = [
     "KERNELS",
@@ -93,14 +83,5 @@ __all__ = [
     "graph_compute",
     "graph_compute_with_ctx",
     "kernel",
-    "kernels_conv",
-    "kernels_custom",
-    "kernels_elementwise",
-    "kernels_extra",
-    "kernels_mat",
-    "kernels_nn",
-    "kernels_recurrent",
-    "kernels_reduce",
-    "kernels_shape",
     "supports_op",
 ]

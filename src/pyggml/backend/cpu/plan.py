@@ -1,7 +1,7 @@
 """A graph's execution plan for the CPU backend (ggml_graph_plan), resolved once and reused.
 
 Building the plan does every per-node decision in Python once: which kernel computes the node
-(a compiled one from jit/, or the numpy kernel from kernels_*.py), the node's record (data
+(a compiled one from jit/, or the numpy kernel from kernels/<family>.py), the node's record (data
 addresses, ne, nb, op_params and kernel-specific words), the scratch it needs. Running it is a
 loop over *steps*: runs of compiled nodes go to the thread pool as one command (threads.py: every
 thread walks the run, kernel then barrier, with no Python in between), and each numpy node runs

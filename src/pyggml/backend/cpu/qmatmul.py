@@ -44,6 +44,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from ... import quants
+from ...quants.fp import bf16_bits_to_fp32, fp32_to_bf16_bits
 from ...types import GGMLType
 from . import threads
 from .actquant import F16_TO_F32
@@ -1085,9 +1086,7 @@ def fake_quant(x: np.ndarray, vec_dot_type: GGMLType) -> np.ndarray:
         if vec_dot_type == GGMLType.F16:
             return np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
         if vec_dot_type == GGMLType.BF16:
-            from ...convert import bf16_to_f32, f32_to_bf16
-
-            return bf16_to_f32(f32_to_bf16(np.ascontiguousarray(x, dtype=np.float32)))
+            return bf16_bits_to_fp32(fp32_to_bf16_bits(np.ascontiguousarray(x, dtype=np.float32)))
         return np.ascontiguousarray(x, dtype=np.float32)
     qa, da, _ = quantize_activations(x, vec_dot_type)
     y = np.empty(qa.shape, np.float32)
