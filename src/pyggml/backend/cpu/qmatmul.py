@@ -48,7 +48,6 @@ from ...quants.fp import bf16_bits_to_fp32, fp32_to_bf16_bits
 from ...types import GGMLType
 from . import threads
 from .actquant import F16_TO_F32
-from .native import fmaf
 
 #: fp16 bit pattern -> float32 (exact, as GGML_FP16_TO_FP32)
 _F16 = F16_TO_F32
@@ -794,15 +793,6 @@ def _scale_min_k4(wu, o, sc, mn):  # pragma: no cover - compiled
         mn[k] = (np.int32(wu[o + k + 4]) >> 4) | ((np.int32(wu[o + k]) >> 6) << 4)
 
 
-@njit(cache=True, inline="always")
-def _k_acc(kind, acc, d, isum):  # pragma: no cover - compiled
-    """acc + d*isum for a superblock: Q4_K with one rounding, as llama.cpp's x86 repacked Q4_K kernels
-    (repack.cpp gemv/gemm_q4_K_8x8_q8_K: _mm256_fmadd_ps); Q5_K rounding the product first."""
-    if kind == 0:
-        return fmaf(isum, d, acc)
-    return acc + d * isum
-
-
 @njit(cache=True, nogil=True)
 def _mv_k(kind, wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
     """Q4_K / Q5_K / Q6_K (kind 0/1/2) rows against activation rows, ROWDOT_COLS rows per decode
@@ -834,16 +824,16 @@ def _mv_k(kind, wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no co
                 dw, mw = _h(tab, wu, o), _h(tab, wu, o + 2)
                 if cols == 1:
                     t1 = sbdot_q4_k(wu, o, qf, ao, bf, bo) if kind == 0 else sbdot_q5_k(wu, o, qf, ao, bf, bo)
-                    acc0[0] = _k_acc(kind, acc0[0], dw * da[j, b], np.float32(t1[0]))
-                    acc1[0] = _k_acc(kind, acc1[0], mw * da[j, b], np.float32(t1[1]))
+                    acc0[0] += (dw * da[j, b]) * np.float32(t1[0])
+                    acc1[0] += (mw * da[j, b]) * np.float32(t1[1])
                 else:
                     if kind == 0:
                         t = sbdot4_q4_k(wu, o, qf, ao, bf, bo, k, bk)
                     else:
                         t = sbdot4_q5_k(wu, o, qf, ao, bf, bo, k, bk)
                     for c in range(ROWDOT_COLS):
-                        acc0[c] = _k_acc(kind, acc0[c], dw * da[j + c, b], np.float32(t[2 * c]))
-                        acc1[c] = _k_acc(kind, acc1[c], mw * da[j + c, b], np.float32(t[2 * c + 1]))
+                        acc0[c] += (dw * da[j + c, b]) * np.float32(t[2 * c])
+                        acc1[c] += (mw * da[j + c, b]) * np.float32(t[2 * c + 1])
             for c in range(cols):
                 out[j + c, r] = acc0[c] - acc1[c]
             j += cols

@@ -153,8 +153,8 @@ def _tile_kernel(cols: int, q6: bool):
     k, da f32 rows of nsb, bs int32 rows of nsb*16, all row-major and addressed from their first row) times
     the 8 rows of a Q4_K (q6=False) or Q6_K scratch tile; writes out[c][0..8] (f32) at out + c*out_stride.
 
-    Per lane (weight row) the float steps are the mat-vec kernel's: Q4_K acc0 = fma(sumi, d*da, acc0),
-    acc1 = fma(summ, dmin*da, acc1), out = acc0 - acc1; Q6_K acc += (d*da)*(sumi - 32*sum sc*bsum)."""
+    Per lane (weight row) the float steps are the mat-vec kernel's: Q4_K acc0 += (d*da)*sumi,
+    acc1 += (dmin*da)*summ, out = acc0 - acc1; Q6_K acc += (d*da)*(sumi - 32*sum sc*bsum)."""
     sb_bytes = Q6_BYTES if q6 else SB_BYTES
 
     def typer(typingctx, tile, nsb, qa, k, da, bs, out, out_stride):
@@ -231,13 +231,10 @@ def _tile_kernel(cols: int, q6: bool):
                     summ = zero_i
                     for j, bj in enumerate(_bcast_pairs(builder, builder.add(ev, od))):
                         summ = builder.add(summ, _maddwd(builder, mins[j], bj))
-                    # fma, as llama.cpp's repacked Q4_K kernels (the mat-vec's _k_acc)
-                    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f8, [f8] * 3),
-                                                         "llvm.fma.v8f32")
-                    builder.store(builder.call(fma, [builder.sitofp(acc32[c], f8), builder.fmul(d, da),
-                                                     builder.load(acc0[c])]), acc0[c])
-                    builder.store(builder.call(fma, [builder.sitofp(summ, f8), builder.fmul(dmin, da),
-                                                     builder.load(acc1[c])]), acc1[c])
+                    t0 = builder.fmul(builder.fmul(d, da), builder.sitofp(acc32[c], f8))
+                    t1 = builder.fmul(builder.fmul(dmin, da), builder.sitofp(summ, f8))
+                    builder.store(builder.fadd(builder.load(acc0[c]), t0), acc0[c])
+                    builder.store(builder.fadd(builder.load(acc1[c]), t1), acc1[c])
             out_p = builder.inttoptr(out_a, i8ptr)
             for c in range(cols):
                 res = builder.load(acc0[c]) if q6 else builder.fsub(builder.load(acc0[c]), builder.load(acc1[c]))
