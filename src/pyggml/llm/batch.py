@@ -230,3 +230,35 @@ def split_equal(batch: PreparedBatch, n_ubatch: int, sequential: bool) -> list[P
         n_used += idx.size
         out.append(batch.take(idx, len(cur)))
     return out
+
+
+def split_seq(batch: PreparedBatch, n_ubatch: int) -> list[PreparedBatch]:
+    """llama_batch_allocr::split_seq: from the first unused token, take tokens in batch order whose sequence
+    set is a subset of the last one taken (a shared prompt, then one of its sequences), up to n_ubatch.
+
+    llama.cpp splits this way for recurrent and hybrid memories, whose state is per sequence; pyggml's
+    architectures all use KV caches (split_simple / split_equal), so nothing in the runner calls it.
+    """
+    masks = batch.seq_mask.tolist()
+    n = len(masks)
+    used = [False] * n
+    out = []
+    start = 0
+    while True:
+        while start < n and used[start]:
+            start += 1
+        if start >= n:
+            return out
+        cur, cur_set, idxs = start, masks[start], []
+        while True:
+            idxs.append(cur)
+            used[cur] = True
+            if len(idxs) >= n_ubatch:
+                break
+            cur += 1
+            while cur < n and (used[cur] or cur_set & masks[cur] != masks[cur]):
+                cur += 1
+            if cur == n:
+                break
+            cur_set = masks[cur]
+        out.append(batch.take(np.asarray(idxs, dtype=np.int64), 1))
