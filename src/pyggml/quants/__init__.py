@@ -14,9 +14,13 @@ import numpy as np
 
 from ..notice import slow_notice
 from ..types import GGMLType, as_type
-from . import fp, fp4, iq2, iq3, iq4, kquants, legacy, lowbit, ternary  # importing registers the codecs
-from .codec import CODECS, Codec, QuantError, get_codec, n_per_row_of
-from .validate import validate_row_data
+from .jitcache import drop_stale_caches
+
+drop_stale_caches()  # before any codec or kernel loads a cached compile (see jitcache.py)
+
+from . import fp, fp4, iq2, iq3, iq4, kquants, legacy, lowbit, ternary  # noqa: E402  (importing registers the codecs)
+from .codec import CODECS, Codec, QuantError, get_codec, n_per_row_of  # noqa: E402
+from .validate import validate_row_data  # noqa: E402
 
 
 def requires_imatrix(qtype: GGMLType | int | str) -> bool:
