@@ -22,7 +22,7 @@ import numpy as np
 
 import pyggml as gg
 from pyggml import quants
-from pyggml.backend.cpu import qmatmul
+from pyggml.backend.cpu import matmul as qmatmul
 from pyggml.backend.cpu.compute import graph_compute
 
 

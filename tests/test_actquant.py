@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from pyggml.backend.cpu.actquant import round_to_f16
+from pyggml.backend.cpu.matmul.actquant import round_to_f16
 
 
 def _same(ref: np.ndarray, got: np.ndarray) -> bool:

@@ -18,8 +18,8 @@ import pytest
 from opcheck import OpCase, values
 from pyggml.backend.cpu import jit
 from pyggml.backend.cpu.compute import _resolve, compute_forward, graph_compute
+from pyggml.backend.cpu.matmul import MATVEC_MAX_COLS
 from pyggml.backend.cpu.plan import GraphPlan, plan_for
-from pyggml.backend.cpu.qmatmul import MATVEC_MAX_COLS
 from pyggml.errors import PyGGMLError
 from pyggml.graph import Graph
 from pyggml.ops import builders as B

@@ -11,8 +11,8 @@ import pytest
 
 from opcheck import NMSE_MATMUL, OpCase, assert_close, round_to, values
 from pyggml import quants
-from pyggml.backend.cpu import qmatmul
-from pyggml.backend.cpu.actquant import fake_quant
+from pyggml.backend.cpu import matmul as qmatmul
+from pyggml.backend.cpu.matmul.actquant import fake_quant
 from pyggml.ops import builders as B
 from pyggml.quants import CODECS
 from pyggml.types import GGMLType

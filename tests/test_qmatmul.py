@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from pyggml import quants
-from pyggml.backend.cpu import actquant, qmatmul
+from pyggml.backend.cpu import matmul as qmatmul
+from pyggml.backend.cpu.matmul import actquant
 from pyggml.tensor_data import bf16_to_f32, f32_to_bf16
 from pyggml.types import GGMLType
 

@@ -15,7 +15,7 @@ from ....ops.enums import GluOp, Op, UnaryOp
 from ....tensor import Tensor
 from ....types import GGMLType
 from ..activations import _GELU_TABLE_F32
-from ..actquant import f16_bits
+from ..matmul.actquant import f16_bits
 from ..native import f32p, u32p
 from . import Choice, jit_kernel, selector
 from .mathf import LANES, libm_expf, v_expf

@@ -12,7 +12,7 @@ Here the interleaving happens per work chunk instead of at load: a thread takes 
 unpacks them once into an interleaved scratch tile (about 2.5 KB per 256 columns, L1/L2 sized) and
 streams every activation row past it, 4 at a time. The activations are quantized to Q8_K first, as
 for every Q4_K product. Each output is the same integer superblock dots and the same float
-operations, in the same order, as the mat-vec kernel (qmatmul._mv_q4_k): prompt and decode give
+operations, in the same order, as the mat-vec kernel (matmul.kernels._mv_q4_k): prompt and decode give
 the same bits for a token. The 32-value block types cannot share lanes that way (see q0_tiles).
 
 Scratch tile, per superblock (``SB_BYTES``): codes (64 steps of 32 bytes: rows 0..7, 4 codes each),
@@ -29,21 +29,10 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ..matmul.intrinsics import _AVX2, _decode_q4_0, _decode_q5_0, _decode_q8_0, _fp16_at, _maddubs, _maddwd, _vec, _x86
+from ..matmul.kernels import _h, _scale_min_k4
+from ..matmul.quantize import _quantize_q8_0
 from ..native import atomic_add, atomic_store, f32p, i8p, i32p, i64p, u8p
-from ..qmatmul import (
-    _AVX2,
-    _decode_q4_0,
-    _decode_q5_0,
-    _decode_q8_0,
-    _fp16_at,
-    _h,
-    _maddubs,
-    _maddwd,
-    _quantize_q8_0,
-    _scale_min_k4,
-    _vec,
-    _x86,
-)
 from ..threads import C_CHUNK, C_WDATA, barrier
 from .elementwise import _row_index
 from .record import AUX, T_DST, T_SRC0, T_SRC1, rec, span
@@ -349,7 +338,7 @@ def gemm_tiles(node, ith, nth, ctrl, tile_at, blk_len, blk_bytes, es, quantize, 
 # weight rows as the K-quant tiles above share them, so these tiles keep that per-output order and
 # save elsewhere: a thread decodes its chunk of weight rows once into signed codes, their absolute
 # values and float scales (the sign trick's operands), and a register tile of 2 rows x 4 activation
-# rows reuses each load. Every output gets the bits of qmatmul's row dots (the mat-vec kernels).
+# rows reuses each load. Every output gets the bits of matmul.intrinsics' row dots (the mat-vec kernels).
 Q0_CHUNK_ROWS = 16
 Q0_TILE_M, Q0_TILE_N = 2, 3
 #: scratch bytes per 32-value block of a decoded row: codes, |codes|, the scale
@@ -390,7 +379,7 @@ def _q0_unpack(kind: int):
 def _q0_tile(rm: int, rn: int):
     """tile(codes, absq, d, srow, nb, qa, k, da, out, ocol): rm decoded weight rows (scratch rows srow
     bytes apart; scales nb f32 a row) times rn Q8_0 activation rows (qa int8 rows of k, da f32 rows of
-    nb); out[j][i] (f32) at out + 4*i + j*ocol. Per output exactly qmatmul._rowdot_blocks's steps."""
+    nb); out[j][i] (f32) at out + 4*i + j*ocol. Per output exactly matmul.intrinsics._rowdot_blocks's steps."""
 
     def typer(typingctx, codes, absq, d, srow, nb, qa, k, da, out, ocol):
         sig = types.void(*([types.int64] * 10))

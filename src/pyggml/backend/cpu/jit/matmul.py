@@ -2,7 +2,7 @@
 
 Quantized weights: src1 rows are quantized to the weight's vec_dot_type into the shared work
 buffer (Q8_0 with the x86 rounding, or Q8_K), the threads meet at a barrier, then take chunks of
-weight rows from a shared counter and run qmatmul's fused integer mat-vec kernels on them: the
+weight rows from a shared counter and run matmul.kernels' fused integer mat-vec kernels on them: the
 same kernels, so the same bits, as the numpy path's decode products. This is ggml's MUL_MAT:
 convert src1, barrier, chunked vec_dot (ggml-cpu.c:1328-1467).
 
@@ -17,7 +17,7 @@ does not change with the batch's shape.
 
 Quantized prompts: Q4_K/Q6_K take the integer GEMM tiles (gemm.py), which give the mat-vec
 kernels' bits; Q8_0/Q4_0/Q5_0 the mat-vec kernels at every size (llama.cpp's tinyBLAS_Q0 is the
-same per-output dot); other types past qmatmul.MATVEC_MAX_COLS the numpy kernel (dequantized
+same per-output dot); other types past matmul.MATVEC_MAX_COLS the numpy kernel (dequantized
 tiles and BLAS).
 """
 
@@ -32,19 +32,12 @@ from numba.extending import intrinsic
 from ....ops.enums import Op
 from ....tensor import Tensor
 from ....types import GGMLType
-from ..actquant import F16_TO_F32, f16_bits
+from ..matmul import MATVEC_MAX_COLS
+from ..matmul.actquant import F16_TO_F32, f16_bits
+from ..matmul.intrinsics import _COL_BLOCK_BYTES
+from ..matmul.kernels import _mv_iq4_nl, _mv_q4_k, _mv_q5_k, _mv_q6_k, _mv_rowdot
+from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
 from ..native import atomic_add, atomic_store, f32p, i8p, i64p, u8p, u32p
-from ..qmatmul import (
-    _COL_BLOCK_BYTES,
-    MATVEC_MAX_COLS,
-    _mv_iq4_nl,
-    _mv_q4_k,
-    _mv_q5_k,
-    _mv_q6_k,
-    _mv_rowdot,
-    _quantize_q8_0,
-    _quantize_q8_k,
-)
 from ..threads import C_CHUNK, C_WDATA, available_cores, barrier
 from . import Choice, gemm, jit_kernel, selector
 from .elementwise import _row_index
@@ -286,7 +279,7 @@ def _n_chunks(rows, nth):  # pragma: no cover - compiled
 
 
 def _rowdot_kernel(kind: int):
-    """qmatmul._mv_rowdot for one of its kinds, with the other _mv_* kernels' signature."""
+    """matmul.kernels._mv_rowdot for one of its kinds, with the other _mv_* kernels' signature."""
 
     @numba.njit(**_opts)
     def mv(wu, wi, rs, m, qa, da, ex, tab, out, r0, r1):  # pragma: no cover - compiled

@@ -1,6 +1,6 @@
 """Compiled GET_ROWS, SET_ROWS and DUP/CPY/CONT for the float types and the common weight types.
 
-GET_ROWS converts only the gathered rows, with the reference dequantizers qmatmul's BLAS tiles use
+GET_ROWS converts only the gathered rows, with the reference dequantizers the matmul package's BLAS tiles use
 (ggml's to_float); SET_ROWS rounds F32 rows to F16 as ggml's from_float does (RNE). An index out
 of range sets the control block's error word; the plan then lets the numpy kernel raise its error.
 """
@@ -13,9 +13,9 @@ import numpy as np
 from ....ops.enums import Op
 from ....tensor import Tensor
 from ....types import GGMLType
-from ..actquant import F16_TO_F32, f16_bits
+from ..matmul.actquant import F16_TO_F32, f16_bits
+from ..matmul.kernels import _dq_q4_0, _dq_q4_k, _dq_q5_0, _dq_q6_k, _dq_q8_0
 from ..native import atomic_store, f32p, i8p, i32p, i64p, u8p, u16p, u32p
-from ..qmatmul import _dq_q4_0, _dq_q4_k, _dq_q5_0, _dq_q6_k, _dq_q8_0
 from ..threads import C_ERR
 from . import Choice, jit_kernel, selector
 from .elementwise import _row_index, rows_contiguous
@@ -44,7 +44,7 @@ def _row_f16(src, y, rb, tab):  # pragma: no cover - compiled
 
 
 def _dequantizing(dq):
-    """A row converter running the dequantizer ``dq`` (qmatmul's _dq_*) on one row."""
+    """A row converter running the dequantizer ``dq`` (matmul.kernels' _dq_*) on one row."""
 
     @numba.njit(**_opts)
     def row(src, y, rb, tab):  # pragma: no cover - compiled

@@ -34,7 +34,7 @@ from .._common import (
     tile_to,
     unsupported,
 )
-from ..actquant import fake_quant
+from ..matmul.actquant import fake_quant
 from ..registry import kernel
 
 

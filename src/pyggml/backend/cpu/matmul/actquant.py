@@ -15,8 +15,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ...quants.fp import bf16_bits_to_fp32, fp32_to_bf16_bits
-from ...types import GGMLType
+from ....quants.fp import bf16_bits_to_fp32, fp32_to_bf16_bits
+from ....types import GGMLType
 
 Q8_0, Q8_1, Q8_K = GGMLType.Q8_0, GGMLType.Q8_1, GGMLType.Q8_K
 _QK8 = 32
@@ -100,10 +100,10 @@ def from_float_rows(x: np.ndarray, ty: GGMLType) -> np.ndarray:
         out[..., 4:260] = q.view(np.uint8)
         out[..., 260:] = bsums.view(np.uint8).reshape(n, nb, 32)
         return out.reshape(n, -1)
-    from ... import quants
+    from .... import quants
 
     if ty == GGMLType.IQ4_NL:  # quantize_row_iq4_nl: the reference, without ggml_quantize_chunk's scale search
-        from ...quants.iq4 import quantize_iq4_nl_ref
+        from ....quants.iq4 import quantize_iq4_nl_ref
 
         return quantize_iq4_nl_ref(x)
     return quants.quantize(x, ty)

@@ -1,0 +1,489 @@
+"""The block dot products of the quantized matmul as numba intrinsics (LLVM vector IR): ggml's AVX2
+lane structure where a kernel needs its bits, portable vector IR elsewhere."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+# --------------------------------------------------------------------------------------------
+# Short fixed-length integer dot products as numba intrinsics (portable LLVM vector IR).
+#
+# A quantized block is only 16 or 32 codes long. Written as a numba loop, LLVM either unrolls it
+# fully and leaves scalar code, or (with a run-time trip count) vectorizes it for 64 codes per
+# iteration and runs a block through the slow 8-lane epilogue. Emitting the block as one
+# <32 x i8> load, the code unpacking, a widening multiply and llvm.vector.reduce.add lets LLVM
+# pick the target's best instructions (vpmaddwd on AVX2/AVX-512) with no loop at all. The IR is
+# target-independent: other CPUs get whatever vector code LLVM has for them. Offsets are not
+# bounds-checked, exactly like numba's own indexing. They live in this file, not a module of
+# their own, because numba's cache only notices edits to the file of the cached function.
+
+_I8 = ir.IntType(8)
+_I32 = ir.IntType(32)
+
+
+def _vec(n: int, t: ir.Type = _I8) -> ir.VectorType:
+    return ir.VectorType(t, n)
+
+
+def _splat(builder: ir.IRBuilder, value: ir.Value, n: int) -> ir.Value:
+    """A scalar broadcast to n lanes."""
+    v = builder.insert_element(ir.Constant(_vec(n, value.type), ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(v, ir.Constant(_vec(n, value.type), ir.Undefined),
+                                  ir.Constant(_vec(n, _I32), [0] * n))
+
+
+def _load(context, builder, arrty, arr, off, n: int) -> ir.Value:
+    """n bytes of a 1-d (u)int8 array starting at element ``off``, as <n x i8>."""
+    ary = context.make_array(arrty)(context, builder, arr)
+    ptr = builder.gep(ary.data, [off])
+    return builder.load(builder.bitcast(ptr, _vec(n).as_pointer()), align=1)
+
+
+def _dot(builder: ir.IRBuilder, w: ir.Value, w_signed: bool, a: ir.Value) -> ir.Value:
+    """sum(w * a) over the lanes, w and a <n x i8> (a signed), widened to i32."""
+    n = w.type.count
+    wide = _vec(n, _I32)
+    wv = builder.sext(w, wide) if w_signed else builder.zext(w, wide)
+    prod = builder.mul(wv, builder.sext(a, wide))
+    fnty = ir.FunctionType(_I32, [wide])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, f"llvm.vector.reduce.add.v{n}i32")
+    return builder.call(fn, [prod])
+
+
+def _consts(n: int, values: list[int]) -> ir.Constant:
+    return ir.Constant(_vec(n), values)
+
+
+def _arr1(t) -> bool:
+    """A contiguous 1-d byte array: the intrinsics address it by pointer arithmetic."""
+    return isinstance(t, types.Array) and t.ndim == 1 and t.layout == "C" and t.dtype in (types.uint8, types.int8)
+
+
+def _nibbles32(builder: ir.IRBuilder, q: ir.Value) -> ir.Value:
+    """16 packed bytes -> 32 codes: low nibbles first, then high nibbles (the Q4_0 order)."""
+    lo = builder.and_(q, _consts(16, [15] * 16))
+    hi = builder.lshr(q, _consts(16, [4] * 16))
+    return builder.shuffle_vector(lo, hi, ir.Constant(_vec(32, _I32), list(range(32))))
+
+
+@intrinsic
+def dot_q4_32(typingctx, w, wo, a, ao):
+    """sum_{i<16} (w[wo+i] & 15) * a[ao+i] + (w[wo+i] >> 4) * a[ao+16+i], codes unsigned (Q4_0/Q4_1)."""
+    if not (_arr1(w) and _arr1(a)):
+        return None
+    sig = types.int32(w, wo, a, ao)
+
+    def codegen(context, builder, sig, args):
+        q = _nibbles32(builder, _load(context, builder, sig.args[0], args[0], args[1], 16))
+        av = _load(context, builder, sig.args[2], args[2], args[3], 32)
+        return _dot(builder, q, False, av)
+
+    return sig, codegen
+
+
+def _high_bits32(builder: ir.IRBuilder, h32: ir.Value) -> ir.Value:
+    """Bit i of the i32 h32 as 16 or 0 in byte lane i (<32 x i8>): the Q5 fifth bit, in place.
+
+    Byte i/8 of h32 is copied to lane i, masked with 1 << (i % 8) and compared with zero: one
+    byte shuffle and one test, where shifting 32 i32 lanes by 0..31 took several wide ops.
+    """
+    by = builder.bitcast(h32, _vec(4))
+    spread = builder.shuffle_vector(by, ir.Constant(_vec(4), ir.Undefined),
+                                    ir.Constant(_vec(32, _I32), [i // 8 for i in range(32)]))
+    hit = builder.icmp_unsigned("!=", builder.and_(spread, _consts(32, [1 << (i % 8) for i in range(32)])),
+                                _consts(32, [0] * 32))
+    return builder.select(hit, _consts(32, [16] * 32), _consts(32, [0] * 32))
+
+
+@intrinsic
+def dot_q5_32(typingctx, w, wo, qh, a, ao):
+    """Q5_0/Q5_1 codes: nibble | bit i of the u32 qh << 4, unsigned 0..31, times a[ao+i]."""
+    if not (_arr1(w) and _arr1(a) and isinstance(qh, types.Integer)):
+        return None
+    sig = types.int32(w, wo, qh, a, ao)
+
+    def codegen(context, builder, sig, args):
+        q = _nibbles32(builder, _load(context, builder, sig.args[0], args[0], args[1], 16))
+        h32 = builder.trunc(args[2], _I32) if args[2].type.width > 32 else builder.zext(args[2], _I32)
+        hb = _high_bits32(builder, h32)
+        av = _load(context, builder, sig.args[3], args[3], args[4], 32)
+        return _dot(builder, builder.or_(q, hb), False, av)
+
+    return sig, codegen
+
+
+# --------------------------------------------------------------------------------------------
+# whole-row dot products for the 32-element block types. A per-block horizontal sum costs more
+# than the block's multiply; ggml's AVX2 kernels instead keep 8 int32 lanes per block, convert
+# them to float and accumulate ``lanes * (d_w*d_a)`` in 8 float lanes across the row, summing
+# the lanes once at the end. These intrinsics do the same, in portable vector IR.
+
+_F32 = ir.FloatType()
+_I64 = ir.IntType(64)
+
+
+def _pairs(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """<2n x i32> -> <n x i32> by adding adjacent lanes (with a widening multiply before it,
+    this is the pattern LLVM turns into pmaddwd)."""
+    n = v.type.count // 2
+    undef = ir.Constant(v.type, ir.Undefined)
+    even = builder.shuffle_vector(v, undef, ir.Constant(_vec(n, _I32), list(range(0, 2 * n, 2))))
+    odd = builder.shuffle_vector(v, undef, ir.Constant(_vec(n, _I32), list(range(1, 2 * n, 2))))
+    return builder.add(even, odd)
+
+
+def _halves(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """<2n x T> -> <n x T>: low half + high half."""
+    n = v.type.count // 2
+    undef = ir.Constant(v.type, ir.Undefined)
+    lo = builder.shuffle_vector(v, undef, ir.Constant(_vec(n, _I32), list(range(n))))
+    hi = builder.shuffle_vector(v, undef, ir.Constant(_vec(n, _I32), list(range(n, 2 * n))))
+    return builder.fadd(lo, hi) if isinstance(v.type.element, ir.FloatType) else builder.add(lo, hi)
+
+
+def _host_has(feature: str) -> bool:
+    """Whether numba compiles for this host CPU and the CPU has ``feature`` (x86 names)."""
+    from llvmlite import binding
+    from numba.core import config
+
+    if config.CPU_NAME not in (None, "host") or config.CPU_FEATURES:
+        return False  # a portable build (NUMBA_CPU_NAME=generic ...): no target-specific intrinsics
+    try:
+        return bool(binding.get_host_cpu_features().get(feature, False))
+    except RuntimeError:
+        return False
+
+
+#: x86 AVX2: the block dots use pmaddubsw/pmaddwd as ggml's AVX2 kernels (u8 x s8 -> i16 pair sums,
+#: then i16 x i16 -> i32), about half the instructions of widening both operands to i16
+_AVX2 = _host_has("avx2")
+#: F16C: fp16 scales widened with vcvtph2ps instead of a table lookup
+_F16C = _host_has("f16c")
+_I16 = ir.IntType(16)
+
+
+def _fp16_at(builder: ir.IRBuilder, ptr: ir.Value, tbase: ir.Value) -> ir.Value:
+    """The little-endian fp16 at byte pointer ``ptr`` as float32 (exact either way)."""
+    bits = builder.load(builder.bitcast(ptr, _I16.as_pointer()), align=1)
+    if _F16C:
+        return builder.fpext(builder.bitcast(bits, ir.HalfType()), ir.FloatType())
+    return builder.load(builder.gep(tbase, [builder.zext(bits, ir.IntType(64))]))
+
+
+def _x86(builder: ir.IRBuilder, name: str, ret: ir.Type, *args: ir.Value) -> ir.Value:
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, [a.type for a in args]), name)
+    return builder.call(fn, list(args))
+
+
+def _maddubs(builder: ir.IRBuilder, u: ir.Value, s: ir.Value) -> ir.Value:
+    """<32 x i8> unsigned x <32 x i8> signed -> <16 x i16> sums of adjacent products (no saturation
+    for the codes used here: |pair| <= 2*63*127)."""
+    return _x86(builder, "llvm.x86.avx2.pmadd.ub.sw", _vec(16, _I16), u, s)
+
+
+def _maddwd(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    """<16 x i16> x <16 x i16> -> <8 x i32> sums of adjacent products."""
+    return _x86(builder, "llvm.x86.avx2.pmadd.wd", _vec(8, _I32), a, b)
+
+
+def _i16_lanes(builder: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
+    """<16 x i16> with lane i = values[i * len(values) // 16] (i32 scalars truncated)."""
+    v = ir.Constant(_vec(16, _I16), ir.Undefined)
+    for i in range(16):
+        v = builder.insert_element(v, builder.trunc(values[i * len(values) // 16], _I16), ir.Constant(_I32, i))
+    return v
+
+
+def _signed_lanes8(builder: ir.IRBuilder, codes: ir.Value, a: ir.Value) -> ir.Value:
+    """<32 x i8> signed codes x <32 x i8> signed a -> <8 x i32> lane sums of 4 products each.
+
+    AVX2: ggml's sign trick, maddubs(|codes|, sign(a, codes)) then pmaddwd with ones (lane i sums
+    products 4i..4i+3); elsewhere widen both to i32 (lane i sums products 2i, 2i+1, 2i+16, 2i+17).
+    """
+    if _AVX2:
+        ax = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), codes, codes)
+        sy = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), a, codes)
+        ones = ir.Constant(_vec(16, _I16), [1] * 16)
+        return _maddwd(builder, _maddubs(builder, ax, sy), ones)
+    prod = builder.mul(builder.sext(codes, _vec(32, _I32)), builder.sext(a, _vec(32, _I32)))
+    return _halves(builder, _pairs(builder, prod))
+
+
+def _ptr_at(context, builder, arrty, arr, off):
+    ary = context.make_array(arrty)(context, builder, arr)
+    return builder.gep(ary.data, [off])
+
+
+def _decode_q8_0(builder, blk):
+    return builder.load(builder.bitcast(builder.gep(blk, [ir.Constant(_I64, 2)]), _vec(32).as_pointer()), align=1)
+
+
+def _decode_q4_0(builder, blk):
+    q = builder.load(builder.bitcast(builder.gep(blk, [ir.Constant(_I64, 2)]), _vec(16).as_pointer()), align=1)
+    return builder.sub(_nibbles32(builder, q), _consts(32, [8] * 32))
+
+
+def _decode_q5_0(builder, blk):
+    hptr = builder.bitcast(builder.gep(blk, [ir.Constant(_I64, 2)]), _I32.as_pointer())
+    hb = _high_bits32(builder, builder.load(hptr, align=1))
+    q = builder.load(builder.bitcast(builder.gep(blk, [ir.Constant(_I64, 6)]), _vec(16).as_pointer()), align=1)
+    return builder.sub(builder.or_(_nibbles32(builder, q), hb), _consts(32, [16] * 32))
+
+
+def _fma8(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+    """a*b + c over <8 x float> with one rounding (llvm.fma: vfmadd on FMA CPUs)."""
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(a.type, [a.type] * 3), "llvm.fma.v8f32")
+    return builder.call(fn, [a, b, c])
+
+
+def _rowdot_blocks(builder, decode, block_bytes, wbase, nb, cols, tbase):
+    """The codegen of the row dots: per block, codes decoded once and dotted with each column's
+    (activation base, scale base) in ``cols``; returns each column's float32 sum."""
+    f8 = _vec(8, _F32)
+    accs = [cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in cols]
+    with cgutils.for_range(builder, nb) as loop:
+        b = loop.index
+        blk = builder.gep(wbase, [builder.mul(b, ir.Constant(_I64, block_bytes))])
+        dw = _fp16_at(builder, blk, tbase)
+        codes = decode(builder, blk)
+        for acc, (abase, dbase) in zip(accs, cols, strict=True):
+            d = builder.fmul(dw, builder.load(builder.gep(dbase, [b])))
+            av = builder.load(builder.bitcast(builder.gep(abase, [builder.mul(b, ir.Constant(_I64, 32))]),
+                                              _vec(32).as_pointer()), align=1)
+            lanes = _signed_lanes8(builder, codes, av)  # <8 x i32>
+            # acc = fma(d, lanes, acc): ggml's AVX2 vec_dot (_mm256_fmadd_ps) and llamafile's
+            # tinyBLAS_Q0_AVX, which llama.cpp runs for these types' prompts on x86 (sgemm.cpp)
+            builder.store(_fma8(builder, _splat(builder, d, 8), builder.sitofp(lanes, f8), builder.load(acc)), acc)
+    sums = []
+    for acc in accs:
+        v2 = _halves(builder, _halves(builder, builder.load(acc)))
+        sums.append(builder.fadd(builder.extract_element(v2, ir.Constant(_I32, 0)),
+                                 builder.extract_element(v2, ir.Constant(_I32, 1))))
+    return sums
+
+
+def _rowdot32(decode, block_bytes: int):
+    """Build an intrinsic rowdot(w, wo, nb, a, ao, da, dao, tab) -> float32:
+    sum_b float(sum_i code_i * a_i) * (d_w[b] * da[b]) over nb blocks of ``block_bytes`` bytes,
+    codes from ``decode`` (signed <32 x i8>), d_w the fp16 at each block's start (via tab)."""
+
+    def typer(typingctx, w, wo, nb, a, ao, da, dao, tab):
+        if not (_arr1(w) and _arr1(a)):
+            return None
+        sig = types.float32(w, wo, nb, a, ao, da, dao, tab)
+
+        def codegen(context, builder, sig, args):
+            w_arr, wo_v, nb_v, a_arr, ao_v, da_arr, dao_v, tab_arr = args
+            wbase = _ptr_at(context, builder, sig.args[0], w_arr, wo_v)
+            col = (_ptr_at(context, builder, sig.args[3], a_arr, ao_v),
+                   _ptr_at(context, builder, sig.args[5], da_arr, dao_v))
+            tbase = _ptr_at(context, builder, sig.args[7], tab_arr, ir.Constant(_I64, 0))
+            return _rowdot_blocks(builder, decode, block_bytes, wbase, nb_v, [col], tbase)[0]
+
+        return sig, codegen
+
+    return intrinsic(typer)
+
+
+#: activation bytes per column block of the row-dot kernels (half of a Zen 3 / Ice Lake L2)
+_COL_BLOCK_BYTES = 256 * 1024
+#: columns per call of the multi-column row dots: one decode of the weight codes serves them all
+ROWDOT_COLS = 4
+
+
+def _rowdot32_cols(decode, block_bytes: int):
+    """rowdot for ROWDOT_COLS activation rows at once: rowdot4(w, wo, nb, a, ao, da, dao, tab) ->
+    a tuple of float32, column c's activations at a[ao + c*32*nb], its scales at da[dao + c*nb]. Each
+    sum is computed exactly as rowdot's (same lanes, same order), the codes decoded once per block."""
+
+    def typer(typingctx, w, wo, nb, a, ao, da, dao, tab):
+        if not (_arr1(w) and _arr1(a)):
+            return None
+        sig = types.UniTuple(types.float32, ROWDOT_COLS)(w, wo, nb, a, ao, da, dao, tab)
+
+        def codegen(context, builder, sig, args):
+            w_arr, wo_v, nb_v, a_arr, ao_v, da_arr, dao_v, tab_arr = args
+            wbase = _ptr_at(context, builder, sig.args[0], w_arr, wo_v)
+            a0 = _ptr_at(context, builder, sig.args[3], a_arr, ao_v)
+            d0 = _ptr_at(context, builder, sig.args[5], da_arr, dao_v)
+            k = builder.mul(nb_v, ir.Constant(_I64, 32))
+            cols = [(builder.gep(a0, [builder.mul(k, ir.Constant(_I64, c))]),
+                     builder.gep(d0, [builder.mul(nb_v, ir.Constant(_I64, c))])) for c in range(ROWDOT_COLS)]
+            tbase = _ptr_at(context, builder, sig.args[7], tab_arr, ir.Constant(_I64, 0))
+            sums = _rowdot_blocks(builder, decode, block_bytes, wbase, nb_v, cols, tbase)
+            return context.make_tuple(builder, sig.return_type, sums)
+
+        return sig, codegen
+
+    return intrinsic(typer)
+
+
+rowdot_q8_0 = _rowdot32(_decode_q8_0, 34)
+rowdot_q4_0 = _rowdot32(_decode_q4_0, 18)
+rowdot_q5_0 = _rowdot32(_decode_q5_0, 22)
+rowdot4_q8_0 = _rowdot32_cols(_decode_q8_0, 34)
+rowdot4_q4_0 = _rowdot32_cols(_decode_q4_0, 18)
+rowdot4_q5_0 = _rowdot32_cols(_decode_q5_0, 22)
+
+
+# Superblock dots for the K-quants: the sub-block sums stay in 8 int32 lanes, are multiplied by
+# their sub-block scale as vectors and reduced once per 256 codes instead of once per 32 or 16.
+
+
+def _scaled_lanes8(builder: ir.IRBuilder, codes: ir.Value, a: ir.Value, scales: list[ir.Value]) -> ir.Value:
+    """<32 x i8> unsigned codes x <32 x i8> signed a, each run of 32/len(scales) codes times its i32
+    scale, as <8 x i32> lanes whose total is the exact scaled dot (the lane split differs by path)."""
+    if _AVX2:
+        return _maddwd(builder, _maddubs(builder, codes, a), _i16_lanes(builder, scales))
+    n = codes.type.count
+    prod = builder.mul(builder.zext(codes, _vec(n, _I32)), builder.sext(a, _vec(n, _I32)))
+    per = n // len(scales)
+    sc = ir.Constant(_vec(n, _I32), ir.Undefined)
+    for i in range(n):
+        sc = builder.insert_element(sc, scales[i // per], ir.Constant(_I32, i))
+    v = _pairs(builder, builder.mul(prod, sc))
+    while v.type.count > 8:
+        v = _halves(builder, v)
+    return v
+
+
+def _reduce_i32(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [v.type]),
+                                        f"llvm.vector.reduce.add.v{v.type.count}i32")
+    return builder.call(fn, [v])
+
+
+def _load_at(builder: ir.IRBuilder, base: ir.Value, off: int, n: int) -> ir.Value:
+    return builder.load(builder.bitcast(builder.gep(base, [ir.Constant(_I64, off)]), _vec(n).as_pointer()), align=1)
+
+
+def _k4_scale_words(builder: ir.IRBuilder, base: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """The 12 scale bytes of a Q4_K/Q5_K superblock at base -> (<8 x i32> scales, <8 x i32> mins).
+
+    get_scale_min_k4 done on three little-endian u32 words, four 6-bit values per word at once.
+    """
+    def word(i: int) -> ir.Value:
+        return builder.load(builder.bitcast(builder.gep(base, [ir.Constant(_I64, 4 * i)]), _I32.as_pointer()), align=1)
+
+    def c(v: int) -> ir.Constant:
+        return ir.Constant(_I32, v)
+
+    u0, u1, u2 = word(0), word(1), word(2)
+    six, four, two = c(0x3F3F3F3F), c(0x0F0F0F0F), c(0x03030303)
+    sc_hi = builder.or_(builder.and_(u2, four), builder.shl(builder.and_(builder.lshr(u0, c(6)), two), c(4)))
+    mn_hi = builder.or_(builder.and_(builder.lshr(u2, c(4)), four),
+                        builder.shl(builder.and_(builder.lshr(u1, c(6)), two), c(4)))
+
+    def bytes8(lo: ir.Value, hi: ir.Value) -> ir.Value:
+        v = builder.insert_element(ir.Constant(_vec(2, _I32), ir.Undefined), lo, c(0))
+        v = builder.insert_element(v, hi, c(1))
+        return builder.zext(builder.bitcast(v, _vec(8)), _vec(8, _I32))
+
+    return bytes8(builder.and_(u0, six), sc_hi), bytes8(builder.and_(u1, six), mn_hi)
+
+
+def _k4_body(five: bool):
+    """Q4_K (five=False) / Q5_K superblock codegen: body(builder, wb, cols) -> per column (ab, bb)
+    [sum_s sc_s * sum q*a, sum_s m_s * sum a], the second from the activation's 16-sums at bb
+    (int32). Q5_K adds bit 2g+half of each qh byte as the codes' fifth bit."""
+    qs_at = 48 if five else 16
+
+    def body(builder, wb, cols):
+        scales, mins = _k4_scale_words(builder, builder.gep(wb, [ir.Constant(_I64, 4)]))
+        qh = _load_at(builder, wb, 16, 32) if five else None
+        accs = [ir.Constant(_vec(8, _I32), [0] * 8)] * len(cols)
+        for g in range(4):
+            v = _load_at(builder, wb, qs_at + 32 * g, 32)
+            for half in range(2):
+                if half == 0:
+                    codes = builder.and_(v, _consts(32, [15] * 32))
+                else:
+                    codes = builder.lshr(v, _consts(32, [4] * 32))
+                if five:
+                    bit = builder.and_(qh, _consts(32, [1 << (2 * g + half)] * 32))
+                    hit = builder.icmp_unsigned("!=", bit, _consts(32, [0] * 32))
+                    codes = builder.or_(codes, builder.select(hit, _consts(32, [16] * 32), _consts(32, [0] * 32)))
+                scale = builder.extract_element(scales, ir.Constant(_I32, 2 * g + half))
+                for c, (ab, _) in enumerate(cols):
+                    a32 = _load_at(builder, ab, 64 * g + 32 * half, 32)
+                    accs[c] = builder.add(accs[c], _scaled_lanes8(builder, codes, a32, [scale]))
+        out = []
+        for acc, (_, bb) in zip(accs, cols, strict=True):
+            bsums = builder.load(builder.bitcast(bb, _vec(16, _I32).as_pointer()), align=4)
+            out.append([_reduce_i32(builder, acc), _reduce_i32(builder, builder.mul(_pairs(builder, bsums), mins))])
+        return out
+
+    return body
+
+
+def _q6_body(builder, wb, cols):
+    """Q6_K superblock codegen: per column (ab, bb) [sum_{j<16} scale_j * sum over sub-block j of
+    (q-32)*a]. The codes are used unsigned (0..63) and the -32 comes off once as 32*sum_j
+    scale_j*bsum_j, from the activation's 16-sums at bb (int32), as ggml's AVX2 kernel does.
+    Scales: int8 at byte 192."""
+    accs = [ir.Constant(_vec(8, _I32), [0] * 8)] * len(cols)
+    for hf in range(2):
+        ql0 = _load_at(builder, wb, 64 * hf, 32)
+        ql1 = _load_at(builder, wb, 64 * hf + 32, 32)
+        qh = _load_at(builder, wb, 128 + 32 * hf, 32)
+        for k, (ql, shift) in enumerate(((ql0, 0), (ql1, 0), (ql0, 4), (ql1, 4))):
+            lo = builder.and_(builder.lshr(ql, _consts(32, [shift] * 32)), _consts(32, [15] * 32))
+            hi = builder.and_(builder.lshr(qh, _consts(32, [2 * k] * 32)), _consts(32, [3] * 32))
+            codes = builder.or_(lo, builder.shl(hi, _consts(32, [4] * 32)))
+            # 32 codes = two sub-blocks of 16, scales 8hf+2k and 8hf+2k+1
+            scales = [builder.sext(builder.load(builder.gep(wb, [ir.Constant(_I64, 192 + 8 * hf + 2 * k + g)])),
+                                   _I32) for g in range(2)]
+            for c, (ab, _) in enumerate(cols):
+                a32 = _load_at(builder, ab, 128 * hf + 32 * k, 32)
+                accs[c] = builder.add(accs[c], _scaled_lanes8(builder, codes, a32, scales))
+    sc16 = builder.sext(_load_at(builder, wb, 192, 16), _vec(16, _I32))
+    out = []
+    for acc, (_, bb) in zip(accs, cols, strict=True):
+        bsums = builder.load(builder.bitcast(bb, _vec(16, _I32).as_pointer()), align=4)
+        off = _reduce_i32(builder, builder.mul(sc16, bsums))
+        out.append([builder.sub(_reduce_i32(builder, acc), builder.mul(off, ir.Constant(_I32, 32)))])
+    return out
+
+
+def _sbdot(body, nret: int, ncols: int = 1):
+    """A superblock intrinsic from a codegen body (_k4_body, _q6_body).
+
+    ncols == 1: sbdot(w, o, a, ao, bs, bso) for the superblock at w[o], activations a[ao:ao+256]
+    and their 16-sums bs[bso:bso+16]; returns the body's value (int32, or a tuple of nret).
+    ncols > 1: sbdot(w, o, a, ao, bs, bso, ak, bk): the same for ncols activation rows, row c at
+    ao + c*ak and bso + c*bk, the superblock decoded once; returns all their values in one tuple.
+    """
+    n_out = nret * ncols
+    rty = types.int32 if n_out == 1 else types.UniTuple(types.int32, n_out)
+
+    def codegen(context, builder, sig, args):
+        wb = _ptr_at(context, builder, sig.args[0], args[0], args[1])
+        ab = _ptr_at(context, builder, sig.args[2], args[2], args[3])
+        bb = _ptr_at(context, builder, sig.args[4], args[4], args[5])
+        cols = [(ab, bb)] + [(builder.gep(ab, [builder.mul(args[6], ir.Constant(_I64, c))]),
+                              builder.gep(bb, [builder.mul(args[7], ir.Constant(_I64, c))])) for c in range(1, ncols)]
+        vals = [v for col in body(builder, wb, cols) for v in col]
+        return vals[0] if n_out == 1 else context.make_tuple(builder, rty, vals)
+
+    def ok(w, a, bs) -> bool:
+        return _arr1(w) and _arr1(a) and isinstance(bs, types.Array) and bs.layout == "C" and bs.dtype == types.int32
+
+    if ncols == 1:
+        def typer(typingctx, w, o, a, ao, bs, bso):
+            return (rty(w, o, a, ao, bs, bso), codegen) if ok(w, a, bs) else None
+    else:
+        def typer(typingctx, w, o, a, ao, bs, bso, ak, bk):
+            return (rty(w, o, a, ao, bs, bso, ak, bk), codegen) if ok(w, a, bs) else None
+
+    return intrinsic(typer)
+
+
+sbdot_q4_k = _sbdot(_k4_body(False), 2)
+sbdot_q5_k = _sbdot(_k4_body(True), 2)
+sbdot_q6_k = _sbdot(_q6_body, 1)
+sbdot4_q4_k = _sbdot(_k4_body(False), 2, ROWDOT_COLS)
+sbdot4_q5_k = _sbdot(_k4_body(True), 2, ROWDOT_COLS)
+sbdot4_q6_k = _sbdot(_q6_body, 1, ROWDOT_COLS)
+
