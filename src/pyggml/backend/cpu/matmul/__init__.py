@@ -44,10 +44,9 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from .... import quants
-from ....quants.fp import bf16_bits_to_fp32, fp32_to_bf16_bits
 from ....types import GGMLType
 from .. import blas, threads
-from .actquant import F16_TO_F32
+from .actquant import F16_TO_F32, fake_quant
 from .kernels import _DEQUANT, _MATVEC, widen_f16
 from .quantize import _q8_1_sums, _quantize_q8_0, _quantize_q8_k, _scale_blocks
 
@@ -186,20 +185,6 @@ def quantize_activations(x: np.ndarray, vec_dot_type: GGMLType) -> tuple[np.ndar
     return qa, da, asum
 
 
-def fake_quant(x: np.ndarray, vec_dot_type: GGMLType) -> np.ndarray:
-    """The activations ggml's integer dot really multiplies, as float32 (n, K): d * q per block."""
-    if vec_dot_type not in (GGMLType.Q8_0, GGMLType.Q8_1, GGMLType.Q8_K):
-        if vec_dot_type == GGMLType.F16:
-            return np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
-        if vec_dot_type == GGMLType.BF16:
-            return bf16_bits_to_fp32(fp32_to_bf16_bits(np.ascontiguousarray(x, dtype=np.float32)))
-        return np.ascontiguousarray(x, dtype=np.float32)
-    qa, da, _ = quantize_activations(x, vec_dot_type)
-    y = np.empty(qa.shape, np.float32)
-    _scale_blocks(qa, da, y)
-    return y
-
-
 def vec_dot_type_of(qtype: GGMLType) -> GGMLType:
     """The type ggml converts src1 to before multiplying with a ``qtype`` weight."""
     if qtype in (GGMLType.F32, GGMLType.F16, GGMLType.BF16):
@@ -288,8 +273,9 @@ _FQ_PARALLEL_ROWS = 128
 
 
 def _fake_quant_scratch(x: np.ndarray, vec_dot_type: GGMLType, n_threads: int = 1) -> np.ndarray:
-    """fake_quant(x, vec_dot_type) into this thread's scratch (slot "xf"), for the Q8 types; rows
-    are independent, so many rows are split between ``n_threads`` threads (same bytes)."""
+    """actquant.fake_quant(x, vec_dot_type) with the compiled quantizers, into this thread's scratch
+    (slot "xf"), for the Q8 types; rows are independent, so many rows are split between ``n_threads``
+    threads (same bytes)."""
     if vec_dot_type not in (GGMLType.Q8_0, GGMLType.Q8_1, GGMLType.Q8_K):
         return fake_quant(x, vec_dot_type)
     x = np.ascontiguousarray(x, dtype=np.float32)
