@@ -38,16 +38,12 @@ import threading
 from collections.abc import Callable
 
 import numpy as np
-from llvmlite import ir
-from numba import njit
-from numba.core import cgutils, types
-from numba.extending import intrinsic
 
 from .... import quants
 from ....types import GGMLType
 from .. import blas, threads
 from .actquant import F16_TO_F32, fake_quant
-from .kernels import _DEQUANT, _MATVEC, widen_f16
+from .kernels import _DEQUANT, _MATVEC, widen_f16  # widen_f16: the F16 weight path of kernels/mat.py
 from .quantize import _q8_1_sums, _quantize_q8_0, _quantize_q8_k, _scale_blocks
 
 #: fp16 bit pattern -> float32 (exact, as GGML_FP16_TO_FP32)
