@@ -17,6 +17,7 @@ import numpy as np
 
 from ....quants.fp import bf16_bits_to_fp32, fp32_to_bf16_bits
 from ....types import GGMLType
+from ..native import f32_from_bits
 
 Q8_0, Q8_1, Q8_K = GGMLType.Q8_0, GGMLType.Q8_1, GGMLType.Q8_K
 _QK8 = 32
@@ -133,6 +134,20 @@ def f16_bits(u: np.uint32) -> np.uint32:
     if rem > half or (rem == half and (q & np.uint32(1))):
         q += np.uint32(1)
     return sign | q
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def f16_value(h: np.uint32) -> np.float32:
+    """The float32 value of the fp16 bits ``h`` (GGML_FP16_TO_FP32, exact), without a table."""
+    sign = np.float32(-1.0) if h & np.uint32(0x8000) else np.float32(1.0)
+    e = (h >> np.uint32(10)) & np.uint32(0x1F)
+    m = h & np.uint32(0x3FF)
+    if e == 0:  # zero and subnormals: m * 2^-24
+        return sign * np.float32(m) * np.float32(5.9604644775390625e-08)
+    if e == 31:
+        return sign * np.float32(np.inf) if m == 0 else np.float32(np.nan)
+    return f32_from_bits((h & np.uint32(0x8000)) << np.uint32(16) | (e + np.uint32(112)) << np.uint32(23)
+                         | m << np.uint32(13))
 
 
 #: every fp16 bit pattern's float32 value (NaN payloads kept, as numpy widens them)

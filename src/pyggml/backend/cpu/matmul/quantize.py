@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import njit
+
+from ..native import f32_bits
+from .actquant import f16_bits, f16_value
 
 # --------------------------------------------------------------------------------------------
 # activation quantizers (ggml-cpu's from_float on x86), in numba so a decode step costs microseconds
@@ -13,20 +14,10 @@ from numba import njit
 
 @njit(cache=True, inline="always")
 def _round_fp16(v):  # pragma: no cover - compiled
-    """float32 v >= 0 rounded to the nearest fp16 value (RNE), returned as float32.
-
-    ggml stores Q8_0's d as fp16, and the dot uses the rounded value; numba has no float16
-    arithmetic, so round to 11 significant bits (normal range) or to a multiple of 2^-24
-    (subnormal range) directly; both steps are exact in float64 except the intended rint.
-    """
-    x = np.float64(v)
-    if x < 6.103515625e-05:  # below the smallest normal fp16: fixed quantum 2^-24
-        return np.float32(np.rint(x * 16777216.0) / 16777216.0)
-    mant, ex = math.frexp(x)
-    r = math.ldexp(np.rint(mant * 2048.0), ex - 11)
-    if r > 65504.0:
-        return np.float32(np.inf)
-    return np.float32(r)
+    """float32 v rounded to the nearest fp16 value (ties to even), as float32: ggml stores Q8_0's d as
+    fp16 and the dot uses the rounded value. The bits come from actquant.f16_bits, the one fp32 -> fp16
+    rounding of the CPU backend."""
+    return f16_value(f16_bits(np.uint32(f32_bits(v))))
 
 
 @njit(cache=True)
