@@ -29,7 +29,19 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..matmul.intrinsics import _AVX2, _decode_q4_0, _decode_q5_0, _decode_q8_0, _fp16_at, _maddubs, _maddwd, _vec, _x86
+from ..matmul.intrinsics import (
+    _AVX2,
+    _decode_q4_0,
+    _decode_q5_0,
+    _decode_q8_0,
+    _fma,
+    _fp16_at,
+    _hsum8,
+    _maddubs,
+    _maddwd,
+    _vec,
+    _x86,
+)
 from ..matmul.kernels import _h, _scale_min_k4
 from ..matmul.quantize import _quantize_q8_0
 from ..native import atomic_add, atomic_store, f32p, i8p, i32p, i64p, u8p
@@ -403,7 +415,6 @@ def _q0_tile(rm: int, rn: int):
                      for j in range(rn)]
             accs = [[cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in range(rm)]
                     for _ in range(rn)]
-            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f8, [f8] * 3), "llvm.fma.v8f32")
             with cgutils.for_range(builder, nb_v) as loop:
                 b = loop.index
                 off = builder.mul(b, ir.Constant(_I64, 32))
@@ -417,22 +428,12 @@ def _q0_tile(rm: int, rn: int):
                         sy = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), a, w[i])
                         lanes = _maddwd(builder, _maddubs(builder, x[i], sy), ones)
                         acc = accs[j][i]
-                        builder.store(builder.call(fma, [builder.fmul(dw[i], da), builder.sitofp(lanes, f8),
-                                                         builder.load(acc)]), acc)
+                        builder.store(_fma(builder, builder.fmul(dw[i], da), builder.sitofp(lanes, f8),
+                                           builder.load(acc)), acc)
             out_p = builder.inttoptr(out_a, i8ptr)
             for j in range(rn):
                 for i in range(rm):
-                    v = builder.load(accs[j][i])
-                    h = builder.fadd(builder.shuffle_vector(v, ir.Constant(f8, ir.Undefined),
-                                                            ir.Constant(_vec(4, _I32), [0, 1, 2, 3])),
-                                     builder.shuffle_vector(v, ir.Constant(f8, ir.Undefined),
-                                                            ir.Constant(_vec(4, _I32), [4, 5, 6, 7])))
-                    h2 = builder.fadd(builder.shuffle_vector(h, ir.Constant(h.type, ir.Undefined),
-                                                             ir.Constant(_vec(2, _I32), [0, 1])),
-                                      builder.shuffle_vector(h, ir.Constant(h.type, ir.Undefined),
-                                                             ir.Constant(_vec(2, _I32), [2, 3])))
-                    res = builder.fadd(builder.extract_element(h2, ir.Constant(_I32, 0)),
-                                       builder.extract_element(h2, ir.Constant(_I32, 1)))
+                    res = _hsum8(builder, builder.load(accs[j][i]))
                     o = builder.add(builder.mul(ocol_v, ir.Constant(_I64, j)), ir.Constant(_I64, 4 * i))
                     builder.store(res, _at(builder, out_p, o, _F32), align=4)
             return context.get_dummy_value()

@@ -34,7 +34,7 @@ from ....tensor import Tensor
 from ....types import GGMLType
 from ..matmul import MATVEC_MAX_COLS
 from ..matmul.actquant import F16_TO_F32, f16_bits
-from ..matmul.intrinsics import _COL_BLOCK_BYTES
+from ..matmul.intrinsics import _COL_BLOCK_BYTES, _fma, _hsum8
 from ..matmul.kernels import _mv_iq4_nl, _mv_q4_k, _mv_q5_k, _mv_q6_k, _mv_rowdot
 from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
 from ..native import atomic_add, atomic_store, f32p, i8p, i64p, u8p, u32p
@@ -48,27 +48,6 @@ _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
 _F32T = ir.FloatType()
 _I64 = ir.IntType(64)
 _LANES = 16
-
-
-def _hsum8(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
-    """tinyBLAS's hsum(__m256): halves added, then (0+2)+(1+3) of the four lanes left."""
-    i32 = ir.IntType(32)
-
-    def pick(x, idx):
-        return builder.shuffle_vector(x, ir.Constant(x.type, ir.Undefined),
-                                      ir.Constant(ir.VectorType(i32, len(idx)), idx))
-
-    q = builder.fadd(pick(v, [4, 5, 6, 7]), pick(v, [0, 1, 2, 3]))
-    h = builder.fadd(q, pick(q, [2, 3, 2, 3]))
-    return builder.fadd(builder.extract_element(h, ir.Constant(i32, 0)),
-                        builder.extract_element(h, ir.Constant(i32, 1)))
-
-
-def _fma(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(a.type, [a.type] * 3),
-                                        f"llvm.fma.v{a.type.count}f32" if isinstance(a.type, ir.VectorType)
-                                        else "llvm.fma.f32")
-    return builder.call(fn, [a, b, c])
 
 
 def _load8(builder: ir.IRBuilder, base: ir.Value, i: ir.Value, half: bool) -> ir.Value:

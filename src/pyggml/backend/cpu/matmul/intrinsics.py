@@ -232,10 +232,19 @@ def _decode_q5_0(builder, blk):
     return builder.sub(builder.or_(_nibbles32(builder, q), hb), _consts(32, [16] * 32))
 
 
-def _fma8(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
-    """a*b + c over <8 x float> with one rounding (llvm.fma: vfmadd on FMA CPUs)."""
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(a.type, [a.type] * 3), "llvm.fma.v8f32")
+def _fma(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+    """a*b + c over float32 (a scalar or a vector) with one rounding (llvm.fma: vfmadd on FMA CPUs)."""
+    name = f"llvm.fma.v{a.type.count}f32" if isinstance(a.type, ir.VectorType) else "llvm.fma.f32"
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(a.type, [a.type] * 3), name)
     return builder.call(fn, [a, b, c])
+
+
+def _hsum8(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """The float sum of <8 x float> lanes as ggml's hsum_float_8 and tinyBLAS's hsum take it: the two
+    halves added, then (0+2) + (1+3) of the four lanes left."""
+    v2 = _halves(builder, _halves(builder, v))
+    return builder.fadd(builder.extract_element(v2, ir.Constant(_I32, 0)),
+                        builder.extract_element(v2, ir.Constant(_I32, 1)))
 
 
 def _rowdot_blocks(builder, decode, block_bytes, wbase, nb, cols, tbase):
@@ -255,13 +264,8 @@ def _rowdot_blocks(builder, decode, block_bytes, wbase, nb, cols, tbase):
             lanes = _signed_lanes8(builder, codes, av)  # <8 x i32>
             # acc = fma(d, lanes, acc): ggml's AVX2 vec_dot (_mm256_fmadd_ps) and llamafile's
             # tinyBLAS_Q0_AVX, which llama.cpp runs for these types' prompts on x86 (sgemm.cpp)
-            builder.store(_fma8(builder, _splat(builder, d, 8), builder.sitofp(lanes, f8), builder.load(acc)), acc)
-    sums = []
-    for acc in accs:
-        v2 = _halves(builder, _halves(builder, builder.load(acc)))
-        sums.append(builder.fadd(builder.extract_element(v2, ir.Constant(_I32, 0)),
-                                 builder.extract_element(v2, ir.Constant(_I32, 1))))
-    return sums
+            builder.store(_fma(builder, _splat(builder, d, 8), builder.sitofp(lanes, f8), builder.load(acc)), acc)
+    return [_hsum8(builder, builder.load(acc)) for acc in accs]
 
 
 def _rowdot32(decode, block_bytes: int):
