@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="the torch backend is the optional extra pyggml[torch]")
 
 import pyggml as g  # noqa: E402
-from backend_run import Inputs, run_graph, upload_inputs  # noqa: E402
-from opcheck import NMSE_DEFAULT, NMSE_MATMUL, NMSE_SOFTMAX, assert_close  # noqa: E402
+from helpers.backend_run import Inputs, run_graph, upload_inputs  # noqa: E402
+from helpers.opcheck import NMSE_DEFAULT, NMSE_MATMUL, NMSE_SOFTMAX, assert_close  # noqa: E402
 from pyggml.backend import api  # noqa: E402
 from pyggml.backend.base import BufferUsage  # noqa: E402
 from pyggml.backend.cpu.backend import backend_cpu_init  # noqa: E402

@@ -15,7 +15,7 @@ import threading
 import numpy as np
 import pytest
 
-from opcheck import OpCase, values
+from helpers.opcheck import OpCase, values
 from pyggml.backend.cpu import jit
 from pyggml.backend.cpu.compute import _resolve, compute_forward, graph_compute
 from pyggml.backend.cpu.plan import GraphPlan, plan_for

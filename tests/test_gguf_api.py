@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pyggml.gguf as g
-from gguf_build import STR, U32, G, array, scalar, small_valid
+from helpers.gguf_build import STR, U32, G, array, scalar, small_valid
 from pyggml.gguf import GGUFKeyError, GGUFReader, GGUFTypeError, GGUFValueType, GGUFWriter
 from pyggml.types import GGMLType
 

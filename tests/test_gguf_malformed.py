@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gguf_build import (
+from helpers.gguf_build import (
     ARR,
     BOOL,
     F64,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gguf_build import assert_same_as_gguf_py, write_with_gguf_py
+from helpers.gguf_build import assert_same_as_gguf_py, write_with_gguf_py
 from pyggml.gguf import GGUFError, GGUFReader, GGUFTypeError, GGUFValueType, GGUFWriter
 from pyggml.types import GGMLType
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 import re
 import struct
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+from helpers.quantize_models import make_model, make_tokenized_model
 from pyggml.cli.main import main
 from pyggml.llm.context import ContextParams, LlamaContext
 from pyggml.llm.model import Model
@@ -26,7 +25,6 @@ from pyggml.quantize import (
     quantize_model,
     save_imatrix,
 )
-from quantize_models import make_model, make_tokenized_model
 
 DATA = Path(__file__).parent / "data" / "quantize"
 

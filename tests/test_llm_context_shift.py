@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from bpe_build import train  # noqa: E402
+from helpers.bpe_build import train  # noqa: E402
 from pyggml.cli.main import main  # noqa: E402
 from pyggml.llm.context import ContextParams, LlamaContext  # noqa: E402
 from pyggml.llm.model import Model  # noqa: E402

@@ -24,7 +24,7 @@ transformers = pytest.importorskip("transformers")
 
 from tokenizers import Tokenizer, processors  # noqa: E402
 
-from bpe_build import train  # noqa: E402
+from helpers.bpe_build import train  # noqa: E402
 from pyggml import quants  # noqa: E402
 from pyggml.errors import PyGGMLError  # noqa: E402
 from pyggml.gguf import GGUFReader  # noqa: E402

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import pyggml
-from opcheck import OpCase
+from helpers.opcheck import OpCase
 from pyggml.backend.cpu.registry import KERNELS
 from pyggml.errors import PyGGMLError
 from pyggml.ops import builders as B

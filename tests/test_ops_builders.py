@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opcheck import OpCase, assert_close
+from helpers.opcheck import OpCase, assert_close
 from pyggml.errors import PyGGMLError, ShapeError, TypeMismatchError
 from pyggml.ops import builders as B
 from pyggml.ops.enums import GluOp, Op

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opcheck import NMSE_MATMUL, OpCase, assert_close, round_f16, values
+from helpers.opcheck import NMSE_MATMUL, OpCase, assert_close, round_f16, values
 from pyggml.ops import builders as B
 from pyggml.types import GGMLType
 

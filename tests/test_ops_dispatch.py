@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opcheck import OpCase, assert_close, values
+from helpers.opcheck import OpCase, assert_close, values
 from pyggml.backend.cpu.compute import KERNELS, compute_forward, graph_compute
 from pyggml.errors import PyGGMLError, UnsupportedOpError
 from pyggml.graph import Graph

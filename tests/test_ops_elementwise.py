@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from opcheck import NMSE_DEFAULT, OpCase, assert_close, round_f16, round_to, values
+from helpers.opcheck import NMSE_DEFAULT, OpCase, assert_close, round_f16, round_to, values
 from pyggml.ops import builders as B
 from pyggml.ops.enums import GluOp, UnaryOp
 from pyggml.types import GGMLType

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opcheck import NMSE_MATMUL, OpCase, assert_close, round_to, values
+from helpers.opcheck import NMSE_MATMUL, OpCase, assert_close, round_to, values
 from pyggml import quants
 from pyggml.backend.cpu import qmatmul
 from pyggml.backend.cpu.actquant import fake_quant

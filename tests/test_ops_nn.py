@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from opcheck import NMSE_MATMUL, NMSE_SOFTMAX, OpCase, assert_close, round_f16, values
+from helpers.opcheck import NMSE_MATMUL, NMSE_SOFTMAX, OpCase, assert_close, round_f16, values
 from pyggml.ops import builders as B
 from pyggml.types import GGMLType
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from opcheck import OpCase, assert_close, values
+from helpers.opcheck import OpCase, assert_close, values
 from pyggml.ops import builders as B
 from pyggml.tensor import Tensor
 from pyggml.types import GGMLType

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opcheck import OpCase, assert_close, round_to, values
+from helpers.opcheck import OpCase, assert_close, round_to, values
 from pyggml.ops import builders as B
 from pyggml.types import GGMLType
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from opcheck import OpCase, assert_close, values
+from helpers.opcheck import OpCase, assert_close, values
 from pyggml.ops import builders as B
 from pyggml.types import GGMLType
 
@@ -98,7 +98,7 @@ def test_im2col_3d_with_fewer_channels_than_ic_is_empty() -> None:
 
 def test_scale_bf16() -> None:
     # SCALE(type=bf16,ne=[10,10,10,10],scale=2.000000,bias=1.000000): ggml-cpu has a BF16 scale
-    from opcheck import round_bf16
+    from helpers.opcheck import round_bf16
 
     c = OpCase()
     a = c.tensor(GGMLType.BF16, 10, 3, 2)

@@ -12,16 +12,14 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+from helpers.quantize_models import make_models
+from helpers.quantize_reference import case_id
 from pyggml.cli.main import main
-from quantize_models import make_models
-from quantize_reference import case_id
 
 REF = json.loads((Path(__file__).parent / "data" / "quantize" / "reference.json").read_text())
 CASES = REF["cases"]

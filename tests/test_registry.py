@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 import pyggml as g
-from backend_run import read
-from opcheck import NMSE_MATMUL, assert_close
+from helpers.backend_run import read
+from helpers.opcheck import NMSE_MATMUL, assert_close
+from helpers.sched_world import PLUGIN_DIR, World, plugin_module, reference
 from pyggml import sched as S
 from pyggml.backend import registry as R
 from pyggml.backend.base import DeviceType
 from pyggml.backend.cpu.backend import CPUBackend
 from pyggml.types import GGMLType as T
-from sched_world import PLUGIN_DIR, World, plugin_module, reference
 
 
 def _dist_info(root: Path, name: str, entry_points: dict[str, str]) -> None:

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
+from helpers.rpc_util import WAIT_S
 from pyggml.cli.main import main
 from pyggml.rpc.client import rpc_add_server
 from pyggml.rpc.server import security_warning
-from rpc_util import WAIT_S
 
 
 def _free_port() -> int:

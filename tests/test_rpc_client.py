@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import pyggml as g
-from backend_run import Inputs, run_graph, upload_inputs
+from helpers.backend_run import Inputs, run_graph, upload_inputs
+from helpers.rpc_util import running_server, wait_idle
 from pyggml.backend import api
 from pyggml.backend.base import BufferUsage, DeviceType
 from pyggml.backend.cpu.backend import backend_cpu_init
@@ -19,7 +20,6 @@ from pyggml.graph import new_graph
 from pyggml.rpc.client import parse_rpc_servers, rpc_add_server
 from pyggml.rpc.protocol import RPC_GUID, Cmd, RPCError, fnv1a_64
 from pyggml.types import GGMLType as T
-from rpc_util import running_server, wait_idle
 
 RNG = np.random.default_rng(7)
 

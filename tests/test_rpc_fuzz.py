@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rpc_util import WAIT_S, RawClient, running_server, tensor_bytes, wait_idle
+from helpers.rpc_util import WAIT_S, RawClient, running_server, tensor_bytes, wait_idle
 
 FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -1,7 +1,7 @@
 """Gemma 3 split across two pyggml RPC servers on loopback gives the local greedy text."""
 
+from helpers.rpc_util import running_server
 from pyggml.cli.main import main
-from rpc_util import running_server
 
 
 def test_generate_over_two_rpc_servers_matches_local(capsys):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 import pyggml as g
-from backend_run import run_graph, upload_inputs
+from helpers.backend_run import run_graph, upload_inputs
+from helpers.rpc_util import running_server
 from pyggml.backend import api
 from pyggml.backend.cpu.backend import backend_cpu_init
 from pyggml.context import Context
@@ -15,7 +16,6 @@ from pyggml.rpc.client import parse_rpc_servers
 from pyggml.rpc.protocol import Cmd
 from pyggml.sched import backend_sched_graph_compute, backend_sched_new
 from pyggml.types import GGMLType as T
-from rpc_util import running_server
 
 
 def test_graph_split_over_two_servers_equals_cpu() -> None:

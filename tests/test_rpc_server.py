@@ -8,8 +8,8 @@ import struct
 import numpy as np
 import pytest
 
+from helpers.rpc_util import RawClient, running_server, tensor_bytes, wait_idle
 from pyggml.rpc.protocol import RPC_TENSOR, RPCError, RPCTensor, fnv1a_64, parse_endpoint
-from rpc_util import RawClient, running_server, tensor_bytes, wait_idle
 
 ADD, F32, COMPUTE = 2, 0, 16
 

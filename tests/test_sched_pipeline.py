@@ -9,15 +9,15 @@ import pytest
 pytest.importorskip("torch", reason="these scheduler tests use the optional torch backend as the second device")
 
 import pyggml as g
-from backend_run import from_bytes, read
-from opcheck import NMSE_MATMUL, assert_close
+from helpers.backend_run import from_bytes, read
+from helpers.opcheck import NMSE_MATMUL, assert_close
+from helpers.sched_world import World, reference
 from pyggml import sched as S
 from pyggml.backend import api
 from pyggml.backend.cpu.backend import backend_cpu_init
 from pyggml.backend.torch import backend_torch_init
 from pyggml.ops.enums import VIEW_OPS
 from pyggml.types import GGMLType as T
-from sched_world import World, reference
 
 rng = np.random.default_rng(3)
 

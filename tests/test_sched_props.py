@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 pytest.importorskip("torch", reason="these scheduler tests use the optional torch backend as the second device")
 
 import pyggml as g
-from backend_run import read
-from opcheck import NMSE_MATMUL, assert_close
+from helpers.backend_run import read
+from helpers.opcheck import NMSE_MATMUL, assert_close
+from helpers.sched_world import World, plugin_module, reference
 from pyggml import sched as S
 from pyggml.backend.cpu.backend import backend_cpu_init
 from pyggml.backend.torch import backend_torch_init
 from pyggml.ops.enums import VIEW_OPS, Op
 from pyggml.types import GGMLType as T
-from sched_world import World, plugin_module, reference
 
 N = 16
 STEPS = ["mm", "add", "mul", "scale", "silu", "hardswish", "softmax"]

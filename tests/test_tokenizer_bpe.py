@@ -18,7 +18,7 @@ from tokenizers import Regex, Tokenizer, models
 from tokenizers import pre_tokenizers as hf_pre
 from transformers import PreTrainedTokenizerFast
 
-from bpe_build import BPEFixture, configure, to_metadata, train
+from helpers.bpe_build import BPEFixture, configure, to_metadata, train
 from pyggml.llm.tokenizer import Vocab
 from pyggml.llm.tokenizer.pretokenize import DEFAULT, GPT2, LLAMA3, QWEN2, pre_tokenizer
 from pyggml.llm.tokenizer.unicode import byte_encode
@@ -150,7 +150,7 @@ def _hf_split(pattern: str, text: str) -> list[str]:
 @settings(max_examples=300, deadline=None)
 @given(text=TEXT)
 def test_pretokenizers_match_hf(text: str) -> None:
-    from bpe_build import LLAMA3_REGEX, QWEN2_REGEX
+    from helpers.bpe_build import LLAMA3_REGEX, QWEN2_REGEX
 
     assert pre_tokenizer("llama-bpe").split(text) == _hf_split(LLAMA3_REGEX, text)
     assert pre_tokenizer("qwen2").split(text) == _hf_split(QWEN2_REGEX, text)

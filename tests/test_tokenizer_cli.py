@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bpe_build import train
+from helpers.bpe_build import train
 from pyggml.cli.main import main
 from pyggml.gguf import GGUFReader, GGUFValueType, GGUFWriter
 from pyggml.llm import models

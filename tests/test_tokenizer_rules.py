@@ -16,7 +16,7 @@ import sentencepiece as spm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bpe_build import CORPUS
+from helpers.bpe_build import CORPUS
 from pyggml.llm.tokenizer import Vocab
 from pyggml.llm.tokenizer.detok import clean_spaces
 from pyggml.llm.tokenizer.errors import TokenizeError, UnsupportedTokenizerError, VocabError

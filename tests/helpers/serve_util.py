@@ -14,7 +14,9 @@ from pathlib import Path
 
 import httpx
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+from helpers import data
+
+SRC = str(data.SRC)
 
 
 def free_port() -> int:

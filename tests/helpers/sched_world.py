@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backend_run import Inputs, read, to_bytes, upload_inputs
+from helpers.backend_run import Inputs, read, to_bytes, upload_inputs
 from pyggml.backend import api
 from pyggml.backend.base import Backend
 from pyggml.context import Context
@@ -21,7 +21,7 @@ PLUGIN_DIR = Path(__file__).parent / "plugin_pkg"
 
 
 def plugin_module():  # type: ignore[no-untyped-def]
-    """The test plugin package (tests/plugin_pkg), importable without installing it."""
+    """The test plugin package (tests/helpers/plugin_pkg), importable without installing it."""
     if str(PLUGIN_DIR) not in sys.path:
         sys.path.insert(0, str(PLUGIN_DIR))
     import pyggml_testplugin

@@ -4,7 +4,7 @@ Needs a llama.cpp build (``LLAMA_QUANTIZE=/path/to/llama-quantize``); CI only re
 (model, imatrix or none, llama-quantize options, file type); a case llama-quantize refuses records
 ``"error": true`` (e.g. IQ2_XXS without an imatrix), and pyggml must refuse it too.
 
-    LLAMA_QUANTIZE=.../llama-quantize python tests/quantize_reference.py
+    LLAMA_QUANTIZE=.../llama-quantize python tests/helpers/quantize_reference.py
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from quantize_models import make_models
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, when run as a script
+from helpers.data import data_path
+from helpers.quantize_models import make_models
 
-DATA = Path(__file__).parent / "data" / "quantize"
+DATA = data_path("quantize")
 
 ALL_FTYPES = ["Q1_0", "Q2_0", "Q4_0", "Q4_1", "MXFP4_MOE", "Q5_0", "Q5_1", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M",
               "IQ1_S", "IQ1_M", "TQ1_0", "TQ2_0", "Q2_K", "Q2_K_S", "IQ3_XXS", "IQ3_S", "IQ3_M", "IQ3_XS",

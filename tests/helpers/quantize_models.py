@@ -6,7 +6,7 @@ transformers ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` state dict, and are wri
 that are and are not multiples of 256 (and of 32), 8 layers (so ``n_layer/8`` and ``use_more_bits``
 bump some layers) and 3, GQA 4, 2 and 1, tied and untied output, F32, F16 and BF16 inputs.
 
-    python tests/quantize_models.py OUT_DIR     # writes every model (see tests/data/quantize/README.md)
+    python tests/helpers/quantize_models.py OUT_DIR     # writes every model (see tests/data/quantize/README.md)
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def make_tokenized_model(out: Path) -> Path:
     """A 2-layer F32 llama with a trained byte-level BPE tokenizer (BOS added), for llama-imatrix comparisons."""
     from tokenizers import processors
 
-    from bpe_build import train
+    from helpers.bpe_build import train
 
     tok = train("llama3", 300).hf
     bos = tok.token_to_id("<|begin_of_text|>")
@@ -193,6 +193,7 @@ def make_moe_imatrix(out: Path, seed: int = 8) -> Path:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: helpers.bpe_build
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
     out_dir.mkdir(parents=True, exist_ok=True)
     for path, _ in make_models(out_dir).values():
