@@ -8,6 +8,8 @@ are interpreted by code the kernels do not share.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from pyggml import quants
@@ -112,3 +114,36 @@ def round_to(x: np.ndarray, ty: GGMLType) -> np.ndarray:
     if ty == GGMLType.BF16:
         return round_bf16(x)
     return np.asarray(x, dtype=np.float32)
+
+
+def rope_ref(x: np.ndarray, pos: np.ndarray, n_dims: int, neox: bool, base: float = 10000.0,
+              freq_scale: float = 1.0, ext_factor: float = 0.0, attn_factor: float = 1.0,
+              corr: tuple[float, float] = (0.0, 0.0), ff: np.ndarray | None = None) -> np.ndarray:
+    """Float64 RoPE with YaRN, theta = p * base^(-2i/n_dims) / ff_i (exact powers)."""
+    x = x.astype(np.float64)
+    y = x.copy()
+    half = n_dims // 2
+    i = np.arange(half)
+    theta_extrap = pos[:, None].astype(np.float64) * base ** (-2.0 * i / n_dims)
+    if ff is not None:
+        theta_extrap = theta_extrap / ff[:half]
+    theta_interp = freq_scale * theta_extrap
+    mscale = attn_factor
+    if ext_factor != 0:
+        ramp = 1 - np.clip((i - corr[0]) / max(0.001, corr[1] - corr[0]), 0, 1)
+        mix = ramp * ext_factor
+        theta = theta_interp * (1 - mix) + theta_extrap * mix
+        mscale *= 1 + 0.1 * math.log(1 / freq_scale)
+    else:
+        theta = theta_interp
+    cos = (np.cos(theta) * mscale)[None, :, None, :]
+    sin = (np.sin(theta) * mscale)[None, :, None, :]
+    if neox:
+        x0, x1 = x[..., :half], x[..., half:n_dims]
+        y[..., :half] = x0 * cos - x1 * sin
+        y[..., half:n_dims] = x0 * sin + x1 * cos
+    else:
+        x0, x1 = x[..., 0:n_dims:2], x[..., 1:n_dims:2]
+        y[..., 0:n_dims:2] = x0 * cos - x1 * sin
+        y[..., 1:n_dims:2] = x0 * sin + x1 * cos
+    return y

@@ -18,11 +18,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from helpers.bpe_build import train  # noqa: E402
+from helpers.hf_models import build, convert  # noqa: E402
 from pyggml.cli.main import main  # noqa: E402
 from pyggml.llm.context import ContextParams, LlamaContext  # noqa: E402
 from pyggml.llm.model import Model  # noqa: E402
 from pyggml.types import GGMLType  # noqa: E402
-from test_llm_hf_models import build, convert  # noqa: E402
 
 
 def _ctx(path: Path, n_ctx: int) -> LlamaContext:

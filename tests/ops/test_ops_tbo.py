@@ -109,7 +109,7 @@ def test_scale_bf16() -> None:
 def test_rope_offset_window() -> None:
     # ROPE_BACK(...,mode=40,...,n_offs=32): ggml_rope_set_offset stores n_offs in op_params[15];
     # only dims [n_offs, n_offs + n_dims) rotate, the rest are copied
-    from test_ops_nn import _rope_ref
+    from helpers.opcheck import rope_ref
 
     c = OpCase()
     a = c.tensor(F32, 64, 3, 5)  # head_dim, n_head, n_tokens
@@ -122,7 +122,7 @@ def test_rope_offset_window() -> None:
         got = c.compute(out)
         x = values(a)
         ref = x.astype(np.float64)
-        ref[..., n_offs : n_offs + n_dims] = _rope_ref(x[..., n_offs : n_offs + n_dims], pos, n_dims, mode != 0)
+        ref[..., n_offs : n_offs + n_dims] = rope_ref(x[..., n_offs : n_offs + n_dims], pos, n_dims, mode != 0)
         assert_close(got, ref.astype(np.float32))
     # the backward rope (inverse rotation) honours the same window: back(rope(x)) == x, for IMROPE too
     pos4 = c.ints(I32, 20, data=np.arange(20) % 7)

@@ -6,19 +6,17 @@ attention). Checks: top-1 token at every prompt position wherever llama.cpp's to
 whose reference margin is below 0.3 (``greedy_safe_steps``).
 """
 
-import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers.data import load_json, load_npz
 from pyggml.llm.context import ContextParams, LlamaContext
 from pyggml.llm.model import Model
 from pyggml.llm.models import default_model_path
 
-DATA = Path(__file__).parent / "data" / "gemma3"
-REF = json.loads((DATA / "reference.json").read_text())
-LAST = np.load(DATA / "last_logits.npz")
+REF = load_json("gemma3", "reference.json")
+LAST = load_npz("gemma3", "last_logits.npz")
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,14 @@ Skipped when the default model package is not installed. The SHA-256 are llama-q
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import pytest
 
+from helpers.data import load_json
 from pyggml.cli.main import main
 
-REF = json.loads((Path(__file__).parent / "data" / "quantize" / "gemma-requant.json").read_text())
+REF = load_json("quantize", "gemma-requant.json")
 
 
 @pytest.fixture(scope="module")

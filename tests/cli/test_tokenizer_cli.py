@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from helpers.bpe_build import train
+from helpers.data import load_json
 from pyggml.cli.main import main
 from pyggml.gguf import GGUFReader, GGUFValueType, GGUFWriter
 from pyggml.llm import models
 from pyggml.llm.models import ModelNotFoundError, default_model_path
 from pyggml.llm.tokenizer import Vocab
 
-REFERENCE = json.loads((Path(__file__).parent / "data" / "gemma3" / "reference.json").read_text())
+REFERENCE = load_json("gemma3", "reference.json")
 CHAT = next(c for c in REFERENCE["tokenize"] if "<start_of_turn>" in c["text"])
 
 

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numba
 import numpy as np
 
+from helpers.data import load_json
 from pyggml.backend.cpu.jit.mathf import v_expf
-
-DATA = Path(__file__).parent / "data" / "ggml_v_expf.json"
 
 
 @numba.njit
@@ -24,7 +20,7 @@ def _apply(x: np.ndarray) -> np.ndarray:
 def test_v_expf_gives_ggml_v_expf_bits() -> None:
     """Normal range, the scaled range past |n| > 126 (gradual underflow, overflow to inf), zeros and a tiny
     input: every output bit for bit as ggml's vector function on an AVX2+FMA build."""
-    ref = json.loads(DATA.read_text())
+    ref = load_json("ggml_v_expf.json")
     x = np.array(ref["x_bits"], dtype=np.uint32).view(np.float32)
     want = np.array(ref["exp_bits"], dtype=np.uint32)
     np.testing.assert_array_equal(_apply(x).view(np.uint32), want)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from importlib import resources
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers.data import load_json, load_npz
 from pyggml.quants import QuantError, dequantize, get_codec, quantize
 from pyggml.quants.iq3 import (
     IQ3XXS_LEVELS,
@@ -19,7 +18,6 @@ from pyggml.quants.iq3 import (
 )
 from pyggml.types import GGMLType
 
-DATA = Path(__file__).parent / "data" / "quant"
 TYPES = ["iq3_xxs", "iq3_s"]
 
 
@@ -94,8 +92,8 @@ def test_codec_traits() -> None:
 
 @pytest.mark.parametrize("name", TYPES)
 def test_reference_vectors(name: str) -> None:
-    arrays = json.loads((DATA / "index.json").read_text())["types"][name]["arrays"]
-    ref = np.load(DATA / f"{name}.npz")
+    arrays = load_json("quant", "index.json")["types"][name]["arrays"]
+    ref = load_npz("quant", f"{name}.npz")
     assert {"q", "q_imatrix", "deq", "deq_imatrix"} <= set(arrays)
     np.testing.assert_array_equal(quantize(ref["x"], name), ref["q"])
     np.testing.assert_array_equal(quantize(ref["x"], name, ref["imatrix"]), ref["q_imatrix"])

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "alloc_vs_ggml.py"
+from helpers.data import ROOT
+
+BENCH = ROOT / "bench" / "alloc_vs_ggml.py"
 
 
 def _load_bench():

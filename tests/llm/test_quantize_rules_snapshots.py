@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers.data import data_path
 from pyggml.quantize.ftypes import ftype_default_type, parse_ftype
 from pyggml.quantize.rules import ModelInfo, QuantParams, TypeChooser, allows_quantization, weight_order
 from pyggml.types import GGMLType
 
-SNAP = Path(__file__).parent / "data" / "quantize" / "snapshots"
+SNAP = data_path("quantize", "snapshots")
 
 #: file -> (arch, head_dim, tied output)
 MODELS = {

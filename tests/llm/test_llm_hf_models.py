@@ -25,6 +25,7 @@ transformers = pytest.importorskip("transformers")
 from tokenizers import Tokenizer, processors  # noqa: E402
 
 from helpers.bpe_build import train  # noqa: E402
+from helpers.hf_models import build, convert  # noqa: E402
 from pyggml import quants  # noqa: E402
 from pyggml.errors import PyGGMLError  # noqa: E402
 from pyggml.gguf import GGUFReader  # noqa: E402
@@ -38,38 +39,6 @@ from pyggml.llm.tokenizer import Vocab  # noqa: E402
 from pyggml.types import GGMLType  # noqa: E402
 
 N_TOKENS = 24
-CLASSES = {
-    "llama": ("LlamaConfig", "LlamaForCausalLM"),
-    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
-}
-
-
-def build(arch: str, hidden: int = 64, inter: int = 128, vocab: int = 512, std: float = 0.08, seed: int = 0,
-          **extra: Any) -> tuple[Any, Any]:
-    """A random model: 2 layers, 4 heads, 2 KV heads; norms near 1 (gemma3: near 0, it adds 1), random biases."""
-    cfg_cls, model_cls = (getattr(transformers, n) for n in CLASSES[arch])
-    kw: dict[str, Any] = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=2,
-                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                              attn_implementation="eager")
-    if arch == "gemma3":
-        kw.update(head_dim=hidden // 4, query_pre_attn_scalar=hidden // 4, sliding_window=8,
-                  layer_types=["sliding_attention", "full_attention"])
-    kw.update(extra)
-    torch.manual_seed(seed)
-    config = cfg_cls(**kw)
-    model = model_cls(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.copy_((0.0 if arch == "gemma3" else 1.0) + 0.1 * torch.randn_like(p))
-            elif p.ndim == 1:
-                p.normal_(0.0, 0.1)
-            else:
-                p.normal_(0.0, std)
-    return model, config
-
-
 def tokens_for(vocab: int, seed: int = 1) -> list[int]:
     return np.random.default_rng(seed).integers(0, vocab, N_TOKENS).tolist()
 
@@ -88,10 +57,6 @@ def run(path: Path, tokens: list[int], n_ubatch: int = 512, one_by_one: bool = F
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-
-
-def convert(tmp_path: Path, model: Any, config: Any, ftype: str = "f32", **kw: Any) -> Path:
-    return convert_hf_model(model, config, tmp_path / f"model-{ftype}.gguf", ftype, **kw)
 
 
 # ---------------------------------------------------------------------------------------------- F32

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.data import data_path
 from helpers.quantize_models import make_model, make_tokenized_model
 from pyggml.cli.main import main
 from pyggml.llm.context import ContextParams, LlamaContext
@@ -26,7 +27,7 @@ from pyggml.quantize import (
     save_imatrix,
 )
 
-DATA = Path(__file__).parent / "data" / "quantize"
+DATA = data_path("quantize")
 
 
 @pytest.fixture(scope="module")

@@ -18,13 +18,13 @@ pytest.importorskip("transformers")
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers.hf_models import build, convert
 from pyggml.errors import PyGGMLError
 from pyggml.llm.batch import Batch, DecodeError, prepare, split_equal
 from pyggml.llm.context import ContextParams, LlamaContext
 from pyggml.llm.model import Model
 from pyggml.llm.state import StateError
 from pyggml.types import GGMLType
-from test_llm_hf_models import build, convert
 
 ARCHS = ["llama", "qwen2", "gemma3"]
 

@@ -7,24 +7,16 @@ dequantize of both equals ggml's to_float output, bit for bit (floats compared a
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from helpers.data import load_json, load_npz
 from pyggml import quants
 from pyggml.quants import QuantError, get_codec, requires_imatrix
 from pyggml.types import GGMLType, type_from_name
 
-DATA = Path(__file__).parent / "data" / "quant"
-INDEX = json.loads((DATA / "index.json").read_text())
+INDEX = load_json("quant", "index.json")
 TYPES = sorted(INDEX["types"], key=lambda name: INDEX["types"][name]["id"])
-
-
-def _load(name: str) -> dict[str, np.ndarray]:
-    with np.load(DATA / f"{name}.npz") as z:
-        return {k: z[k] for k in z.files}
 
 
 def _types_with(array: str) -> list[str]:
@@ -65,34 +57,34 @@ def test_codec_block_layout(name: str) -> None:
 
 @pytest.mark.parametrize("name", _types_with("q"))
 def test_quantize(name: str) -> None:
-    d = _load(name)
+    d = load_npz("quant", f"{name}.npz")
     ty = type_from_name(name)
     _assert_bytes_equal(quants.quantize(d["x"], ty), d["q"])
 
 
 @pytest.mark.parametrize("name", _types_with("q_imatrix"))
 def test_quantize_imatrix(name: str) -> None:
-    d = _load(name)
+    d = load_npz("quant", f"{name}.npz")
     ty = type_from_name(name)
     _assert_bytes_equal(quants.quantize(d["x"], ty, d["imatrix"]), d["q_imatrix"])
 
 
 @pytest.mark.parametrize("name", _types_with("deq"))
 def test_dequantize(name: str) -> None:
-    d = _load(name)
+    d = load_npz("quant", f"{name}.npz")
     _assert_floats_equal(quants.dequantize(d["q"], type_from_name(name)), d["deq"])
 
 
 @pytest.mark.parametrize("name", _types_with("deq_imatrix"))
 def test_dequantize_imatrix(name: str) -> None:
-    d = _load(name)
+    d = load_npz("quant", f"{name}.npz")
     _assert_floats_equal(quants.dequantize(d["q_imatrix"], type_from_name(name)), d["deq_imatrix"])
 
 
 @pytest.mark.parametrize("name", [n for n in TYPES if {"q", "q_imatrix"} & set(INDEX["types"][n]["arrays"])])
 def test_reference_bytes_validate(name: str) -> None:
     """ggml's own output passes validate_row_data (except q8_1, which ggml never validates)."""
-    d = _load(name)
+    d = load_npz("quant", f"{name}.npz")
     q = d["q"] if "q" in d else d["q_imatrix"]
     expected = type_from_name(name) != GGMLType.Q8_1
     assert quants.validate_row_data(type_from_name(name), q) is expected
@@ -104,7 +96,7 @@ def test_requires_imatrix(name: str) -> None:
     needs = INDEX["types"][name]["requires_imatrix"]
     assert requires_imatrix(ty) is needs
     if needs:
-        x = _load(name)["x"]
+        x = load_npz("quant", f"{name}.npz")["x"]
         with pytest.raises(QuantError, match="importance matrix"):
             quants.quantize(x, ty)
 
@@ -113,7 +105,7 @@ def test_q8_K_round_trip() -> None:
     """ggml has no q8_K entry in ggml_quantize_chunk (so there are no reference bytes), but the
     codec's row quantizer (quantize_row_q8_K_ref) must round-trip to within half a step, with
     bsums equal to the sums of each 16 levels."""
-    x = _load("q8_K")["x"]
+    x = load_npz("quant", "q8_K.npz")["x"]
     codec = get_codec(GGMLType.Q8_K)
     q = codec.quantize_rows(np.ascontiguousarray(x), None)
     assert q.shape == (x.shape[0], GGMLType.Q8_K.row_size(x.shape[1]))

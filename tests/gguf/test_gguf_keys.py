@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import gguf
 
+from helpers import data
 from pyggml.gguf.constants import Keys
 
-SRC = Path(__file__).resolve().parent.parent / "src" / "pyggml"
+SRC = data.SRC / "pyggml"
 
 
 def test_each_key_once() -> None:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from helpers.opcheck import NMSE_MATMUL, NMSE_SOFTMAX, OpCase, assert_close, round_f16, values
+from helpers.opcheck import NMSE_MATMUL, NMSE_SOFTMAX, OpCase, assert_close, rope_ref, round_f16, values
 from pyggml.ops import builders as B
 from pyggml.types import GGMLType
 
@@ -140,39 +140,6 @@ def test_soft_max_mask_broadcast_over_heads() -> None:
 # ------------------------------------------------------------------------------------------ rope
 
 
-def _rope_ref(x: np.ndarray, pos: np.ndarray, n_dims: int, neox: bool, base: float = 10000.0,
-              freq_scale: float = 1.0, ext_factor: float = 0.0, attn_factor: float = 1.0,
-              corr: tuple[float, float] = (0.0, 0.0), ff: np.ndarray | None = None) -> np.ndarray:
-    """Float64 RoPE with YaRN, theta = p * base^(-2i/n_dims) / ff_i (exact powers)."""
-    x = x.astype(np.float64)
-    y = x.copy()
-    half = n_dims // 2
-    i = np.arange(half)
-    theta_extrap = pos[:, None].astype(np.float64) * base ** (-2.0 * i / n_dims)
-    if ff is not None:
-        theta_extrap = theta_extrap / ff[:half]
-    theta_interp = freq_scale * theta_extrap
-    mscale = attn_factor
-    if ext_factor != 0:
-        ramp = 1 - np.clip((i - corr[0]) / max(0.001, corr[1] - corr[0]), 0, 1)
-        mix = ramp * ext_factor
-        theta = theta_interp * (1 - mix) + theta_extrap * mix
-        mscale *= 1 + 0.1 * math.log(1 / freq_scale)
-    else:
-        theta = theta_interp
-    cos = (np.cos(theta) * mscale)[None, :, None, :]
-    sin = (np.sin(theta) * mscale)[None, :, None, :]
-    if neox:
-        x0, x1 = x[..., :half], x[..., half:n_dims]
-        y[..., :half] = x0 * cos - x1 * sin
-        y[..., half:n_dims] = x0 * sin + x1 * cos
-    else:
-        x0, x1 = x[..., 0:n_dims:2], x[..., 1:n_dims:2]
-        y[..., 0:n_dims:2] = x0 * cos - x1 * sin
-        y[..., 1:n_dims:2] = x0 * sin + x1 * cos
-    return y
-
-
 @pytest.mark.parametrize("ty", [F32, F16])
 @pytest.mark.parametrize("mode", [0, B.GGML_ROPE_TYPE_NEOX], ids=["normal", "neox"])
 @pytest.mark.parametrize("n_dims", [32, 24])  # 24 < head_dim: the tail is copied
@@ -182,7 +149,7 @@ def test_rope(mode: int, n_dims: int, ty: GGMLType) -> None:
     pos = np.array([0, 1, 2, 5, 17, 63, 150])
     p = c.ints(I32, 7, data=pos)
     got = c.compute(B.rope_ext(c.ctx, a, p, None, n_dims, mode, 0, 10000.0, 1.0, 0.0, 1.0, 0.0, 0.0))
-    ref = _rope_ref(values(a), pos, n_dims, mode != 0).astype(np.float32)
+    ref = rope_ref(values(a), pos, n_dims, mode != 0).astype(np.float32)
     assert_close(got, round_f16(ref) if ty == F16 else ref)
 
 
@@ -196,7 +163,7 @@ def test_rope_yarn_and_freq_factors() -> None:
     out = B.rope_ext(c.ctx, a, p, ff, 64, B.GGML_ROPE_TYPE_NEOX, n_ctx_orig, base, fs, ext, attn, bf, bs)
     got = c.compute(out)
     corr = B.rope_yarn_corr_dims(64, n_ctx_orig, base, bf, bs)
-    ref = _rope_ref(values(a), pos, 64, True, base, fs, ext, attn, corr, values(ff).reshape(-1).astype(np.float64))
+    ref = rope_ref(values(a), pos, 64, True, base, fs, ext, attn, corr, values(ff).reshape(-1).astype(np.float64))
     assert_close(got, ref.astype(np.float32))
 
 
@@ -217,7 +184,7 @@ def test_rope_theta_is_a_cumulative_float32_product() -> None:
     x0, x1 = x[:64], x[64:]
     ref = np.concatenate([x0 * np.cos(thetas) - x1 * np.sin(thetas), x0 * np.sin(thetas) + x1 * np.cos(thetas)])
     assert np.abs(got.reshape(-1) - ref).max() < 2e-5
-    exact = _rope_ref(values(a), pos, 128, True).reshape(-1)
+    exact = rope_ref(values(a), pos, 128, True).reshape(-1)
     assert np.abs(got.reshape(-1) - exact).max() > 1e-4  # exact powers would be measurably off
 
 

@@ -9,7 +9,6 @@ one-line error and no output file.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import time
@@ -17,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers.data import load_json
 from helpers.quantize_models import make_models
 from helpers.quantize_reference import case_id
 from pyggml.cli.main import main
 
-REF = json.loads((Path(__file__).parent / "data" / "quantize" / "reference.json").read_text())
+REF = load_json("quantize", "reference.json")
 CASES = REF["cases"]
 
 
@@ -131,7 +131,7 @@ def test_input_alignment_key_is_copied_but_not_used(models: Path, tmp_path: Path
     """An input with general.alignment = 64: llama-quantize copies the key yet lays the output out with 32."""
     from pyggml.gguf import GGUFReader, GGUFWriter
 
-    ref = json.loads((Path(__file__).parent / "data" / "quantize" / "alignment64.json").read_text())
+    ref = load_json("quantize", "alignment64.json")
     with GGUFReader(models / "qwen3odd.gguf") as r:
         w = GGUFWriter.from_context(r)
         w.set_u32("general.alignment", 64)
