@@ -159,26 +159,16 @@ def test_show_statistics(capsys: pytest.CaptureFixture[str]) -> None:
     assert "Computing statistics (126 tensors)" in out and "weighted average statistics per layer (18 layers)" in out
 
 
-def _gemma() -> Path:
-    try:
-        from pyggml.llm.models import default_model_path
-
-        return default_model_path()
-    except Exception as e:
-        pytest.skip(f"the default Gemma model is not installed: {e}")
-
-
-def test_gemma_imatrix_matches_llama_imatrix(tmp_path: Path) -> None:
+def test_gemma_imatrix_matches_llama_imatrix(tmp_path: Path, gemma_path: Path) -> None:
     """Same entries, counts and metadata as llama-imatrix; the sums of layer 0's attention inputs are equal
     (its Q5_0/Q8_0 products, RoPE, softmax and F16 attention take llama.cpp's x86 float steps), the deeper
     ones differ by the forward pass's float round-off (the K-quant products sum in another order), which is
     smaller than llama.cpp's own flash-attention on/off difference (~1e-2 worst)."""
-    gemma = _gemma()
     out = tmp_path / "im.gguf"
     cwd = os.getcwd()
     os.chdir(DATA)  # imatrix.datasets records the text's path as given
     try:
-        assert main(["imatrix", "-q", "-m", str(gemma), "-f", "imatrix-text.txt", "-o", str(out), "-c", "128",
+        assert main(["imatrix", "-q", "-m", str(gemma_path), "-f", "imatrix-text.txt", "-o", str(out), "-c", "128",
                      "--chunks", "4"]) == 0
     finally:
         os.chdir(cwd)

@@ -18,16 +18,10 @@ REF = load_json("quantize", "gemma-requant.json")
 
 
 @pytest.fixture(scope="module")
-def gemma() -> Path:
-    try:
-        from pyggml.llm.models import default_model_path
-
-        path = default_model_path()
-    except Exception as e:
-        pytest.skip(f"the default Gemma model is not installed: {e}")
-    if hashlib.sha256(path.read_bytes()).hexdigest() != REF["input_sha256"]:
+def gemma(gemma_path: Path) -> Path:
+    if hashlib.sha256(gemma_path.read_bytes()).hexdigest() != REF["input_sha256"]:
         pytest.skip("the installed default model is not the file the reference was made from")
-    return path
+    return gemma_path
 
 
 @pytest.mark.parametrize("ftype", ["Q8_0", "Q4_0"])

@@ -7,19 +7,20 @@ retry gives the logits of a clean run.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from pyggml.llm.context import ContextParams, DecodeAborted, LlamaContext
 from pyggml.llm.model import Model
-from pyggml.llm.models import default_model_path
 
 PROMPT = [2, *range(1000, 1039)]  # 40 tokens: three ubatches of 16
 
 
 @pytest.fixture(scope="module")
-def model() -> Model:
-    return Model(default_model_path(), progress=False)
+def model(gemma_path: Path) -> Model:
+    return Model(gemma_path, progress=False)
 
 
 def _ctx(model: Model) -> LlamaContext:

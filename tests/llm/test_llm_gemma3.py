@@ -7,21 +7,22 @@ whose reference margin is below 0.3 (``greedy_safe_steps``).
 """
 
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from helpers.data import load_json, load_npz
 from pyggml.llm.context import ContextParams, LlamaContext
 from pyggml.llm.model import Model
-from pyggml.llm.models import default_model_path
 
 REF = load_json("gemma3", "reference.json")
 LAST = load_npz("gemma3", "last_logits.npz")
 
 
 @pytest.fixture(scope="module")
-def model():
-    return Model(default_model_path(), progress=False)
+def model(gemma_path: Path):
+    return Model(gemma_path, progress=False)
 
 
 def _context(model):
@@ -56,7 +57,7 @@ def test_prompt_logits_and_greedy(model, i):
         assert ctx.n_reused >= n_safe - 2  # every generation step after the first reused the graph
 
 
-def test_offloaded_layers_give_the_same_greedy_text():
+def test_offloaded_layers_give_the_same_greedy_text(gemma_path: Path):
     """-ngl 10 onto the torch device: layers 9..17 and the output head leave the CPU, the scheduler
     splits the graph, and the greedy continuation is unchanged."""
     pytest.importorskip("torch", reason="the torch backend needs torch (pip install -e '.[torch]')")
@@ -64,7 +65,7 @@ def test_offloaded_layers_give_the_same_greedy_text():
 
     torch_dev = backend_dev_by_name("TORCH_CPU")
     assert torch_dev is not None
-    m = Model(default_model_path(), progress=False, n_gpu_layers=10, devices=[torch_dev],
+    m = Model(gemma_path, progress=False, n_gpu_layers=10, devices=[torch_dev],
               override_tensor=[(r"blk\.17\.ffn_down", "CPU")])
     assert [d.name() for d in m.devices] == ["TORCH_CPU"]
     assert m.layer_buft(8).name() == "CPU" and m.layer_buft(9).name() == "TORCH_CPU"
