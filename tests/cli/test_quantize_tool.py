@@ -1,8 +1,8 @@
 """``pyggml quantize`` against llama.cpp's llama-quantize: the same bytes for every file type and option.
 
-The models are regenerated from seeds (tests/quantize_models.py) and checked against the recorded
+The models are regenerated from seeds (tests/helpers/quantize_models.py) and checked against the recorded
 SHA-256 of the inputs; the outputs' SHA-256 are llama-quantize's (tests/data/quantize/reference.json,
-made by tests/quantize_reference.py). Cases llama-quantize refused must be refused here too, with a
+made by tests/helpers/quantize_reference.py). Cases llama-quantize refused must be refused here too, with a
 one-line error and no output file.
 """
 

@@ -1,7 +1,7 @@
 """Byte-level BPE (llama3 and qwen2 pre-tokenizers) against HF ``tokenizers``.
 
 Small tokenizers are trained here with the models' own tokenizer.json configuration and turned
-into GGUF metadata as llama.cpp's converter would (tests/bpe_build.py); pyggml must then give
+into GGUF metadata as llama.cpp's converter would (tests/helpers/bpe_build.py); pyggml must then give
 the ids HF gives. HF's Qwen2 normalizes to NFC and llama.cpp does not, so Qwen2 texts are
 NFC-normalized first.
 """
