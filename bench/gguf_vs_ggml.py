@@ -106,7 +106,7 @@ def main() -> None:
     args = ap.parse_args()
     ggml = Ggml(args.libggml_base)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from gguf_build import small_valid  # the tests' hand-built file, every value type and three tensors
+    from helpers.gguf_build import small_valid  # the tests' hand-built file, every value type and three tensors
 
     valid = small_valid().build()
     rng = random.Random(args.seed)

@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import pyggml as g
-from backend_run import run_graph, upload_inputs
+from helpers.backend_run import run_graph, upload_inputs
 from pyggml.alloc import backend_alloc_ctx_tensors_from_buft, gallocr_alloc_graph, gallocr_new
 from pyggml.backend import api
 from pyggml.backend.base import BufferUsage

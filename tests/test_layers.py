@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+from helpers.data import SRC
+
 PKG = SRC / "pyggml"
 
 #: lowest first; a module belongs to the longest prefix that names it

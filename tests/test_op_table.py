@@ -12,13 +12,13 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pyggml
-from opcheck import OpCase
+from helpers.data import TESTS
+from helpers.opcheck import OpCase
 from pyggml.backend.cpu.registry import KERNELS
 from pyggml.errors import PyGGMLError
 from pyggml.ops import builders as B
@@ -27,7 +27,6 @@ from pyggml.ops.table import OP_TABLE, ROWS, AnyOp, OpRow, key, row
 from pyggml.tensor import Tensor
 from pyggml.types import GGMLType
 
-TESTS = Path(__file__).resolve().parent
 ALL_OPS: list[AnyOp] = [*Op, *UnaryOp, *GluOp]
 
 
@@ -147,6 +146,7 @@ def _mentions(text: str, r: OpRow) -> bool:
 def test_listed_test_modules_exist_and_mention_the_op(r: OpRow) -> None:
     assert r.tests, f"{_id(r)} has no test module in the table"
     for name in r.tests:
-        path = TESTS / f"test_{name}.py"
-        assert path.is_file(), f"{_id(r)}: {path.name} does not exist"
+        found = sorted(TESTS.rglob(f"test_{name}.py"))  # the test folders by layer: tests/ops, tests/backend, ...
+        assert len(found) == 1, f"{_id(r)}: test_{name}.py does not exist (or exists twice) under tests/"
+        path = found[0]
         assert _mentions(path.read_text(), r), f"{_id(r)}: {path.name} never mentions the op or its builders"

@@ -1,11 +1,12 @@
 """The README's Python examples run as written (their own asserts check the results)."""
 
 import re
-from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+from helpers.data import ROOT
+
+README = ROOT / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
 

@@ -26,7 +26,7 @@ AnyOp = Op | UnaryOp | GluOp
 @dataclass(frozen=True)
 class OpRow:
     """One op's row. ``builders`` are names in ``pyggml.ops.builders``, which gathers the family
-    modules (``pyggml.*`` for leaf constructors); ``tests`` are module names under tests/ without
+    modules (``pyggml.*`` for leaf constructors); ``tests`` are module names (in any folder under tests/) without
     ``test_`` and ``.py``."""
 
     op: AnyOp

@@ -1,0 +1,473 @@
+"""The CPU backend's graph plans: compiled kernels against the numpy kernels, threads, reuse, errors.
+
+Every compiled kernel (backend/cpu/jit) is checked against its op's numpy kernel on the same node:
+the test first asserts that the plan really took the compiled kernel (a selector that silently
+fell back would otherwise pass), computes the graph through the plan, then recomputes every node
+with the numpy kernels and compares. Integer and copy paths must agree bit for bit; paths through
+exp/tanh/cos (libm and the vectorized expf vs numpy's) and float dot products summed in another
+order agree to float32 rounding.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from helpers.opcheck import OpCase, values
+from pyggml.backend.cpu import jit
+from pyggml.backend.cpu.compute import _resolve, compute_forward, graph_compute
+from pyggml.backend.cpu.matmul import MATVEC_MAX_COLS
+from pyggml.backend.cpu.plan import GraphPlan, plan_for
+from pyggml.errors import PyGGMLError
+from pyggml.graph import Graph
+from pyggml.ops import builders as B
+from pyggml.ops.enums import GluOp
+from pyggml.tensor import Tensor
+from pyggml.types import GGMLType
+
+F32, F16, I32, I64 = GGMLType.F32, GGMLType.F16, GGMLType.I32, GGMLType.I64
+
+
+def both(out: Tensor, n_threads: int = 2, compiled: tuple[Tensor, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """(result through the plan, result through the numpy kernels) of ``out``'s graph.
+
+    ``compiled`` (default: out) are the nodes that must have taken a compiled kernel.
+    """
+    g = Graph()
+    g.build_forward_expand(out)
+    plan = plan_for(g, _resolve)
+    for node in compiled or (out,):
+        assert any(n is node for n in plan.nodes), f"{node.op.name} did not take a compiled kernel"
+    assert graph_compute(g, n_threads) == 0
+    got = values(out)
+    for node in g.nodes:
+        compute_forward(node, n_threads)
+    return got, values(out)
+
+
+def exact(got: np.ndarray, ref: np.ndarray) -> None:
+    np.testing.assert_array_equal(got, ref)
+
+
+def close(got: np.ndarray, ref: np.ndarray, rtol: float = 2e-6) -> None:
+    np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * max(1.0, float(np.abs(ref).max())))
+
+
+# ----------------------------------------------------------------------------------- elementwise
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+@pytest.mark.parametrize("bshape", [(64, 6, 2, 1), (64, 1, 1, 1), (1, 6, 1, 1), (16, 3, 2, 1)])
+def test_binary_broadcasts(op: str, bshape: tuple[int, ...]) -> None:
+    c = OpCase()
+    a = c.tensor(F32, 64, 6, 2)
+    b = c.tensor(F32, *bshape, lo=0.5, hi=2.0)
+    exact(*both(getattr(B, op)(c.ctx, a, b)))
+
+
+def test_binary_on_a_permuted_operand() -> None:
+    c = OpCase()
+    a = B.permute(c.ctx, c.tensor(F32, 8, 5, 3), 1, 0, 2, 3)  # elements not contiguous
+    b = c.tensor(F32, 5, 8, 3)
+    exact(*both(B.add(c.ctx, a, b)))
+
+
+@pytest.mark.parametrize("bias", [0.0, 0.25])
+def test_scale(bias: float) -> None:
+    c = OpCase()
+    exact(*both(B.scale_bias(c.ctx, c.tensor(F32, 33, 7), 1.5, bias)))
+
+
+@pytest.mark.parametrize("fn", ["gelu", "relu", "silu", "tanh"])
+def test_unary(fn: str) -> None:
+    c = OpCase()
+    out = getattr(B, fn)(c.ctx, c.tensor(F32, 100, 9, lo=-12.0, hi=12.0))
+    got, ref = both(out)
+    (exact if fn in ("gelu", "relu") else close)(got, ref)
+
+
+@pytest.mark.parametrize("op", [GluOp.GEGLU, GluOp.SWIGLU, GluOp.REGLU])
+@pytest.mark.parametrize("form", ["split", "fused", "swapped"])
+def test_glu(op: GluOp, form: str) -> None:
+    c = OpCase()
+    if form == "split":
+        out = B.glu_split(c.ctx, c.tensor(F32, 48, 5, lo=-6, hi=6), c.tensor(F32, 48, 5), op)
+    else:
+        out = B.glu(c.ctx, c.tensor(F32, 96, 5, lo=-6, hi=6), op, form == "swapped")
+    got, ref = both(out)
+    (close if op == GluOp.SWIGLU else exact)(got, ref)
+
+
+# ------------------------------------------------------------------------------------------- nn
+def test_rms_norm() -> None:
+    c = OpCase()
+    exact(*both(B.rms_norm(c.ctx, c.tensor(F32, 640, 6, 2, lo=-30, hi=30), 1e-6)))
+
+
+@pytest.mark.parametrize(("mask_type", "max_bias"), [(None, 0.0), (F32, 0.0), (F16, 0.0), (F32, 8.0), (F16, 8.0)])
+def test_soft_max(mask_type: GGMLType | None, max_bias: float) -> None:
+    c = OpCase()
+    n_kv, n_tok, n_head = 70, 5, 4
+    a = c.tensor(F32, n_kv, n_tok, n_head, lo=-8, hi=8)
+    mask = None
+    if mask_type is not None:
+        m = np.zeros((n_tok, n_kv), np.float32)
+        m[:, 60:] = -np.inf
+        m[1, 10:20] = -np.inf
+        mask = c.tensor(mask_type, n_kv, n_tok, data=m)
+    close(*both(B.soft_max_ext(c.ctx, a, mask, 0.3, max_bias)))
+
+
+@pytest.mark.parametrize("mode", [0, 2])
+@pytest.mark.parametrize("variant", ["plain", "yarn", "freq_factors", "partial", "back"])
+def test_rope(mode: int, variant: str) -> None:
+    c = OpCase()
+    head, n_head, n_tok = 64, 3, 5
+    x = c.tensor(F32, head, n_head, n_tok)
+    pos = c.ints(I32, n_tok, data=np.array([0, 1, 7, 300, 4000]))
+    n_dims = 32 if variant == "partial" else head
+    ff = c.tensor(F32, n_dims // 2, lo=1.0, hi=4.0) if variant == "freq_factors" else None
+    ext = 1.0 if variant == "yarn" else 0.0
+    scale = 0.25 if variant == "yarn" else 1.0
+    rope = B.rope_ext_back if variant == "back" else B.rope_ext
+    out = rope(c.ctx, x, pos, ff, n_dims, mode, 4096, 10000.0, scale, ext, 1.0, 32.0, 1.0)
+    close(*both(out), rtol=5e-6)
+
+
+# ------------------------------------------------------------------------------------------ rows
+@pytest.mark.parametrize("ty", [F32, F16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q4_K,
+                                GGMLType.Q6_K])
+def test_get_rows(ty: GGMLType) -> None:
+    c = OpCase()
+    table = c.tensor(ty, 256, 10, 2)
+    idx = c.ints(I32, 4, 2, data=np.array([[9, 0, 3, 3], [1, 8, 2, 0]]))
+    exact(*both(B.get_rows(c.ctx, table, idx)))
+
+
+def test_get_rows_index_out_of_range_is_an_error() -> None:
+    c = OpCase()
+    out = B.get_rows(c.ctx, c.tensor(F32, 8, 4), c.ints(I32, 2, data=np.array([1, 4])))
+    g = Graph()
+    g.build_forward_expand(out)
+    assert plan_for(g, _resolve).nodes == [out]
+    with pytest.raises(PyGGMLError, match="out of range"):
+        graph_compute(g, 2)
+
+
+@pytest.mark.parametrize("dst", [F16, F32])
+@pytest.mark.parametrize("idx_type", [I32, I64])
+def test_set_rows(dst: GGMLType, idx_type: GGMLType) -> None:
+    c = OpCase()
+    cache = c.tensor(dst, 32, 12, 2)
+    src = c.tensor(F32, 32, 3, 2, lo=-100, hi=100)
+    idx = c.ints(idx_type, 3, data=np.array([11, 0, 5]))
+    exact(*both(B.set_rows(c.ctx, cache, src, idx)))
+
+
+@pytest.mark.parametrize(("src_type", "dst_type"), [(F32, F32), (F32, F16), (F16, F32), (F16, F16)])
+def test_cont_of_a_permuted_tensor(src_type: GGMLType, dst_type: GGMLType) -> None:
+    c = OpCase()
+    x = B.permute(c.ctx, c.tensor(src_type, 16, 4, 6), 0, 2, 1, 3)
+    if dst_type == src_type:
+        out = B.cont_2d(c.ctx, x, 16 * 6, 4)
+    else:
+        out = B.cpy(c.ctx, x, c.ctx.new_tensor(dst_type, 16, 6, 4))
+    exact(*both(out))
+
+
+# ---------------------------------------------------------------------------------------- mul_mat
+@pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.IQ4_NL, GGMLType.Q4_K,
+                                GGMLType.Q5_K, GGMLType.Q6_K])
+@pytest.mark.parametrize("cols", [1, 3, "max"])
+def test_quantized_mat_vec_is_the_numpy_paths_bits(ty: GGMLType, cols: int | str) -> None:
+    """Few src1 rows: the compiled kernel runs the same integer block dots as the numpy path."""
+    c = OpCase()
+    n = min(MATVEC_MAX_COLS[ty], 100) if cols == "max" else cols  # Q8_0/Q4_0/Q5_0: no limit
+    w = c.tensor(ty, 512, 70)
+    x = c.tensor(F32, 512, n, lo=-3, hi=3)
+    exact(*both(B.mul_mat(c.ctx, w, x)))
+
+
+def test_quantized_mat_vec_over_planes_of_src1() -> None:
+    c = OpCase()
+    w = c.tensor(GGMLType.Q4_K, 256, 40)
+    x = c.tensor(F32, 256, 2, 3)
+    exact(*both(B.mul_mat(c.ctx, w, x)))
+
+
+@pytest.mark.parametrize("n_tok", [1, 3, 40])
+@pytest.mark.parametrize("wt", [F16, F32])
+def test_float_mat_mul_like_attention(wt: GGMLType, n_tok: int) -> None:
+    """KQ against a permuted K view with GQA broadcast (4 query heads per KV head)."""
+    c = OpCase()
+    head, n_kv, n_kv_head, n_head = 64, 37, 2, 8
+    k = B.permute(c.ctx, c.tensor(wt, head, n_kv_head, n_kv), 0, 2, 1, 3)  # [head, n_kv, n_kv_head]
+    q = B.permute(c.ctx, c.tensor(F32, head, n_head, n_tok), 0, 2, 1, 3)  # [head, n_tok, n_head]
+    close(*both(B.mul_mat(c.ctx, k, q)), rtol=1e-5)
+
+
+def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 fused multiply-add: the product of two float32 is exact in float64 (rounding the float64 sum
+    to float32 differs from one rounding only at float32 ties after a float64 rounding, ~2^-29 a step)."""
+    return (a.astype(np.float64) * b + c).astype(np.float32)
+
+
+def _hsum8(v: np.ndarray) -> np.ndarray:
+    q = v[..., 4:] + v[..., :4]
+    return (q[..., 0] + q[..., 2]) + (q[..., 1] + q[..., 3])
+
+
+def _tinyblas(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """llamafile's tinyBLAS<8, __m256> per output (sgemm.cpp gemm_bloc): one 8-lane fma accumulator, hsum."""
+    acc = np.zeros((x.shape[0], w.shape[0], 8), np.float32)
+    for l in range(0, w.shape[1], 8):
+        acc = _fma(w[None, :, l:l + 8], x[:, None, l:l + 8], acc)
+    return _hsum8(acc)
+
+
+def _vec_dot(w: np.ndarray, x: np.ndarray, half: bool) -> np.ndarray:
+    """ggml_vec_dot_f16/_f32 on AVX2 (vec.cpp): four 8-lane fma accumulators over steps of 32,
+    GGML_F32x8_REDUCE, leftovers in double (fp16) or float (f32)."""
+    k = w.shape[1]
+    np32 = k // 32 * 32
+    acc = np.zeros((x.shape[0], w.shape[0], 4, 8), np.float32)
+    for i in range(0, np32, 32):
+        acc = _fma(w[None, :, i:i + 32].reshape(1, -1, 4, 8), x[:, None, i:i + 32].reshape(-1, 1, 4, 8), acc)
+    x0 = (acc[..., 0, :] + acc[..., 2, :]) + (acc[..., 1, :] + acc[..., 3, :])
+    t0 = x0[..., :4] + x0[..., 4:]
+    red = (t0[..., 0] + t0[..., 1]) + (t0[..., 2] + t0[..., 3])
+    if half:
+        s = red.astype(np.float64)
+        for i in range(np32, k):
+            s = s + (w[None, :, i] * x[:, None, i]).astype(np.float64)
+        return s.astype(np.float32)
+    for i in range(np32, k):
+        red = _fma(w[None, :, i], x[:, None, i], red)
+    return red
+
+
+@pytest.mark.parametrize("wt", [F16, F32])
+@pytest.mark.parametrize(("k", "m", "n"), [(64, 36, 17), (72, 36, 21), (40, 37, 17), (70, 36, 18)])
+def test_prompt_float_mat_mul_is_llama_cpps_order(wt: GGMLType, k: int, m: int, n: int) -> None:
+    """Prompt-size products get llama.cpp's bits on x86/AVX2: tinyBLAS's tiles when k % 8 == 0 and m % 4 == 0,
+    one ggml_vec_dot per output otherwise (m = 37; k = 70), src1 rounded to fp16 against fp16 weights."""
+    c = OpCase()
+    w = c.tensor(wt, k, m)
+    x = c.tensor(F32, k, n, lo=-3, hi=3)
+    out = B.mul_mat(c.ctx, w, x)
+    got, _ = both(out)
+    wv = values(w)[0, 0]
+    xv = values(x)[0, 0]
+    if wt == F16:
+        xv = xv.astype(np.float16).astype(np.float32)
+    tiled = k % 8 == 0 and m % 4 == 0
+    want = _tinyblas(wv, xv) if tiled else _vec_dot(wv, xv, wt == F16)
+    exact(got[0, 0], want)
+
+
+@pytest.mark.parametrize("wt", [F16, F32])
+def test_decode_float_mat_mul_sums_in_double(wt: GGMLType) -> None:
+    """Up to 16 columns: each output is the double sum of the float products, rounded once."""
+    c = OpCase()
+    w = c.tensor(wt, 72, 36)
+    x = c.tensor(F32, 72, 16, lo=-3, hi=3)
+    got, _ = both(B.mul_mat(c.ctx, w, x))
+    xv = values(x)[0, 0]
+    if wt == F16:
+        xv = xv.astype(np.float16).astype(np.float32)
+    want = (xv.astype(np.float64) @ values(w)[0, 0].T.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(got[0, 0], want)
+
+
+def test_attention_rows_do_not_change_with_the_batch() -> None:
+    """Prompt-size KQV over more cells (zero probabilities past the live ones) and with other query rows beside
+    it: each output keeps its bits, so perplexity does not depend on how chunks are grouped into batches."""
+    c = OpCase()
+    v = c.tensor(F16, 512, 64)  # V^T: [n_kv, head]
+    probs = c.rng.uniform(0, 1, size=(40, 512)).astype(np.float32)
+    probs[:, 256:] = 0  # the cells past the first 256 are masked
+    p = c.tensor(F32, 512, 40, data=probs)
+    few = c.tensor(F32, 256, 20, data=probs[:20, :256])  # 20 query rows over the first 256 cells only
+    vw = B.view_2d(c.ctx, v, 256, 64, v.nb[1], 0)
+    all_rows = c.compute(B.mul_mat(c.ctx, v, p))[0, 0]
+    exact(c.compute(B.mul_mat(c.ctx, vw, few))[0, 0], all_rows[:20])
+
+
+def _one_column_at_a_time(c: OpCase, w: Tensor, x: Tensor) -> np.ndarray:
+    """mul_mat(w, x) computed for each activation row alone: the one-column mat-vec kernel."""
+    k = x.ne[0]
+    return np.stack([c.compute(B.mul_mat(c.ctx, w, B.view_2d(c.ctx, x, k, 1, x.nb[1], j * x.nb[1])))[0, 0, 0]
+                     for j in range(x.ne[1])])
+
+
+@pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q4_K, GGMLType.Q5_K,
+                                GGMLType.Q6_K])
+@pytest.mark.parametrize("cols", [4, 6, 11])
+def test_mat_vec_columns_together_give_each_columns_bits(ty: GGMLType, cols: int) -> None:
+    """Several activation rows share each decode of a weight block (groups of 4, the rest one by one);
+    each output is summed exactly as when its row is alone, so a sequence's logits do not depend on
+    how many others share its batch."""
+    c = OpCase()
+    w = c.tensor(ty, 512, 37)
+    x = c.tensor(F32, 512, cols, lo=-3, hi=3)
+    out = B.mul_mat(c.ctx, w, x)
+    exact(c.compute(out)[0, 0], _one_column_at_a_time(c, w, x))
+
+
+@pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0])
+def test_prompt_size_q8_0_family_gives_each_columns_bits(ty: GGMLType) -> None:
+    """Q8_0/Q4_0/Q5_0 prompts (register tiles over decoded rows, a block of columns at a time: k = 8192 makes
+    blocks of 32 columns; 9 rows and 70 columns leave partial tiles) give each row the bits it gets alone."""
+    c = OpCase()
+    w = c.tensor(ty, 8192, 9)
+    x = c.tensor(F32, 8192, 70, lo=-3, hi=3)
+    out = B.mul_mat(c.ctx, w, x)
+    if jit.matmul.gemm.AVAILABLE:  # x86 AVX2: the register tiles over decoded rows
+        assert jit.select(out).kernel.name == f"k_tiles_{ty.name.lower()}"
+    exact(c.compute(out)[0, 0], _one_column_at_a_time(c, w, x))
+
+
+@pytest.mark.parametrize("ty", [GGMLType.Q4_K, GGMLType.Q6_K])
+@pytest.mark.parametrize(("rows", "extra"), [(64, 8), (70, 5), (8, 1)])
+def test_integer_gemm_gives_the_mat_vec_results(ty: GGMLType, rows: int, extra: int) -> None:
+    """Prompt-size products (AVX2 integer GEMM over interleaved 8-row tiles) against the one-column kernel:
+    exactly its bits (same integer dots, same float steps). Rows past the last whole tile and activation
+    rows past the last group of 4 are covered by the odd sizes."""
+    from pyggml.backend.cpu.jit import gemm
+
+    if not gemm.AVAILABLE:
+        pytest.skip("the integer GEMM needs AVX2 (this CPU takes the numpy kernel)")
+    c = OpCase()
+    cols = MATVEC_MAX_COLS[ty] + extra  # past the mat-vec kernels' limit
+    w = c.tensor(ty, 512, rows)
+    x = c.tensor(F32, 512, cols, lo=-3, hi=3)
+    out = B.mul_mat(c.ctx, w, x)
+    g = Graph()
+    g.build_forward_expand(out)
+    assert any(n is out for n in plan_for(g, _resolve).nodes)
+    graph_compute(g, 2)
+    exact(values(out)[0, 0], _one_column_at_a_time(c, w, x))
+
+
+def test_large_products_stay_on_the_numpy_kernel() -> None:
+    c = OpCase()
+    w = c.tensor(GGMLType.Q4_1, 64, 8)
+    out = B.mul_mat(c.ctx, w, c.tensor(F32, 64, 1))  # no compiled Q4_1 kernel
+    many = B.mul_mat(c.ctx, c.tensor(GGMLType.IQ4_NL, 64, 8), c.tensor(F32, 64, MATVEC_MAX_COLS[GGMLType.IQ4_NL] + 1))
+    for node in (out, many):
+        g = Graph()
+        g.build_forward_expand(node)
+        assert plan_for(g, _resolve).nodes == []
+
+
+# ------------------------------------------------------------------------------- plans and threads
+def _chain(c: OpCase) -> tuple[Tensor, Tensor]:
+    w = c.tensor(GGMLType.Q4_K, 512, 300)
+    x = c.tensor(F32, 512, 1)
+    h = B.mul_mat(c.ctx, w, B.rms_norm(c.ctx, x, 1e-5))
+    return x, B.soft_max(c.ctx, B.scale(c.ctx, h, 0.1))
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_results_do_not_depend_on_the_thread_count(n_threads: int) -> None:
+    c = OpCase()
+    _, out = _chain(c)
+    g = Graph()
+    g.build_forward_expand(out)
+    graph_compute(g, 1)
+    one = values(out)
+    graph_compute(g, n_threads)
+    exact(values(out), one)
+
+
+def test_a_plan_is_reused_while_its_graph_is_unchanged() -> None:
+    c = OpCase()
+    x, out = _chain(c)
+    g = Graph()
+    g.build_forward_expand(out)
+    graph_compute(g, 2)
+    plan = g._cpu_plan
+    x.set(np.full((1, 512), 0.5, np.float32))
+    graph_compute(g, 2)
+    assert g._cpu_plan is plan
+    first = values(out)
+    for node in g.nodes:
+        compute_forward(node)
+    close(values(out), first)  # the new input was used
+    out.data += 0  # same address: same plan
+    assert plan_for(g, _resolve) is plan
+    view = g.view(0, len(g.nodes))  # uid 0: never cached
+    assert plan_for(view, _resolve) is not plan_for(view, _resolve)
+
+
+def test_a_moved_tensor_gets_a_new_plan() -> None:
+    c = OpCase()
+    a = c.tensor(F32, 16)
+    out = B.scale(c.ctx, a, 2.0)
+    g = Graph()
+    g.build_forward_expand(out)
+    graph_compute(g, 1)
+    plan = g._cpu_plan
+    moved = c.ctx.new_tensor(F32, 16)
+    out.data = moved.data  # as a re-allocation would
+    graph_compute(g, 1)
+    assert g._cpu_plan is not plan
+    exact(values(moved), values(a) * np.float32(2.0))
+
+
+def test_graphs_computed_from_two_threads_at_once() -> None:
+    """One thread holds the worker pool; the other computes alone, on its own control block."""
+    results: dict[int, np.ndarray] = {}
+    refs: dict[int, np.ndarray] = {}
+    cases = []
+    for seed in range(2):
+        c = OpCase(seed=seed)
+        _, out = _chain(c)
+        g = Graph()
+        g.build_forward_expand(out)
+        graph_compute(g, 1)
+        refs[seed] = values(out)
+        cases.append((g, out))
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            for _ in range(30):
+                graph_compute(cases[i][0], 2)
+            results[i] = values(cases[i][1])
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    for i in range(2):
+        exact(results[i], refs[i])
+
+
+def test_abort_callback_is_asked_after_every_compiled_node() -> None:
+    c = OpCase()
+    a = c.tensor(F32, 8)
+    t1 = B.scale(c.ctx, a, 2.0)
+    t2 = B.scale(c.ctx, t1, 3.0)
+    t3 = B.scale(c.ctx, t2, 5.0)
+    g = Graph()
+    g.build_forward_expand(t3)
+    calls = []
+    assert graph_compute(g, 2, abort_callback=lambda: calls.append(1) or len(calls) == 2) == 1
+    assert len(calls) == 2
+    exact(values(t2), values(a) * np.float32(6.0))
+    assert (values(t3) == 0).all()
+
+
+def test_pyggml_jit_0_turns_the_compiled_kernels_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    c = OpCase()
+    out = B.scale(c.ctx, c.tensor(F32, 8), 2.0)
+    g = Graph()
+    g.build_forward_expand(out)
+    monkeypatch.setenv("PYGGML_JIT", "0")
+    assert not jit.enabled()
+    assert GraphPlan(g, _resolve).nodes == []
