@@ -42,7 +42,7 @@ from ..matmul.intrinsics import (
     _vec,
     _x86,
 )
-from ..matmul.kernels import _h, _scale_min_k4
+from ..matmul.kernels import _h, _scale_min_k4, _u32
 from ..matmul.quantize import _quantize_q8_0
 from ..native import atomic_add, atomic_store, f32p, i8p, i32p, i64p, u8p
 from ..threads import C_CHUNK, C_WDATA, barrier
@@ -68,13 +68,31 @@ _I8, _I16, _I32, _I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntTyp
 _F32 = ir.FloatType()
 
 
+#: the four 4-bit (Q4_K) or 2-bit (Q6_K high bits) fields of a little-endian u32 of codes
+_LO4, _LO2 = np.uint32(0x0F0F0F0F), np.uint32(0x03030303)
+
+
 @numba.njit(**_opts)
 def repack_q4_k(wu, row0, rs, nsb, tab, out):  # pragma: no cover - compiled
-    """Interleave weight rows row0..row0+7 (Q4_K, row stride rs bytes) into the scratch tile ``out``."""
+    """Interleave weight rows row0..row0+7 (Q4_K, row stride rs bytes) into the scratch tile ``out``.
+
+    The codes move a u32 (4 codes of one row) at a time: byte i of the 32-byte group g holds
+    element 64g+i in its low nibble and 64g+32+i in its high one, and a tile step takes 4
+    consecutive elements of each row. The 8 rows are the inner loop so a step's 32 bytes are
+    written together."""
     o16 = out.view(np.int16)
     of = out.view(np.float32)
+    o32 = out.view(np.uint32)
     sc = np.empty(8, np.int32)
     mn = np.empty(8, np.int32)
+    for b in range(nsb):
+        b4 = b * SB_BYTES // 4
+        for g in range(4):
+            for j in range(8):
+                for r in range(ROWS):
+                    v = np.uint32(_u32(wu, (row0 + r) * rs + 144 * b + 16 + 32 * g + 4 * j))
+                    o32[b4 + (16 * g + j) * 8 + r] = v & _LO4
+                    o32[b4 + (16 * g + 8 + j) * 8 + r] = (v >> np.uint32(4)) & _LO4
     for r in range(ROWS):
         for b in range(nsb):
             o = (row0 + r) * rs + 144 * b
@@ -88,21 +106,18 @@ def repack_q4_k(wu, row0, rs, nsb, tab, out):  # pragma: no cover - compiled
             for j in range(4):
                 o16[(base + SB_MINS + 32 * j) // 2 + 2 * r] = mn[2 * j]
                 o16[(base + SB_MINS + 32 * j) // 2 + 2 * r + 1] = mn[2 * j + 1]
-            for g in range(4):
-                for i in range(32):
-                    v = wu[o + 16 + 32 * g + i]
-                    e = 64 * g + i  # low nibble: element e, high nibble: element e + 32
-                    out[base + (e // 4) * 32 + 4 * r + e % 4] = v & 15
-                    e += 32
-                    out[base + (e // 4) * 32 + 4 * r + e % 4] = v >> 4
 
 
 @numba.njit(**_opts)
 def repack_q6_k(wu, row0, rs, nsb, tab, out):  # pragma: no cover - compiled
-    """Interleave Q6_K weight rows row0..row0+7 into a scratch tile (codes unsigned 0..63)."""
+    """Interleave Q6_K weight rows row0..row0+7 into a scratch tile (codes unsigned 0..63), a u32 of
+    4 codes at a time: ql bytes 64h+l and 64h+32+l give elements 128h+l, +32 (low nibbles) and
+    +64, +96 (high nibbles), each with its 2 bits of qh byte 32h+l."""
     o16 = out.view(np.int16)
     of = out.view(np.float32)
+    o32 = out.view(np.uint32)
     wi = wu.view(np.int8)
+    four, two = np.uint32(4), np.uint32(2)
     for r in range(ROWS):
         for b in range(nsb):
             o = (row0 + r) * rs + 210 * b
@@ -114,15 +129,15 @@ def repack_q6_k(wu, row0, rs, nsb, tab, out):  # pragma: no cover - compiled
                 o16[(base + Q6_SCALES + 32 * j) // 2 + 2 * r + 1] = sc
                 o16[(base + Q6_PAIRS + 32 * (j // 2)) // 2 + 2 * r + j % 2] = sc
             for hf in range(2):
-                for l in range(32):
-                    v0 = np.int32(wu[o + 64 * hf + l])
-                    v1 = np.int32(wu[o + 64 * hf + 32 + l])
-                    h = np.int32(wu[o + 128 + 32 * hf + l])
-                    e0 = 128 * hf + l
-                    for e, q in ((e0, (v0 & 15) | ((h & 3) << 4)), (e0 + 32, (v1 & 15) | (((h >> 2) & 3) << 4)),
-                                 (e0 + 64, (v0 >> 4) | (((h >> 4) & 3) << 4)),
-                                 (e0 + 96, (v1 >> 4) | (((h >> 6) & 3) << 4))):
-                        out[base + (e // 4) * 32 + 4 * r + e % 4] = q
+                for j in range(8):
+                    w0 = np.uint32(_u32(wu, o + 64 * hf + 4 * j))
+                    w1 = np.uint32(_u32(wu, o + 64 * hf + 32 + 4 * j))
+                    h = np.uint32(_u32(wu, o + 128 + 32 * hf + 4 * j))
+                    st = base // 4 + r + (32 * hf + j) * 8  # steps 32h+j, +8, +16, +24: 64 u32 apart
+                    o32[st] = (w0 & _LO4) | ((h & _LO2) << four)
+                    o32[st + 64] = (w1 & _LO4) | (((h >> two) & _LO2) << four)
+                    o32[st + 128] = ((w0 >> four) & _LO4) | (((h >> four) & _LO2) << four)
+                    o32[st + 192] = ((w1 >> four) & _LO4) | (((h >> np.uint32(6)) & _LO2) << four)
 
 
 def _splat_i32(builder: ir.IRBuilder, v: ir.Value, n: int) -> ir.Value:
