@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pyggml.gguf as g
 from helpers.gguf_build import STR, U32, G, array, scalar, small_valid
@@ -143,3 +145,24 @@ def test_tensor_views_by_type(ctx: GGUFReader) -> None:
     assert ctx.tensor_data("h").dtype == np.float16
     assert ctx.tensor_data("q").shape == (2, 34) and ctx.tensor_data("q").dtype == np.uint8
     assert ctx.tensor_bytes("w").tobytes() == bytes(range(32))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=40))
+def test_string_array_tolist_matches_item_by_item(strings: list[bytes]) -> None:
+    """tolist() decodes all strings at once (joined at a 0xFF marker); it must give what indexing gives for
+    any bytes: empty strings, invalid UTF-8, 0xFF inside a string, lengths whose bytes are 0xFF (255)."""
+    from array import array as _array
+
+    from pyggml.gguf.records import StringArray
+
+    buf = bytearray(b"head")
+    starts = _array("q")
+    for s in strings:
+        buf += len(s).to_bytes(8, "little")
+        starts.append(len(buf))
+        buf += s
+    starts.append(len(buf) + 8)
+    arr = StringArray(memoryview(bytes(buf)), starts)
+    assert arr.tolist() == [arr[i] for i in range(len(strings))]
+    assert [s.encode("utf-8", "surrogateescape") for s in arr.tolist()] == strings

@@ -71,9 +71,22 @@ class StringArray(Sequence[str]):
         if len(s) <= 1:
             return []
         base = s[0]
-        data = bytes(self._buf[base : s[-1] - 8])  # one copy, then bytes slices (cheaper than memoryview ones)
-        starts = [x - base for x in s]
-        return [str(data[a : b - 8], _ENCODING, _ERRORS) for a, b in itertools.pairwise(starts)]
+        data = np.frombuffer(self._buf, np.uint8, s[-1] - 8 - base, base)
+        # One decode of every string at once: the 8 length bytes before each string become one 0xFF byte,
+        # which UTF-8 text never holds, and the text is split there. A string holding 0xFF itself gives
+        # one piece too many: then each string is decoded on its own.
+        at = np.frombuffer(s, np.int64)[1:-1] - base  # where strings 1.. begin
+        marks = np.zeros(len(data), np.int8)  # +1 where a length starts, -1 at its last byte
+        marks[at - 8] = 1
+        marks[at - 1] = -1
+        keep = np.cumsum(marks, dtype=np.int8) == 0
+        joined = data.copy()
+        joined[at - 1] = 0xFF
+        pieces = str(joined[keep].tobytes(), _ENCODING, _ERRORS).split("\udcff")
+        if len(pieces) == len(s) - 1:
+            return pieces
+        text = data.tobytes()
+        return [str(text[a - base : b - 8 - base], _ENCODING, _ERRORS) for a, b in itertools.pairwise(s)]
 
     def encoded(self) -> memoryview:
         """The array's strings exactly as stored (each a u64 length and its bytes): a bulk copy for writers."""

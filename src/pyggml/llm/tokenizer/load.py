@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ...gguf import StringArray
 from ...gguf.constants import Keys
 from .attrs import CONTROL, LSTRIP, NORMAL, RSTRIP, SPECIAL, UNUSED, USER_DEFINED, attr_from_type
 from .errors import UnsupportedTokenizerError, VocabError
@@ -192,7 +193,7 @@ def _token_table(md: Mapping[str, Any]) -> dict[str, Any]:
         raise VocabError(f"cannot find the tokenizer vocab: {Keys.TOKENIZER_LIST} is missing")
     tokens = raw.tolist() if hasattr(raw, "tolist") else list(raw)
     n = len(tokens)
-    for i, tok in enumerate(tokens):
+    for i, tok in enumerate([] if isinstance(raw, StringArray) else tokens):  # a GGUF string array holds str
         if type(tok) is not str:
             if not isinstance(tok, str | bytes):
                 raise VocabError(f"{Keys.TOKENIZER_LIST}[{i}] is a {type(tok).__name__}, not a string")
