@@ -7,21 +7,7 @@ is ``ggml_mul_mat``); the objects carry Pythonic methods on top (``ctx.new_tenso
 
 from __future__ import annotations
 
-from .alloc import (
-    backend_alloc_ctx_tensors,
-    backend_alloc_ctx_tensors_from_buft,
-    backend_alloc_ctx_tensors_from_buft_size,
-    gallocr_alloc_graph,
-    gallocr_free,
-    gallocr_get_buffer_size,
-    gallocr_new,
-    gallocr_new_n,
-    gallocr_reserve,
-    gallocr_reserve_n,
-    gallocr_reserve_n_size,
-    tallocr_alloc,
-    tallocr_new,
-)
+from .alloc import *  # noqa: F403  (ggml-alloc.h's flat API)
 from .backend.api import *  # noqa: F403  (ggml-backend's flat API)
 from .backend.cpu.backend import backend_cpu_buffer_type, backend_cpu_init, backend_cpu_set_n_threads
 from .context import (
@@ -67,25 +53,7 @@ from .graph import (
 from .ops import operators as _operators  # attaches a + b, a @ b, ... to Tensor
 from .ops.builders import *  # noqa: F403  (ggml's op constructors, flat)
 from .ops.enums import GluOp, Op, UnaryOp, glu_op_name, op_name, unary_op_name
-from .sched import (
-    BackendSched,
-    backend_sched_alloc_graph,
-    backend_sched_free,
-    backend_sched_get_backend,
-    backend_sched_get_buffer_size,
-    backend_sched_get_n_backends,
-    backend_sched_get_n_copies,
-    backend_sched_get_n_splits,
-    backend_sched_get_tensor_backend,
-    backend_sched_graph_compute,
-    backend_sched_graph_compute_async,
-    backend_sched_new,
-    backend_sched_reserve,
-    backend_sched_reset,
-    backend_sched_set_eval_callback,
-    backend_sched_set_tensor_backend,
-    backend_sched_synchronize,
-)
+from .sched import *  # noqa: F403  (ggml-backend.h's backend_sched_* API and BackendSched)
 from .tensor import (
     GGML_MAX_DIMS,
     GGML_MAX_NAME,

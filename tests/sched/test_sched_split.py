@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("torch", reason="these scheduler tests use the optional torch backend as the second device")
 
 import pyggml as g
+from helpers.data import normal_f32
 from helpers.opcheck import NMSE_MATMUL, NMSE_SOFTMAX, assert_close
 from helpers.sched_world import World, reference
 from pyggml import sched as S
@@ -18,10 +19,7 @@ from pyggml.backend.torch import backend_torch_init
 from pyggml.types import GGMLType as T
 
 rng = np.random.default_rng(7)
-
-
-def _r(*shape: int) -> np.ndarray:
-    return rng.standard_normal(shape).astype(np.float32)
+_r = normal_f32(rng)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import numpy as np
 
 import pyggml as g
 from helpers.backend_run import read
+from helpers.data import normal_f32
 from helpers.opcheck import NMSE_MATMUL, assert_close
 from helpers.sched_world import World, plugin_module, reference
 from pyggml import sched as S
@@ -16,10 +17,7 @@ from pyggml.ops.enums import Op
 from pyggml.types import GGMLType as T
 
 rng = np.random.default_rng(11)
-
-
-def _r(*shape: int) -> np.ndarray:
-    return rng.standard_normal(shape).astype(np.float32)
+_r = normal_f32(rng)
 
 
 def _subset(ops: frozenset[Op] = frozenset({Op.MUL_MAT, Op.ADD, Op.MUL})):

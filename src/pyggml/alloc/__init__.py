@@ -22,3 +22,6 @@ from .gallocr import (
 )
 from .plan import Plan, PlotUnavailableError, TensorRecord
 from .tallocr import Tallocr, tallocr_alloc, tallocr_new
+
+#: ggml-alloc.h's functions, which pyggml.* re-exports flat
+__all__ = [n for n in dir() if n.startswith(("tallocr_", "gallocr_", "backend_alloc_ctx_tensors"))]

@@ -19,7 +19,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from .base import Backend, Device, DeviceType, Registry
 from .cpu.backend import backend_cpu_reg
@@ -183,6 +183,21 @@ def backend_unload(reg: Registry) -> None:
 
 
 # ---------------------------------------------------------------------- registries
+_Entry = TypeVar("_Entry", Registry, Device)
+
+
+def _nth(entries: list[_Entry], index: int, many: str, one: str) -> _Entry:
+    """ggml's ``*_get(index)``, whose assert becomes an IndexError naming how many there are."""
+    if not 0 <= index < len(entries):
+        raise IndexError(f"there are {len(entries)} {many}, no {one} {index}")
+    return entries[index]
+
+
+def _named(entries: list[_Entry], name: str) -> _Entry | None:
+    """ggml's ``*_by_name``: the first whose name matches, case-insensitively (striequals)."""
+    return next((e for e in entries if e.name().lower() == name.lower()), None)
+
+
 def backend_register(reg: Registry) -> None:
     _state.ensure_builtins()
     _state.register(reg)
@@ -200,15 +215,13 @@ def backend_reg_count() -> int:
 
 def backend_reg_get(index: int) -> Registry:
     _state.ensure_builtins()
-    if not 0 <= index < len(_state.regs):
-        raise IndexError(f"there are {len(_state.regs)} backend registries, no registry {index}")
-    return _state.regs[index]
+    return _nth(_state.regs, index, "backend registries", "registry")
 
 
 def backend_reg_by_name(name: str) -> Registry | None:
     """Case-insensitive, as ggml's striequals."""
     _state.ensure_builtins()
-    return next((r for r in _state.regs if r.name().lower() == name.lower()), None)
+    return _named(_state.regs, name)
 
 
 # ---------------------------------------------------------------------- devices
@@ -219,14 +232,13 @@ def backend_dev_count() -> int:
 
 def backend_dev_get(index: int) -> Device:
     _state.ensure_builtins()
-    if not 0 <= index < len(_state.devices):
-        raise IndexError(f"there are {len(_state.devices)} backend devices, no device {index}")
-    return _state.devices[index]
+    return _nth(_state.devices, index, "backend devices", "device")
 
 
 def backend_dev_by_name(name: str) -> Device | None:
+    """Case-insensitive, as ggml's striequals."""
     _state.ensure_builtins()
-    return next((d for d in _state.devices if d.name().lower() == name.lower()), None)
+    return _named(_state.devices, name)
 
 
 def backend_dev_by_type(type: DeviceType | int) -> Device | None:

@@ -10,18 +10,9 @@ w.add_tensor("x", np.zeros((2, 32), np.float32)); w.write("out.gguf")
 
 from __future__ import annotations
 
+from . import api, constants
 from .api import *  # noqa: F403  (ggml's flat gguf_* functions)
-from .api import __all__ as _api_all
-from .constants import (
-    GGML_MAX_DIMS,
-    GGML_MAX_NAME,
-    GGUF_DEFAULT_ALIGNMENT,
-    GGUF_KEY_GENERAL_ALIGNMENT,
-    GGUF_MAGIC,
-    GGUF_VERSION,
-    GGUFValueType,
-    Keys,
-)
+from .constants import *  # noqa: F403  (gguf.h's header constants, GGUFValueType, Keys)
 from .context import GGUFContext
 from .errors import CHECKS, GGUFError, GGUFKeyError, GGUFTypeError
 from .reader import GGUFReader
@@ -30,22 +21,15 @@ from .writer import GGUFWriter
 
 __all__ = [
     "CHECKS",
-    "GGML_MAX_DIMS",
-    "GGML_MAX_NAME",
     "GGUFKV",
-    "GGUF_DEFAULT_ALIGNMENT",
-    "GGUF_KEY_GENERAL_ALIGNMENT",
-    "GGUF_MAGIC",
-    "GGUF_VERSION",
     "GGUFContext",
     "GGUFError",
     "GGUFKeyError",
     "GGUFReader",
     "GGUFTypeError",
-    "GGUFValueType",
     "GGUFWriter",
-    "Keys",
     "StringArray",
     "TensorInfo",
-    *_api_all,
+    *constants.__all__,
+    *api.__all__,
 ]

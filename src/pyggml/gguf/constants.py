@@ -9,6 +9,18 @@ from enum import IntEnum
 
 import numpy as np
 
+#: the header constants and types that the gguf package (and pyggml.*) re-exports
+__all__ = [
+    "GGML_MAX_DIMS",
+    "GGML_MAX_NAME",
+    "GGUF_DEFAULT_ALIGNMENT",
+    "GGUF_KEY_GENERAL_ALIGNMENT",
+    "GGUF_MAGIC",
+    "GGUF_VERSION",
+    "GGUFValueType",
+    "Keys",
+]
+
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
 GGUF_DEFAULT_ALIGNMENT = 32

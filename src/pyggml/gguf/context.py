@@ -7,8 +7,8 @@ either, as it does in ggml.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -17,6 +17,23 @@ from .errors import GGUFKeyError, GGUFTypeError
 from .records import GGUFKV, StringArray, TensorInfo
 
 _MISSING: Any = object()
+
+
+_Item = TypeVar("_Item", GGUFKV, TensorInfo)
+
+
+def _by_name_or_id(items: list[_Item], index: dict[str, int], ref: str | int, what: str,
+                   missing: Callable[[str], GGUFKeyError]) -> _Item:
+    """A metadata pair or tensor info by name (``missing(name)`` raised when absent) or by id (checked
+    against the range, as ggml's ``gguf_get_*`` asserts): the one lookup both tables share."""
+    if isinstance(ref, str):
+        i = index.get(ref)
+        if i is None:
+            raise missing(ref)
+        return items[i]
+    if not 0 <= ref < len(items):
+        raise GGUFKeyError(f"{what} id {ref} out of range [0, {len(items)})")
+    return items[ref]
 
 
 class GGUFContext:
@@ -48,14 +65,8 @@ class GGUFContext:
 
     def kv(self, key: str | int) -> GGUFKV:
         """The pair named ``key`` (or with id ``key``); GGUFKeyError if absent."""
-        if isinstance(key, str):
-            i = self._kv_index.get(key)
-            if i is None:
-                raise GGUFKeyError(f"no metadata key {key!r}", key=key)
-            return self._kv[i]
-        if not 0 <= key < len(self._kv):
-            raise GGUFKeyError(f"key id {key} out of range [0, {len(self._kv)})")
-        return self._kv[key]
+        return _by_name_or_id(self._kv, self._kv_index, key, "key",
+                              lambda k: GGUFKeyError(f"no metadata key {k!r}", key=k))
 
     def __contains__(self, key: object) -> bool:
         return key in self._kv_index
@@ -164,11 +175,6 @@ class GGUFContext:
         return self._tensor_index.get(name, -1)
 
     def tensor_info(self, name: str | int) -> TensorInfo:
-        if isinstance(name, str):
-            i = self._tensor_index.get(name)
-            if i is None:
-                raise GGUFKeyError(f"no tensor named {name!r}", tensor=name)
-            return self._tensors[i]
-        if not 0 <= name < len(self._tensors):
-            raise GGUFKeyError(f"tensor id {name} out of range [0, {len(self._tensors)})")
-        return self._tensors[name]
+        """The info of tensor ``name`` (or with id ``name``); GGUFKeyError if absent."""
+        return _by_name_or_id(self._tensors, self._tensor_index, name, "tensor",
+                              lambda n: GGUFKeyError(f"no tensor named {n!r}", tensor=n))

@@ -7,13 +7,14 @@ of the two half-initialised depending on which was imported first.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from ..context import Context
 from ..errors import PyGGMLError, ShapeError
 from ..tensor import Tensor, can_repeat
 from ..types import GGMLType
-from .enums import Op
+from .enums import Op, UnaryOp
 
 F32, F16, BF16, I32, I64 = GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.I32, GGMLType.I64
 
@@ -58,3 +59,28 @@ def _is_padded_1d(t: Tensor) -> bool:
 def _check_repeat(op: str, b: Tensor, a: Tensor) -> None:
     _require(can_repeat(b, a), op, f"b {_ne(b)} cannot be broadcast to a {_ne(a)}")
 
+
+
+#: a one-tensor builder, ``ggml_X(ctx, a)``
+Build1 = Callable[[Context, Tensor], Tensor]
+_OpT = TypeVar("_OpT", Op, UnaryOp)
+
+
+def _twins(impl: Callable[[Context, Tensor, _OpT, bool], Tensor], op: _OpT, doc: str = "") -> tuple[Build1, Build1]:
+    """ggml's twins ``ggml_X(ctx, a)`` / ``ggml_X_inplace(ctx, a)`` of a one-tensor op, as ggml.c writes
+    them: both call ``impl(ctx, a, op, inplace)``, the first over a new tensor, the second over a view of
+    ``a``. The two functions count as defined in ``impl``'s module (the op table's family check reads
+    ``__module__``) and are named after the op."""
+    name = op.name.lower()
+
+    def build(ctx: Context, a: Tensor) -> Tensor:
+        return impl(ctx, a, op, False)
+
+    def build_inplace(ctx: Context, a: Tensor) -> Tensor:
+        return impl(ctx, a, op, True)
+
+    for fn, fn_name in ((build, name), (build_inplace, f"{name}_inplace")):
+        fn.__module__ = impl.__module__
+        fn.__name__ = fn.__qualname__ = fn_name
+        fn.__doc__ = f"ggml_{fn_name}{doc if fn is build else ''}"
+    return build, build_inplace

@@ -2,9 +2,7 @@
 direct convolutions, COL2IM_1D, POOL_1D/POOL_2D (and POOL_2D_BACK), UPSCALE (interpolate), PAD,
 PAD_REFLECT_1D.
 
-Each is ggml.c's constructor of the same name (without ``ggml_``, arguments in ggml's order, its
-asserts as ShapeError / TypeMismatchError); the CPU kernels of these ops live in the same-named
-module backend/cpu/kernels/conv.py. Re-exported by ops/builders.py and the flat ``pyggml.*``.
+CPU kernels: backend/cpu/kernels/conv.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Op constructors of user callbacks: MAP_CUSTOM1/2/3 and CUSTOM (Python callables kept in
 ``node.extra``).
 
-Each is ggml.c's constructor of the same name (without ``ggml_``, arguments in ggml's order, its
-asserts as ShapeError / TypeMismatchError); the CPU kernels of these ops live in the same-named
-module backend/cpu/kernels/custom.py. Re-exported by ops/builders.py and the flat ``pyggml.*``.
+CPU kernels: backend/cpu/kernels/custom.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

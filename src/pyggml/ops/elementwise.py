@@ -1,20 +1,16 @@
 """Op constructors of element-wise arithmetic: ADD, SUB, MUL, DIV (b broadcast to a), ADD1, SQR,
 SQRT, LOG, SIN, COS, SCALE, CLAMP, LEAKY_RELU, FILL.
 
-Each is ggml.c's constructor of the same name (without ``ggml_``, arguments in ggml's order, its
-asserts as ShapeError / TypeMismatchError); the CPU kernels of these ops live in the same-named
-module backend/cpu/kernels/elementwise.py. Re-exported by ops/builders.py and the flat ``pyggml.*``.
+CPU kernels: backend/cpu/kernels/elementwise.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from ..context import Context
 from ..errors import TypeMismatchError
 from ..tensor import Tensor
 from ..types import GGMLType
-from ._build import BF16, F16, F32, _check_repeat, _dup_or_view, _is_padded_1d, _ne, _new, _node, _require
+from ._build import BF16, F16, F32, _check_repeat, _dup_or_view, _is_padded_1d, _ne, _new, _node, _require, _twins
 from .enums import Op
 
 
@@ -79,23 +75,15 @@ def add1_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------------- simple element-wise math
-def _elementwise(op: Op) -> tuple[Callable[[Context, Tensor], Tensor], Callable[[Context, Tensor], Tensor]]:
-    def build(ctx: Context, a: Tensor) -> Tensor:
-        return _node(ctx.dup_tensor(a), op, a)
-
-    def build_inplace(ctx: Context, a: Tensor) -> Tensor:
-        return _node(ctx.view_tensor(a), op, a)
-
-    build.__doc__ = f"ggml_{op.name.lower()}"
-    build_inplace.__doc__ = f"ggml_{op.name.lower()}_inplace"
-    return build, build_inplace
+def _math(ctx: Context, a: Tensor, op: Op, inplace: bool) -> Tensor:
+    return _node(_dup_or_view(ctx, a, inplace), op, a)
 
 
-sqr, sqr_inplace = _elementwise(Op.SQR)
-sqrt, sqrt_inplace = _elementwise(Op.SQRT)
-log, log_inplace = _elementwise(Op.LOG)
-sin, sin_inplace = _elementwise(Op.SIN)
-cos, cos_inplace = _elementwise(Op.COS)
+sqr, sqr_inplace = _twins(_math, Op.SQR)
+sqrt, sqrt_inplace = _twins(_math, Op.SQRT)
+log, log_inplace = _twins(_math, Op.LOG)
+sin, sin_inplace = _twins(_math, Op.SIN)
+cos, cos_inplace = _twins(_math, Op.COS)
 
 
 # ---------------------------------------------------------------------- scale / set / copies

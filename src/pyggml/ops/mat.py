@@ -1,8 +1,6 @@
 """Op constructors of matrix products: MUL_MAT, MUL_MAT_ID (mixture of experts), OUT_PROD, ADD_ID.
 
-Each is ggml.c's constructor of the same name (without ``ggml_``, arguments in ggml's order, its
-asserts as ShapeError / TypeMismatchError); the CPU kernels of these ops live in the same-named
-module backend/cpu/kernels/mat.py. Re-exported by ops/builders.py and the flat ``pyggml.*``.
+CPU kernels: backend/cpu/kernels/mat.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

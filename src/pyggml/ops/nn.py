@@ -2,9 +2,7 @@
 L2_NORM, SOFT_MAX (and SOFT_MAX_BACK), ROPE (and ROPE_BACK), FLASH_ATTN_EXT, the SAM relative
 positions (GET_REL_POS, ADD_REL_POS) and DeepSeek V4's indexer and hyper-connection ops.
 
-Each is ggml.c's constructor of the same name (without ``ggml_``, arguments in ggml's order, its
-asserts as ShapeError / TypeMismatchError); the CPU kernels of these ops live in the same-named
-module backend/cpu/kernels/nn.py. Re-exported by ops/builders.py and the flat ``pyggml.*``.
+CPU kernels: backend/cpu/kernels/nn.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

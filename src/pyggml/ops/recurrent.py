@@ -4,9 +4,7 @@ GATED_LINEAR_ATTN, RWKV_WKV7, GATED_DELTA_NET and SOLVE_TRI.
 The recurrences return one F32 tensor holding the outputs followed by the final states (ggml's
 "concatenated y + states" layout), which the caller views apart.
 
-Each is ggml.c's constructor of the same name (without ``ggml_``, arguments in ggml's order, its
-asserts as ShapeError / TypeMismatchError); the CPU kernels of these ops live in the same-named
-module backend/cpu/kernels/recurrent.py. Re-exported by ops/builders.py and the flat ``pyggml.*``.
+CPU kernels: backend/cpu/kernels/recurrent.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Op constructors of reductions and orderings along rows: SUM, SUM_ROWS, MEAN, CUMSUM, ARGMAX,
 COUNT_EQUAL, ARGSORT, TOP_K.
 
-Each is ggml.c's constructor of the same name (without ``ggml_``, arguments in ggml's order, its
-asserts as ShapeError / TypeMismatchError); the CPU kernels of these ops live in the same-named
-module backend/cpu/kernels/reduce.py. Re-exported by ops/builders.py and the flat ``pyggml.*``.
+CPU kernels: backend/cpu/kernels/reduce.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

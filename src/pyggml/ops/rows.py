@@ -1,8 +1,6 @@
 """Op constructors that copy or gather rows: DUP, CPY (and cast), CONT, GET_ROWS, GET_ROWS_BACK, SET_ROWS.
 
-Each is ggml.c's constructor of the same name (without ``ggml_``, arguments in ggml's order, its
-asserts as ShapeError / TypeMismatchError); the CPU kernels of these ops live in the same-named
-module backend/cpu/kernels/rows.py. Re-exported by ops/builders.py and the flat ``pyggml.*``.
+CPU kernels: backend/cpu/kernels/rows.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

@@ -2,9 +2,7 @@
 no kernel), REPEAT, REPEAT_BACK, CONCAT, ACC, SET, DIAG, DIAG_MASK_*, TRI, ARANGE,
 TIMESTEP_EMBEDDING, ROLL, WIN_PART, WIN_UNPART.
 
-Each is ggml.c's constructor of the same name (without ``ggml_``, arguments in ggml's order, its
-asserts as ShapeError / TypeMismatchError); the CPU kernels of these ops live in the same-named
-module backend/cpu/kernels/shape.py. Re-exported by ops/builders.py and the flat ``pyggml.*``.
+CPU kernels: backend/cpu/kernels/shape.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

@@ -2,9 +2,7 @@
 steps (OPT_STEP_ADAMW, OPT_STEP_SGD). The backward ops sit with their forward op's family
 (SILU_BACK in unary.py, RMS_NORM_BACK and SOFT_MAX_BACK in nn.py, POOL_2D_BACK in conv.py).
 
-Each is ggml.c's constructor of the same name (without ``ggml_``, arguments in ggml's order, its
-asserts as ShapeError / TypeMismatchError); the CPU kernels of these ops live in the same-named
-module backend/cpu/kernels/train.py. Re-exported by ops/builders.py and the flat ``pyggml.*``.
+CPU kernels: backend/cpu/kernels/train.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Op constructors of activations: UNARY with its sub-ops (abs, gelu, silu, xielu...), GLU with its
 sub-ops (swiglu, geglu, swiglu_oai, swiglu_clamp...), and SILU_BACK, the gradient of silu.
 
-Each is ggml.c's constructor of the same name (without ``ggml_``, arguments in ggml's order, its
-asserts as ShapeError / TypeMismatchError); the CPU kernels of these ops live in the same-named
-module backend/cpu/kernels/unary.py. Re-exported by ops/builders.py and the flat ``pyggml.*``.
+CPU kernels: backend/cpu/kernels/unary.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ from collections.abc import Callable
 from ..context import Context
 from ..errors import TypeMismatchError
 from ..tensor import Tensor, are_same_shape
-from ._build import _dup_or_view, _ne, _new, _node, _require
+from ._build import Build1, _dup_or_view, _ne, _new, _node, _require, _twins
 from .enums import GluOp, Op, UnaryOp
 
 
@@ -31,16 +29,8 @@ def unary_inplace(ctx: Context, a: Tensor, op: UnaryOp) -> Tensor:
     return _unary(ctx, a, UnaryOp(op), True)
 
 
-def _unary_pair(op: UnaryOp) -> tuple[Callable[[Context, Tensor], Tensor], Callable[[Context, Tensor], Tensor]]:
-    def build(ctx: Context, a: Tensor) -> Tensor:
-        return _unary(ctx, a, op, False)
-
-    def build_inplace(ctx: Context, a: Tensor) -> Tensor:
-        return _unary(ctx, a, op, True)
-
-    build.__doc__ = f"ggml_{op.name.lower()}: UNARY node with sub-op {op.name}"
-    build_inplace.__doc__ = f"ggml_{op.name.lower()}_inplace"
-    return build, build_inplace
+def _unary_pair(op: UnaryOp) -> tuple[Build1, Build1]:
+    return _twins(_unary, op, f": UNARY node with sub-op {op.name}")
 
 
 abs, abs_inplace = _unary_pair(UnaryOp.ABS)

@@ -298,20 +298,11 @@ class TypeChooser:
             return new_type
         if _is_attn_v(cat):
             return self._attn_v(new_type)
-        if cat == Category.ATTENTION_K:
-            if m.n_expert == 8:
+        if cat in (Category.ATTENTION_K, Category.ATTENTION_Q):
+            if cat == Category.ATTENTION_K and m.n_expert == 8:
                 return T.Q8_0
-            if ft == F.MOSTLY_IQ3_XS:
-                return T.IQ3_XXS
-            if ft == F.MOSTLY_IQ3_XXS:
-                return T.IQ2_S
-            return new_type
-        if cat == Category.ATTENTION_Q:
-            if ft == F.MOSTLY_IQ3_XS:
-                return T.IQ3_XXS
-            if ft == F.MOSTLY_IQ3_XXS:
-                return T.IQ2_S
-            return new_type
+            # llama.cpp's attn_k and attn_q branches demote IQ3_XS / IQ3_XXS alike
+            return {F.MOSTLY_IQ3_XS: T.IQ3_XXS, F.MOSTLY_IQ3_XXS: T.IQ2_S}.get(ft, new_type)
         if cat == Category.FFN_DOWN:
             return self._ffn_down(new_type, name)
         if cat == Category.ATTENTION_OUTPUT:

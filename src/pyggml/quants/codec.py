@@ -120,6 +120,14 @@ def register(cls: type[Codec]) -> type[Codec]:
     return cls
 
 
+def declare(base: type[Codec], qtype: GGMLType, doc: str, **attrs: object) -> type[Codec]:
+    """Register the codec of a type that differs from its siblings only in data (``attrs``, e.g. the
+    block layout and which numba kernel to call): a subclass of ``base`` named after the type, made and
+    registered in one line instead of a class body that would repeat the same five assignments."""
+    namespace = {"qtype": qtype, "__doc__": doc, "__module__": base.__module__, "__qualname__": qtype.name, **attrs}
+    return register(type(qtype.name, (base,), namespace))
+
+
 def get_codec(qtype: GGMLType | int) -> Codec:
     try:
         ty = GGMLType(int(qtype))
@@ -145,6 +153,7 @@ __all__ = [
     "BlockCodec",
     "Codec",
     "QuantError",
+    "declare",
     "get_codec",
     "n_per_row_of",
     "register",

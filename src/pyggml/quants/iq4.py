@@ -14,7 +14,7 @@ from numba import njit, prange
 
 from ..types import QK_K, GGMLType
 from ._blocks import load_table, read_fp16
-from .codec import SERIAL_BELOW_QUANT, BlockCodec, QuantError, register, threads_for
+from .codec import SERIAL_BELOW_QUANT, BlockCodec, QuantError, declare, threads_for
 from .fp import fp32_to_fp16_bits_nb
 from .ksearch import (
     GROUP_MAX_EPS,
@@ -201,20 +201,10 @@ class _IQ4(BlockCodec):
         deq(blocks, read_fp16(blocks, 0), _KVALUES_F32, y.reshape(blocks.shape[0], self.block_values))
 
 
-@register
-class IQ4_NL(_IQ4):
-    qtype = GGMLType.IQ4_NL
-    block_dtype = BLOCK_IQ4_NL
-    vec_dot_type = GGMLType.Q8_0
-    block_values = QK4_NL
-
-
-@register
-class IQ4_XS(_IQ4):
-    qtype = GGMLType.IQ4_XS
-    block_dtype = BLOCK_IQ4_XS
-    vec_dot_type = GGMLType.Q8_K
-    block_values = QK_K
+IQ4_NL = declare(_IQ4, GGMLType.IQ4_NL, "ggml's iq4_nl: 32 values, one fp16 scale, the non-linear 4-bit grid.",
+                 block_dtype=BLOCK_IQ4_NL, vec_dot_type=GGMLType.Q8_0, block_values=QK4_NL)
+IQ4_XS = declare(_IQ4, GGMLType.IQ4_XS, "ggml's iq4_xs: iq4_nl's grid in super-blocks of 256 with 6-bit scales.",
+                 block_dtype=BLOCK_IQ4_XS, vec_dot_type=GGMLType.Q8_K, block_values=QK_K)
 
 
 def quantize_iq4_nl_ref(x: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from numba import njit, prange
 
 from ..types import QK_K, GGMLType
 from ._blocks import read_fp16
-from .codec import BlockCodec, register
+from .codec import BlockCodec, Codec, declare, register
 from .fp import nearest_int
 from .kq_quantize import quantize_superblocks
 from .ksearch import f32
@@ -209,49 +209,18 @@ class _KQuant(BlockCodec):
         self._deq(blocks, *(read_fp16(blocks, at) for at in self.fp16_at), y.reshape(blocks.shape[0], QK_K))
 
 
-@register
-class Q2_K(_KQuant):
-    qtype = GGMLType.Q2_K
-    block_dtype = BLOCK_Q2_K
-    kind = 2
-    _deq = staticmethod(_deq_q2_K)
-    fp16_at = (80, 82)
+def _kquant(qtype: GGMLType, block: np.dtype, deq: Callable[..., None], fp16_at: tuple[int, ...]) -> type[Codec]:
+    """One K-quant's codec: the ``kind`` the shared quantizer dispatches on is the digit of its name."""
+    doc = f"ggml's {qtype.type_name}: block_{qtype.type_name} (ggml-common.h)."
+    kind = int(qtype.name[1])
+    return declare(_KQuant, qtype, doc, block_dtype=block, kind=kind, _deq=staticmethod(deq), fp16_at=fp16_at)
 
 
-@register
-class Q3_K(_KQuant):
-    qtype = GGMLType.Q3_K
-    block_dtype = BLOCK_Q3_K
-    kind = 3
-    _deq = staticmethod(_deq_q3_K)
-    fp16_at = (108,)
-
-
-@register
-class Q4_K(_KQuant):
-    qtype = GGMLType.Q4_K
-    block_dtype = BLOCK_Q4_K
-    kind = 4
-    _deq = staticmethod(_deq_q4_K)
-    fp16_at = (0, 2)
-
-
-@register
-class Q5_K(_KQuant):
-    qtype = GGMLType.Q5_K
-    block_dtype = BLOCK_Q5_K
-    kind = 5
-    _deq = staticmethod(_deq_q5_K)
-    fp16_at = (0, 2)
-
-
-@register
-class Q6_K(_KQuant):
-    qtype = GGMLType.Q6_K
-    block_dtype = BLOCK_Q6_K
-    kind = 6
-    _deq = staticmethod(_deq_q6_K)
-    fp16_at = (208,)
+Q2_K = _kquant(GGMLType.Q2_K, BLOCK_Q2_K, _deq_q2_K, (80, 82))
+Q3_K = _kquant(GGMLType.Q3_K, BLOCK_Q3_K, _deq_q3_K, (108,))
+Q4_K = _kquant(GGMLType.Q4_K, BLOCK_Q4_K, _deq_q4_K, (0, 2))
+Q5_K = _kquant(GGMLType.Q5_K, BLOCK_Q5_K, _deq_q5_K, (0, 2))
+Q6_K = _kquant(GGMLType.Q6_K, BLOCK_Q6_K, _deq_q6_K, (208,))
 
 
 def quantize_q8_K(x: np.ndarray) -> np.ndarray:

@@ -11,61 +11,7 @@ GGML_SCHED_DEBUG's printout.
 
 from __future__ import annotations
 
-from .assign import SchedAssignError, SchedError
-from .scheduler import (
-    GGML_SCHED_MAX_BACKENDS,
-    GGML_SCHED_MAX_COPIES,
-    GGML_SCHED_MAX_SPLIT_INPUTS,
-    BackendSched,
-    EvalCallback,
-    SchedSplit,
-    backend_sched_alloc_graph,
-    backend_sched_free,
-    backend_sched_get_backend,
-    backend_sched_get_buffer_size,
-    backend_sched_get_buffer_type,
-    backend_sched_get_n_backends,
-    backend_sched_get_n_copies,
-    backend_sched_get_n_splits,
-    backend_sched_get_tensor_backend,
-    backend_sched_graph_compute,
-    backend_sched_graph_compute_async,
-    backend_sched_new,
-    backend_sched_reserve,
-    backend_sched_reserve_size,
-    backend_sched_reset,
-    backend_sched_set_eval_callback,
-    backend_sched_set_tensor_backend,
-    backend_sched_split_graph,
-    backend_sched_synchronize,
-)
+from . import scheduler
+from .scheduler import *  # noqa: F403  (BackendSched and the flat backend_sched_* functions)
 
-__all__ = [
-    "GGML_SCHED_MAX_BACKENDS",
-    "GGML_SCHED_MAX_COPIES",
-    "GGML_SCHED_MAX_SPLIT_INPUTS",
-    "BackendSched",
-    "EvalCallback",
-    "SchedAssignError",
-    "SchedError",
-    "SchedSplit",
-    "backend_sched_alloc_graph",
-    "backend_sched_free",
-    "backend_sched_get_backend",
-    "backend_sched_get_buffer_size",
-    "backend_sched_get_buffer_type",
-    "backend_sched_get_n_backends",
-    "backend_sched_get_n_copies",
-    "backend_sched_get_n_splits",
-    "backend_sched_get_tensor_backend",
-    "backend_sched_graph_compute",
-    "backend_sched_graph_compute_async",
-    "backend_sched_new",
-    "backend_sched_reserve",
-    "backend_sched_reserve_size",
-    "backend_sched_reset",
-    "backend_sched_set_eval_callback",
-    "backend_sched_set_tensor_backend",
-    "backend_sched_split_graph",
-    "backend_sched_synchronize",
-]
+__all__ = scheduler.__all__  # what pyggml.* re-exports, too

@@ -516,3 +516,7 @@ def backend_sched_set_eval_callback(sched: BackendSched, callback: EvalCallback 
     is wanted (ask=True), then shown it once computed (ask=False); False then stops the split."""
     sched.callback_eval = callback
     sched.callback_eval_user_data = user_data
+
+
+# the flat ggml_backend_sched_* functions join the exports (sched/__init__.py re-exports this list)
+__all__ += ["EvalCallback", *(n for n, v in list(globals().items()) if n.startswith("backend_sched_") and callable(v))]

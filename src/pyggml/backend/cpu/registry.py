@@ -6,6 +6,7 @@ Kept apart from compute.py so kernel modules can register without importing the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 from ...ops.enums import Op
 from ...tensor import Tensor
@@ -38,14 +39,24 @@ def required_srcs(op: Op) -> int:
     return REQUIRED_SRCS.get(op, 1)
 
 
-def kernel(*ops: Op) -> Callable[[Kernel], Kernel]:
-    """Register ``fn`` as the CPU kernel of each op in ``ops`` (one kernel per op)."""
+_Fn = TypeVar("_Fn", bound=Callable[..., object])
 
-    def register(fn: Kernel) -> Kernel:
+
+def op_registrar(table: dict[Op, _Fn], what: str, ops: tuple[Op, ...]) -> Callable[[_Fn], _Fn]:
+    """A decorator that enters ``fn`` in ``table`` under each op of ``ops``; a second entry for an op is a
+    RuntimeError naming ``what`` (two kernels for one op would leave which one runs to import order).
+    Both op tables of the CPU backend fill this way: KERNELS here and jit/'s SELECTORS."""
+
+    def register(fn: _Fn) -> _Fn:
         for op in ops:
-            if op in KERNELS:
-                raise RuntimeError(f"two CPU kernels registered for {op.name}")
-            KERNELS[op] = fn
+            if op in table:
+                raise RuntimeError(f"two {what} registered for {op.name}")
+            table[op] = fn
         return fn
 
     return register
+
+
+def kernel(*ops: Op) -> Callable[[Kernel], Kernel]:
+    """Register ``fn`` as the CPU kernel of each op in ``ops`` (one kernel per op)."""
+    return op_registrar(KERNELS, "CPU kernels", ops)

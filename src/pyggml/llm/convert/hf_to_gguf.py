@@ -23,10 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from ... import quants
 from ...gguf import GGUFValueType, GGUFWriter
 from ...gguf.constants import Keys
-from ...tensor_data import f32_to_bf16
+from ...tensor_data import f32_to_rows
 from ...types import GGMLType
 from .arch import detect_arch, hparams_metadata, map_tensors, required_tensors
 from .vocab import ConversionError, tokenizer_metadata
@@ -62,16 +61,6 @@ def tensor_type(name: str, shape: tuple[int, ...], wanted: GGMLType) -> GGMLType
     if shape[-1] % ty.blck_size:
         ty = GGMLType.F16
     return ty
-
-
-def _encode(data: np.ndarray, ty: GGMLType) -> np.ndarray:
-    if ty == GGMLType.F32:
-        return data
-    if ty == GGMLType.F16:
-        return data.astype(np.float16)
-    if ty == GGMLType.BF16:
-        return f32_to_bf16(data)
-    return quants.quantize(data.reshape(-1, data.shape[-1]), ty)
 
 
 def _config_dict(config: Any) -> dict[str, Any]:
@@ -167,7 +156,7 @@ def convert_hf_model(
     for t in map_tensors(arch, cfg, _state_items(model_or_state_dict), n_vocab_real):
         ty = tensor_type(t.name, t.data.shape, wanted)
         ne = list(reversed(t.data.shape))
-        w.add_tensor(t.name, lambda d=t.data, ty=ty: _encode(d, ty), type=ty, ne=ne)
+        w.add_tensor(t.name, lambda d=t.data, ty=ty: f32_to_rows(d, ty), type=ty, ne=ne)
         written.add(t.name)
     missing = [n for n in required_tensors(arch, cfg) if n not in written]
     if missing:

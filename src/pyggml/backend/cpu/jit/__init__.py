@@ -26,6 +26,7 @@ from numba import types
 
 from ....ops.enums import Op
 from ....tensor import Tensor
+from ..registry import op_registrar
 
 #: the C signature of every compiled kernel (see native.call_kernel)
 KERNEL_SIG = types.void(types.int64, types.int64, types.int64, types.int64)
@@ -164,14 +165,8 @@ SELECTORS: dict[Op, Selector] = {}
 
 
 def selector(*ops: Op) -> Callable[[Selector], Selector]:
-    def register(fn: Selector) -> Selector:
-        for op in ops:
-            if op in SELECTORS:
-                raise RuntimeError(f"two compiled-kernel selectors registered for {op.name}")
-            SELECTORS[op] = fn
-        return fn
-
-    return register
+    """Register ``fn`` as the compiled-kernel selector of each op in ``ops`` (one selector per op)."""
+    return op_registrar(SELECTORS, "compiled-kernel selectors", ops)
 
 
 def enabled() -> bool:
