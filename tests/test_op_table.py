@@ -46,7 +46,7 @@ def test_every_op_has_exactly_one_row() -> None:
     keys = [key(r.op) for r in ROWS]
     assert len(keys) == len(set(keys)), "an op has two rows"
     missing = [f"{t}.{n}" for t, n in (key(op) for op in ALL_OPS) if (t, n) not in OP_TABLE]
-    assert not missing, f"ops without a row in pyggml/ops/table.txt: {missing}"
+    assert not missing, f"ops without a row in pyggml/ops/table.py: {missing}"
     assert len(OP_TABLE) == len(ALL_OPS)
 
 
