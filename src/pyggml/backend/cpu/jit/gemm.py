@@ -31,17 +31,14 @@ from numba.extending import intrinsic
 
 from ..matmul.intrinsics import (
     _AVX2,
-    _VNNI,
     _decode_q4_0,
     _decode_q5_0,
     _decode_q8_0,
-    _dpbusd,
     _fma,
     _fp16_at,
     _hsum8,
     _maddubs,
     _maddwd,
-    _quad_sums,
     _vec,
     _x86,
 )
@@ -202,22 +199,8 @@ def _tile_kernel(cols: int, q6: bool):
                 # Q6_K: sub-blocks of 16 (4 steps), i16 sums of 2 steps (2*2*63*127 < 2^15)
                 n_sub, per, group = (16, 4, 2) if q6 else (8, 8, 8)
                 for s in range(n_sub):
-                    sc_at = _at(builder, tb, (Q6_SCALES if q6 else SB_SCALES) + 32 * s, _vec(16, _I16))
-                    if _VNNI:  # i32 sub-block sums, times the scale (its i16 pair read as one i32 lane)
-                        sixteen = ir.Constant(_vec(8, _I32), [16] * 8)
-                        sc32 = builder.load(builder.bitcast(sc_at, _vec(8, _I32).as_pointer()), align=1)
-                        sc32 = builder.ashr(builder.shl(sc32, sixteen), sixteen)
-                        sums = [zero_i] * cols
-                        for t in range(per):
-                            w = builder.load(_at(builder, tb, 32 * (per * s + t), _vec(32, _I8)), align=1)
-                            for c in range(cols):
-                                a4 = builder.load(_at(builder, arow[c], 4 * (per * s + t), _I32), align=1)
-                                av = builder.bitcast(_splat_i32(builder, a4, 8), _vec(32, _I8))
-                                sums[c] = _dpbusd(builder, sums[c], w, av)
-                        for c in range(cols):
-                            acc32[c] = builder.add(acc32[c], builder.mul(sums[c], sc32))
-                        continue
-                    sc = builder.load(sc_at, align=1)
+                    sc = builder.load(_at(builder, tb, (Q6_SCALES if q6 else SB_SCALES) + 32 * s, _vec(16, _I16)),
+                                      align=1)
                     for g0 in range(0, per, group):
                         acc16 = [ir.Constant(_vec(16, _I16), [0] * 16) for _ in range(cols)]
                         for t in range(g0, g0 + group):
@@ -432,6 +415,7 @@ def _q0_tile(rm: int, rn: int):
             c_a, x_a, d_a, srow_v, nb_v, qa_a, k_v, da_a, out_a, ocol_v = args
             i8ptr = _I8.as_pointer()
             f8 = _vec(8, _F32)
+            ones = ir.Constant(_vec(16, _I16), [1] * 16)
             crow = [builder.inttoptr(builder.add(c_a, builder.mul(srow_v, ir.Constant(_I64, i))), i8ptr)
                     for i in range(rm)]
             xrow = [builder.inttoptr(builder.add(x_a, builder.mul(srow_v, ir.Constant(_I64, i))), i8ptr)
@@ -457,7 +441,7 @@ def _q0_tile(rm: int, rn: int):
                     da = _splat_f32(builder, builder.load(builder.gep(darow[j], [b])), 8)
                     for i in range(rm):
                         sy = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), a, w[i])
-                        lanes = _quad_sums(builder, x[i], sy)
+                        lanes = _maddwd(builder, _maddubs(builder, x[i], sy), ones)
                         acc = accs[j][i]
                         builder.store(_fma(builder, builder.fmul(dw[i], da), builder.sitofp(lanes, f8),
                                            builder.load(acc)), acc)

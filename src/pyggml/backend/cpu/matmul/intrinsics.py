@@ -159,9 +159,6 @@ def _host_has(feature: str) -> bool:
 #: x86 AVX2: the block dots use pmaddubsw/pmaddwd as ggml's AVX2 kernels (u8 x s8 -> i16 pair sums,
 #: then i16 x i16 -> i32), about half the instructions of widening both operands to i16
 _AVX2 = _host_has("avx2")
-#: AVX-512 VNNI (with VL) or AVX-VNNI: vpdpbusd adds 4 u8 x s8 products into each i32 lane in one
-#: instruction, where AVX2 needs pmaddubsw, pmaddwd and an add (and it never saturates)
-_VNNI = _AVX2 and (_host_has("avxvnni") or (_host_has("avx512vnni") and _host_has("avx512vl")))
 #: F16C: fp16 scales widened with vcvtph2ps instead of a table lookup
 _F16C = _host_has("f16c")
 _I16 = ir.IntType(16)
@@ -191,22 +188,6 @@ def _maddwd(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     return _x86(builder, "llvm.x86.avx2.pmadd.wd", _vec(8, _I32), a, b)
 
 
-def _dpbusd(builder: ir.IRBuilder, acc: ir.Value, u: ir.Value, s: ir.Value) -> ir.Value:
-    """<8 x i32> acc + (lane i: the 4 products of bytes 4i..4i+3 of <32 x i8> unsigned u and signed s)."""
-    i32x8 = _vec(8, _I32)
-    return _x86(builder, "llvm.x86.avx512.vpdpbusd.256", i32x8, acc, builder.bitcast(u, i32x8),
-                builder.bitcast(s, i32x8))
-
-
-def _quad_sums(builder: ir.IRBuilder, u: ir.Value, s: ir.Value) -> ir.Value:
-    """<32 x i8> unsigned u x <32 x i8> signed s -> <8 x i32>, lane i the sum of products 4i..4i+3: one
-    vpdpbusd with VNNI, else pmaddubsw then pmaddwd with ones (the same sums: the i16 pairs never
-    saturate for the operands here, ggml's quantizers keep codes within +-127)."""
-    if _VNNI:
-        return _dpbusd(builder, ir.Constant(_vec(8, _I32), [0] * 8), u, s)
-    return _maddwd(builder, _maddubs(builder, u, s), ir.Constant(_vec(16, _I16), [1] * 16))
-
-
 def _i16_lanes(builder: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
     """<16 x i16> with lane i = values[i * len(values) // 16] (i32 scalars truncated)."""
     v = ir.Constant(_vec(16, _I16), ir.Undefined)
@@ -224,7 +205,8 @@ def _signed_lanes8(builder: ir.IRBuilder, codes: ir.Value, a: ir.Value) -> ir.Va
     if _AVX2:
         ax = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), codes, codes)
         sy = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), a, codes)
-        return _quad_sums(builder, ax, sy)
+        ones = ir.Constant(_vec(16, _I16), [1] * 16)
+        return _maddwd(builder, _maddubs(builder, ax, sy), ones)
     prod = builder.mul(builder.sext(codes, _vec(32, _I32)), builder.sext(a, _vec(32, _I32)))
     return _halves(builder, _pairs(builder, prod))
 
