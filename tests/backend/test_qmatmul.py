@@ -306,3 +306,34 @@ def test_widen_f16_matches_numpy_for_every_value_and_strides() -> None:
     view = every.T[::3, 5:200]  # transposed, strided both ways (like the V cache's rows)
     got = qmatmul.widen_f16(view, np.empty(view.shape, np.float32))
     np.testing.assert_array_equal(got.view(np.uint32), view.astype(np.float32).view(np.uint32))
+
+
+@pytest.mark.parametrize(("kind", "ty"), [(0, T.Q8_0), (1, T.Q4_0), (2, T.Q5_0)], ids=["q8_0", "q4_0", "q5_0"])
+def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(kind: int, ty: GGMLType) -> None:
+    """A decode's mat-vec runs ROWDOT_ROWS rows per call (rows a quarter of the range apart); each output
+    must be bit for bit the one-row dot, for every range length (remainder rows included)."""
+    from pyggml.backend.cpu.matmul import intrinsics, kernels
+
+    rng = np.random.default_rng(7)
+    m, k = 23, 256
+    wq, _ = _weights(ty, m, k, rng)
+    wu = np.ascontiguousarray(wq).reshape(-1)
+    rs = wq.shape[1]
+    qa = rng.integers(-127, 128, size=(1, k), dtype=np.int8)
+    da = rng.uniform(0.001, 0.02, size=(1, k // 32)).astype(np.float32)
+    one = (intrinsics.rowdot_q8_0, intrinsics.rowdot_q4_0, intrinsics.rowdot_q5_0)[kind]
+    import numba
+
+    @numba.njit
+    def single(wi, out):  # pragma: no cover - compiled
+        for r in range(m):
+            out[r] = one(wi, r * rs, k // 32, qa[0], 0, da[0], 0, actquant.F16_TO_F32)
+
+    want = np.zeros(m, np.float32)
+    single(wu.view(np.int8), want)
+    asum = np.zeros((1, k // 32), np.int32)
+    for r0, r1 in [(0, m), (0, 4), (3, 10), (5, 6), (2, 23), (0, 0)]:
+        out = np.full((1, m), np.nan, np.float32)
+        kernels._mv_rowdot(kind, wu, wu.view(np.int8), rs, m, qa, da, asum, actquant.F16_TO_F32, out, r0, r1)
+        np.testing.assert_array_equal(out[0, r0:r1], want[r0:r1])
+        assert np.isnan(out[0, :r0]).all() and np.isnan(out[0, r1:]).all()

@@ -168,7 +168,13 @@ def _fp16_at(builder: ir.IRBuilder, ptr: ir.Value, tbase: ir.Value) -> ir.Value:
     """The little-endian fp16 at byte pointer ``ptr`` as float32 (exact either way)."""
     bits = builder.load(builder.bitcast(ptr, _I16.as_pointer()), align=1)
     if _F16C:
-        return builder.fpext(builder.bitcast(bits, ir.HalfType()), ir.FloatType())
+        # LLVM loads a lone i16 with vpinsrw, which merges into a register it picks freely: a false
+        # dependency on that register's last writer (in the row dots, the previous block's fma, so the
+        # block loop ran at a chain's latency). An opaque zero (vpxor, loop-invariant) is the merge base.
+        zero = builder.asm(ir.FunctionType(_vec(8, _I16), []), "vpxor $0, $0, $0", "=x", [], False)
+        v = builder.insert_element(zero, bits, ir.Constant(_I32, 0))
+        f = builder.fpext(builder.bitcast(v, _vec(8, ir.HalfType())), _vec(8, ir.FloatType()))
+        return builder.extract_element(f, ir.Constant(_I32, 0))
     return builder.load(builder.gep(tbase, [builder.zext(bits, ir.IntType(64))]))
 
 
@@ -247,25 +253,29 @@ def _hsum8(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
                         builder.extract_element(v2, ir.Constant(_I32, 1)))
 
 
-def _rowdot_blocks(builder, decode, block_bytes, wbase, nb, cols, tbase):
-    """The codegen of the row dots: per block, codes decoded once and dotted with each column's
-    (activation base, scale base) in ``cols``; returns each column's float32 sum."""
+def _rowdot_blocks(builder, decode, block_bytes, wbases, nb, cols, tbase):
+    """The codegen of the row dots: per block, each weight row's codes (rows at ``wbases``) decoded once
+    and dotted with each column's (activation base, scale base) in ``cols``; returns sums[row][col] as
+    float32. Every (row, column) keeps its own accumulator, so several rows at once are several
+    independent fma chains (a decode's one column would otherwise wait on one chain's latency)."""
     f8 = _vec(8, _F32)
-    accs = [cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in cols]
+    accs = [[cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in cols] for _ in wbases]
     with cgutils.for_range(builder, nb) as loop:
         b = loop.index
-        blk = builder.gep(wbase, [builder.mul(b, ir.Constant(_I64, block_bytes))])
-        dw = _fp16_at(builder, blk, tbase)
-        codes = decode(builder, blk)
-        for acc, (abase, dbase) in zip(accs, cols, strict=True):
-            d = builder.fmul(dw, builder.load(builder.gep(dbase, [b])))
-            av = builder.load(builder.bitcast(builder.gep(abase, [builder.mul(b, ir.Constant(_I64, 32))]),
-                                              _vec(32).as_pointer()), align=1)
-            lanes = _signed_lanes8(builder, codes, av)  # <8 x i32>
-            # acc = fma(d, lanes, acc): ggml's AVX2 vec_dot (_mm256_fmadd_ps) and llamafile's
-            # tinyBLAS_Q0_AVX, which llama.cpp runs for these types' prompts on x86 (sgemm.cpp)
-            builder.store(_fma(builder, _splat(builder, d, 8), builder.sitofp(lanes, f8), builder.load(acc)), acc)
-    return [_hsum8(builder, builder.load(acc)) for acc in accs]
+        for wbase, row_accs in zip(wbases, accs, strict=True):
+            blk = builder.gep(wbase, [builder.mul(b, ir.Constant(_I64, block_bytes))])
+            dw = _fp16_at(builder, blk, tbase)
+            codes = decode(builder, blk)
+            for acc, (abase, dbase) in zip(row_accs, cols, strict=True):
+                d = builder.fmul(dw, builder.load(builder.gep(dbase, [b])))
+                av = builder.load(builder.bitcast(builder.gep(abase, [builder.mul(b, ir.Constant(_I64, 32))]),
+                                                  _vec(32).as_pointer()), align=1)
+                lanes = _signed_lanes8(builder, codes, av)  # <8 x i32>
+                # acc = fma(d, lanes, acc): ggml's AVX2 vec_dot (_mm256_fmadd_ps) and llamafile's
+                # tinyBLAS_Q0_AVX, which llama.cpp runs for these types' prompts on x86 (sgemm.cpp)
+                builder.store(_fma(builder, _splat(builder, d, 8), builder.sitofp(lanes, f8), builder.load(acc)),
+                              acc)
+    return [[_hsum8(builder, builder.load(acc)) for acc in row_accs] for row_accs in accs]
 
 
 def _rowdot32(decode, block_bytes: int):
@@ -284,7 +294,7 @@ def _rowdot32(decode, block_bytes: int):
             col = (_ptr_at(context, builder, sig.args[3], a_arr, ao_v),
                    _ptr_at(context, builder, sig.args[5], da_arr, dao_v))
             tbase = _ptr_at(context, builder, sig.args[7], tab_arr, ir.Constant(_I64, 0))
-            return _rowdot_blocks(builder, decode, block_bytes, wbase, nb_v, [col], tbase)[0]
+            return _rowdot_blocks(builder, decode, block_bytes, [wbase], nb_v, [col], tbase)[0][0]
 
         return sig, codegen
 
@@ -316,8 +326,40 @@ def _rowdot32_cols(decode, block_bytes: int):
             cols = [(builder.gep(a0, [builder.mul(k, ir.Constant(_I64, c))]),
                      builder.gep(d0, [builder.mul(nb_v, ir.Constant(_I64, c))])) for c in range(ROWDOT_COLS)]
             tbase = _ptr_at(context, builder, sig.args[7], tab_arr, ir.Constant(_I64, 0))
-            sums = _rowdot_blocks(builder, decode, block_bytes, wbase, nb_v, cols, tbase)
+            sums = _rowdot_blocks(builder, decode, block_bytes, [wbase], nb_v, cols, tbase)[0]
             return context.make_tuple(builder, sig.return_type, sums)
+
+        return sig, codegen
+
+    return intrinsic(typer)
+
+
+#: weight rows per call of the multi-row row dots (a decode's mat-vec): independent chains in flight
+ROWDOT_ROWS = 4
+
+
+def _rowdot32_rows(decode, block_bytes: int):
+    """rowdot for ROWDOT_ROWS weight rows at once (row i at w[wo + i*rs]) and one activation row:
+    rowsdot(w, wo, rs, nb, a, ao, da, dao, tab) -> a tuple of float32, each sum exactly rowdot's.
+
+    Give rows far apart (rs many rows): each then streams on through its own range of rows, which
+    the hardware prefetcher follows; adjacent rows would be four short runs, each ending in a jump
+    (measured: a quarter of the bandwidth)."""
+
+    def typer(typingctx, w, wo, rs, nb, a, ao, da, dao, tab):
+        if not (_arr1(w) and _arr1(a)):
+            return None
+        sig = types.UniTuple(types.float32, ROWDOT_ROWS)(w, wo, rs, nb, a, ao, da, dao, tab)
+
+        def codegen(context, builder, sig, args):
+            w_arr, wo_v, rs_v, nb_v, a_arr, ao_v, da_arr, dao_v, tab_arr = args
+            w0 = _ptr_at(context, builder, sig.args[0], w_arr, wo_v)
+            wbases = [builder.gep(w0, [builder.mul(rs_v, ir.Constant(_I64, r))]) for r in range(ROWDOT_ROWS)]
+            col = (_ptr_at(context, builder, sig.args[4], a_arr, ao_v),
+                   _ptr_at(context, builder, sig.args[6], da_arr, dao_v))
+            tbase = _ptr_at(context, builder, sig.args[8], tab_arr, ir.Constant(_I64, 0))
+            sums = _rowdot_blocks(builder, decode, block_bytes, wbases, nb_v, [col], tbase)
+            return context.make_tuple(builder, sig.return_type, [row[0] for row in sums])
 
         return sig, codegen
 
@@ -330,6 +372,9 @@ rowdot_q5_0 = _rowdot32(_decode_q5_0, 22)
 rowdot4_q8_0 = _rowdot32_cols(_decode_q8_0, 34)
 rowdot4_q4_0 = _rowdot32_cols(_decode_q4_0, 18)
 rowdot4_q5_0 = _rowdot32_cols(_decode_q5_0, 22)
+rowsdot_q8_0 = _rowdot32_rows(_decode_q8_0, 34)
+rowsdot_q4_0 = _rowdot32_rows(_decode_q4_0, 18)
+rowsdot_q5_0 = _rowdot32_rows(_decode_q5_0, 22)
 
 
 # Superblock dots for the K-quants: the sub-block sums stay in 8 int32 lanes, are multiplied by

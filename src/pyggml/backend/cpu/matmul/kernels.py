@@ -10,6 +10,7 @@ from .actquant import F16_TO_F32 as _F16
 from .intrinsics import (
     _COL_BLOCK_BYTES,
     ROWDOT_COLS,
+    ROWDOT_ROWS,
     dot_q4_32,
     dot_q5_32,
     rowdot4_q4_0,
@@ -18,6 +19,9 @@ from .intrinsics import (
     rowdot_q4_0,
     rowdot_q5_0,
     rowdot_q8_0,
+    rowsdot_q4_0,
+    rowsdot_q5_0,
+    rowsdot_q8_0,
     sbdot4_q4_k,
     sbdot4_q5_k,
     sbdot4_q6_k,
@@ -67,8 +71,19 @@ def _mv_rowdot(kind, wu, wi, rs, m, qa, da, asum, tab, out, r0, r1):  # pragma: 
                     s = rowdot4_q5_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
                 for c in range(ROWDOT_COLS):
                     out[j + c, r] = s[c]
-    for r in range(r0, r1):
-        for j in range(n4, n):
+    q = (r1 - r0) // ROWDOT_ROWS
+    r4 = r0 + q * ROWDOT_ROWS
+    for j in range(n4, n):  # a decode: rows r0+t, r0+q+t, ... per call, four chains side by side
+        for t in range(q):
+            if kind == 0:
+                s = rowsdot_q8_0(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
+            elif kind == 1:
+                s = rowsdot_q4_0(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
+            else:
+                s = rowsdot_q5_0(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
+            for i in range(ROWDOT_ROWS):
+                out[j, r0 + i * q + t] = s[i]
+        for r in range(r4, r1):
             if kind == 0:
                 out[j, r] = rowdot_q8_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
             elif kind == 1:
