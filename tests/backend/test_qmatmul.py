@@ -337,3 +337,30 @@ def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(kind: int, ty:
         kernels._mv_rowdot(kind, wu, wu.view(np.int8), rs, m, qa, da, asum, actquant.F16_TO_F32, out, r0, r1)
         np.testing.assert_array_equal(out[0, r0:r1], want[r0:r1])
         assert np.isnan(out[0, :r0]).all() and np.isnan(out[0, r1:]).all()
+
+
+@pytest.mark.parametrize("ty", [T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
+def test_k_quant_decode_rows_match_the_prompt_path_bits(ty: GGMLType) -> None:
+    """A lone activation row (a decode) goes four weight rows at a time; a prompt's rows go four columns
+    at a time. The same activation row must get the same bits either way, for every row range."""
+    from pyggml.backend.cpu.matmul import kernels
+
+    rng = np.random.default_rng(11)
+    m, k = 21, 512
+    wq, _ = _weights(ty, m, k, rng)
+    wu = np.ascontiguousarray(wq).reshape(-1)
+    rs = wq.shape[1]
+    x = rng.integers(-127, 128, size=(1, k), dtype=np.int8)
+    qa5 = np.ascontiguousarray(np.vstack([rng.integers(-127, 128, size=(4, k), dtype=np.int8), x]))
+    da5 = rng.uniform(0.001, 0.02, size=(5, k // 256)).astype(np.float32)
+    fn = {T.Q4_K: kernels._mv_q4_k, T.Q5_K: kernels._mv_q5_k, T.Q6_K: kernels._mv_q6_k}[ty]
+    for r0, r1 in [(0, m), (3, 10), (5, 6), (1, 20)]:
+        outs = []
+        for qa, da in ((qa5, da5), (np.repeat(x, 4, axis=0), np.repeat(da5[4:], 4, axis=0))):
+            bsum = qa.reshape(qa.shape[0], -1, 16).sum(-1, dtype=np.int32)
+            out = np.full((qa.shape[0], m), np.nan, np.float32)
+            fn(wu, wu.view(np.int8), rs, m, qa, da, bsum, actquant.F16_TO_F32, out, r0, r1)
+            outs.append(out)
+        decode, prompt = outs[0][4, r0:r1], outs[1][0, r0:r1]
+        assert np.isfinite(decode).all()
+        np.testing.assert_array_equal(decode.view(np.uint32), prompt.view(np.uint32))

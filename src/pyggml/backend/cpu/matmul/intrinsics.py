@@ -159,6 +159,8 @@ def _host_has(feature: str) -> bool:
 #: x86 AVX2: the block dots use pmaddubsw/pmaddwd as ggml's AVX2 kernels (u8 x s8 -> i16 pair sums,
 #: then i16 x i16 -> i32), about half the instructions of widening both operands to i16
 _AVX2 = _host_has("avx2")
+#: AVX-512BW: 64-byte pmaddubsw/pmaddwd (the K-quant mat-vec does two sub-blocks per instruction)
+_AVX512 = _AVX2 and _host_has("avx512bw")
 #: F16C: fp16 scales widened with vcvtph2ps instead of a table lookup
 _F16C = _host_has("f16c")
 _I16 = ir.IntType(16)
@@ -442,9 +444,11 @@ def _k4_body(five: bool):
     def body(builder, wb, cols):
         scales, mins = _k4_scale_words(builder, builder.gep(wb, [ir.Constant(_I64, 4)]))
         qh = _load_at(builder, wb, 16, 32) if five else None
-        accs = [ir.Constant(_vec(8, _I32), [0] * 8)] * len(cols)
+        accs = [ir.Constant(_vec(16 if _AVX512 else 8, _I32), [0] * (16 if _AVX512 else 8))] * len(cols)
+        sc16 = builder.trunc(scales, _vec(8, _I16))
         for g in range(4):
             v = _load_at(builder, wb, qs_at + 32 * g, 32)
+            halves = []
             for half in range(2):
                 if half == 0:
                     codes = builder.and_(v, _consts(32, [15] * 32))
@@ -454,10 +458,23 @@ def _k4_body(five: bool):
                     bit = builder.and_(qh, _consts(32, [1 << (2 * g + half)] * 32))
                     hit = builder.icmp_unsigned("!=", bit, _consts(32, [0] * 32))
                     codes = builder.or_(codes, builder.select(hit, _consts(32, [16] * 32), _consts(32, [0] * 32)))
+                halves.append(codes)
+            if _AVX512:  # both sub-blocks of the group in one 64-byte register (the same integer sums)
+                codes = builder.shuffle_vector(halves[0], halves[1], ir.Constant(_vec(64, _I32), list(range(64))))
+                sc = builder.shuffle_vector(sc16, ir.Constant(sc16.type, ir.Undefined),
+                                            ir.Constant(_vec(32, _I32), [2 * g] * 16 + [2 * g + 1] * 16))
+                for c, (ab, _) in enumerate(cols):
+                    p = _x86(builder, "llvm.x86.avx512.pmaddubs.w.512", _vec(32, _I16), codes,
+                             _load_at(builder, ab, 64 * g, 64))
+                    accs[c] = builder.add(accs[c], _x86(builder, "llvm.x86.avx512.pmaddw.d.512", _vec(16, _I32), p, sc))
+                continue
+            for half, codes in enumerate(halves):
                 scale = builder.extract_element(scales, ir.Constant(_I32, 2 * g + half))
                 for c, (ab, _) in enumerate(cols):
                     a32 = _load_at(builder, ab, 64 * g + 32 * half, 32)
                     accs[c] = builder.add(accs[c], _scaled_lanes8(builder, codes, a32, [scale]))
+        if _AVX512:
+            accs = [_halves(builder, acc) for acc in accs]
         out = []
         for acc, (_, bb) in zip(accs, cols, strict=True):
             bsums = builder.load(builder.bitcast(bb, _vec(16, _I32).as_pointer()), align=4)

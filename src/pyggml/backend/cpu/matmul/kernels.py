@@ -160,50 +160,80 @@ def _scale_min_k4(wu, o, sc, mn):  # pragma: no cover - compiled
         mn[k] = (np.int32(wu[o + k + 4]) >> 4) | ((np.int32(wu[o + k]) >> 6) << 4)
 
 
+@njit(cache=True, inline="always")
+def _k_terms(kind, wu, wi, o, qf, ao, bf, bo, tab, dab):  # pragma: no cover - compiled
+    """One superblock of one row against one activation row: the two float32 terms the row's
+    accumulators take, (d*da)*sumi and (dmin*da)*summ (Q6_K: (d*da)*sumi and 0)."""
+    if kind == 2:
+        return (_h(tab, wu, o + 208) * dab) * np.float32(sbdot_q6_k(wi, o, qf, ao, bf, bo)), np.float32(0)
+    t1 = sbdot_q4_k(wu, o, qf, ao, bf, bo) if kind == 0 else sbdot_q5_k(wu, o, qf, ao, bf, bo)
+    return (_h(tab, wu, o) * dab) * np.float32(t1[0]), (_h(tab, wu, o + 2) * dab) * np.float32(t1[1])
+
+
 @njit(cache=True, nogil=True)
 def _mv_k(kind, wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
     """Q4_K / Q5_K / Q6_K (kind 0/1/2) rows against activation rows, ROWDOT_COLS rows per decode
     of each superblock; every output is summed in the same order either way. Q6_K's codes are
-    used unsigned and its -32 offset comes off via the block sums (see _q6_body)."""
+    used unsigned and its -32 offset comes off via the block sums (see _q6_body). A lone activation
+    row (a decode) takes four weight rows a quarter of the range apart at once, as the row dots do:
+    four streams and four accumulator chains side by side, each row's sums unchanged."""
     n, nb, k = qa.shape[0], qa.shape[1] // 256, qa.shape[1]
     bk = bsum.shape[1]
     bpb = 144 if kind == 0 else (176 if kind == 1 else 210)
     qf, bf = qa.reshape(qa.size), bsum.reshape(bsum.size)
     acc0 = np.zeros(ROWDOT_COLS, np.float32)
     acc1 = np.zeros(ROWDOT_COLS, np.float32)
+    n4 = n - n % ROWDOT_COLS
     for r in range(r0, r1):
-        j = 0
-        while j < n:
-            cols = ROWDOT_COLS if j + ROWDOT_COLS <= n else 1
+        for j in range(0, n4, ROWDOT_COLS):
             acc0[:] = 0
             acc1[:] = 0
             for b in range(nb):
                 o, ao, bo = r * rs + bpb * b, j * k + 256 * b, j * bk + 16 * b
                 if kind == 2:
                     dw = _h(tab, wu, o + 208)
-                    if cols == 1:
-                        acc0[0] += (dw * da[j, b]) * np.float32(sbdot_q6_k(wi, o, qf, ao, bf, bo))
-                    else:
-                        t6 = sbdot4_q6_k(wi, o, qf, ao, bf, bo, k, bk)
-                        for c in range(ROWDOT_COLS):
-                            acc0[c] += (dw * da[j + c, b]) * np.float32(t6[c])
+                    t6 = sbdot4_q6_k(wi, o, qf, ao, bf, bo, k, bk)
+                    for c in range(ROWDOT_COLS):
+                        acc0[c] += (dw * da[j + c, b]) * np.float32(t6[c])
                     continue
                 dw, mw = _h(tab, wu, o), _h(tab, wu, o + 2)
-                if cols == 1:
-                    t1 = sbdot_q4_k(wu, o, qf, ao, bf, bo) if kind == 0 else sbdot_q5_k(wu, o, qf, ao, bf, bo)
-                    acc0[0] += (dw * da[j, b]) * np.float32(t1[0])
-                    acc1[0] += (mw * da[j, b]) * np.float32(t1[1])
+                if kind == 0:
+                    t = sbdot4_q4_k(wu, o, qf, ao, bf, bo, k, bk)
                 else:
-                    if kind == 0:
-                        t = sbdot4_q4_k(wu, o, qf, ao, bf, bo, k, bk)
-                    else:
-                        t = sbdot4_q5_k(wu, o, qf, ao, bf, bo, k, bk)
-                    for c in range(ROWDOT_COLS):
-                        acc0[c] += (dw * da[j + c, b]) * np.float32(t[2 * c])
-                        acc1[c] += (mw * da[j + c, b]) * np.float32(t[2 * c + 1])
-            for c in range(cols):
+                    t = sbdot4_q5_k(wu, o, qf, ao, bf, bo, k, bk)
+                for c in range(ROWDOT_COLS):
+                    acc0[c] += (dw * da[j + c, b]) * np.float32(t[2 * c])
+                    acc1[c] += (mw * da[j + c, b]) * np.float32(t[2 * c + 1])
+            for c in range(ROWDOT_COLS):
                 out[j + c, r] = acc0[c] - acc1[c]
-            j += cols
+    q = (r1 - r0) // 4
+    for j in range(n4, n):
+        for t in range(q):
+            ra, rb, rc, rd = r0 + t, r0 + q + t, r0 + 2 * q + t, r0 + 3 * q + t
+            a0 = a1 = b0 = b1 = c0 = c1 = d0 = d1 = np.float32(0)
+            for b in range(nb):
+                ao, bo, dab, ob = j * k + 256 * b, j * bk + 16 * b, da[j, b], bpb * b
+                x0, x1 = _k_terms(kind, wu, wi, ra * rs + ob, qf, ao, bf, bo, tab, dab)
+                a0 += x0
+                a1 += x1
+                x0, x1 = _k_terms(kind, wu, wi, rb * rs + ob, qf, ao, bf, bo, tab, dab)
+                b0 += x0
+                b1 += x1
+                x0, x1 = _k_terms(kind, wu, wi, rc * rs + ob, qf, ao, bf, bo, tab, dab)
+                c0 += x0
+                c1 += x1
+                x0, x1 = _k_terms(kind, wu, wi, rd * rs + ob, qf, ao, bf, bo, tab, dab)
+                d0 += x0
+                d1 += x1
+            out[j, ra], out[j, rb], out[j, rc], out[j, rd] = a0 - a1, b0 - b1, c0 - c1, d0 - d1
+        for r in range(r0 + 4 * q, r1):
+            a0 = a1 = np.float32(0)
+            for b in range(nb):
+                x0, x1 = _k_terms(kind, wu, wi, r * rs + bpb * b, qf, j * k + 256 * b, bf, j * bk + 16 * b, tab,
+                                  da[j, b])
+                a0 += x0
+                a1 += x1
+            out[j, r] = a0 - a1
 
 
 @njit(cache=True, nogil=True)
