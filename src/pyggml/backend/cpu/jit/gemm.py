@@ -31,6 +31,7 @@ from numba.extending import intrinsic
 
 from ..matmul.intrinsics import (
     _AVX2,
+    _AVX512,
     _decode_q4_0,
     _decode_q5_0,
     _decode_q8_0,
@@ -164,97 +165,71 @@ def _bcast_pairs(builder: ir.IRBuilder, v8: ir.Value) -> list[ir.Value]:
                             _vec(16, _I16)) for j in range(4)]
 
 
-def _tile_kernel(cols: int, q6: bool):
-    """gemm_tile(tile, nsb, qa, k, da, bs, out, out_stride): ``cols`` activation rows (Q8_K: qa int8 rows of
-    k, da f32 rows of nsb, bs int32 rows of nsb*16, all row-major and addressed from their first row) times
-    the 8 rows of a Q4_K (q6=False) or Q6_K scratch tile; writes out[c][0..8] (f32) at out + c*out_stride.
+def _tile_kernel(cols: int, q6: bool, nt: int):
+    """gemm_tile(tile, nsb, qa, k, da, bs, out, out_stride, tstride): ``cols`` activation rows (Q8_K: qa int8
+    rows of k, da f32 rows of nsb, bs int32 rows of nsb*16, all row-major and addressed from their first row)
+    times the 8 rows of each of ``nt`` Q4_K (q6=False) or Q6_K scratch tiles, tile t at tile + t*tstride;
+    writes out[c][8t..8t+8] (f32) at out + c*out_stride + 32t. Two tiles share each activation load:
+    the kernel is bound by loads (a broadcast per pmaddubsw), not by the multiplies.
 
     Per lane (weight row) the float steps are the mat-vec kernel's: Q4_K acc0 += (d*da)*sumi,
     acc1 += (dmin*da)*summ, out = acc0 - acc1; Q6_K acc += (d*da)*(sumi - 32*sum sc*bsum)."""
     sb_bytes = Q6_BYTES if q6 else SB_BYTES
+    wide = _AVX512 and nt == 2
 
-    def typer(typingctx, tile, nsb, qa, k, da, bs, out, out_stride):
-        sig = types.void(types.int64, types.int64, types.int64, types.int64, types.int64, types.int64, types.int64,
-                         types.int64)
+    def typer(typingctx, tile, nsb, qa, k, da, bs, out, out_stride, tstride):
+        sig = types.void(*([types.int64] * 9))
 
         def codegen(context, builder, sig, args):
-            tile_a, nsb_v, qa_a, k_v, da_a, bs_a, out_a, ostride = args
+            tile_a, nsb_v, qa_a, k_v, da_a, bs_a, out_a, ostride, tstride_v = args
             i8ptr = _I8.as_pointer()
-            tile_p = builder.inttoptr(tile_a, i8ptr)
+            tile_ps = [builder.inttoptr(builder.add(tile_a, builder.mul(tstride_v, ir.Constant(_I64, t))), i8ptr)
+                       for t in range(nt)]
             qa_p = builder.inttoptr(qa_a, i8ptr)
             da_p = builder.inttoptr(da_a, i8ptr)
             bs_p = builder.inttoptr(bs_a, i8ptr)
             f8 = _vec(8, _F32)
             zero_f = ir.Constant(f8, [0.0] * 8)
             zero_i = ir.Constant(_vec(8, _I32), [0] * 8)
-            acc0 = [cgutils.alloca_once_value(builder, zero_f) for _ in range(cols)]
-            acc1 = [cgutils.alloca_once_value(builder, zero_f) for _ in range(cols)]
+            acc0 = [[cgutils.alloca_once_value(builder, zero_f) for _ in range(cols)] for _ in range(nt)]
+            acc1 = [[cgutils.alloca_once_value(builder, zero_f) for _ in range(cols)] for _ in range(nt)]
             with cgutils.for_range(builder, nsb_v) as loop:
                 b = loop.index
-                tb = builder.gep(tile_p, [builder.mul(b, ir.Constant(_I64, sb_bytes))])
+                tbs = [builder.gep(tp, [builder.mul(b, ir.Constant(_I64, sb_bytes))]) for tp in tile_ps]
                 arow = [builder.gep(qa_p, [builder.add(builder.mul(ir.Constant(_I64, c), k_v),
                                                        builder.mul(b, ir.Constant(_I64, 256)))]) for c in range(cols)]
-                acc32 = [zero_i] * cols
+                acc32 = [[zero_i] * cols for _ in range(nt)]
                 # Q4_K: sub-blocks of 32 (8 steps), i16 sums of 8 steps fit (8*2*15*127 < 2^15);
                 # Q6_K: sub-blocks of 16 (4 steps), i16 sums of 2 steps (2*2*63*127 < 2^15)
                 n_sub, per, group = (16, 4, 2) if q6 else (8, 8, 8)
-                for s in range(n_sub):
-                    sc = builder.load(_at(builder, tb, (Q6_SCALES if q6 else SB_SCALES) + 32 * s, _vec(16, _I16)),
-                                      align=1)
+                if wide:  # AVX-512: the two tiles side by side in 64-byte registers, their lanes never mixed
+                    acc32 = _wide_sums(builder, q6, tbs, arow, cols)
+                for s in range(0 if wide else n_sub):
+                    scs = [builder.load(_at(builder, tb, (Q6_SCALES if q6 else SB_SCALES) + 32 * s, _vec(16, _I16)),
+                                        align=1) for tb in tbs]
                     for g0 in range(0, per, group):
-                        acc16 = [ir.Constant(_vec(16, _I16), [0] * 16) for _ in range(cols)]
+                        acc16 = [[ir.Constant(_vec(16, _I16), [0] * 16) for _ in range(cols)] for _ in range(nt)]
                         for t in range(g0, g0 + group):
                             step = per * s + t
-                            w = builder.load(_at(builder, tb, 32 * step, _vec(32, _I8)), align=1)
+                            ws = [builder.load(_at(builder, tb, 32 * step, _vec(32, _I8)), align=1) for tb in tbs]
                             for c in range(cols):
                                 a4 = builder.load(_at(builder, arow[c], 4 * step, _I32), align=1)
                                 av = builder.bitcast(_splat_i32(builder, a4, 8), _vec(32, _I8))
-                                acc16[c] = builder.add(acc16[c], _maddubs(builder, w, av))
-                        for c in range(cols):
-                            acc32[c] = builder.add(acc32[c], _maddwd(builder, acc16[c], sc))
-                d = builder.load(_at(builder, tb, Q6_D if q6 else SB_D, f8), align=4)
-                if q6:
-                    pairs_sc = [builder.load(_at(builder, tb, Q6_PAIRS + 32 * j, _vec(16, _I16)), align=1)
-                                for j in range(8)]
-                else:
-                    dmin = builder.load(_at(builder, tb, SB_DMIN, f8), align=4)
-                    mins = [builder.load(_at(builder, tb, SB_MINS + 32 * j, _vec(16, _I16)), align=1)
-                            for j in range(4)]
+                                for i, w in enumerate(ws):
+                                    acc16[i][c] = builder.add(acc16[i][c], _maddubs(builder, w, av))
+                        for i, sc in enumerate(scs):
+                            for c in range(cols):
+                                acc32[i][c] = builder.add(acc32[i][c], _maddwd(builder, acc16[i][c], sc))
                 nsb16 = builder.mul(nsb_v, ir.Constant(_I64, 16))
-                for c in range(cols):
-                    brow = builder.add(builder.mul(ir.Constant(_I64, c), nsb16), builder.mul(b, ir.Constant(_I64, 16)))
-                    b16 = builder.load(_at(builder, bs_p, builder.mul(brow, ir.Constant(_I64, 4)), _vec(16, _I32)),
-                                       align=4)
-                    ev = builder.shuffle_vector(b16, ir.Constant(b16.type, ir.Undefined),
-                                                ir.Constant(_vec(8, _I32), list(range(0, 16, 2))))
-                    od = builder.shuffle_vector(b16, ir.Constant(b16.type, ir.Undefined),
-                                                ir.Constant(_vec(8, _I32), list(range(1, 16, 2))))
-                    dap = builder.add(builder.mul(ir.Constant(_I64, c), nsb_v), b)
-                    da = _splat_f32(builder, builder.load(_at(builder, da_p, builder.mul(dap, ir.Constant(_I64, 4)),
-                                                              _F32)), 8)
-                    if q6:  # sum_j sc_j * bsum16_j over the 16 sub-blocks, as 8 pairs
-                        off = zero_i
-                        lo = _bcast_pairs(builder, builder.shuffle_vector(
-                            b16, ir.Constant(b16.type, ir.Undefined), ir.Constant(_vec(8, _I32), list(range(8)))))
-                        hi = _bcast_pairs(builder, builder.shuffle_vector(
-                            b16, ir.Constant(b16.type, ir.Undefined), ir.Constant(_vec(8, _I32), list(range(8, 16)))))
-                        for j, bj in enumerate(lo + hi):
-                            off = builder.add(off, _maddwd(builder, pairs_sc[j], bj))
-                        sumi = builder.sub(acc32[c], builder.shl(off, ir.Constant(_vec(8, _I32), [5] * 8)))
-                        t0 = builder.fmul(builder.fmul(d, da), builder.sitofp(sumi, f8))
-                        builder.store(builder.fadd(builder.load(acc0[c]), t0), acc0[c])
-                        continue
-                    summ = zero_i
-                    for j, bj in enumerate(_bcast_pairs(builder, builder.add(ev, od))):
-                        summ = builder.add(summ, _maddwd(builder, mins[j], bj))
-                    t0 = builder.fmul(builder.fmul(d, da), builder.sitofp(acc32[c], f8))
-                    t1 = builder.fmul(builder.fmul(dmin, da), builder.sitofp(summ, f8))
-                    builder.store(builder.fadd(builder.load(acc0[c]), t0), acc0[c])
-                    builder.store(builder.fadd(builder.load(acc1[c]), t1), acc1[c])
+                for i, tb in enumerate(tbs):
+                    _tile_floats(builder, q6, tb, b, cols, nsb_v, nsb16, da_p, bs_p, acc32[i], acc0[i], acc1[i])
             out_p = builder.inttoptr(out_a, i8ptr)
-            for c in range(cols):
-                res = builder.load(acc0[c]) if q6 else builder.fsub(builder.load(acc0[c]), builder.load(acc1[c]))
-                builder.store(res, _at(builder, out_p, builder.mul(ir.Constant(_I64, c), ostride), f8), align=4)
+            for i in range(nt):
+                for c in range(cols):
+                    res = builder.load(acc0[i][c]) if q6 else builder.fsub(builder.load(acc0[i][c]),
+                                                                            builder.load(acc1[i][c]))
+                    at = builder.add(builder.mul(ir.Constant(_I64, c), ostride), ir.Constant(_I64, 32 * i))
+                    builder.store(res, _at(builder, out_p, at, f8), align=4)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -262,10 +237,82 @@ def _tile_kernel(cols: int, q6: bool):
     return intrinsic(typer)
 
 
-q4k_tile_4 = _tile_kernel(COLS, False)
-q4k_tile_1 = _tile_kernel(1, False)
-q6k_tile_4 = _tile_kernel(COLS, True)
-q6k_tile_1 = _tile_kernel(1, True)
+def _wide_sums(builder, q6, tbs, arow, cols):
+    """The integer loop of a two-tile kernel on AVX-512: each step's two 32-byte tile rows as one 64-byte
+    register against one 16-lane broadcast of the activation's 4 bytes; lanes 0..7 are tile 0's rows,
+    8..15 tile 1's. The same pmaddubsw/pmaddwd sums as two 32-byte passes. Returns acc32[tile][col]."""
+    n_sub, per, group = (16, 4, 2) if q6 else (8, 8, 8)
+    i16x32, i32x16 = _vec(32, _I16), _vec(16, _I32)
+    cat64 = ir.Constant(_vec(64, _I32), list(range(64)))
+    cat32 = ir.Constant(_vec(32, _I32), list(range(32)))
+    acc = [ir.Constant(i32x16, [0] * 16)] * cols
+    for s in range(n_sub):
+        at = (Q6_SCALES if q6 else SB_SCALES) + 32 * s
+        sc = builder.shuffle_vector(*(builder.load(_at(builder, tb, at, _vec(16, _I16)), align=1) for tb in tbs), cat32)
+        for g0 in range(0, per, group):
+            acc16 = [ir.Constant(i16x32, [0] * 32)] * cols
+            for t in range(g0, g0 + group):
+                step = per * s + t
+                w = builder.shuffle_vector(*(builder.load(_at(builder, tb, 32 * step, _vec(32, _I8)), align=1)
+                                             for tb in tbs), cat64)
+                for c in range(cols):
+                    a4 = builder.load(_at(builder, arow[c], 4 * step, _I32), align=1)
+                    av = builder.bitcast(_splat_i32(builder, a4, 16), _vec(64, _I8))
+                    acc16[c] = builder.add(acc16[c], _x86(builder, "llvm.x86.avx512.pmaddubs.w.512", i16x32, w, av))
+            for c in range(cols):
+                acc[c] = builder.add(acc[c], _x86(builder, "llvm.x86.avx512.pmaddw.d.512", i32x16, acc16[c], sc))
+    lo = ir.Constant(_vec(8, _I32), list(range(8)))
+    hi = ir.Constant(_vec(8, _I32), list(range(8, 16)))
+    undef = ir.Constant(i32x16, ir.Undefined)
+    return [[builder.shuffle_vector(a, undef, half) for a in acc] for half in (lo, hi)]
+
+
+def _tile_floats(builder, q6, tb, b, cols, nsb_v, nsb16, da_p, bs_p, acc32, acc0, acc1) -> None:
+    """One superblock's float steps for one tile: its integer sums (acc32, per column) scaled into the
+    float accumulators acc0/acc1 (allocas), with the mins (Q4_K) or the -32 offset (Q6_K) from the
+    activation's 16-sums."""
+    f8 = _vec(8, _F32)
+    zero_i = ir.Constant(_vec(8, _I32), [0] * 8)
+    d = builder.load(_at(builder, tb, Q6_D if q6 else SB_D, f8), align=4)
+    if q6:
+        pairs_sc = [builder.load(_at(builder, tb, Q6_PAIRS + 32 * j, _vec(16, _I16)), align=1) for j in range(8)]
+    else:
+        dmin = builder.load(_at(builder, tb, SB_DMIN, f8), align=4)
+        mins = [builder.load(_at(builder, tb, SB_MINS + 32 * j, _vec(16, _I16)), align=1) for j in range(4)]
+    for c in range(cols):
+        brow = builder.add(builder.mul(ir.Constant(_I64, c), nsb16), builder.mul(b, ir.Constant(_I64, 16)))
+        b16 = builder.load(_at(builder, bs_p, builder.mul(brow, ir.Constant(_I64, 4)), _vec(16, _I32)), align=4)
+        undef16 = ir.Constant(b16.type, ir.Undefined)
+        dap = builder.add(builder.mul(ir.Constant(_I64, c), nsb_v), b)
+        da = _splat_f32(builder, builder.load(_at(builder, da_p, builder.mul(dap, ir.Constant(_I64, 4)), _F32)), 8)
+        if q6:  # sum_j sc_j * bsum16_j over the 16 sub-blocks, as 8 pairs
+            off = zero_i
+            lo = _bcast_pairs(builder, builder.shuffle_vector(b16, undef16, ir.Constant(_vec(8, _I32), list(range(8)))))
+            hi = _bcast_pairs(builder, builder.shuffle_vector(b16, undef16,
+                                                              ir.Constant(_vec(8, _I32), list(range(8, 16)))))
+            for j, bj in enumerate(lo + hi):
+                off = builder.add(off, _maddwd(builder, pairs_sc[j], bj))
+            sumi = builder.sub(acc32[c], builder.shl(off, ir.Constant(_vec(8, _I32), [5] * 8)))
+            t0 = builder.fmul(builder.fmul(d, da), builder.sitofp(sumi, f8))
+            builder.store(builder.fadd(builder.load(acc0[c]), t0), acc0[c])
+            continue
+        ev = builder.shuffle_vector(b16, undef16, ir.Constant(_vec(8, _I32), list(range(0, 16, 2))))
+        od = builder.shuffle_vector(b16, undef16, ir.Constant(_vec(8, _I32), list(range(1, 16, 2))))
+        summ = zero_i
+        for j, bj in enumerate(_bcast_pairs(builder, builder.add(ev, od))):
+            summ = builder.add(summ, _maddwd(builder, mins[j], bj))
+        t0 = builder.fmul(builder.fmul(d, da), builder.sitofp(acc32[c], f8))
+        t1 = builder.fmul(builder.fmul(dmin, da), builder.sitofp(summ, f8))
+        builder.store(builder.fadd(builder.load(acc0[c]), t0), acc0[c])
+        builder.store(builder.fadd(builder.load(acc1[c]), t1), acc1[c])
+
+
+#: tiles per kernel call (an odd last tile takes the one-tile kernels)
+TILES = 2
+q4k_tile_4, q4k_tile_1 = _tile_kernel(COLS, False, TILES), _tile_kernel(1, False, TILES)
+q6k_tile_4, q6k_tile_1 = _tile_kernel(COLS, True, TILES), _tile_kernel(1, True, TILES)
+q4k_one_4, q4k_one_1 = _tile_kernel(COLS, False, 1), _tile_kernel(1, False, 1)
+q6k_one_4, q6k_one_1 = _tile_kernel(COLS, True, 1), _tile_kernel(1, True, 1)
 
 
 def _tile_call(tile_intrinsic):
@@ -273,19 +320,25 @@ def _tile_call(tile_intrinsic):
     gemm_tiles as arguments."""
 
     @numba.njit(inline="always", **_opts)
-    def call(tile, nblk, qa, k, da, ex, out, stride):  # pragma: no cover - compiled
-        tile_intrinsic(tile, nblk, qa, k, da, ex, out, stride)
+    def call(tile, nblk, qa, k, da, ex, out, stride, tstride):  # pragma: no cover - compiled
+        tile_intrinsic(tile, nblk, qa, k, da, ex, out, stride, tstride)
 
     return call
 
 
-_q4k_4, _q4k_1 = _tile_call(q4k_tile_4), _tile_call(q4k_tile_1)
-_q6k_4, _q6k_1 = _tile_call(q6k_tile_4), _tile_call(q6k_tile_1)
+# the tile kernels gemm_tiles takes: TILES tiles x 4 activation rows, x 1 row; one tile x 4, x 1
+_q4k_4, _q4k_1, _q4k_one4, _q4k_one1 = (_tile_call(f) for f in (q4k_tile_4, q4k_tile_1, q4k_one_4, q4k_one_1))
+_q6k_4, _q6k_1, _q6k_one4, _q6k_one1 = (_tile_call(f) for f in (q6k_tile_4, q6k_tile_1, q6k_one_4, q6k_one_1))
 
 
 def tile_bytes(k: int, blk_len: int, blk_bytes: int) -> int:
-    """Bytes of one thread's scratch tile for rows of k values (64-aligned)."""
+    """Bytes of one tile for rows of k values (64-aligned)."""
     return (k // blk_len * blk_bytes + 63) // 64 * 64
+
+
+def tiles_scratch_bytes(k: int, blk_len: int, blk_bytes: int) -> int:
+    """Bytes of one thread's scratch: TILES tiles."""
+    return TILES * tile_bytes(k, blk_len, blk_bytes)
 
 
 @numba.njit(inline="always", **_opts)
@@ -318,13 +371,13 @@ def quantize_src1(node, ith, nth, ctrl, quantize, blk_len, es):  # pragma: no co
 
 
 @numba.njit(inline="always", **_opts)
-def gemm_tiles(node, ith, nth, ctrl, tile_at, blk_len, blk_bytes, es, quantize, repack, tile4, tile1,
+def gemm_tiles(node, ith, nth, ctrl, tile_at, blk_len, blk_bytes, es, quantize, repack, tile4, tile1, one4, one1,
                mv):  # pragma: no cover - compiled
     """MUL_MAT of a quantized weight by many F32 rows (src1 rows of n = ne11*ne12*ne13, contiguous dst).
 
     Activations are quantized into the work buffer (Q8_K: blk_len 256, block sums every es=16; Q8_0: 32
-    and 32), the threads meet at a barrier, then take 8-row weight tiles from the chunk counter, each
-    repacked into the thread's scratch and run against all activation rows, 4 at a time."""
+    and 32), the threads meet at a barrier, then take TILES 8-row weight tiles at a time from the chunk
+    counter, each repacked into the thread's scratch and run against all activation rows, 4 at a time."""
     r = rec(node)
     tab = numba.carray(f32p(r[AUX]), 65536)
     w, k, m, rs = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 6]
@@ -334,23 +387,30 @@ def gemm_tiles(node, ith, nth, ctrl, tile_at, blk_len, blk_bytes, es, quantize, 
     wu = numba.carray(u8p(w), m * rs)
     d = r[T_DST]
     out_stride = 4 * m
-    ta = base + tile_at + ith * ((nblk * blk_bytes + 63) // 64) * 64
-    tile = numba.carray(u8p(ta), nblk * blk_bytes)
+    one = ((nblk * blk_bytes + 63) // 64) * 64
+    ta = base + tile_at + ith * TILES * one
     n_tiles = m // ROWS
     da_row, ex_row = 4 * nblk, 4 * (k // es)
     c = ith
-    while c < n_tiles:
-        row0 = c * ROWS
-        repack(wu, row0, rs, nblk, tab, tile)
+    while c * TILES < n_tiles:
+        row0 = c * TILES * ROWS
+        nt = min(TILES, n_tiles - c * TILES)
+        for t in range(nt):
+            repack(wu, row0 + t * ROWS, rs, nblk, tab, numba.carray(u8p(ta + t * one), nblk * blk_bytes))
         j = 0
-        while j + COLS <= n:
-            tile4(ta, nblk, qa_at + j * k, k, da_at + j * da_row, ex_at + j * ex_row, d + 4 * (j * m + row0),
-                  out_stride)
-            j += COLS
         while j < n:
-            tile1(ta, nblk, qa_at + j * k, k, da_at + j * da_row, ex_at + j * ex_row, d + 4 * (j * m + row0),
-                  out_stride)
-            j += 1
+            four = j + COLS <= n
+            qa_j, da_j, ex_j, out_j = qa_at + j * k, da_at + j * da_row, ex_at + j * ex_row, d + 4 * (j * m + row0)
+            if nt == TILES:
+                if four:
+                    tile4(ta, nblk, qa_j, k, da_j, ex_j, out_j, out_stride, one)
+                else:
+                    tile1(ta, nblk, qa_j, k, da_j, ex_j, out_j, out_stride, one)
+            elif four:
+                one4(ta, nblk, qa_j, k, da_j, ex_j, out_j, out_stride, one)
+            else:
+                one1(ta, nblk, qa_j, k, da_j, ex_j, out_j, out_stride, one)
+            j += COLS if four else 1
         c = atomic_add(ctrl + 8 * C_CHUNK, 1)
     if ith == 0 and m % ROWS:  # rows past the last whole tile: the mat-vec kernel
         wi = numba.carray(i8p(w), m * rs)

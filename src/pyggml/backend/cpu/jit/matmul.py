@@ -339,13 +339,13 @@ def _pad64(n: int) -> int:
 @jit_kernel
 def k_gemm_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
     gemm.gemm_tiles(node, ith, nth, ctrl, rec(node)[AUX + 1], 256, gemm.SB_BYTES, 16, _quantize_q8_k,
-                    gemm.repack_q4_k, gemm._q4k_4, gemm._q4k_1, _mv_q4_k)
+                    gemm.repack_q4_k, gemm._q4k_4, gemm._q4k_1, gemm._q4k_one4, gemm._q4k_one1, _mv_q4_k)
 
 
 @jit_kernel
 def k_gemm_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
     gemm.gemm_tiles(node, ith, nth, ctrl, rec(node)[AUX + 1], 256, gemm.Q6_BYTES, 16, _quantize_q8_k,
-                    gemm.repack_q6_k, gemm._q6k_4, gemm._q6k_1, _mv_q6_k)
+                    gemm.repack_q6_k, gemm._q6k_4, gemm._q6k_1, gemm._q6k_one4, gemm._q6k_one1, _mv_q6_k)
 
 
 @jit_kernel
@@ -387,7 +387,8 @@ def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
         return Choice(kern, ints=(_TAB,), wsize=act)
     if a.type in _GEMM and gemm.AVAILABLE:
         kern, blk_len, blk_bytes = _GEMM[a.type]
-        return Choice(kern, ints=(_TAB, act), wsize=act + available_cores() * gemm.tile_bytes(k, blk_len, blk_bytes))
+        scratch = available_cores() * gemm.tiles_scratch_bytes(k, blk_len, blk_bytes)
+        return Choice(kern, ints=(_TAB, act), wsize=act + scratch)
     return None
 
 
