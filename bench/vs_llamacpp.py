@@ -25,7 +25,9 @@ from pathlib import Path
 
 
 def _run_json(cmd: list[str]) -> list[dict]:
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
     start = out.stdout.find("[")
     if start < 0:
         raise RuntimeError(f"no JSON from {' '.join(cmd)}:\n{out.stdout}\n{out.stderr}")

@@ -243,12 +243,16 @@ def _tile_f(half, rn, w, ws, x, xs, k, d, dr, dc):  # pragma: no cover - compile
 
 #: rows of the weight per work chunk (ggml's chunk_size for a one-column product)
 _CHUNK_ROWS = 64
+#: weight bytes per work chunk of the fused mat-vec: its row dots stream four ranges of the chunk's rows
+#: at once, and 64-row chunks made those streams too short for the hardware prefetcher (Q4_K 8960 x 1536,
+#: 2 threads, bench/matvec_bandwidth.py: 15.6 GB/s with 64 rows a chunk, 25.3 with 1024)
+_MV_CHUNK_BYTES = 1 << 20
 
 
 @numba.njit(**_opts)
-def _n_chunks(rows, nth):  # pragma: no cover - compiled
-    """ggml's rule: chunks of _CHUNK_ROWS rows, or one per thread when that makes fewer than 4*nth."""
-    n = (rows + _CHUNK_ROWS - 1) // _CHUNK_ROWS
+def _n_chunks(rows, nth, chunk_rows=_CHUNK_ROWS):  # pragma: no cover - compiled
+    """ggml's rule: chunks of chunk_rows rows, or one per thread when that makes fewer than 4*nth."""
+    n = (rows + chunk_rows - 1) // chunk_rows
     return nth if n < 4 * nth else n
 
 
@@ -282,7 +286,7 @@ def _matvec_q(node, ith, nth, ctrl, quantize, bs, es, mv):  # pragma: no cover -
     wu = numba.carray(u8p(w), m * rs)
     wi = numba.carray(i8p(w), m * rs)
     out = numba.carray(f32p(r[T_DST]), (n, m))
-    nchunk = _n_chunks(m, nth)
+    nchunk = _n_chunks(m, nth, max(_CHUNK_ROWS, _MV_CHUNK_BYTES // rs))
     c = ith
     while c < nchunk:
         r0, r1 = m * c // nchunk, m * (c + 1) // nchunk
