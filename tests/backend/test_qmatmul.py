@@ -308,6 +308,12 @@ def test_widen_f16_matches_numpy_for_every_value_and_strides() -> None:
     np.testing.assert_array_equal(got.view(np.uint32), view.astype(np.float32).view(np.uint32))
 
 
+def _flat_weights(ty: GGMLType, m: int, k: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """m random rows of ty as the kernels take them: one flat uint8 array, and the row stride in bytes."""
+    wq, _ = _weights(ty, m, k, rng)
+    return np.ascontiguousarray(wq).reshape(-1), wq.shape[1]
+
+
 @pytest.mark.parametrize(("kind", "ty"), [(0, T.Q8_0), (1, T.Q4_0), (2, T.Q5_0)], ids=["q8_0", "q4_0", "q5_0"])
 def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(kind: int, ty: GGMLType) -> None:
     """A decode's mat-vec runs ROWDOT_ROWS rows per call (rows a quarter of the range apart); each output
@@ -316,9 +322,7 @@ def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(kind: int, ty:
 
     rng = np.random.default_rng(7)
     m, k = 23, 256
-    wq, _ = _weights(ty, m, k, rng)
-    wu = np.ascontiguousarray(wq).reshape(-1)
-    rs = wq.shape[1]
+    wu, rs = _flat_weights(ty, m, k, rng)
     qa = rng.integers(-127, 128, size=(1, k), dtype=np.int8)
     da = rng.uniform(0.001, 0.02, size=(1, k // 32)).astype(np.float32)
     one = (intrinsics.rowdot_q8_0, intrinsics.rowdot_q4_0, intrinsics.rowdot_q5_0)[kind]
@@ -347,9 +351,7 @@ def test_k_quant_decode_rows_match_the_prompt_path_bits(ty: GGMLType) -> None:
 
     rng = np.random.default_rng(11)
     m, k = 21, 512
-    wq, _ = _weights(ty, m, k, rng)
-    wu = np.ascontiguousarray(wq).reshape(-1)
-    rs = wq.shape[1]
+    wu, rs = _flat_weights(ty, m, k, rng)
     x = rng.integers(-127, 128, size=(1, k), dtype=np.int8)
     qa5 = np.ascontiguousarray(np.vstack([rng.integers(-127, 128, size=(4, k), dtype=np.int8), x]))
     da5 = rng.uniform(0.001, 0.02, size=(5, k // 256)).astype(np.float32)

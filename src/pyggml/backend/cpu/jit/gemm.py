@@ -258,9 +258,9 @@ def _wide_sums(builder, q6, tbs, arow, cols):
                 for c in range(cols):
                     a4 = builder.load(_at(builder, arow[c], 4 * step, _I32), align=1)
                     av = builder.bitcast(_splat_i32(builder, a4, 16), _vec(64, _I8))
-                    acc16[c] = builder.add(acc16[c], _x86(builder, "llvm.x86.avx512.pmaddubs.w.512", i16x32, w, av))
+                    acc16[c] = builder.add(acc16[c], _maddubs(builder, w, av))
             for c in range(cols):
-                acc[c] = builder.add(acc[c], _x86(builder, "llvm.x86.avx512.pmaddw.d.512", i32x16, acc16[c], sc))
+                acc[c] = builder.add(acc[c], _maddwd(builder, acc16[c], sc))
     lo = ir.Constant(_vec(8, _I32), list(range(8)))
     hi = ir.Constant(_vec(8, _I32), list(range(8, 16)))
     undef = ir.Constant(i32x16, ir.Undefined)

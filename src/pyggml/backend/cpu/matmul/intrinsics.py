@@ -186,14 +186,16 @@ def _x86(builder: ir.IRBuilder, name: str, ret: ir.Type, *args: ir.Value) -> ir.
 
 
 def _maddubs(builder: ir.IRBuilder, u: ir.Value, s: ir.Value) -> ir.Value:
-    """<32 x i8> unsigned x <32 x i8> signed -> <16 x i16> sums of adjacent products (no saturation
-    for the codes used here: |pair| <= 2*63*127)."""
-    return _x86(builder, "llvm.x86.avx2.pmadd.ub.sw", _vec(16, _I16), u, s)
+    """<32|64 x i8> unsigned x signed -> <16|32 x i16> sums of adjacent products (pmaddubsw, AVX2 or
+    AVX-512BW by width; no saturation for the codes used here: |pair| <= 2*63*127)."""
+    name = "llvm.x86.avx512.pmaddubs.w.512" if u.type.count == 64 else "llvm.x86.avx2.pmadd.ub.sw"
+    return _x86(builder, name, _vec(u.type.count // 2, _I16), u, s)
 
 
 def _maddwd(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
-    """<16 x i16> x <16 x i16> -> <8 x i32> sums of adjacent products."""
-    return _x86(builder, "llvm.x86.avx2.pmadd.wd", _vec(8, _I32), a, b)
+    """<16|32 x i16> x same -> <8|16 x i32> sums of adjacent products (pmaddwd, AVX2 or AVX-512BW)."""
+    name = "llvm.x86.avx512.pmaddw.d.512" if a.type.count == 32 else "llvm.x86.avx2.pmadd.wd"
+    return _x86(builder, name, _vec(a.type.count // 2, _I32), a, b)
 
 
 def _i16_lanes(builder: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
@@ -464,9 +466,8 @@ def _k4_body(five: bool):
                 sc = builder.shuffle_vector(sc16, ir.Constant(sc16.type, ir.Undefined),
                                             ir.Constant(_vec(32, _I32), [2 * g] * 16 + [2 * g + 1] * 16))
                 for c, (ab, _) in enumerate(cols):
-                    p = _x86(builder, "llvm.x86.avx512.pmaddubs.w.512", _vec(32, _I16), codes,
-                             _load_at(builder, ab, 64 * g, 64))
-                    accs[c] = builder.add(accs[c], _x86(builder, "llvm.x86.avx512.pmaddw.d.512", _vec(16, _I32), p, sc))
+                    p = _maddubs(builder, codes, _load_at(builder, ab, 64 * g, 64))
+                    accs[c] = builder.add(accs[c], _maddwd(builder, p, sc))
                 continue
             for half, codes in enumerate(halves):
                 scale = builder.extract_element(scales, ir.Constant(_I32, 2 * g + half))
