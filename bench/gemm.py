@@ -4,6 +4,8 @@ dequantized tiles + BLAS sgemm, in GOPS (2 * rows * K * activation rows per seco
     python bench/gemm.py [-t 2] [--shape 8960x1536] [--cols 512] [--types q4_K,q6_K,q4_0,q5_0]
     python bench/gemm.py --mv --cols 16,32,64,96,128 --types q4_K,q5_K,q6_K,q8_0,q4_0,q5_0
 
+``--types f16,f32`` measures the float tiles (attention's KQ and KQV products with an F16 cache).
+
 ``--mv`` instead compares the fused mat-vec kernels (several activation rows per weight decode)
 with what larger products take (the GEMM, or dequantize + BLAS for types without one): where the
 two cross is qmatmul.MATVEC_MAX_COLS.
@@ -30,7 +32,11 @@ def gops(ty: gg.GGMLType, rows: int, k: int, cols: int, n_threads: int, jit: boo
     rng = np.random.default_rng(0)
     ctx = gg.init(rows * k + 8 * k * cols + 64 * 1024 * 1024)
     w = ctx.new_tensor(ty, k, rows)
-    w.numpy()[...] = quants.quantize(rng.standard_normal((rows, k)).astype(np.float32), ty)
+    values = rng.standard_normal((rows, k)).astype(np.float32)
+    if ty in (gg.GGMLType.F16, gg.GGMLType.F32):
+        w.set(values)
+    else:
+        w.numpy()[...] = quants.quantize(values, ty)
     x = ctx.new_tensor(gg.GGMLType.F32, k, cols)
     x.set(rng.standard_normal((cols, k)).astype(np.float32))
     gf = gg.new_graph(ctx)

@@ -31,3 +31,11 @@ def test_v_expf_is_close_to_exp() -> None:
     ref = np.exp(x.astype(np.float64))
     ulp = np.abs(_apply(x) - ref) / np.spacing(ref.astype(np.float32)).astype(np.float64)
     assert ulp.max() < 2.0
+
+
+def test_v_expf_saturates_infinities_and_keeps_nan() -> None:
+    """|n| > 192 takes ggml's saturated value (s1*s1: +0 below, +inf above), the masked scores of softmax."""
+    y = _apply(np.array([-np.inf, np.inf, np.nan, -200.0, 200.0], dtype=np.float32))
+    assert y[0] == 0.0 and not np.signbit(y[0])
+    assert y[1] == np.inf and np.isnan(y[2])
+    assert y[3] == 0.0 and y[4] == np.inf

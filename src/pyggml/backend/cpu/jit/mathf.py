@@ -49,13 +49,23 @@ def v_expf(x):  # pragma: no cover - compiled
     j = fmaf(fmaf(fmaf(_C5, b, _C4), u, fmaf(_C3, b, _C2)), u, _C1 * b)
     an = abs(n)
     small = fmaf(k, j, k)
-    g = np.int32(-2113929216) if n <= np.float32(0.0) else np.int32(0)  # 0x82000000 where n <= 0
+    # ggml takes the two-step scale where 126 < |n| and saturates where |n| > 192 (it branches around
+    # both when no lane needs them). Lanes that drop the scaled value compute it from 1 and 2^n instead
+    # of 2^-125 and 2^(n+125), and the saturated value is ggml's s1*s1 (2^-250 or 2^254) already
+    # rounded: a subnormal or underflowing product costs a microcode assist on x86 (ten times the whole
+    # exp), even in a lane an AVX-512 mask discards. The choice is in integer bits, where LLVM keeps it.
+    huge = an > np.float32(192.0)
+    wide = an > np.float32(126.0) and not huge
+    if wide:
+        g = np.int32(-2113929216) if n <= np.float32(0.0) else np.int32(0)  # 0x82000000 where n <= 0
+    else:
+        g = np.int32(-1065353216)  # 0xC0800000: s1 = 1.0, s2 = 2^n
     s1 = f32_from_bits(g + np.int32(0x7F000000))
     s2 = f32_from_bits(e - g)
     scaled = fmaf(s2, j, s2) * s1
-    big = s1 * s1
-    r = scaled if an > np.float32(126.0) else small
-    return big if an > np.float32(192.0) else r
+    r = scaled if wide else small
+    big = np.float32(0.0) if n <= np.float32(0.0) else np.float32(np.inf)
+    return big if huge else r
 
 
 @numba.njit(inline="always", cache=True, error_model="numpy")

@@ -34,10 +34,10 @@ from ....tensor import Tensor
 from ....types import GGMLType
 from ..matmul import MATVEC_MAX_COLS
 from ..matmul.actquant import F16_TO_F32, f16_bits
-from ..matmul.intrinsics import _COL_BLOCK_BYTES, _fma, _hsum8
+from ..matmul.intrinsics import _AVX512, _COL_BLOCK_BYTES, _fma, _hsum8
 from ..matmul.kernels import _mv_iq4_nl, _mv_q4_k, _mv_q5_k, _mv_q6_k, _mv_rowdot
 from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
-from ..native import atomic_add, atomic_store, f32p, i8p, i64p, u8p, u32p
+from ..native import atomic_add, atomic_store, f32p, i8p, i64p, u8p, u16p, u32p
 from ..threads import C_CHUNK, C_WDATA, available_cores, barrier
 from . import Choice, gemm, jit_kernel, selector
 from .elementwise import _row_index
@@ -178,26 +178,28 @@ vec_dot_f32 = _vec_dot_intrinsic(False)
 #: src1 columns (per plane) up to which F16/F32 products sum in double: decode steps, where the cells a
 #: sequence's tokens landed in vary with the batch (see _dot_intrinsic)
 DOUBLE_MAX_COLS = 16
-#: weight bytes a tile group keeps in L1 while all src1 columns pass it (half a 32 KB L1)
+#: weight bytes a tile group keeps in L1 while all src1 columns pass it (half a 32 KB L1; fp16 weights
+#: are widened once per group into a thread's scratch, twice that as f32)
 _L1_WEIGHT_BYTES = 8 * 1024
-#: the register tile: 4 weight rows by 2 src1 columns, one accumulator each (tinyBLAS takes 4 x 3 on
-#: 16-register x86; the tile's shape does not change any output's bits, and 4 x 3 spills here)
-TILE_M, TILE_N = 4, 2
+#: the register tile: 4 weight rows by TILE_N src1 columns, one accumulator each (tinyBLAS takes 4 x 3 on
+#: 16-register x86; the tile's shape does not change any output's bits: 4 x 2 where 4 x 3 would spill the
+#: 16 ymm registers, 4 x 5 with AVX-512's 32)
+TILE_M, TILE_N = 4, (5 if _AVX512 else 2)
 
 
-def _tile_intrinsic(rn: int, half: bool):
+def _tile_intrinsic(rn: int):
     """tile(w_addr, w_stride, x_addr, x_stride, k, d_addr, d_stride_row, d_stride_col): the TILE_M x rn
-    outputs of llamafile's tinyBLAS<8, __m256> (F16 with fp16 src1, or F32): one <8 x float> accumulator
-    per output, fma over k in steps of 8, hsum at the end. Strides in bytes."""
+    outputs of llamafile's tinyBLAS<8, __m256> on f32 rows (F32 weights, or F16 weights and src1 widened
+    from fp16 exactly): one <8 x float> accumulator per output, fma over k in steps of 8, hsum at the
+    end. Strides in bytes."""
 
     def typer(typingctx, w, ws, x, xs, k, d, dr, dc):
         sig = types.void(*([types.int64] * 8))
 
         def codegen(context, builder, sig, args):
             w_a, ws_v, x_a, xs_v, k_v, d_a, dr_v, dc_v = args
-            wty = ir.HalfType() if half else _F32T
             f8 = ir.VectorType(_F32T, 8)
-            wrow = [builder.inttoptr(builder.add(w_a, builder.mul(ws_v, ir.Constant(_I64, i))), wty.as_pointer())
+            wrow = [builder.inttoptr(builder.add(w_a, builder.mul(ws_v, ir.Constant(_I64, i))), _F32T.as_pointer())
                     for i in range(TILE_M)]
             xrow = [builder.inttoptr(builder.add(x_a, builder.mul(xs_v, ir.Constant(_I64, j))), _F32T.as_pointer())
                     for j in range(rn)]
@@ -206,7 +208,7 @@ def _tile_intrinsic(rn: int, half: bool):
             nsteps = builder.sdiv(k_v, ir.Constant(_I64, 8))
             with cgutils.for_range(builder, nsteps) as loop:
                 o = builder.mul(loop.index, ir.Constant(_I64, 8))
-                av = [_load8(builder, wrow[i], o, half) for i in range(TILE_M)]
+                av = [_load8(builder, wrow[i], o, False) for i in range(TILE_M)]
                 for j in range(rn):
                     bv = builder.load(builder.bitcast(builder.gep(xrow[j], [o]), f8.as_pointer()), align=4)
                     for i in range(TILE_M):
@@ -223,22 +225,17 @@ def _tile_intrinsic(rn: int, half: bool):
     return intrinsic(typer)
 
 
-_t16_1, _t16_2 = _tile_intrinsic(1, True), _tile_intrinsic(2, True)
-_t32_1, _t32_2 = _tile_intrinsic(1, False), _tile_intrinsic(2, False)
+_tile_full, _tile_1 = _tile_intrinsic(TILE_N), _tile_intrinsic(1)
 
 
 @numba.njit(**_opts)
-def _tile_f(half, rn, w, ws, x, xs, k, d, dr, dc):  # pragma: no cover - compiled
-    """The tile intrinsic for rn columns (1 or TILE_N = 2) of fp16 or f32 weights."""
-    if half:
-        if rn == 2:
-            _t16_2(w, ws, x, xs, k, d, dr, dc)
-        else:
-            _t16_1(w, ws, x, xs, k, d, dr, dc)
-    elif rn == 2:
-        _t32_2(w, ws, x, xs, k, d, dr, dc)
-    else:
-        _t32_1(w, ws, x, xs, k, d, dr, dc)
+def _widen_rows(w, ws, rows, k, tab, out):  # pragma: no cover - compiled
+    """rows fp16 rows of k (ws bytes apart) as f32 rows of k at out (exact)."""
+    for i in range(rows):
+        src = numba.carray(u16p(w + i * ws), k)
+        dst = numba.carray(f32p(out + 4 * k * i), k)
+        for e in range(k):
+            dst[e] = tab[src[e]]
 
 
 #: rows of the weight per work chunk (ggml's chunk_size for a one-column product)
@@ -354,17 +351,17 @@ def k_gemm_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 @jit_kernel
 def k_tiles_q8_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.q0_tiles(node, ith, nth, ctrl, 0, rec(node)[AUX + 1], _COL_BLOCK_BYTES)
+    gemm.q0_tiles(node, ith, nth, ctrl, 0, _COL_BLOCK_BYTES)
 
 
 @jit_kernel
 def k_tiles_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.q0_tiles(node, ith, nth, ctrl, 1, rec(node)[AUX + 1], _COL_BLOCK_BYTES)
+    gemm.q0_tiles(node, ith, nth, ctrl, 1, _COL_BLOCK_BYTES)
 
 
 @jit_kernel
 def k_tiles_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.q0_tiles(node, ith, nth, ctrl, 2, rec(node)[AUX + 1], _COL_BLOCK_BYTES)
+    gemm.q0_tiles(node, ith, nth, ctrl, 2, _COL_BLOCK_BYTES)
 
 
 #: Q8_0/Q4_0/Q5_0 products of at least this many src1 rows decode their weight rows once into register
@@ -386,7 +383,9 @@ def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
     es = 16 if bs == 256 else 32
     act = _pad64(n * k) + _pad64(4 * n * (k // bs)) + _pad64(4 * n * (k // es))
     if a.type in _Q0_TILES and n >= Q0_TILE_MIN_COLS and gemm.AVAILABLE:
-        return Choice(_Q0_TILES[a.type], ints=(_TAB, act), wsize=act + available_cores() * gemm.q0_scratch_bytes(k))
+        per_thread = gemm.q0_scratch_bytes(k)
+        return Choice(_Q0_TILES[a.type], ints=(_TAB, act, per_thread, gemm.q0_chunk_bytes(k)),
+                      wsize=act + available_cores() * per_thread)
     if n <= MATVEC_MAX_COLS.get(a.type, 0):
         return Choice(kern, ints=(_TAB,), wsize=act)
     if a.type in _GEMM and gemm.AVAILABLE:
@@ -448,17 +447,23 @@ def _matmul_f(node, ith, nth, ctrl, half):  # pragma: no cover - compiled
         dp0 = d + i12 * nd2 + i13 * nd3
         if tiled:
             t0, t1 = n_tiles * rc // nrc, n_tiles * (rc + 1) // nrc
-            # groups of tiles whose weight rows stay in L1 while every column passes them
-            tg = max(1, _L1_WEIGHT_BYTES // (TILE_M * k * (2 if half else 4)))
+            tg = r[AUX + 2]  # tiles per group: its weight rows stay in L1 while every column passes them
             for g0 in range(t0, t1, tg):
+                g1 = min(g0 + tg, t1)
+                gw, gs = wp + g0 * TILE_M * nw1, nw1
+                if half:
+                    gw, gs = xq + 4 * k * n + ith * 4 * k * TILE_M * tg, 4 * k
+                    _widen_rows(wp + g0 * TILE_M * nw1, nw1, (g1 - g0) * TILE_M, k, tab, gw)
                 j = 0
                 while j < ne11:
-                    rn = min(TILE_N, ne11 - j)
-                    for t in range(g0, min(g0 + tg, t1)):
-                        i01 = t * TILE_M
-                        _tile_f(half, rn, wp + i01 * nw1, nw1, xp0 + j * xs, xs, k, dp0 + i01 * nd0 + j * nd1,
-                                nd0, nd1)
-                    j += rn
+                    full = ne11 - j >= TILE_N
+                    for t in range(g0, g1):
+                        args_w, args_d = gw + (t - g0) * TILE_M * gs, dp0 + t * TILE_M * nd0 + j * nd1
+                        if full:
+                            _tile_full(args_w, gs, xp0 + j * xs, xs, k, args_d, nd0, nd1)
+                        else:
+                            _tile_1(args_w, gs, xp0 + j * xs, xs, k, args_d, nd0, nd1)
+                    j += TILE_N if full else 1
         else:
             r0, r1 = ne01 * rc // nrc, ne01 * (rc + 1) // nrc
             for i11 in range(ne11):
@@ -495,9 +500,13 @@ def _float_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
     # llamafile_sgemm's conditions (sgemm.cpp tinyBLAS::matmul, ggml-cpu.c's two calls): k % 8, m % 4, and
     # for f32 weights a contiguous src1 (fp16 weights meet an fp16 copy of src1, contiguous by making)
     tiled = int(a.ne[0] % 8 == 0 and a.ne[1] % TILE_M == 0 and (a.type == F16 or b.is_contiguous()))
-    if a.type == F16:
-        return Choice(k_mm_f16, ints=(_TAB, tiled), wsize=4 * a.ne[0] * b.ne[1] * b.ne[2] * b.ne[3])
-    return Choice(k_mm_f32, ints=(_TAB, tiled))
+    k, esize = a.ne[0], a.type.type_size
+    group = max(1, _L1_WEIGHT_BYTES // (TILE_M * k * esize))  # tiles per L1 group
+    if a.type == F16:  # src1 widened from fp16, then each thread's widened group of weight rows
+        src1_bytes = 4 * k * b.ne[1] * b.ne[2] * b.ne[3]
+        return Choice(k_mm_f16, ints=(_TAB, tiled, group),
+                      wsize=src1_bytes + available_cores() * 4 * k * TILE_M * group)
+    return Choice(k_mm_f32, ints=(_TAB, tiled, group))
 
 
 _TAB = int(F16_TO_F32.ctypes.data)

@@ -161,6 +161,9 @@ def _host_has(feature: str) -> bool:
 _AVX2 = _host_has("avx2")
 #: AVX-512BW: 64-byte pmaddubsw/pmaddwd (the K-quant mat-vec does two sub-blocks per instruction)
 _AVX512 = _AVX2 and _host_has("avx512bw")
+#: AVX-512 VNNI (with VL) or AVX-VNNI: vpdpbusd adds the 4 products of u8 x s8 byte quads into each i32
+#: lane, never saturating (the Q8_0-family prompt tiles, jit/gemm.py)
+_VNNI = _AVX2 and (_host_has("avxvnni") or (_host_has("avx512vnni") and _host_has("avx512vl")))
 #: F16C: fp16 scales widened with vcvtph2ps instead of a table lookup
 _F16C = _host_has("f16c")
 _I16 = ir.IntType(16)
@@ -196,6 +199,13 @@ def _maddwd(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     """<16|32 x i16> x same -> <8|16 x i32> sums of adjacent products (pmaddwd, AVX2 or AVX-512BW)."""
     name = "llvm.x86.avx512.pmaddw.d.512" if a.type.count == 32 else "llvm.x86.avx2.pmadd.wd"
     return _x86(builder, name, _vec(a.type.count // 2, _I32), a, b)
+
+
+def _dpbusd(builder: ir.IRBuilder, acc: ir.Value, u: ir.Value, s: ir.Value) -> ir.Value:
+    """<8 x i32> acc + (lane i: the 4 products of bytes 4i..4i+3 of <32 x i8> unsigned u and signed s)."""
+    i32x8 = _vec(8, _I32)
+    return _x86(builder, "llvm.x86.avx512.vpdpbusd.256", i32x8, acc, builder.bitcast(u, i32x8),
+                builder.bitcast(s, i32x8))
 
 
 def _i16_lanes(builder: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
