@@ -336,11 +336,13 @@ def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(kind: int, ty:
     want = np.zeros(m, np.float32)
     single(wu.view(np.int8), want)
     asum = np.zeros((1, k // 32), np.int32)
-    for r0, r1 in [(0, m), (0, 4), (3, 10), (5, 6), (2, 23), (0, 0)]:
-        out = np.full((1, m), np.nan, np.float32)
-        kernels._mv_rowdot(kind, wu, wu.view(np.int8), rs, m, qa, da, asum, actquant.F16_TO_F32, out, r0, r1)
-        np.testing.assert_array_equal(out[0, r0:r1], want[r0:r1])
-        assert np.isnan(out[0, :r0]).all() and np.isnan(out[0, r1:]).all()
+    name = ("q8_0", "q4_0", "q5_0")[kind]
+    for fn in (getattr(kernels, f"_mv_{name}"), getattr(kernels, f"_mv1_{name}")):  # with/without column groups
+        for r0, r1 in [(0, m), (0, 4), (3, 10), (5, 6), (2, 23), (0, 0)]:
+            out = np.full((1, m), np.nan, np.float32)
+            fn(wu, wu.view(np.int8), rs, m, qa, da, asum, actquant.F16_TO_F32, out, r0, r1)
+            np.testing.assert_array_equal(out[0, r0:r1], want[r0:r1])
+            assert np.isnan(out[0, :r0]).all() and np.isnan(out[0, r1:]).all()
 
 
 @pytest.mark.parametrize("ty", [T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
@@ -355,14 +357,17 @@ def test_k_quant_decode_rows_match_the_prompt_path_bits(ty: GGMLType) -> None:
     x = rng.integers(-127, 128, size=(1, k), dtype=np.int8)
     qa5 = np.ascontiguousarray(np.vstack([rng.integers(-127, 128, size=(4, k), dtype=np.int8), x]))
     da5 = rng.uniform(0.001, 0.02, size=(5, k // 256)).astype(np.float32)
-    fn = {T.Q4_K: kernels._mv_q4_k, T.Q5_K: kernels._mv_q5_k, T.Q6_K: kernels._mv_q6_k}[ty]
+    fn = getattr(kernels, f"_mv_{ty.name.lower()}")
+    one_at_a_time = getattr(kernels, f"_mv1_{ty.name.lower()}")  # no column groups compiled
     for r0, r1 in [(0, m), (3, 10), (5, 6), (1, 20)]:
         outs = []
-        for qa, da in ((qa5, da5), (np.repeat(x, 4, axis=0), np.repeat(da5[4:], 4, axis=0))):
+        for f, (qa, da) in ((fn, (qa5, da5)), (fn, (np.repeat(x, 4, axis=0), np.repeat(da5[4:], 4, axis=0))),
+                            (one_at_a_time, (qa5, da5))):
             bsum = qa.reshape(qa.shape[0], -1, 16).sum(-1, dtype=np.int32)
             out = np.full((qa.shape[0], m), np.nan, np.float32)
-            fn(wu, wu.view(np.int8), rs, m, qa, da, bsum, actquant.F16_TO_F32, out, r0, r1)
+            f(wu, wu.view(np.int8), rs, m, qa, da, bsum, actquant.F16_TO_F32, out, r0, r1)
             outs.append(out)
         decode, prompt = outs[0][4, r0:r1], outs[1][0, r0:r1]
         assert np.isfinite(decode).all()
         np.testing.assert_array_equal(decode.view(np.uint32), prompt.view(np.uint32))
+        np.testing.assert_array_equal(outs[2][:, r0:r1].view(np.uint32), outs[0][:, r0:r1].view(np.uint32))

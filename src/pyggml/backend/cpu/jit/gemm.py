@@ -13,7 +13,7 @@ unpacks them once into an interleaved scratch tile (about 2.5 KB per 256 columns
 streams every activation row past it, 4 at a time. The activations are quantized to Q8_K first, as
 for every Q4_K product. Each output is the same integer superblock dots and the same float
 operations, in the same order, as the mat-vec kernel (matmul.kernels._mv_q4_k): prompt and decode give
-the same bits for a token. The 32-value block types cannot share lanes that way (see q0_tiles).
+the same bits for a token. The 32-value block types cannot share lanes that way (see q0_tiles_kernel).
 
 Scratch tile, per superblock (``SB_BYTES``): codes (64 steps of 32 bytes: rows 0..7, 4 codes each),
 sub-block scales (8 x 16 i16, each row's scale in its two lanes), mins (4 x 16 i16, pairs of
@@ -583,56 +583,61 @@ def q0_scratch_bytes(k: int) -> int:
     return q0_chunk_bytes(k) + (Q0_TILE_M * Q0_TILE_N * (k // 32) * 4 + 63) // 64 * 64
 
 
-@numba.njit(inline="always", **_opts)
-def q0_tiles(node, ith, nth, ctrl, kind, col_block_bytes):  # pragma: no cover - compiled
+def q0_tiles_kernel(kind: int):
     """MUL_MAT of a Q8_0/Q4_0/Q5_0 weight (kind 0/1/2) by many F32 rows: activations quantized to Q8_0
     into the work buffer, then chunks of Q0_CHUNK_ROWS weight rows from the chunk counter, each decoded
-    into the thread's scratch and run against the activation rows a column block at a time."""
-    r = rec(node)
-    w, k, m, rs = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 6]
-    nb = k // 32
-    qa_at, da_at, _, _, _, _, n = quantize_src1(node, ith, nth, ctrl, _quantize_q8_0, 32, 32)
-    d = r[T_DST]
-    srow = 32 * nb
-    scratch_at, thread_bytes, chunk_bytes = r[AUX + 1], r[AUX + 2], r[AUX + 3]  # see q0_scratch_bytes
-    sc = qa_at + scratch_at + ith * thread_bytes
-    codes, aux, scales, prod = sc, sc + Q0_CHUNK_ROWS * srow, sc + 2 * Q0_CHUNK_ROWS * srow, sc + chunk_bytes
-    cb = max(Q0_TILE_N, (col_block_bytes // k) // Q0_TILE_N * Q0_TILE_N)
-    n_chunks = (m + Q0_CHUNK_ROWS - 1) // Q0_CHUNK_ROWS
-    tab = r[AUX]
-    c = ith
-    while c < n_chunks:
-        row0 = c * Q0_CHUNK_ROWS
-        rows = min(Q0_CHUNK_ROWS, m - row0)
-        for i in range(rows):
-            wr = w + (row0 + i) * rs
-            if kind == 0:
-                _unpack_q8_0(wr, nb, codes + i * srow, aux + i * srow, scales + 4 * i * nb, tab)
-            elif kind == 1:
-                _unpack_q4_0(wr, nb, codes + i * srow, aux + i * srow, scales + 4 * i * nb, tab)
-            else:
-                _unpack_q5_0(wr, nb, codes + i * srow, aux + i * srow, scales + 4 * i * nb, tab)
-        for j0 in range(0, n, cb):
-            j1 = min(n, j0 + cb)
-            i = 0
-            while i < rows:
-                rm = Q0_TILE_M if rows - i >= Q0_TILE_M else 1
-                ci, xi, di = codes + i * srow, aux + i * srow, scales + 4 * i * nb
-                j = j0
-                while j < j1:
-                    rn = Q0_TILE_N if j1 - j >= Q0_TILE_N else 1
-                    qa, da, out = qa_at + j * k, da_at + 4 * j * nb, d + 4 * (j * m + row0 + i)
-                    if rm == Q0_TILE_M and rn == Q0_TILE_N:
-                        _q0_full(ci, xi, di, srow, nb, qa, k, da, out, 4 * m, prod)
-                    elif rm == Q0_TILE_M:
-                        _q0_m1(ci, xi, di, srow, nb, qa, k, da, out, 4 * m, prod)
-                    elif rn == Q0_TILE_N:
-                        _q0_1n(ci, xi, di, srow, nb, qa, k, da, out, 4 * m, prod)
-                    else:
-                        _q0_11(ci, xi, di, srow, nb, qa, k, da, out, 4 * m, prod)
-                    j += rn
-                i += rm
-        c = atomic_add(ctrl + 8 * C_CHUNK, 1)
+    into the thread's scratch and run against the activation rows a column block at a time. kind is a
+    closure constant, so each kernel compiles its own unpacker only (see matmul.kernels._rowdot_kernel)."""
+
+    @numba.njit(inline="always", **_opts)
+    def q0_tiles(node, ith, nth, ctrl, col_block_bytes):  # pragma: no cover - compiled
+        r = rec(node)
+        w, k, m, rs = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 6]
+        nb = k // 32
+        qa_at, da_at, _, _, _, _, n = quantize_src1(node, ith, nth, ctrl, _quantize_q8_0, 32, 32)
+        d = r[T_DST]
+        srow = 32 * nb
+        scratch_at, thread_bytes, chunk_bytes = r[AUX + 1], r[AUX + 2], r[AUX + 3]  # see q0_scratch_bytes
+        sc = qa_at + scratch_at + ith * thread_bytes
+        codes, aux, scales, prod = sc, sc + Q0_CHUNK_ROWS * srow, sc + 2 * Q0_CHUNK_ROWS * srow, sc + chunk_bytes
+        cb = max(Q0_TILE_N, (col_block_bytes // k) // Q0_TILE_N * Q0_TILE_N)
+        n_chunks = (m + Q0_CHUNK_ROWS - 1) // Q0_CHUNK_ROWS
+        tab = r[AUX]
+        c = ith
+        while c < n_chunks:
+            row0 = c * Q0_CHUNK_ROWS
+            rows = min(Q0_CHUNK_ROWS, m - row0)
+            for i in range(rows):
+                wr = w + (row0 + i) * rs
+                if kind == 0:
+                    _unpack_q8_0(wr, nb, codes + i * srow, aux + i * srow, scales + 4 * i * nb, tab)
+                elif kind == 1:
+                    _unpack_q4_0(wr, nb, codes + i * srow, aux + i * srow, scales + 4 * i * nb, tab)
+                else:
+                    _unpack_q5_0(wr, nb, codes + i * srow, aux + i * srow, scales + 4 * i * nb, tab)
+            for j0 in range(0, n, cb):
+                j1 = min(n, j0 + cb)
+                i = 0
+                while i < rows:
+                    rm = Q0_TILE_M if rows - i >= Q0_TILE_M else 1
+                    ci, xi, di = codes + i * srow, aux + i * srow, scales + 4 * i * nb
+                    j = j0
+                    while j < j1:
+                        rn = Q0_TILE_N if j1 - j >= Q0_TILE_N else 1
+                        qa, da, out = qa_at + j * k, da_at + 4 * j * nb, d + 4 * (j * m + row0 + i)
+                        if rm == Q0_TILE_M and rn == Q0_TILE_N:
+                            _q0_full(ci, xi, di, srow, nb, qa, k, da, out, 4 * m, prod)
+                        elif rm == Q0_TILE_M:
+                            _q0_m1(ci, xi, di, srow, nb, qa, k, da, out, 4 * m, prod)
+                        elif rn == Q0_TILE_N:
+                            _q0_1n(ci, xi, di, srow, nb, qa, k, da, out, 4 * m, prod)
+                        else:
+                            _q0_11(ci, xi, di, srow, nb, qa, k, da, out, 4 * m, prod)
+                        j += rn
+                    i += rm
+            c = atomic_add(ctrl + 8 * C_CHUNK, 1)
+
+    return q0_tiles
 
 
 AVAILABLE = _AVX2

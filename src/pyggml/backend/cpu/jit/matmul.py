@@ -34,8 +34,22 @@ from ....tensor import Tensor
 from ....types import GGMLType
 from ..matmul import MATVEC_MAX_COLS
 from ..matmul.actquant import F16_TO_F32, f16_bits
-from ..matmul.intrinsics import _AVX512, _COL_BLOCK_BYTES, _fma, _hsum8
-from ..matmul.kernels import _mv_iq4_nl, _mv_q4_k, _mv_q5_k, _mv_q6_k, _mv_rowdot
+from ..matmul.intrinsics import _AVX512, _COL_BLOCK_BYTES, ROWDOT_COLS, _fma, _hsum8
+from ..matmul.kernels import (
+    _mv1_q4_0,
+    _mv1_q4_k,
+    _mv1_q5_0,
+    _mv1_q5_k,
+    _mv1_q6_k,
+    _mv1_q8_0,
+    _mv_iq4_nl,
+    _mv_q4_0,
+    _mv_q4_k,
+    _mv_q5_0,
+    _mv_q5_k,
+    _mv_q6_k,
+    _mv_q8_0,
+)
 from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
 from ..native import atomic_add, atomic_store, f32p, i8p, i64p, u8p, u16p, u32p
 from ..threads import C_CHUNK, C_WDATA, available_cores, barrier
@@ -258,21 +272,6 @@ def _n_chunks(rows, nth, chunk_rows=_CHUNK_ROWS):  # pragma: no cover - compiled
 # only its own (see elementwise.py).
 
 
-def _rowdot_kernel(kind: int):
-    """matmul.kernels._mv_rowdot for one of its kinds, with the other _mv_* kernels' signature."""
-
-    @numba.njit(**_opts)
-    def mv(wu, wi, rs, m, qa, da, ex, tab, out, r0, r1):  # pragma: no cover - compiled
-        _mv_rowdot(kind, wu, wi, rs, m, qa, da, ex, tab, out, r0, r1)
-
-    return mv
-
-
-_mv_q8_0 = _rowdot_kernel(0)
-_mv_q4_0 = _rowdot_kernel(1)
-_mv_q5_0 = _rowdot_kernel(2)
-
-
 @numba.njit(**_opts)
 def _matvec_q(node, ith, nth, ctrl, quantize, bs, es, mv):  # pragma: no cover - compiled
     """dst (n, m) = Q8(src1 rows) . weight rows, n = ne11*ne12*ne13 rows of K."""
@@ -291,9 +290,16 @@ def _matvec_q(node, ith, nth, ctrl, quantize, bs, es, mv):  # pragma: no cover -
         c = atomic_add(ctrl + 8 * C_CHUNK, 1)
 
 
+# k_mm_*: groups of ROWDOT_COLS activation rows share each weight decode (small batches); k_mv_*: one
+# activation row at a time, for decodes and the shortest prompts (compiled only when a graph has one)
 @jit_kernel
 def k_mm_q8_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _matvec_q(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _mv_q8_0)
+
+
+@jit_kernel
+def k_mv_q8_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _mv1_q8_0)
 
 
 @jit_kernel
@@ -302,8 +308,18 @@ def k_mm_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 
 @jit_kernel
+def k_mv_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _mv1_q4_0)
+
+
+@jit_kernel
 def k_mm_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _matvec_q(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _mv_q5_0)
+
+
+@jit_kernel
+def k_mv_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _mv1_q5_0)
 
 
 @jit_kernel
@@ -317,8 +333,18 @@ def k_mm_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 
 @jit_kernel
+def k_mv_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_q4_k)
+
+
+@jit_kernel
 def k_mm_q5_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv_q5_k)
+
+
+@jit_kernel
+def k_mv_q5_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_q5_k)
 
 
 @jit_kernel
@@ -326,10 +352,17 @@ def k_mm_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv_q6_k)
 
 
+@jit_kernel
+def k_mv_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_q6_k)
+
+
+#: weight type -> (kernel for ROWDOT_COLS or more activation rows, kernel for fewer, values per block)
 _MATVEC = {
-    GGMLType.Q8_0: (k_mm_q8_0, 32), GGMLType.Q4_0: (k_mm_q4_0, 32), GGMLType.Q5_0: (k_mm_q5_0, 32),
-    GGMLType.IQ4_NL: (k_mm_iq4_nl, 32), GGMLType.Q4_K: (k_mm_q4_k, 256), GGMLType.Q5_K: (k_mm_q5_k, 256),
-    GGMLType.Q6_K: (k_mm_q6_k, 256),
+    GGMLType.Q8_0: (k_mm_q8_0, k_mv_q8_0, 32), GGMLType.Q4_0: (k_mm_q4_0, k_mv_q4_0, 32),
+    GGMLType.Q5_0: (k_mm_q5_0, k_mv_q5_0, 32), GGMLType.IQ4_NL: (k_mm_iq4_nl, k_mm_iq4_nl, 32),
+    GGMLType.Q4_K: (k_mm_q4_k, k_mv_q4_k, 256), GGMLType.Q5_K: (k_mm_q5_k, k_mv_q5_k, 256),
+    GGMLType.Q6_K: (k_mm_q6_k, k_mv_q6_k, 256),
 }
 
 
@@ -349,23 +382,26 @@ def k_gemm_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
                     gemm.repack_q6_k, gemm._q6k_4, gemm._q6k_1, gemm._q6k_one4, gemm._q6k_one1, _mv_q6_k)
 
 
+_q0_tiles_q8_0, _q0_tiles_q4_0, _q0_tiles_q5_0 = (gemm.q0_tiles_kernel(kind) for kind in range(3))
+
+
 @jit_kernel
 def k_tiles_q8_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.q0_tiles(node, ith, nth, ctrl, 0, _COL_BLOCK_BYTES)
+    _q0_tiles_q8_0(node, ith, nth, ctrl, _COL_BLOCK_BYTES)
 
 
 @jit_kernel
 def k_tiles_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.q0_tiles(node, ith, nth, ctrl, 1, _COL_BLOCK_BYTES)
+    _q0_tiles_q4_0(node, ith, nth, ctrl, _COL_BLOCK_BYTES)
 
 
 @jit_kernel
 def k_tiles_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.q0_tiles(node, ith, nth, ctrl, 2, _COL_BLOCK_BYTES)
+    _q0_tiles_q5_0(node, ith, nth, ctrl, _COL_BLOCK_BYTES)
 
 
 #: Q8_0/Q4_0/Q5_0 products of at least this many src1 rows decode their weight rows once into register
-#: tiles (gemm.q0_tiles); fewer take the row dots directly. Both give the same bits.
+#: tiles (gemm.q0_tiles_kernel); fewer take the row dots directly. Both give the same bits.
 Q0_TILE_MIN_COLS = 8
 _Q0_TILES = {GGMLType.Q8_0: k_tiles_q8_0, GGMLType.Q4_0: k_tiles_q4_0, GGMLType.Q5_0: k_tiles_q5_0}
 
@@ -375,7 +411,7 @@ _GEMM = {GGMLType.Q4_K: (k_gemm_q4_k, 256, gemm.SB_BYTES), GGMLType.Q6_K: (k_gem
 
 
 def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
-    kern, bs = _MATVEC.get(a.type, (None, 0))
+    kern, kern1, bs = _MATVEC.get(a.type, (None, None, 0))
     n = b.ne[1] * b.ne[2] * b.ne[3]
     if kern is None or a.ne[2] != 1 or a.ne[3] != 1 or not node.is_contiguous() or a.nb[0] != a.type.type_size:
         return None
@@ -387,7 +423,7 @@ def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
         return Choice(_Q0_TILES[a.type], ints=(_TAB, act, per_thread, gemm.q0_chunk_bytes(k)),
                       wsize=act + available_cores() * per_thread)
     if n <= MATVEC_MAX_COLS.get(a.type, 0):
-        return Choice(kern, ints=(_TAB,), wsize=act)
+        return Choice(kern if n >= ROWDOT_COLS else kern1, ints=(_TAB,), wsize=act)
     if a.type in _GEMM and gemm.AVAILABLE:
         kern, blk_len, blk_bytes = _GEMM[a.type]
         scratch = available_cores() * gemm.tiles_scratch_bytes(k, blk_len, blk_bytes)
@@ -396,100 +432,120 @@ def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
 
 
 # ------------------------------------------------------------------------------ F16 / F32
-@numba.njit(**_opts)
-def _matmul_f(node, ith, nth, ctrl, half):  # pragma: no cover - compiled
-    """dst[i01, i11, i12, i13] = dot(src0 row (i01, i12/r2, i13/r3), src1 row (i11, i12, i13)).
+def _matmul_f_kernel(half: bool, tiles: bool):
+    """dst[i01, i11, i12, i13] = dot(src0 row (i01, i12/r2, i13/r3), src1 row (i11, i12, i13)), fp16 weights
+    (half) or f32.
 
     Planes of up to DOUBLE_MAX_COLS src1 columns (decode): one double-precision dot per output. More
     (prompts): as ggml-cpu with llamafile computes them on AVX2, in tinyBLAS's tiles where it takes the
-    product (AUX+1 set: k % 8 == 0, ne01 % 4 == 0, and fp16 weights or a contiguous src1), else one
-    ggml_vec_dot per output."""
-    r = rec(node)
-    tab = numba.carray(f32p(r[AUX]), 65536)
-    d, nd0, nd1, nd2, nd3 = r[T_DST], r[T_DST + 5], r[T_DST + 6], r[T_DST + 7], r[T_DST + 8]
-    w, k, ne01, ne02, ne03 = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 3], r[T_SRC0 + 4]
-    nw1, nw2, nw3 = r[T_SRC0 + 6], r[T_SRC0 + 7], r[T_SRC0 + 8]
-    x, ne11, ne12, ne13 = r[T_SRC1], r[T_SRC1 + 2], r[T_SRC1 + 3], r[T_SRC1 + 4]
-    nx1, nx2, nx3 = r[T_SRC1 + 6], r[T_SRC1 + 7], r[T_SRC1 + 8]
-    r2, r3 = ne12 // ne02, ne13 // ne03
-    n = ne11 * ne12 * ne13
-    xq = i64p(ctrl + 8 * C_WDATA)[0]
-    if half:  # ggml converts src1 to fp16 first (vec_dot_type F16)
-        j0, j1 = span(n, ith, nth)
-        for j in range(j0, j1):
-            i1, i2, i3 = _row_index(j, ne11, ne12)
-            src = numba.carray(u32p(x + i1 * nx1 + i2 * nx2 + i3 * nx3), k)
-            dst = numba.carray(f32p(xq + 4 * k * j), k)
-            for i in range(k):
-                dst[i] = tab[f16_bits(src[i])]
-        if ith == 0:
+    product (AUX+1 set: k % 8 == 0, ne01 % 4 == 0, and fp16 weights or a contiguous src1; compiled only
+    with ``tiles``), else one ggml_vec_dot per output. ``half`` and ``tiles`` are closure constants, so
+    numba drops the branches a kernel cannot take before typing them (it does not for literal arguments).
+    """
+
+    @numba.njit(**_opts)
+    def matmul_f(node, ith, nth, ctrl):  # pragma: no cover - compiled
+        r = rec(node)
+        tab = numba.carray(f32p(r[AUX]), 65536)
+        d, nd0, nd1, nd2, nd3 = r[T_DST], r[T_DST + 5], r[T_DST + 6], r[T_DST + 7], r[T_DST + 8]
+        w, k, ne01, ne02, ne03 = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 3], r[T_SRC0 + 4]
+        nw1, nw2, nw3 = r[T_SRC0 + 6], r[T_SRC0 + 7], r[T_SRC0 + 8]
+        x, ne11, ne12, ne13 = r[T_SRC1], r[T_SRC1 + 2], r[T_SRC1 + 3], r[T_SRC1 + 4]
+        nx1, nx2, nx3 = r[T_SRC1 + 6], r[T_SRC1 + 7], r[T_SRC1 + 8]
+        r2, r3 = ne12 // ne02, ne13 // ne03
+        n = ne11 * ne12 * ne13
+        xq = i64p(ctrl + 8 * C_WDATA)[0]
+        if half:  # ggml converts src1 to fp16 first (vec_dot_type F16)
+            j0, j1 = span(n, ith, nth)
+            for j in range(j0, j1):
+                i1, i2, i3 = _row_index(j, ne11, ne12)
+                src = numba.carray(u32p(x + i1 * nx1 + i2 * nx2 + i3 * nx3), k)
+                dst = numba.carray(f32p(xq + 4 * k * j), k)
+                for i in range(k):
+                    dst[i] = tab[f16_bits(src[i])]
+            if ith == 0:
+                atomic_store(ctrl + 8 * C_CHUNK, nth)
+            barrier(ctrl, nth)
+        elif ith == 0:
             atomic_store(ctrl + 8 * C_CHUNK, nth)
-        barrier(ctrl, nth)
-    elif ith == 0:
-        atomic_store(ctrl + 8 * C_CHUNK, nth)
-        barrier(ctrl, nth)
-    else:
-        barrier(ctrl, nth)
-    exact = ne11 <= DOUBLE_MAX_COLS
-    tiled = r[AUX + 1] != 0 and not exact
-    n_tiles = ne01 // TILE_M
-    nrc = min(_n_chunks(ne01, nth), n_tiles) if tiled else _n_chunks(ne01, nth)
-    nchunk = nrc * ne12 * ne13
-    xs = 4 * k if half else nx1
-    c = ith
-    while c < nchunk:
-        plane = c // nrc
-        rc = c - plane * nrc
-        i12 = plane % ne12
-        i13 = plane // ne12
-        wp = w + (i12 // r2) * nw2 + (i13 // r3) * nw3
-        xp0 = xq + 4 * k * ne11 * (i12 + ne12 * i13) if half else x + i12 * nx2 + i13 * nx3
-        dp0 = d + i12 * nd2 + i13 * nd3
-        if tiled:
-            t0, t1 = n_tiles * rc // nrc, n_tiles * (rc + 1) // nrc
-            tg = r[AUX + 2]  # tiles per group: its weight rows stay in L1 while every column passes them
-            for g0 in range(t0, t1, tg):
-                g1 = min(g0 + tg, t1)
-                gw, gs = wp + g0 * TILE_M * nw1, nw1
-                if half:
-                    gw, gs = xq + 4 * k * n + ith * 4 * k * TILE_M * tg, 4 * k
-                    _widen_rows(wp + g0 * TILE_M * nw1, nw1, (g1 - g0) * TILE_M, k, tab, gw)
-                j = 0
-                while j < ne11:
-                    full = ne11 - j >= TILE_N
-                    for t in range(g0, g1):
-                        args_w, args_d = gw + (t - g0) * TILE_M * gs, dp0 + t * TILE_M * nd0 + j * nd1
-                        if full:
-                            _tile_full(args_w, gs, xp0 + j * xs, xs, k, args_d, nd0, nd1)
-                        else:
-                            _tile_1(args_w, gs, xp0 + j * xs, xs, k, args_d, nd0, nd1)
-                    j += TILE_N if full else 1
+            barrier(ctrl, nth)
         else:
-            r0, r1 = ne01 * rc // nrc, ne01 * (rc + 1) // nrc
-            for i11 in range(ne11):
-                xp = xp0 + i11 * xs
-                dp = dp0 + i11 * nd1
-                for i01 in range(r0, r1):
-                    if exact and half:
-                        v = dot_f16_f32(wp + i01 * nw1, xp, k)
-                    elif exact:
-                        v = dot_f32_f32(wp + i01 * nw1, xp, k)
-                    elif half:
-                        v = vec_dot_f16(wp + i01 * nw1, xp, k)
-                    else:
-                        v = vec_dot_f32(wp + i01 * nw1, xp, k)
-                    f32p(dp + i01 * nd0)[0] = v
-        c = atomic_add(ctrl + 8 * C_CHUNK, 1)
+            barrier(ctrl, nth)
+        exact = ne11 <= DOUBLE_MAX_COLS
+        tiled = r[AUX + 1] != 0 and not exact
+        n_tiles = ne01 // TILE_M
+        nrc = min(_n_chunks(ne01, nth), n_tiles) if tiled else _n_chunks(ne01, nth)
+        nchunk = nrc * ne12 * ne13
+        xs = 4 * k if half else nx1
+        c = ith
+        while c < nchunk:
+            plane = c // nrc
+            rc = c - plane * nrc
+            i12 = plane % ne12
+            i13 = plane // ne12
+            wp = w + (i12 // r2) * nw2 + (i13 // r3) * nw3
+            xp0 = xq + 4 * k * ne11 * (i12 + ne12 * i13) if half else x + i12 * nx2 + i13 * nx3
+            dp0 = d + i12 * nd2 + i13 * nd3
+            if tiles and tiled:
+                t0, t1 = n_tiles * rc // nrc, n_tiles * (rc + 1) // nrc
+                tg = r[AUX + 2]  # tiles per group: its weight rows stay in L1 while every column passes them
+                for g0 in range(t0, t1, tg):
+                    g1 = min(g0 + tg, t1)
+                    gw, gs = wp + g0 * TILE_M * nw1, nw1
+                    if half:
+                        gw, gs = xq + 4 * k * n + ith * 4 * k * TILE_M * tg, 4 * k
+                        _widen_rows(wp + g0 * TILE_M * nw1, nw1, (g1 - g0) * TILE_M, k, tab, gw)
+                    j = 0
+                    while j < ne11:
+                        full = ne11 - j >= TILE_N
+                        for t in range(g0, g1):
+                            args_w, args_d = gw + (t - g0) * TILE_M * gs, dp0 + t * TILE_M * nd0 + j * nd1
+                            if full:
+                                _tile_full(args_w, gs, xp0 + j * xs, xs, k, args_d, nd0, nd1)
+                            else:
+                                _tile_1(args_w, gs, xp0 + j * xs, xs, k, args_d, nd0, nd1)
+                        j += TILE_N if full else 1
+            else:
+                r0, r1 = ne01 * rc // nrc, ne01 * (rc + 1) // nrc
+                for i11 in range(ne11):
+                    xp = xp0 + i11 * xs
+                    dp = dp0 + i11 * nd1
+                    for i01 in range(r0, r1):
+                        if exact and half:
+                            v = dot_f16_f32(wp + i01 * nw1, xp, k)
+                        elif exact:
+                            v = dot_f32_f32(wp + i01 * nw1, xp, k)
+                        elif half:
+                            v = vec_dot_f16(wp + i01 * nw1, xp, k)
+                        else:
+                            v = vec_dot_f32(wp + i01 * nw1, xp, k)
+                        f32p(dp + i01 * nd0)[0] = v
+            c = atomic_add(ctrl + 8 * C_CHUNK, 1)
+
+    return matmul_f
+
+
+_mm_f16, _gemm_f16, _mm_f32, _gemm_f32 = (_matmul_f_kernel(h, t) for h in (True, False) for t in (False, True))
 
 
 @jit_kernel
 def k_mm_f16(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _matmul_f(node, ith, nth, ctrl, True)
+    _mm_f16(node, ith, nth, ctrl)
+
+
+@jit_kernel
+def k_gemm_f16(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _gemm_f16(node, ith, nth, ctrl)
 
 
 @jit_kernel
 def k_mm_f32(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _matmul_f(node, ith, nth, ctrl, False)
+    _mm_f32(node, ith, nth, ctrl)
+
+
+@jit_kernel
+def k_gemm_f32(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _gemm_f32(node, ith, nth, ctrl)
 
 
 def _float_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
@@ -502,11 +558,12 @@ def _float_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
     tiled = int(a.ne[0] % 8 == 0 and a.ne[1] % TILE_M == 0 and (a.type == F16 or b.is_contiguous()))
     k, esize = a.ne[0], a.type.type_size
     group = max(1, _L1_WEIGHT_BYTES // (TILE_M * k * esize))  # tiles per L1 group
+    gemm = tiled and b.ne[1] > DOUBLE_MAX_COLS  # the tiles run: compile the kernel that has them
     if a.type == F16:  # src1 widened from fp16, then each thread's widened group of weight rows
         src1_bytes = 4 * k * b.ne[1] * b.ne[2] * b.ne[3]
-        return Choice(k_mm_f16, ints=(_TAB, tiled, group),
+        return Choice(k_gemm_f16 if gemm else k_mm_f16, ints=(_TAB, tiled, group),
                       wsize=src1_bytes + available_cores() * 4 * k * TILE_M * group)
-    return Choice(k_mm_f32, ints=(_TAB, tiled, group))
+    return Choice(k_gemm_f32 if gemm else k_mm_f32, ints=(_TAB, tiled, group))
 
 
 _TAB = int(F16_TO_F32.ctypes.data)

@@ -200,13 +200,10 @@ def matvec_q(w_rows: np.ndarray, qtype: GGMLType, x: np.ndarray, out: np.ndarray
     wi = wf.view(np.int8)
     m = w_rows.shape[0]
     qa, da, extra = quantize_activations(x, vec_dot_type_of(qtype))
-    kern, kind = _MATVEC[qtype]
+    kern = _MATVEC[qtype]
 
     def rows(r0: int, r1: int) -> None:
-        if kind >= 0:
-            kern(kind, wf, wi, rs, m, qa, da, extra, _F16, out, r0, r1)
-        else:
-            kern(wf, wi, rs, m, qa, da, extra, _F16, out, r0, r1)
+        kern(wf, wi, rs, m, qa, da, extra, _F16, out, r0, r1)
 
     work_bytes = m * w_rows.shape[1] * x.shape[0]
     nt = n_threads if work_bytes >= PARALLEL_MIN_BYTES else 1

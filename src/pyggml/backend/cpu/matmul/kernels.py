@@ -52,44 +52,58 @@ def _u32(wu, o):  # pragma: no cover - compiled
     return np.int64(wu[o]) | (np.int64(wu[o + 1]) << 8) | (np.int64(wu[o + 2]) << 16) | (np.int64(wu[o + 3]) << 24)
 
 
-@njit(cache=True, nogil=True)
-def _mv_rowdot(kind, wu, wi, rs, m, qa, da, asum, tab, out, r0, r1):  # pragma: no cover - compiled
-    """Q8_0 / Q4_0 / Q5_0 (kind 0/1/2): one whole-row vector dot per output (see rowdot_*)."""
-    n, nb = qa.shape[0], qa.shape[1] // 32
-    qf, df = qa.reshape(qa.size), da.reshape(da.size)
-    n4 = n - n % ROWDOT_COLS
-    # prompts: columns a block at a time, so the activations a row meets stay in L2 (k bytes a column)
-    cb = max(ROWDOT_COLS, (_COL_BLOCK_BYTES // (32 * nb)) // ROWDOT_COLS * ROWDOT_COLS)
-    for j0 in range(0, n4, cb):
-        for r in range(r0, r1):
-            for j in range(j0, min(j0 + cb, n4), ROWDOT_COLS):  # several columns per decode of the row
+def _rowdot_kernel(kind: int, batch: bool):
+    """Q8_0 / Q4_0 / Q5_0 (kind 0/1/2) mat-vec: one whole-row vector dot per output (see rowdot_*). With
+    batch, groups of ROWDOT_COLS columns share each decode of a row; without, every column goes one at
+    a time (the same bits). kind and batch are constants of the closure, so numba drops the branches
+    a kernel cannot take before typing them (it does not for literal arguments).
+    """
+
+    @njit(cache=True, nogil=True)
+    def mv(wu, wi, rs, m, qa, da, asum, tab, out, r0, r1):  # pragma: no cover - compiled
+        n, nb = qa.shape[0], qa.shape[1] // 32
+        qf, df = qa.reshape(qa.size), da.reshape(da.size)
+        n4 = 0
+        if batch:
+            n4 = n - n % ROWDOT_COLS
+            # prompts: columns a block at a time, so the activations a row meets stay in L2 (k bytes a column)
+            cb = max(ROWDOT_COLS, (_COL_BLOCK_BYTES // (32 * nb)) // ROWDOT_COLS * ROWDOT_COLS)
+            for j0 in range(0, n4, cb):
+                for r in range(r0, r1):
+                    for j in range(j0, min(j0 + cb, n4), ROWDOT_COLS):  # several columns per decode of the row
+                        if kind == 0:
+                            s = rowdot4_q8_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
+                        elif kind == 1:
+                            s = rowdot4_q4_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
+                        else:
+                            s = rowdot4_q5_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
+                        for c in range(ROWDOT_COLS):
+                            out[j + c, r] = s[c]
+        q = (r1 - r0) // ROWDOT_ROWS
+        r4 = r0 + q * ROWDOT_ROWS
+        for j in range(n4, n):  # a decode: rows r0+t, r0+q+t, ... per call, four chains side by side
+            for t in range(q):
                 if kind == 0:
-                    s = rowdot4_q8_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
+                    s = rowsdot_q8_0(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
                 elif kind == 1:
-                    s = rowdot4_q4_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
+                    s = rowsdot_q4_0(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
                 else:
-                    s = rowdot4_q5_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
-                for c in range(ROWDOT_COLS):
-                    out[j + c, r] = s[c]
-    q = (r1 - r0) // ROWDOT_ROWS
-    r4 = r0 + q * ROWDOT_ROWS
-    for j in range(n4, n):  # a decode: rows r0+t, r0+q+t, ... per call, four chains side by side
-        for t in range(q):
-            if kind == 0:
-                s = rowsdot_q8_0(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
-            elif kind == 1:
-                s = rowsdot_q4_0(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
-            else:
-                s = rowsdot_q5_0(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
-            for i in range(ROWDOT_ROWS):
-                out[j, r0 + i * q + t] = s[i]
-        for r in range(r4, r1):
-            if kind == 0:
-                out[j, r] = rowdot_q8_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
-            elif kind == 1:
-                out[j, r] = rowdot_q4_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
-            else:
-                out[j, r] = rowdot_q5_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
+                    s = rowsdot_q5_0(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
+                for i in range(ROWDOT_ROWS):
+                    out[j, r0 + i * q + t] = s[i]
+            for r in range(r4, r1):
+                if kind == 0:
+                    out[j, r] = rowdot_q8_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
+                elif kind == 1:
+                    out[j, r] = rowdot_q4_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
+                else:
+                    out[j, r] = rowdot_q5_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
+
+    return mv
+
+
+_mv_q8_0, _mv_q4_0, _mv_q5_0 = (_rowdot_kernel(kind, True) for kind in range(3))
+_mv1_q8_0, _mv1_q4_0, _mv1_q5_0 = (_rowdot_kernel(kind, False) for kind in range(3))
 
 
 @njit(cache=True, nogil=True)
@@ -160,95 +174,98 @@ def _scale_min_k4(wu, o, sc, mn):  # pragma: no cover - compiled
         mn[k] = (np.int32(wu[o + k + 4]) >> 4) | ((np.int32(wu[o + k]) >> 6) << 4)
 
 
-@njit(cache=True, inline="always")
-def _k_terms(kind, wu, wi, o, qf, ao, bf, bo, tab, dab):  # pragma: no cover - compiled
-    """One superblock of one row against one activation row: the two float32 terms the row's
-    accumulators take, (d*da)*sumi and (dmin*da)*summ (Q6_K: (d*da)*sumi and 0)."""
-    if kind == 2:
-        return (_h(tab, wu, o + 208) * dab) * np.float32(sbdot_q6_k(wi, o, qf, ao, bf, bo)), np.float32(0)
-    t1 = sbdot_q4_k(wu, o, qf, ao, bf, bo) if kind == 0 else sbdot_q5_k(wu, o, qf, ao, bf, bo)
-    return (_h(tab, wu, o) * dab) * np.float32(t1[0]), (_h(tab, wu, o + 2) * dab) * np.float32(t1[1])
+def _k_terms_for(kind: int):
+    """terms(wu, wi, o, qf, ao, bf, bo, tab, dab): one superblock of one row against one activation row,
+    the two float32 terms the row's accumulators take, (d*da)*sumi and (dmin*da)*summ (Q6_K: (d*da)*sumi
+    and 0). kind is a closure constant (see _rowdot_kernel)."""
+
+    @njit(cache=True, inline="always")
+    def terms(wu, wi, o, qf, ao, bf, bo, tab, dab):  # pragma: no cover - compiled
+        if kind == 2:
+            return (_h(tab, wu, o + 208) * dab) * np.float32(sbdot_q6_k(wi, o, qf, ao, bf, bo)), np.float32(0)
+        t1 = sbdot_q4_k(wu, o, qf, ao, bf, bo) if kind == 0 else sbdot_q5_k(wu, o, qf, ao, bf, bo)
+        return (_h(tab, wu, o) * dab) * np.float32(t1[0]), (_h(tab, wu, o + 2) * dab) * np.float32(t1[1])
+
+    return terms
 
 
-@njit(cache=True, nogil=True)
-def _mv_k(kind, wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
+def _k_kernel(kind: int, batch: bool):
     """Q4_K / Q5_K / Q6_K (kind 0/1/2) rows against activation rows, ROWDOT_COLS rows per decode
     of each superblock; every output is summed in the same order either way. Q6_K's codes are
     used unsigned and its -32 offset comes off via the block sums (see _q6_body). A lone activation
     row (a decode) takes four weight rows a quarter of the range apart at once, as the row dots do:
-    four streams and four accumulator chains side by side, each row's sums unchanged."""
-    n, nb, k = qa.shape[0], qa.shape[1] // 256, qa.shape[1]
-    bk = bsum.shape[1]
-    bpb = 144 if kind == 0 else (176 if kind == 1 else 210)
-    qf, bf = qa.reshape(qa.size), bsum.reshape(bsum.size)
-    acc0 = np.zeros(ROWDOT_COLS, np.float32)
-    acc1 = np.zeros(ROWDOT_COLS, np.float32)
-    n4 = n - n % ROWDOT_COLS
-    for r in range(r0, r1):
-        for j in range(0, n4, ROWDOT_COLS):
-            acc0[:] = 0
-            acc1[:] = 0
-            for b in range(nb):
-                o, ao, bo = r * rs + bpb * b, j * k + 256 * b, j * bk + 16 * b
-                if kind == 2:
-                    dw = _h(tab, wu, o + 208)
-                    t6 = sbdot4_q6_k(wi, o, qf, ao, bf, bo, k, bk)
+    four streams and four accumulator chains side by side, each row's sums unchanged. Without batch,
+    every column goes one at a time (the same bits); kind and batch are closure constants, as in
+    _rowdot_kernel."""
+    _k_terms = _k_terms_for(kind)
+
+    @njit(cache=True, nogil=True)
+    def mv(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
+        n, nb, k = qa.shape[0], qa.shape[1] // 256, qa.shape[1]
+        bk = bsum.shape[1]
+        bpb = 144 if kind == 0 else (176 if kind == 1 else 210)
+        qf, bf = qa.reshape(qa.size), bsum.reshape(bsum.size)
+        n4 = 0
+        if batch:
+            n4 = n - n % ROWDOT_COLS
+            acc0 = np.zeros(ROWDOT_COLS, np.float32)
+            acc1 = np.zeros(ROWDOT_COLS, np.float32)
+            for r in range(r0, r1):
+                for j in range(0, n4, ROWDOT_COLS):
+                    acc0[:] = 0
+                    acc1[:] = 0
+                    for b in range(nb):
+                        o, ao, bo = r * rs + bpb * b, j * k + 256 * b, j * bk + 16 * b
+                        if kind == 2:
+                            dw = _h(tab, wu, o + 208)
+                            t6 = sbdot4_q6_k(wi, o, qf, ao, bf, bo, k, bk)
+                            for c in range(ROWDOT_COLS):
+                                acc0[c] += (dw * da[j + c, b]) * np.float32(t6[c])
+                            continue
+                        dw, mw = _h(tab, wu, o), _h(tab, wu, o + 2)
+                        if kind == 0:
+                            t = sbdot4_q4_k(wu, o, qf, ao, bf, bo, k, bk)
+                        else:
+                            t = sbdot4_q5_k(wu, o, qf, ao, bf, bo, k, bk)
+                        for c in range(ROWDOT_COLS):
+                            acc0[c] += (dw * da[j + c, b]) * np.float32(t[2 * c])
+                            acc1[c] += (mw * da[j + c, b]) * np.float32(t[2 * c + 1])
                     for c in range(ROWDOT_COLS):
-                        acc0[c] += (dw * da[j + c, b]) * np.float32(t6[c])
-                    continue
-                dw, mw = _h(tab, wu, o), _h(tab, wu, o + 2)
-                if kind == 0:
-                    t = sbdot4_q4_k(wu, o, qf, ao, bf, bo, k, bk)
-                else:
-                    t = sbdot4_q5_k(wu, o, qf, ao, bf, bo, k, bk)
-                for c in range(ROWDOT_COLS):
-                    acc0[c] += (dw * da[j + c, b]) * np.float32(t[2 * c])
-                    acc1[c] += (mw * da[j + c, b]) * np.float32(t[2 * c + 1])
-            for c in range(ROWDOT_COLS):
-                out[j + c, r] = acc0[c] - acc1[c]
-    q = (r1 - r0) // 4
-    for j in range(n4, n):
-        for t in range(q):
-            ra, rb, rc, rd = r0 + t, r0 + q + t, r0 + 2 * q + t, r0 + 3 * q + t
-            a0 = a1 = b0 = b1 = c0 = c1 = d0 = d1 = np.float32(0)
-            for b in range(nb):
-                ao, bo, dab, ob = j * k + 256 * b, j * bk + 16 * b, da[j, b], bpb * b
-                x0, x1 = _k_terms(kind, wu, wi, ra * rs + ob, qf, ao, bf, bo, tab, dab)
-                a0 += x0
-                a1 += x1
-                x0, x1 = _k_terms(kind, wu, wi, rb * rs + ob, qf, ao, bf, bo, tab, dab)
-                b0 += x0
-                b1 += x1
-                x0, x1 = _k_terms(kind, wu, wi, rc * rs + ob, qf, ao, bf, bo, tab, dab)
-                c0 += x0
-                c1 += x1
-                x0, x1 = _k_terms(kind, wu, wi, rd * rs + ob, qf, ao, bf, bo, tab, dab)
-                d0 += x0
-                d1 += x1
-            out[j, ra], out[j, rb], out[j, rc], out[j, rd] = a0 - a1, b0 - b1, c0 - c1, d0 - d1
-        for r in range(r0 + 4 * q, r1):
-            a0 = a1 = np.float32(0)
-            for b in range(nb):
-                x0, x1 = _k_terms(kind, wu, wi, r * rs + bpb * b, qf, j * k + 256 * b, bf, j * bk + 16 * b, tab,
-                                  da[j, b])
-                a0 += x0
-                a1 += x1
-            out[j, r] = a0 - a1
+                        out[j + c, r] = acc0[c] - acc1[c]
+        q = (r1 - r0) // 4
+        for j in range(n4, n):
+            for t in range(q):
+                ra, rb, rc, rd = r0 + t, r0 + q + t, r0 + 2 * q + t, r0 + 3 * q + t
+                a0 = a1 = b0 = b1 = c0 = c1 = d0 = d1 = np.float32(0)
+                for b in range(nb):
+                    ao, bo, dab, ob = j * k + 256 * b, j * bk + 16 * b, da[j, b], bpb * b
+                    x0, x1 = _k_terms(wu, wi, ra * rs + ob, qf, ao, bf, bo, tab, dab)
+                    a0 += x0
+                    a1 += x1
+                    x0, x1 = _k_terms(wu, wi, rb * rs + ob, qf, ao, bf, bo, tab, dab)
+                    b0 += x0
+                    b1 += x1
+                    x0, x1 = _k_terms(wu, wi, rc * rs + ob, qf, ao, bf, bo, tab, dab)
+                    c0 += x0
+                    c1 += x1
+                    x0, x1 = _k_terms(wu, wi, rd * rs + ob, qf, ao, bf, bo, tab, dab)
+                    d0 += x0
+                    d1 += x1
+                out[j, ra], out[j, rb], out[j, rc], out[j, rd] = a0 - a1, b0 - b1, c0 - c1, d0 - d1
+            for r in range(r0 + 4 * q, r1):
+                a0 = a1 = np.float32(0)
+                for b in range(nb):
+                    x0, x1 = _k_terms(wu, wi, r * rs + bpb * b, qf, j * k + 256 * b, bf, j * bk + 16 * b, tab,
+                                      da[j, b])
+                    a0 += x0
+                    a1 += x1
+                out[j, r] = a0 - a1
+
+    return mv
 
 
-@njit(cache=True, nogil=True)
-def _mv_q4_k(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
-    _mv_k(0, wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1)
-
-
-@njit(cache=True, nogil=True)
-def _mv_q5_k(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
-    _mv_k(1, wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1)
-
-
-@njit(cache=True, nogil=True)
-def _mv_q6_k(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
-    _mv_k(2, wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1)
+_mv_q4_k, _mv_q5_k, _mv_q6_k = (_k_kernel(kind, True) for kind in range(3))
+_mv1_q4_k, _mv1_q5_k, _mv1_q6_k = (_k_kernel(kind, False) for kind in range(3))
 
 
 # --------------------------------------------------------------------------------------------
@@ -357,11 +374,11 @@ def widen_f16(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
-#: type -> (kernel, kind): kind selects the row-dot intrinsic of _mv_rowdot (-1: own kernel)
+#: type -> its mat-vec kernel (every one with the same signature)
 _MATVEC = {
-    GGMLType.Q8_0: (_mv_rowdot, 0), GGMLType.Q4_0: (_mv_rowdot, 1), GGMLType.Q5_0: (_mv_rowdot, 2),
-    GGMLType.IQ4_NL: (_mv_iq4_nl, -1), GGMLType.Q4_1: (_mv_q4_1, -1), GGMLType.Q5_1: (_mv_q5_1, -1),
-    GGMLType.Q4_K: (_mv_q4_k, -1), GGMLType.Q5_K: (_mv_q5_k, -1), GGMLType.Q6_K: (_mv_q6_k, -1),
+    GGMLType.Q8_0: _mv_q8_0, GGMLType.Q4_0: _mv_q4_0, GGMLType.Q5_0: _mv_q5_0,
+    GGMLType.IQ4_NL: _mv_iq4_nl, GGMLType.Q4_1: _mv_q4_1, GGMLType.Q5_1: _mv_q5_1,
+    GGMLType.Q4_K: _mv_q4_k, GGMLType.Q5_K: _mv_q5_k, GGMLType.Q6_K: _mv_q6_k,
 }
 _DEQUANT = {
     GGMLType.Q8_0: _dq_q8_0, GGMLType.Q4_0: _dq_q4_0, GGMLType.Q5_0: _dq_q5_0,
