@@ -189,6 +189,9 @@ def _k_terms_for(kind: int):
     return terms
 
 
+_terms_q4_k, _terms_q5_k, _terms_q6_k = (_k_terms_for(kind) for kind in range(3))
+
+
 def _k_kernel(kind: int, batch: bool):
     """Q4_K / Q5_K / Q6_K (kind 0/1/2) rows against activation rows, ROWDOT_COLS rows per decode
     of each superblock; every output is summed in the same order either way. Q6_K's codes are
@@ -197,10 +200,17 @@ def _k_kernel(kind: int, batch: bool):
     four streams and four accumulator chains side by side, each row's sums unchanged. Without batch,
     every column goes one at a time (the same bits); kind and batch are closure constants, as in
     _rowdot_kernel."""
-    _k_terms = _k_terms_for(kind)
 
     @njit(cache=True, nogil=True)
     def mv(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
+        # the kind's function by name (numba keeps the one branch left; a function in a closure cell
+        # would change numba's cache key every process, and a tuple of them makes indirect calls)
+        if kind == 0:
+            _k_terms = _terms_q4_k
+        elif kind == 1:
+            _k_terms = _terms_q5_k
+        else:
+            _k_terms = _terms_q6_k
         n, nb, k = qa.shape[0], qa.shape[1] // 256, qa.shape[1]
         bk = bsum.shape[1]
         bpb = 144 if kind == 0 else (176 if kind == 1 else 210)
