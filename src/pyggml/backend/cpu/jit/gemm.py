@@ -481,24 +481,22 @@ def _q0_unpack(kind: int):
     return intrinsic(typer)
 
 
-def _q0_scale_products(builder, drow, darow, nb_v, prod_p) -> None:
-    """prod[(j*rm + i)*nb + b] = d_w[i][b] * d_a[j][b] for every block b (8 blocks per multiply)."""
+def _q0_scale_products(builder, drow, darow, nb_v, prod_p) -> ir.Value:
+    """prod[(j*rm + i)*nbp + b] = d_w[i][b] * d_a[j][b] for every block b, 8 blocks a multiply; nbp (returned)
+    is nb rounded up to 8: the last multiply reads up to 7 floats past a row's scales (the next row's, or
+    the scratch after them; q0_scratch_bytes leaves room) and its extra products are never used."""
     rm, f8 = len(drow), _vec(8, _F32)
-    n8 = builder.udiv(nb_v, ir.Constant(_I64, 8))
+    n8 = builder.udiv(builder.add(nb_v, ir.Constant(_I64, 7)), ir.Constant(_I64, 8))
+    nbp = builder.mul(n8, ir.Constant(_I64, 8))
     with cgutils.for_range(builder, n8) as loop:
         b = builder.mul(loop.index, ir.Constant(_I64, 8))
         dw = [builder.load(builder.bitcast(builder.gep(p, [b]), f8.as_pointer()), align=4) for p in drow]
         for j, pa in enumerate(darow):
             da = builder.load(builder.bitcast(builder.gep(pa, [b]), f8.as_pointer()), align=4)
             for i in range(rm):
-                dst = builder.gep(prod_p, [builder.add(builder.mul(nb_v, ir.Constant(_I64, j * rm + i)), b)])
+                dst = builder.gep(prod_p, [builder.add(builder.mul(nbp, ir.Constant(_I64, j * rm + i)), b)])
                 builder.store(builder.fmul(dw[i], da), builder.bitcast(dst, f8.as_pointer()), align=4)
-    with cgutils.for_range_slice(builder, builder.mul(n8, ir.Constant(_I64, 8)), nb_v, ir.Constant(_I64, 1)) as (b, _):
-        for j, pa in enumerate(darow):
-            da = builder.load(builder.gep(pa, [b]))
-            for i in range(rm):
-                dst = builder.gep(prod_p, [builder.add(builder.mul(nb_v, ir.Constant(_I64, j * rm + i)), b)])
-                builder.store(builder.fmul(builder.load(builder.gep(drow[i], [b])), da), dst)
+    return nbp
 
 
 def _q0_tile(rm: int, rn: int):
@@ -524,8 +522,7 @@ def _q0_tile(rm: int, rn: int):
             arow = [row(qa_a, k_v, j, i8ptr) for j in range(rn)]
             darow = [row(da_a, builder.mul(nb_v, c64(4)), j, f32ptr) for j in range(rn)]
             prod_p = builder.inttoptr(prod_a, f32ptr)
-            if _VNNI:
-                _q0_scale_products(builder, drow, darow, nb_v, prod_p)
+            nbp = _q0_scale_products(builder, drow, darow, nb_v, prod_p) if _VNNI else nb_v
             accs = [[cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in range(rm)]
                     for _ in range(rn)]
             flip = ir.Constant(_vec(32, _I8), [-128] * 32)
@@ -547,7 +544,7 @@ def _q0_tile(rm: int, rn: int):
                     for i in range(rm):
                         if _VNNI:
                             lanes = _dpbusd(builder, x[i], au, w[i])
-                            p = builder.gep(prod_p, [builder.add(builder.mul(nb_v, c64(j * rm + i)), b)])
+                            p = builder.gep(prod_p, [builder.add(builder.mul(nbp, c64(j * rm + i)), b)])
                             scale = _splat_f32(builder, builder.load(p), 8)
                         else:
                             sy = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), a, w[i])
@@ -580,7 +577,8 @@ def q0_chunk_bytes(k: int) -> int:
 
 def q0_scratch_bytes(k: int) -> int:
     """Bytes of one thread's scratch: its decoded chunk, then a tile's scale products (64-aligned)."""
-    return q0_chunk_bytes(k) + (Q0_TILE_M * Q0_TILE_N * (k // 32) * 4 + 63) // 64 * 64
+    products = Q0_TILE_M * Q0_TILE_N * ((k // 32 + 7) // 8 * 8)  # see _q0_scale_products
+    return q0_chunk_bytes(k) + (4 * products + 63) // 64 * 64
 
 
 def q0_tiles_kernel(kind: int):
