@@ -265,6 +265,21 @@ def test_prompt_float_mat_mul_is_llama_cpps_order(wt: GGMLType, k: int, m: int, 
     exact(got[0, 0], want)
 
 
+def test_prompt_f16_mat_mul_rounds_src1_ties_to_even() -> None:
+    """src1 goes to fp16 first (8 values at a time with F16C): ties, fp16 subnormals and their ties round as
+    numpy's (and ggml's) conversion, to the nearest, ties to even."""
+    c = OpCase()
+    k, m, n = 64, 8, 20
+    ties = 1 + (2 * np.arange(k * n) % 512 + 1) * 2.0**-11  # halfway between neighbouring fp16 values
+    sub = (2 * np.arange(k * n) % 64 + 1) * 2.0**-25  # halfway between fp16 subnormals
+    xs = np.where(np.arange(k * n) % 3 == 0, sub, ties) * np.where(np.arange(k * n) % 2, -1, 1)
+    x = c.tensor(F32, k, n, data=xs.astype(np.float32).reshape(n, k))
+    w = c.tensor(F16, k, m)
+    got, _ = both(B.mul_mat(c.ctx, w, x))
+    xv = values(x)[0, 0].astype(np.float16).astype(np.float32)
+    exact(got[0, 0], _tinyblas(values(w)[0, 0], xv))
+
+
 @pytest.mark.parametrize("wt", [F16, F32])
 def test_decode_float_mat_mul_sums_in_double(wt: GGMLType) -> None:
     """Up to 16 columns: each output is the double sum of the float products, rounded once."""

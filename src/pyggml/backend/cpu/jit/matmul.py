@@ -34,7 +34,7 @@ from ....tensor import Tensor
 from ....types import GGMLType
 from ..matmul import MATVEC_MAX_COLS
 from ..matmul.actquant import F16_TO_F32, f16_bits
-from ..matmul.intrinsics import _AVX512, _COL_BLOCK_BYTES, ROWDOT_COLS, _fma, _hsum8
+from ..matmul.intrinsics import _AVX512, _COL_BLOCK_BYTES, _F16C, ROWDOT_COLS, _fma, _hsum8
 from ..matmul.kernels import (
     _mv1_q4_0,
     _mv1_q4_k,
@@ -192,8 +192,8 @@ vec_dot_f32 = _vec_dot_intrinsic(False)
 #: src1 columns (per plane) up to which F16/F32 products sum in double: decode steps, where the cells a
 #: sequence's tokens landed in vary with the batch (see _dot_intrinsic)
 DOUBLE_MAX_COLS = 16
-#: weight bytes a tile group keeps in L1 while all src1 columns pass it (half a 32 KB L1; fp16 weights
-#: are widened once per group into a thread's scratch, twice that as f32)
+#: weight bytes a tile group keeps in L1 while all src1 columns pass it (half a 32 KB L1; the group is
+#: copied once into a thread's scratch in the tiles' layout, as f32: twice that for fp16 weights)
 _L1_WEIGHT_BYTES = 8 * 1024
 #: the register tile: 4 weight rows by TILE_N src1 columns, one accumulator each (tinyBLAS takes 4 x 3 on
 #: 16-register x86; the tile's shape does not change any output's bits: 4 x 2 where 4 x 3 would spill the
@@ -201,37 +201,75 @@ _L1_WEIGHT_BYTES = 8 * 1024
 TILE_M, TILE_N = 4, (5 if _AVX512 else 2)
 
 
-def _tile_intrinsic(rn: int):
-    """tile(w_addr, w_stride, x_addr, x_stride, k, d_addr, d_stride_row, d_stride_col): the TILE_M x rn
-    outputs of llamafile's tinyBLAS<8, __m256> on f32 rows (F32 weights, or F16 weights and src1 widened
-    from fp16 exactly): one <8 x float> accumulator per output, fma over k in steps of 8, hsum at the
-    end. Strides in bytes."""
+@intrinsic
+def _round_f16_8(typingctx, src, dst):
+    """8 floats at src rounded to fp16 and back to f32 at dst (vcvtps2ph then vcvtph2ps with F16C: nearest,
+    ties to even, NaN kept quiet with its top payload bits, as actquant.f16_bits)."""
+    sig = types.void(types.int64, types.int64)
 
-    def typer(typingctx, w, ws, x, xs, k, d, dr, dc):
-        sig = types.void(*([types.int64] * 8))
+    def codegen(context, builder, sig, args):
+        f8 = ir.VectorType(_F32T, 8)
+        v = builder.load(builder.inttoptr(args[0], f8.as_pointer()), align=4)
+        r = builder.fpext(builder.fptrunc(v, ir.VectorType(ir.HalfType(), 8)), f8)
+        builder.store(r, builder.inttoptr(args[1], f8.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _fma16(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+    """a*b + c over <16 x float>: one 64-byte vfmadd with AVX-512 (the intrinsic keeps LLVM from splitting
+    it in two for CPUs it tunes for 256-bit vectors), else llvm.fma (two 32-byte ones)."""
+    if _AVX512:
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(a.type, [a.type] * 3 + [ir.IntType(32)]), "llvm.x86.avx512.vfmadd.ps.512")
+        return builder.call(fn, [a, b, c, ir.Constant(ir.IntType(32), 4)])  # 4: the current rounding mode
+    return _fma(builder, a, b, c)
+
+
+def _tile_intrinsic(rn: int):
+    """tile(w_addr, x_addr, x_stride, k, d_addr, d_stride_row, d_stride_col): the TILE_M x rn outputs of
+    llamafile's tinyBLAS<8, __m256> (F32, or F16 weights and src1 widened from fp16 exactly): one 8-lane
+    accumulator per output, fma over k in steps of 8, hsum at the end. The weights are a tile of
+    _group_rows's layout: per step of 8 values, rows (0, 1) then (2, 3) side by side in 16 floats, so
+    one 64-byte fma advances two outputs (AVX-512 retires two of them a cycle where it retires two
+    32-byte ones); each output's lanes take the same fmas in the same order. Strides in bytes."""
+    pairs = TILE_M // 2
+
+    def typer(typingctx, w, x, xs, k, d, dr, dc):
+        sig = types.void(*([types.int64] * 7))
 
         def codegen(context, builder, sig, args):
-            w_a, ws_v, x_a, xs_v, k_v, d_a, dr_v, dc_v = args
-            f8 = ir.VectorType(_F32T, 8)
-            wrow = [builder.inttoptr(builder.add(w_a, builder.mul(ws_v, ir.Constant(_I64, i))), _F32T.as_pointer())
-                    for i in range(TILE_M)]
+            w_a, x_a, xs_v, k_v, d_a, dr_v, dc_v = args
+            f8, f16 = ir.VectorType(_F32T, 8), ir.VectorType(_F32T, 16)
+            i32 = ir.IntType(32)
+            wp = builder.inttoptr(w_a, _F32T.as_pointer())
             xrow = [builder.inttoptr(builder.add(x_a, builder.mul(xs_v, ir.Constant(_I64, j))), _F32T.as_pointer())
                     for j in range(rn)]
-            accs = [[cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in range(TILE_M)]
+            accs = [[cgutils.alloca_once_value(builder, ir.Constant(f16, [0.0] * 16)) for _ in range(pairs)]
                     for _ in range(rn)]
+            twice = ir.Constant(ir.VectorType(i32, 16), list(range(8)) * 2)
             nsteps = builder.sdiv(k_v, ir.Constant(_I64, 8))
             with cgutils.for_range(builder, nsteps) as loop:
                 o = builder.mul(loop.index, ir.Constant(_I64, 8))
-                av = [_load8(builder, wrow[i], o, False) for i in range(TILE_M)]
+                wv = [builder.load(builder.bitcast(builder.gep(wp, [builder.add(builder.mul(o, ir.Constant(_I64, 4)),
+                                                                                  ir.Constant(_I64, 16 * p))]),
+                                                   f16.as_pointer()), align=4) for p in range(pairs)]
                 for j in range(rn):
-                    bv = builder.load(builder.bitcast(builder.gep(xrow[j], [o]), f8.as_pointer()), align=4)
-                    for i in range(TILE_M):
-                        builder.store(_fma(builder, av[i], bv, builder.load(accs[j][i])), accs[j][i])
+                    x8 = builder.load(builder.bitcast(builder.gep(xrow[j], [o]), f8.as_pointer()), align=4)
+                    xv = builder.shuffle_vector(x8, ir.Constant(f8, ir.Undefined), twice)
+                    for p in range(pairs):
+                        builder.store(_fma16(builder, wv[p], xv, builder.load(accs[j][p])), accs[j][p])
+            lo, hi = (ir.Constant(ir.VectorType(i32, 8), list(range(h, h + 8))) for h in (0, 8))
             for j in range(rn):
-                for i in range(TILE_M):
-                    off = builder.add(builder.add(d_a, builder.mul(dr_v, ir.Constant(_I64, i))),
-                                      builder.mul(dc_v, ir.Constant(_I64, j)))
-                    builder.store(_hsum8(builder, builder.load(accs[j][i])), builder.inttoptr(off, _F32T.as_pointer()))
+                for p in range(pairs):
+                    acc = builder.load(accs[j][p])
+                    for h, sel in enumerate((lo, hi)):
+                        i = 2 * p + h
+                        off = builder.add(builder.add(d_a, builder.mul(dr_v, ir.Constant(_I64, i))),
+                                          builder.mul(dc_v, ir.Constant(_I64, j)))
+                        res = _hsum8(builder, builder.shuffle_vector(acc, ir.Constant(f16, ir.Undefined), sel))
+                        builder.store(res, builder.inttoptr(off, _F32T.as_pointer()))
             return context.get_dummy_value()
 
         return sig, codegen
@@ -242,14 +280,30 @@ def _tile_intrinsic(rn: int):
 _tile_full, _tile_1 = _tile_intrinsic(TILE_N), _tile_intrinsic(1)
 
 
-@numba.njit(**_opts)
-def _widen_rows(w, ws, rows, k, tab, out):  # pragma: no cover - compiled
-    """rows fp16 rows of k (ws bytes apart) as f32 rows of k at out (exact)."""
-    for i in range(rows):
-        src = numba.carray(u16p(w + i * ws), k)
-        dst = numba.carray(f32p(out + 4 * k * i), k)
-        for e in range(k):
-            dst[e] = tab[src[e]]
+def _group_rows_kernel(half: bool):
+    """group(w, ws, rows, k, tab, out): rows weight rows of k (ws bytes apart; fp16 or f32, a multiple of
+    TILE_M) as f32 at out in the tiles' layout (see _tile_intrinsic): tile t, step s, pair p, row h of the
+    pair at out[((t*k/8 + s)*2 + p)*16 + 8*h ..]. Widening fp16 is exact."""
+
+    @numba.njit(**_opts)
+    def group(w, ws, rows, k, tab, out):  # pragma: no cover - compiled
+        dst = numba.carray(f32p(out), rows * k)
+        for r in range(rows):
+            t, i = r // TILE_M, r % TILE_M
+            base = t * TILE_M * k + (i // 2) * 16 + (i % 2) * 8
+            if half:
+                src16 = numba.carray(u16p(w + r * ws), k)
+                for e in range(k):
+                    dst[base + (e // 8) * 32 + e % 8] = tab[src16[e]]
+            else:
+                src32 = numba.carray(f32p(w + r * ws), k)
+                for e in range(k):
+                    dst[base + (e // 8) * 32 + e % 8] = src32[e]
+
+    return group
+
+
+_group_f16, _group_f32 = _group_rows_kernel(True), _group_rows_kernel(False)
 
 
 #: rows of the weight per work chunk (ggml's chunk_size for a one-column product)
@@ -457,11 +511,15 @@ def _matmul_f_kernel(half: bool, tiles: bool):
         xq = i64p(ctrl + 8 * C_WDATA)[0]
         if half:  # ggml converts src1 to fp16 first (vec_dot_type F16)
             j0, j1 = span(n, ith, nth)
+            k8 = k - k % 8 if _F16C else 0
             for j in range(j0, j1):
                 i1, i2, i3 = _row_index(j, ne11, ne12)
-                src = numba.carray(u32p(x + i1 * nx1 + i2 * nx2 + i3 * nx3), k)
-                dst = numba.carray(f32p(xq + 4 * k * j), k)
-                for i in range(k):
+                sa, da = x + i1 * nx1 + i2 * nx2 + i3 * nx3, xq + 4 * k * j
+                for i in range(0, k8, 8):
+                    _round_f16_8(sa + 4 * i, da + 4 * i)
+                src = numba.carray(u32p(sa), k)
+                dst = numba.carray(f32p(da), k)
+                for i in range(k8, k):
                     dst[i] = tab[f16_bits(src[i])]
             if ith == 0:
                 atomic_store(ctrl + 8 * C_CHUNK, nth)
@@ -489,21 +547,22 @@ def _matmul_f_kernel(half: bool, tiles: bool):
             if tiles and tiled:
                 t0, t1 = n_tiles * rc // nrc, n_tiles * (rc + 1) // nrc
                 tg = r[AUX + 2]  # tiles per group: its weight rows stay in L1 while every column passes them
+                gw = xq + r[AUX + 3] + ith * 4 * k * TILE_M * tg  # the thread's group of rows, in tile layout
                 for g0 in range(t0, t1, tg):
                     g1 = min(g0 + tg, t1)
-                    gw, gs = wp + g0 * TILE_M * nw1, nw1
                     if half:
-                        gw, gs = xq + 4 * k * n + ith * 4 * k * TILE_M * tg, 4 * k
-                        _widen_rows(wp + g0 * TILE_M * nw1, nw1, (g1 - g0) * TILE_M, k, tab, gw)
+                        _group_f16(wp + g0 * TILE_M * nw1, nw1, (g1 - g0) * TILE_M, k, tab, gw)
+                    else:
+                        _group_f32(wp + g0 * TILE_M * nw1, nw1, (g1 - g0) * TILE_M, k, tab, gw)
                     j = 0
                     while j < ne11:
                         full = ne11 - j >= TILE_N
                         for t in range(g0, g1):
-                            args_w, args_d = gw + (t - g0) * TILE_M * gs, dp0 + t * TILE_M * nd0 + j * nd1
+                            args_w, args_d = gw + (t - g0) * TILE_M * 4 * k, dp0 + t * TILE_M * nd0 + j * nd1
                             if full:
-                                _tile_full(args_w, gs, xp0 + j * xs, xs, k, args_d, nd0, nd1)
+                                _tile_full(args_w, xp0 + j * xs, xs, k, args_d, nd0, nd1)
                             else:
-                                _tile_1(args_w, gs, xp0 + j * xs, xs, k, args_d, nd0, nd1)
+                                _tile_1(args_w, xp0 + j * xs, xs, k, args_d, nd0, nd1)
                         j += TILE_N if full else 1
             else:
                 r0, r1 = ne01 * rc // nrc, ne01 * (rc + 1) // nrc
@@ -558,12 +617,14 @@ def _float_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
     tiled = int(a.ne[0] % 8 == 0 and a.ne[1] % TILE_M == 0 and (a.type == F16 or b.is_contiguous()))
     k, esize = a.ne[0], a.type.type_size
     group = max(1, _L1_WEIGHT_BYTES // (TILE_M * k * esize))  # tiles per L1 group
-    gemm = tiled and b.ne[1] > DOUBLE_MAX_COLS  # the tiles run: compile the kernel that has them
-    if a.type == F16:  # src1 widened from fp16, then each thread's widened group of weight rows
-        src1_bytes = 4 * k * b.ne[1] * b.ne[2] * b.ne[3]
-        return Choice(k_gemm_f16 if gemm else k_mm_f16, ints=(_TAB, tiled, group),
-                      wsize=src1_bytes + available_cores() * 4 * k * TILE_M * group)
-    return Choice(k_gemm_f32 if gemm else k_mm_f32, ints=(_TAB, tiled, group))
+    use_tiles = tiled and b.ne[1] > DOUBLE_MAX_COLS  # the tiles run: compile the kernel that has them
+    # work buffer: fp16 weights meet src1 widened from fp16 first; then each thread's group of weight rows
+    # as f32 in the tiles' layout
+    src1_bytes = 4 * k * b.ne[1] * b.ne[2] * b.ne[3] if a.type == F16 else 0
+    wsize = src1_bytes + (available_cores() * 4 * k * TILE_M * group if use_tiles else 0)
+    if a.type == F16:
+        return Choice(k_gemm_f16 if use_tiles else k_mm_f16, ints=(_TAB, tiled, group, src1_bytes), wsize=wsize)
+    return Choice(k_gemm_f32 if use_tiles else k_mm_f32, ints=(_TAB, tiled, group, src1_bytes), wsize=wsize)
 
 
 _TAB = int(F16_TO_F32.ctypes.data)
