@@ -164,6 +164,18 @@ def test_set_rows(dst: GGMLType, idx_type: GGMLType) -> None:
     exact(*both(B.set_rows(c.ctx, cache, src, idx)))
 
 
+def test_set_rows_to_f16_rounds_ties_to_even() -> None:
+    """The fp16 cache write (8 values at a time with F16C, the rest one by one: rows of 37) rounds ties and
+    subnormals as the numpy kernel does."""
+    c = OpCase()
+    i = np.arange(37 * 3)
+    xs = np.where(i % 3 == 0, (2 * i % 64 + 1) * 2.0**-25, 1 + (2 * i % 512 + 1) * 2.0**-11) * np.where(i % 2, -1, 1)
+    src = c.tensor(F32, 37, 3, data=xs.astype(np.float32).reshape(3, 37))
+    cache = c.tensor(F16, 37, 8)
+    idx = c.ints(I64, 3, data=np.array([7, 0, 3]))
+    exact(*both(B.set_rows(c.ctx, cache, src, idx)))
+
+
 @pytest.mark.parametrize(("src_type", "dst_type"), [(F32, F32), (F32, F16), (F16, F32), (F16, F16)])
 def test_cont_of_a_permuted_tensor(src_type: GGMLType, dst_type: GGMLType) -> None:
     c = OpCase()

@@ -34,7 +34,7 @@ from ....tensor import Tensor
 from ....types import GGMLType
 from ..matmul import MATVEC_MAX_COLS
 from ..matmul.actquant import F16_TO_F32, f16_bits
-from ..matmul.intrinsics import _AVX512, _COL_BLOCK_BYTES, _F16C, ROWDOT_COLS, _fma, _hsum8
+from ..matmul.intrinsics import _AVX512, _COL_BLOCK_BYTES, _F16C, ROWDOT_COLS, _fma, _hsum8, f16_round8
 from ..matmul.kernels import (
     _mv1_q4_0,
     _mv1_q4_k,
@@ -199,22 +199,6 @@ _L1_WEIGHT_BYTES = 8 * 1024
 #: 16-register x86; the tile's shape does not change any output's bits: 4 x 2 where 4 x 3 would spill the
 #: 16 ymm registers, 4 x 5 with AVX-512's 32)
 TILE_M, TILE_N = 4, (5 if _AVX512 else 2)
-
-
-@intrinsic
-def _round_f16_8(typingctx, src, dst):
-    """8 floats at src rounded to fp16 and back to f32 at dst (vcvtps2ph then vcvtph2ps with F16C: nearest,
-    ties to even, NaN kept quiet with its top payload bits, as actquant.f16_bits)."""
-    sig = types.void(types.int64, types.int64)
-
-    def codegen(context, builder, sig, args):
-        f8 = ir.VectorType(_F32T, 8)
-        v = builder.load(builder.inttoptr(args[0], f8.as_pointer()), align=4)
-        r = builder.fpext(builder.fptrunc(v, ir.VectorType(ir.HalfType(), 8)), f8)
-        builder.store(r, builder.inttoptr(args[1], f8.as_pointer()), align=4)
-        return context.get_dummy_value()
-
-    return sig, codegen
 
 
 def _fma16(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
@@ -516,7 +500,7 @@ def _matmul_f_kernel(half: bool, tiles: bool):
                 i1, i2, i3 = _row_index(j, ne11, ne12)
                 sa, da = x + i1 * nx1 + i2 * nx2 + i3 * nx3, xq + 4 * k * j
                 for i in range(0, k8, 8):
-                    _round_f16_8(sa + 4 * i, da + 4 * i)
+                    f16_round8(sa + 4 * i, da + 4 * i)
                 src = numba.carray(u32p(sa), k)
                 dst = numba.carray(f32p(da), k)
                 for i in range(k8, k):

@@ -14,6 +14,7 @@ from ....ops.enums import Op
 from ....tensor import Tensor
 from ....types import GGMLType
 from ..matmul.actquant import F16_TO_F32, f16_bits
+from ..matmul.intrinsics import _F16C, f16_store8
 from ..matmul.kernels import _dq_q4_0, _dq_q4_k, _dq_q5_0, _dq_q6_k, _dq_q8_0
 from ..native import atomic_store, f32p, i8p, i32p, i64p, u8p, u16p, u32p
 from ..threads import C_ERR
@@ -156,9 +157,13 @@ def _set_rows(node, ith, nth, ctrl, to_f16, idx64):  # pragma: no cover - compil
         x = numba.carray(f32p(a + i01 * na1 + i02 * na2 + i03 * na3), ne00)
         dst = d + idx * nb1 + i02 * nb2 + i03 * nb3
         if to_f16:
-            xb = numba.carray(u32p(a + i01 * na1 + i02 * na2 + i03 * na3), ne00)
+            src = a + i01 * na1 + i02 * na2 + i03 * na3
+            n8 = ne00 - ne00 % 8 if _F16C else 0
+            for i in range(0, n8, 8):
+                f16_store8(src + 4 * i, dst + 2 * i)
+            xb = numba.carray(u32p(src), ne00)
             y16 = numba.carray(u16p(dst), ne00)
-            for i in range(ne00):
+            for i in range(n8, ne00):
                 y16[i] = f16_bits(xb[i])
         else:
             y = numba.carray(f32p(dst), ne00)

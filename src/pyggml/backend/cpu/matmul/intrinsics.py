@@ -183,6 +183,40 @@ def _fp16_at(builder: ir.IRBuilder, ptr: ir.Value, tbase: ir.Value) -> ir.Value:
     return builder.load(builder.gep(tbase, [builder.zext(bits, ir.IntType(64))]))
 
 
+def _f16_8(builder: ir.IRBuilder, src: ir.Value) -> ir.Value:
+    """<8 x half> of the 8 floats at address src (vcvtps2ph with F16C: nearest, ties to even, NaN kept quiet
+    with its top payload bits, as actquant.f16_bits)."""
+    f8 = _vec(8, ir.FloatType())
+    return builder.fptrunc(builder.load(builder.inttoptr(src, f8.as_pointer()), align=4), _vec(8, ir.HalfType()))
+
+
+@intrinsic
+def f16_round8(typingctx, src, dst):
+    """The 8 floats at src rounded to fp16 and back, stored as f32 at dst (use where _F16C)."""
+    sig = types.void(types.int64, types.int64)
+
+    def codegen(context, builder, sig, args):
+        f8 = _vec(8, ir.FloatType())
+        builder.store(builder.fpext(_f16_8(builder, args[0]), f8), builder.inttoptr(args[1], f8.as_pointer()),
+                      align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def f16_store8(typingctx, src, dst):
+    """The 8 floats at src stored as fp16 at dst (use where _F16C)."""
+    sig = types.void(types.int64, types.int64)
+
+    def codegen(context, builder, sig, args):
+        h8 = _vec(8, ir.HalfType())
+        builder.store(_f16_8(builder, args[0]), builder.inttoptr(args[1], h8.as_pointer()), align=2)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 def _x86(builder: ir.IRBuilder, name: str, ret: ir.Type, *args: ir.Value) -> ir.Value:
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, [a.type for a in args]), name)
     return builder.call(fn, list(args))
