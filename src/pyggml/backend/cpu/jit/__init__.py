@@ -56,6 +56,7 @@ class JitKernel:
         self.key = f"{fn.__module__}:{fn.__name__}"
         self._cf = None
         self._ready = False
+        self._absent = False  # the disk cache was looked up and had no entry (compile() still looks again)
 
     def _cfunc(self):
         if self._cf is None:
@@ -71,13 +72,16 @@ class JitKernel:
         """Load the compiled kernel from numba's disk cache; False when it is not there."""
         if self._ready:
             return True
+        if self._absent:
+            return False
         with _compile_lock:
             cf = self._cfunc()
             try:
                 cres = cf._cache.load_overload(cf._sig, cf._targetdescr.target_context)
             except Exception:  # an unreadable or foreign cache entry: compile instead
-                return False
+                cres = None
             if cres is None:
+                self._absent = True
                 return False
             cf._library = cres.library
             cf._wrapper_name = cres.fndesc.llvm_cfunc_wrapper_name
@@ -144,6 +148,14 @@ def _compile_keys() -> None:
         getattr(importlib.import_module(module), name).compile()
 
 
+def lean_unless_ready(lean: JitKernel, superset: JitKernel) -> JitKernel:
+    """``superset`` when it is compiled or in the disk cache already, else ``lean``: for a kernel whose
+    paths are a subset of another's with the same results (a decode's one-column mat-vec, and the
+    kernel that also groups columns). A first run compiles only the lean kernel for a short prompt, and
+    a decode after a longer prompt reuses the prompt's kernel instead of compiling its own."""
+    return superset if superset.load_cached() else lean
+
+
 def jit_kernel(fn: Callable[..., None]) -> JitKernel:
     """Declare a compiled kernel: ``fn(node, ith, nth, ctrl)`` in numba's nopython subset."""
     return JitKernel(fn)
@@ -182,5 +194,5 @@ def select(node: Tensor) -> Choice | None:
 # importing the kernel modules registers their selectors
 from . import elementwise, matmul, nn, rows  # noqa: E402
 
-__all__ = ["SELECTORS", "Choice", "JitKernel", "elementwise", "enabled", "jit_kernel", "matmul", "nn", "prepare",
-           "rows", "select", "selector"]
+__all__ = ["SELECTORS", "Choice", "JitKernel", "elementwise", "enabled", "jit_kernel", "lean_unless_ready", "matmul",
+           "nn", "prepare", "rows", "select", "selector"]

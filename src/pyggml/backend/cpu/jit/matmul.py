@@ -53,7 +53,7 @@ from ..matmul.kernels import (
 from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
 from ..native import atomic_add, atomic_store, f32p, i8p, i64p, u8p, u16p, u32p
 from ..threads import C_CHUNK, C_WDATA, available_cores, barrier
-from . import Choice, gemm, jit_kernel, selector
+from . import Choice, gemm, jit_kernel, lean_unless_ready, selector
 from .elementwise import _row_index
 from .record import AUX, T_DST, T_SRC0, T_SRC1, rec, span
 
@@ -461,7 +461,7 @@ def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
         return Choice(_Q0_TILES[a.type], ints=(_TAB, act, per_thread, gemm.q0_chunk_bytes(k)),
                       wsize=act + available_cores() * per_thread)
     if n <= MATVEC_MAX_COLS.get(a.type, 0):
-        return Choice(kern if n >= ROWDOT_COLS else kern1, ints=(_TAB,), wsize=act)
+        return Choice(kern if n >= ROWDOT_COLS else lean_unless_ready(kern1, kern), ints=(_TAB,), wsize=act)
     if a.type in _GEMM and gemm.AVAILABLE:
         kern, blk_len, blk_bytes = _GEMM[a.type]
         scratch = available_cores() * gemm.tiles_scratch_bytes(k, blk_len, blk_bytes)
@@ -607,8 +607,10 @@ def _float_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
     src1_bytes = 4 * k * b.ne[1] * b.ne[2] * b.ne[3] if a.type == F16 else 0
     wsize = src1_bytes + (available_cores() * 4 * k * TILE_M * group if use_tiles else 0)
     if a.type == F16:
-        return Choice(k_gemm_f16 if use_tiles else k_mm_f16, ints=(_TAB, tiled, group, src1_bytes), wsize=wsize)
-    return Choice(k_gemm_f32 if use_tiles else k_mm_f32, ints=(_TAB, tiled, group, src1_bytes), wsize=wsize)
+        kern = k_gemm_f16 if use_tiles else lean_unless_ready(k_mm_f16, k_gemm_f16)
+    else:
+        kern = k_gemm_f32 if use_tiles else lean_unless_ready(k_mm_f32, k_gemm_f32)
+    return Choice(kern, ints=(_TAB, tiled, group, src1_bytes), wsize=wsize)
 
 
 _TAB = int(F16_TO_F32.ctypes.data)
