@@ -128,39 +128,35 @@ def _mv_iq4_nl(wu, wi, rs, m, qa, da, asum, tab, out, r0, r1):  # pragma: no cov
             out[j, r] = acc[j]
 
 
-@njit(cache=True, nogil=True)
-def _mv_q4_1(wu, wi, rs, m, qa, da, sa, tab, out, r0, r1):  # pragma: no cover - compiled
-    n, nb = qa.shape[0], qa.shape[1] // 32
-    acc = np.empty(n, np.float32)
-    for r in range(r0, r1):
-        acc[:] = 0
-        for b in range(nb):
-            o = r * rs + 20 * b
-            dw = _h(tab, wu, o)
-            mw = _h(tab, wu, o + 2)
+def _q_1_kernel(five: bool):
+    """Q4_1 (five False) / Q5_1 mat-vec: per block, (d_w*d_a)*sumi + m_w*s_a with the Q8_1 activations'
+    block sums; five is a closure constant (see _rowdot_kernel)."""
+    bpb = 24 if five else 20
+
+    @njit(cache=True, nogil=True)
+    def mv(wu, wi, rs, m, qa, da, sa, tab, out, r0, r1):  # pragma: no cover - compiled
+        n, nb = qa.shape[0], qa.shape[1] // 32
+        acc = np.empty(n, np.float32)
+        for r in range(r0, r1):
+            acc[:] = 0
+            for b in range(nb):
+                o = r * rs + bpb * b
+                dw = _h(tab, wu, o)
+                mw = _h(tab, wu, o + 2)
+                qh = _u32(wu, o + 4) if five else 0
+                for j in range(n):
+                    if five:
+                        s = dot_q5_32(wu, o + 8, qh, qa[j], 32 * b)
+                    else:
+                        s = dot_q4_32(wu, o + 4, qa[j], 32 * b)
+                    acc[j] += (dw * da[j, b]) * np.float32(s) + mw * sa[j, b]
             for j in range(n):
-                s = dot_q4_32(wu, o + 4, qa[j], 32 * b)
-                acc[j] += (dw * da[j, b]) * np.float32(s) + mw * sa[j, b]
-        for j in range(n):
-            out[j, r] = acc[j]
+                out[j, r] = acc[j]
+
+    return mv
 
 
-@njit(cache=True, nogil=True)
-def _mv_q5_1(wu, wi, rs, m, qa, da, sa, tab, out, r0, r1):  # pragma: no cover - compiled
-    n, nb = qa.shape[0], qa.shape[1] // 32
-    acc = np.empty(n, np.float32)
-    for r in range(r0, r1):
-        acc[:] = 0
-        for b in range(nb):
-            o = r * rs + 24 * b
-            dw = _h(tab, wu, o)
-            mw = _h(tab, wu, o + 2)
-            qh = _u32(wu, o + 4)
-            for j in range(n):
-                s = dot_q5_32(wu, o + 8, qh, qa[j], 32 * b)
-                acc[j] += (dw * da[j, b]) * np.float32(s) + mw * sa[j, b]
-        for j in range(n):
-            out[j, r] = acc[j]
+_mv_q4_1, _mv_q5_1 = _q_1_kernel(False), _q_1_kernel(True)
 
 
 @njit(cache=True, inline="always")

@@ -20,6 +20,15 @@ def _round_fp16(v):  # pragma: no cover - compiled
     return f16_value(f16_bits(np.uint32(f32_bits(v))))
 
 
+@njit(cache=True, inline="always")
+def _amax32(x, j, b):  # pragma: no cover - compiled
+    """max |x| over the 32 values of block b of row j (a Q8_0/Q8_1 block's scale source)."""
+    amax = np.float32(0.0)
+    for i in range(32):
+        amax = max(amax, abs(x[j, 32 * b + i]))
+    return amax
+
+
 @njit(cache=True)
 def _quantize_q8_0(x, qa, da, asum):  # pragma: no cover - compiled
     """x (n, K) f32 -> qa int8 (n, K), da f32 (n, K/32) = fp16-rounded d, asum int32 (n, K/32) = sum of q.
@@ -30,9 +39,7 @@ def _quantize_q8_0(x, qa, da, asum):  # pragma: no cover - compiled
     n, k = x.shape
     for j in range(n):
         for b in range(k // 32):
-            amax = np.float32(0.0)
-            for i in range(32):
-                amax = max(amax, abs(x[j, 32 * b + i]))
+            amax = _amax32(x, j, b)
             d = amax / np.float32(127.0)
             inv = np.float32(127.0) / amax if amax != 0 else np.float32(0.0)
             s = 0
@@ -50,10 +57,7 @@ def _q8_1_sums(x, da, asum, sa):  # pragma: no cover - compiled
     n, k = x.shape
     for j in range(n):
         for b in range(k // 32):
-            amax = np.float32(0.0)
-            for i in range(32):
-                amax = max(amax, abs(x[j, 32 * b + i]))
-            d = amax / np.float32(127.0)
+            d = _amax32(x, j, b) / np.float32(127.0)
             v = d * np.float32(asum[j, b])
             sa[j, b] = _round_fp16(v) if v >= 0 else -_round_fp16(-v)
 
