@@ -502,7 +502,8 @@ def _q0_scale_products(builder, drow, darow, nb_v, prod_p) -> ir.Value:
 def _q0_tile(rm: int, rn: int):
     """tile(codes, aux, d, srow, nb, qa, k, da, out, ocol, prod): rm decoded weight rows (scratch rows srow
     bytes apart; scales nb f32 a row) times rn Q8_0 activation rows (qa int8 rows of k, da f32 rows of
-    nb); out[j][i] (f32) at out + 4*i + j*ocol; prod: scratch for rm*rn*nb floats (VNNI).
+    nb); out[j][i] (f32) at out + 4*i + j*ocol; prod: scratch for the tile's scale products (VNNI: rm*rn rows of
+    nb rounded up to 8 floats).
     Per output exactly matmul.intrinsics._rowdot_blocks's steps."""
 
     def typer(typingctx, codes, aux, d, srow, nb, qa, k, da, out, ocol, prod):
