@@ -170,22 +170,16 @@ def _scale_min_k4(wu, o, sc, mn):  # pragma: no cover - compiled
         mn[k] = (np.int32(wu[o + k + 4]) >> 4) | ((np.int32(wu[o + k]) >> 6) << 4)
 
 
-def _k_terms_for(kind: int):
-    """terms(wu, wi, o, qf, ao, bf, bo, tab, dab): one superblock of one row against one activation row,
-    the two float32 terms the row's accumulators take, (d*da)*sumi and (dmin*da)*summ (Q6_K: (d*da)*sumi
-    and 0). kind is a closure constant (see _rowdot_kernel)."""
-
-    @njit(cache=True, inline="always")
-    def terms(wu, wi, o, qf, ao, bf, bo, tab, dab):  # pragma: no cover - compiled
-        if kind == 2:
-            return (_h(tab, wu, o + 208) * dab) * np.float32(sbdot_q6_k(wi, o, qf, ao, bf, bo)), np.float32(0)
-        t1 = sbdot_q4_k(wu, o, qf, ao, bf, bo) if kind == 0 else sbdot_q5_k(wu, o, qf, ao, bf, bo)
-        return (_h(tab, wu, o) * dab) * np.float32(t1[0]), (_h(tab, wu, o + 2) * dab) * np.float32(t1[1])
-
-    return terms
-
-
-_terms_q4_k, _terms_q5_k, _terms_q6_k = (_k_terms_for(kind) for kind in range(3))
+@njit(cache=True, inline="always")
+def _k_terms(kind, wu, wi, o, qf, ao, bf, bo, tab, dab):  # pragma: no cover - compiled
+    """One superblock of one row against one activation row: the two float32 terms the row's
+    accumulators take, (d*da)*sumi and (dmin*da)*summ (Q6_K: (d*da)*sumi and 0). Inlined where it is
+    called (numba keeps the dead kinds' code until LLVM folds the constant kind; a per-kind function
+    picked through a variable is not inlined, and that call cost the Q6_K decode a third of its speed)."""
+    if kind == 2:
+        return (_h(tab, wu, o + 208) * dab) * np.float32(sbdot_q6_k(wi, o, qf, ao, bf, bo)), np.float32(0)
+    t1 = sbdot_q4_k(wu, o, qf, ao, bf, bo) if kind == 0 else sbdot_q5_k(wu, o, qf, ao, bf, bo)
+    return (_h(tab, wu, o) * dab) * np.float32(t1[0]), (_h(tab, wu, o + 2) * dab) * np.float32(t1[1])
 
 
 def _k_kernel(kind: int, batch: bool):
@@ -199,14 +193,6 @@ def _k_kernel(kind: int, batch: bool):
 
     @njit(cache=True, nogil=True)
     def mv(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
-        # the kind's function by name (numba keeps the one branch left; a function in a closure cell
-        # would change numba's cache key every process, and a tuple of them makes indirect calls)
-        if kind == 0:
-            _k_terms = _terms_q4_k
-        elif kind == 1:
-            _k_terms = _terms_q5_k
-        else:
-            _k_terms = _terms_q6_k
         n, nb, k = qa.shape[0], qa.shape[1] // 256, qa.shape[1]
         bk = bsum.shape[1]
         bpb = 144 if kind == 0 else (176 if kind == 1 else 210)
@@ -245,23 +231,23 @@ def _k_kernel(kind: int, batch: bool):
                 a0 = a1 = b0 = b1 = c0 = c1 = d0 = d1 = np.float32(0)
                 for b in range(nb):
                     ao, bo, dab, ob = j * k + 256 * b, j * bk + 16 * b, da[j, b], bpb * b
-                    x0, x1 = _k_terms(wu, wi, ra * rs + ob, qf, ao, bf, bo, tab, dab)
+                    x0, x1 = _k_terms(kind, wu, wi, ra * rs + ob, qf, ao, bf, bo, tab, dab)
                     a0 += x0
                     a1 += x1
-                    x0, x1 = _k_terms(wu, wi, rb * rs + ob, qf, ao, bf, bo, tab, dab)
+                    x0, x1 = _k_terms(kind, wu, wi, rb * rs + ob, qf, ao, bf, bo, tab, dab)
                     b0 += x0
                     b1 += x1
-                    x0, x1 = _k_terms(wu, wi, rc * rs + ob, qf, ao, bf, bo, tab, dab)
+                    x0, x1 = _k_terms(kind, wu, wi, rc * rs + ob, qf, ao, bf, bo, tab, dab)
                     c0 += x0
                     c1 += x1
-                    x0, x1 = _k_terms(wu, wi, rd * rs + ob, qf, ao, bf, bo, tab, dab)
+                    x0, x1 = _k_terms(kind, wu, wi, rd * rs + ob, qf, ao, bf, bo, tab, dab)
                     d0 += x0
                     d1 += x1
                 out[j, ra], out[j, rb], out[j, rc], out[j, rd] = a0 - a1, b0 - b1, c0 - c1, d0 - d1
             for r in range(r0 + 4 * q, r1):
                 a0 = a1 = np.float32(0)
                 for b in range(nb):
-                    x0, x1 = _k_terms(wu, wi, r * rs + bpb * b, qf, j * k + 256 * b, bf, j * bk + 16 * b, tab,
+                    x0, x1 = _k_terms(kind, wu, wi, r * rs + bpb * b, qf, j * k + 256 * b, bf, j * bk + 16 * b, tab,
                                       da[j, b])
                     a0 += x0
                     a1 += x1
