@@ -216,8 +216,9 @@ def _tile_intrinsic(rn: int):
     llamafile's tinyBLAS<8, __m256> (F32, or F16 weights and src1 widened from fp16 exactly): one 8-lane
     accumulator per output, fma over k in steps of 8, hsum at the end. The weights are a tile of
     _group_rows's layout: per step of 8 values, rows (0, 1) then (2, 3) side by side in 16 floats, so
-    one 64-byte fma advances two outputs (AVX-512 retires two of them a cycle where it retires two
-    32-byte ones); each output's lanes take the same fmas in the same order. Strides in bytes."""
+    one 64-byte fma advances two outputs (half the instructions of two 32-byte ones: f16 512x256 by 512
+    rows, one thread, 78 -> 100 GFLOP/s on this project's Xeon); each output's lanes take the same fmas
+    in the same order. Strides in bytes."""
     pairs = TILE_M // 2
 
     def typer(typingctx, w, x, xs, k, d, dr, dc):
