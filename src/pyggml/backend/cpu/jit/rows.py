@@ -154,10 +154,9 @@ def _set_rows(node, ith, nth, ctrl, to_f16, idx64):  # pragma: no cover - compil
         if idx < 0 or idx >= ne1:
             atomic_store(ctrl + 8 * C_ERR, ERR_INDEX)
             return
-        x = numba.carray(f32p(a + i01 * na1 + i02 * na2 + i03 * na3), ne00)
+        src = a + i01 * na1 + i02 * na2 + i03 * na3
         dst = d + idx * nb1 + i02 * nb2 + i03 * nb3
         if to_f16:
-            src = a + i01 * na1 + i02 * na2 + i03 * na3
             n8 = ne00 - ne00 % 8 if _F16C else 0
             for i in range(0, n8, 8):
                 f16_store8(src + 4 * i, dst + 2 * i)
@@ -166,6 +165,7 @@ def _set_rows(node, ith, nth, ctrl, to_f16, idx64):  # pragma: no cover - compil
             for i in range(n8, ne00):
                 y16[i] = f16_bits(xb[i])
         else:
+            x = numba.carray(f32p(src), ne00)
             y = numba.carray(f32p(dst), ne00)
             for i in range(ne00):
                 y[i] = x[i]
