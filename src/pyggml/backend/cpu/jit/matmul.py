@@ -53,7 +53,7 @@ from ..matmul.kernels import (
 from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
 from ..native import atomic_add, atomic_store, f32p, i8p, i64p, u8p, u16p, u32p
 from ..threads import C_CHUNK, C_WDATA, available_cores, barrier
-from . import Choice, gemm, jit_kernel, lean_unless_ready, selector
+from . import Choice, gemm, jit_kernel, lean_unless_ready, q0tiles, selector
 from .elementwise import _row_index
 from .record import AUX, T_DST, T_SRC0, T_SRC1, rec, span
 
@@ -421,7 +421,7 @@ def k_gemm_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
                     gemm.repack_q6_k, gemm._q6k_4, gemm._q6k_1, gemm._q6k_one4, gemm._q6k_one1, _mv_q6_k)
 
 
-_q0_tiles_q8_0, _q0_tiles_q4_0, _q0_tiles_q5_0 = (gemm.q0_tiles_kernel(kind) for kind in range(3))
+_q0_tiles_q8_0, _q0_tiles_q4_0, _q0_tiles_q5_0 = (q0tiles.q0_tiles_kernel(kind) for kind in range(3))
 
 
 @jit_kernel
@@ -440,7 +440,7 @@ def k_tiles_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 
 #: Q8_0/Q4_0/Q5_0 products of at least this many src1 rows decode their weight rows once into register
-#: tiles (gemm.q0_tiles_kernel); fewer take the row dots directly. Both give the same bits.
+#: tiles (q0tiles.q0_tiles_kernel); fewer take the row dots directly. Both give the same bits.
 Q0_TILE_MIN_COLS = 8
 _Q0_TILES = {GGMLType.Q8_0: k_tiles_q8_0, GGMLType.Q4_0: k_tiles_q4_0, GGMLType.Q5_0: k_tiles_q5_0}
 
@@ -458,8 +458,8 @@ def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
     es = 16 if bs == 256 else 32
     act = _pad64(n * k) + _pad64(4 * n * (k // bs)) + _pad64(4 * n * (k // es))
     if a.type in _Q0_TILES and n >= Q0_TILE_MIN_COLS and gemm.AVAILABLE:
-        per_thread = gemm.q0_scratch_bytes(k)
-        return Choice(_Q0_TILES[a.type], ints=(_TAB, act, per_thread, gemm.q0_chunk_bytes(k)),
+        per_thread = q0tiles.q0_scratch_bytes(k)
+        return Choice(_Q0_TILES[a.type], ints=(_TAB, act, per_thread, q0tiles.q0_chunk_bytes(k)),
                       wsize=act + available_cores() * per_thread)
     if n <= MATVEC_MAX_COLS.get(a.type, 0):
         return Choice(kern if n >= ROWDOT_COLS else lean_unless_ready(kern1, kern), ints=(_TAB,), wsize=act)
