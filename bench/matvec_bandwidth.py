@@ -12,7 +12,7 @@ GB/s of weight bytes next to what the memory can deliver. This script measures
 The default shape (8960 x 1536, 13.8 M weights) is Qwen2.5 1.5B's ffn_up: large enough that the
 weight does not fit in cache, as in a real decode step.
 
-    python bench/matvec_bandwidth.py [-t 2] [--rows 8960 --k 1536] [--types q4_K,q6_K]
+    python bench/matvec_bandwidth.py [-t 2] [--rows 8960 --k 1536] [--types q4_K,q6_K] [--repack]
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import numpy as np
 
 import pyggml as gg
 from pyggml import quants
+from pyggml.backend.cpu.jit import repacked
+from pyggml.backend.cpu.repack import repack_buffer_type
 from pyggml.types import GGMLType
 
 DEFAULT_TYPES = "q8_0,q4_0,q5_0,iq4_nl,q4_K,q5_K,q6_K,f16"
@@ -65,19 +67,23 @@ def read_bandwidth(n_threads: int, nbytes: int = 1 << 30, reps: int = 3) -> floa
 STREAM_BYTES = 192 << 20
 
 
-def matvec_gbs(ty: GGMLType, rows: int, k: int, n_threads: int, reps: int) -> float:
-    """GB/s of weight bytes of one-row MUL_MATs through the CPU plan (median of reps)."""
+def matvec_gbs(ty: GGMLType, rows: int, k: int, n_threads: int, reps: int, repack: bool = False) -> float:
+    """GB/s of weight bytes of one-row MUL_MATs through the CPU plan (median of reps); repack: the weights
+    in the CPU_REPACK buffer type (bytes counted in the GGUF layout either way)."""
     rng = np.random.default_rng(0)
     w_f32 = rng.standard_normal((rows, k)).astype(np.float32)
     wbytes = w_f32.astype(np.float16).view(np.uint8) if ty == GGMLType.F16 else quants.quantize(w_f32, ty)
     copies = max(1, -(-STREAM_BYTES // wbytes.nbytes))
-    ctx = gg.init(copies * (wbytes.nbytes + 4 * rows + 1024) + 4 * k + 16 * 1024 * 1024)
+    wctx = gg.init(copies * 1024 + 4096, no_alloc=True)
+    ctx = gg.init(copies * (4 * rows + 1024) + 4 * k + 16 * 1024 * 1024)
     x = ctx.new_tensor(GGMLType.F32, k, 1)
     x.set(rng.standard_normal((1, k)).astype(np.float32))
+    ws = [wctx.new_tensor(ty, k, rows) for _ in range(copies)]
+    buft = repack_buffer_type() if repack else gg.backend_cpu_buffer_type()
+    buf = gg.backend_alloc_ctx_tensors_from_buft(wctx, buft)
     gf = gg.new_graph(ctx)
-    for _ in range(copies):
-        w = ctx.new_tensor(ty, k, rows)
-        w.numpy()[...] = wbytes.view(w.numpy().dtype).reshape(w.numpy().shape)
+    for w in ws:
+        gg.backend_tensor_set(w, wbytes)
         gg.build_forward_expand(gf, gg.mul_mat(ctx, w, x))
     gg.graph_compute_with_ctx(ctx, gf, n_threads)
     times = []
@@ -85,6 +91,7 @@ def matvec_gbs(ty: GGMLType, rows: int, k: int, n_threads: int, reps: int) -> fl
         t0 = time.perf_counter()
         gg.graph_compute_with_ctx(ctx, gf, n_threads)
         times.append(time.perf_counter() - t0)
+    buf.free()
     return copies * wbytes.nbytes / float(np.median(times)) / 1e9
 
 
@@ -95,6 +102,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=1536)
     ap.add_argument("--types", default=DEFAULT_TYPES)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--repack", action="store_true",
+                    help="also time each type the CPU_REPACK buffer type takes, its weights repacked")
     args = ap.parse_args()
     bw = {1: read_bandwidth(1), args.threads: read_bandwidth(args.threads)}
     print(f"memory read bandwidth: {bw[1]:.1f} GB/s on 1 thread, {bw[args.threads]:.1f} GB/s on {args.threads}")
@@ -105,6 +114,10 @@ def main() -> None:
         g1 = matvec_gbs(ty, args.rows, args.k, 1, args.reps)
         gn = matvec_gbs(ty, args.rows, args.k, args.threads, args.reps)
         print(f"{name:<8} {g1:7.1f} ({g1 / bw[1]:5.0%}) {gn:7.1f} ({gn / bw[args.threads]:5.0%})")
+        if args.repack and ty in repacked.TYPES:
+            g1 = matvec_gbs(ty, args.rows, args.k, 1, args.reps, repack=True)
+            gn = matvec_gbs(ty, args.rows, args.k, args.threads, args.reps, repack=True)
+            print(f"{name + ' rp':<8} {g1:7.1f} ({g1 / bw[1]:5.0%}) {gn:7.1f} ({gn / bw[args.threads]:5.0%})")
 
 
 if __name__ == "__main__":

@@ -76,3 +76,23 @@ def test_offloaded_layers_give_the_same_greedy_text(gemma_path: Path):
         got.append(tok)
         tok = int(np.argmax(ctx.decode([tok])[-1]))
     assert got == p["greedy_continuation"][: p["greedy_safe_steps"]]
+
+
+def test_repacked_weights_give_the_same_logits_bits(gemma_model, gemma_path: Path):
+    """The default load repacks the weights this CPU has repacked kernels for (CPU_REPACK; never the token
+    embeddings, which GET_ROWS reads); --no-repack keeps every weight mapped from the file. The logits of a
+    prompt and of a decode step are the same bits either way."""
+    from pyggml.backend.cpu.jit import repacked
+
+    plain = Model(gemma_path, progress=False, use_extra_bufts=False)
+    moved = [name for name, t in gemma_model.tensors.items() if t.buffer.name() == "CPU_REPACK"]
+    assert all(t.buffer.name() == "CPU_Mapped" for t in plain.tensors.values())
+    assert "token_embd.weight" not in moved
+    expected = {name for name, t in gemma_model.tensors.items()
+                if name != "token_embd.weight" and t.type in repacked.TYPES and t.ne[1] % 8 == 0}
+    assert set(moved) == expected and (expected or not repacked.TYPES)
+    toks = REF["prompts"][0]["tokens"]
+    a, b = _context(gemma_model), _context(plain)
+    every = [True] * len(toks)
+    np.testing.assert_array_equal(a.decode(toks, outputs=every), b.decode(toks, outputs=every))
+    np.testing.assert_array_equal(a.decode([toks[1]]), b.decode([toks[1]]))

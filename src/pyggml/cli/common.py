@@ -41,7 +41,16 @@ def add_model_args(p: argparse.ArgumentParser, ctx_size: int = 4096, model_help:
     p.add_argument("-ot", "--override-tensor", action="append", default=[], metavar="PATTERN=BUFT",
                    help="place tensors whose name matches the regex PATTERN in buffer type BUFT (e.g. "
                         "'ffn_.*=CPU'); repeatable, first match wins")
+    add_repack_arg(p)
     p.add_argument("-q", "--quiet", action="store_true", help="print no logs or timings on stderr")
+
+
+def add_repack_arg(p: argparse.ArgumentParser) -> None:
+    """llama.cpp's -nr/--no-repack: keep CPU weights in their GGUF layout (mapped from the file)."""
+    p.add_argument("-nr", "--no-repack", action="store_true",
+                   help="do not repack CPU weights at load (by default Q4_K, and on VNNI CPUs Q8_0/Q4_0/IQ4_NL, "
+                        "weights whose row count is a multiple of 8 are interleaved into a CPU_REPACK buffer for "
+                        "the tile kernels; the results are the same bits either way)")
 
 
 def add_kv_unified_arg(p: argparse.ArgumentParser, default: bool) -> None:
@@ -75,7 +84,7 @@ def sampler_from_args(args: argparse.Namespace) -> Sampler:
 
 
 def placement_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """Model() keyword arguments for -ngl, --device and -ot."""
+    """Model() keyword arguments for -ngl, --device, -ot and -nr."""
 
     devices = None
     if getattr(args, "rpc", None):
@@ -96,7 +105,8 @@ def placement_from_args(args: argparse.Namespace) -> dict[str, Any]:
             if not sep or not pattern or not buft:
                 raise CLIError(f"--override-tensor expects PATTERN=BUFFER_TYPE, got {item!r}")
             overrides.append((pattern, buft))
-    return {"n_gpu_layers": args.n_gpu_layers, "devices": devices, "override_tensor": overrides}
+    return {"n_gpu_layers": args.n_gpu_layers, "devices": devices, "override_tensor": overrides,
+            "use_extra_bufts": not getattr(args, "no_repack", False)}
 
 
 def load_model(args: argparse.Namespace, default: str | None = None) -> tuple[Any, Any]:

@@ -12,9 +12,10 @@ match wins) come before everything else. Weights on another device are copied th
 
 from __future__ import annotations
 
+import mmap
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from ..backend.registry import backend_dev_by_type, backend_devices
 from ..context import Context, tensor_overhead
 from ..gguf import GGUFReader
 from ..tensor import Tensor, ggml_pad
+from ..types import GGMLType
 from .hparams import HParams, ModelLoadError
 
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
@@ -70,7 +72,7 @@ class Model:
 
     def __init__(self, path: str | Path, progress: bool = True, n_gpu_layers: int = 0,
                  devices: Sequence[Device] | None = None,
-                 override_tensor: Sequence[tuple[str, str]] = ()) -> None:
+                 override_tensor: Sequence[tuple[str, str]] = (), use_extra_bufts: bool = True) -> None:
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelLoadError(f"model file not found: {self.path}")
@@ -79,7 +81,7 @@ class Model:
         self.arch = self.hparams.arch
         infos = self.reader.tensors
         self.ctx = Context((len(infos) + 2) * tensor_overhead(), no_alloc=True)
-        self._placement = _Placement(self.hparams.n_layer, n_gpu_layers, devices, override_tensor)
+        self._placement = _Placement(self.hparams.n_layer, n_gpu_layers, devices, override_tensor, use_extra_bufts)
         # the whole file as one zero-copy CPU_Mapped buffer with WEIGHTS usage
         file_bytes = np.frombuffer(self.reader._buf, dtype=np.uint8)
         memory.register(file_bytes)
@@ -96,7 +98,7 @@ class Model:
             items = tqdm(infos, desc=f"loading {self.path.name}", unit="tensor", file=sys.stderr, leave=False)
         for ti in items:
             t = self.ctx.new_tensor(ti.type, *ti.ne[: max(ti.n_dims, 1)]).set_name(ti.name)
-            buft = self._placement.buft_for(ti.name)
+            buft = self._placement.buft_for(ti.name) or self._placement.extra_buft_for(t)
             if buft is None:
                 backend_tensor_alloc(self.buffer, t, base + self.reader.data_offset + ti.offset)
             else:
@@ -112,8 +114,21 @@ class Model:
                 elsewhere.setdefault(buft, []).append((dup, self.reader.tensor_bytes("token_embd.weight")))
                 self._tied_output = dup
         for buft, group in elsewhere.items():
-            self.buffers.append(_upload(buft, group))
+            done = self._release_pages if buft in self._placement.extra_bufts else None
+            self.buffers.append(_upload(buft, group, done))
         self._build_layers()
+
+    def _release_pages(self, t: Tensor) -> None:
+        """Drop the mapped file pages of a weight just copied into a CPU extra buffer (repacked): the kernels
+        never read them again, and resident they would count twice (llama.cpp unmaps them)."""
+        mm = getattr(self.reader, "_mmap", None)
+        if mm is None or not hasattr(mm, "madvise") or t is self._tied_output:
+            return  # (a tied output is a copy of the token embeddings, which GET_ROWS still reads)
+        page = mmap.PAGESIZE
+        start = self.reader.tensor_file_offset(t.name)
+        lo, hi = -(-start // page) * page, (start + t.nbytes()) // page * page
+        if hi > lo:
+            mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
     @property
     def devices(self) -> list[Device]:
@@ -189,8 +204,10 @@ class Model:
         return sum(t.nbytes() for t in self.tensors.values())
 
 
-def _upload(buft: BufferType, group: list[tuple[Tensor, np.ndarray]]) -> Buffer:
-    """One WEIGHTS buffer of ``buft`` holding ``group``'s tensors, their bytes copied from the file."""
+def _upload(buft: BufferType, group: list[tuple[Tensor, np.ndarray]],
+            done: Callable[[Tensor], None] | None = None) -> Buffer:
+    """One WEIGHTS buffer of ``buft`` holding ``group``'s tensors, their bytes copied from the file
+    (``done(t)`` after each)."""
     align = buft.get_alignment()
     sizes = [ggml_pad(buft.get_alloc_size(t), align) for t, _ in group]
     buf = buft.alloc_buffer(sum(sizes))
@@ -199,15 +216,29 @@ def _upload(buft: BufferType, group: list[tuple[Tensor, np.ndarray]]) -> Buffer:
     for (t, data), size in zip(group, sizes, strict=True):
         backend_tensor_alloc(buf, t, addr)
         backend_tensor_set(t, data)
+        if done is not None:
+            done(t)
         addr += size
     return buf
+
+
+def _test_mul_mat(buft: BufferType, w: Tensor) -> bool:
+    """Whether buft's device computes mul_mat(w, f32[ne0, 512]) with w in a (zero-size) buffer of buft."""
+    from ..ops.mat import mul_mat  # deferred: the op builders are only needed for this test
+
+    ctx = Context(4 * tensor_overhead(), no_alloc=True)
+    wt = ctx.new_tensor(w.type, *w.ne[: w.n_dims()])
+    wt.buffer = buft.alloc_buffer(0)
+    op = mul_mat(ctx, wt, ctx.new_tensor(GGMLType.F32, w.ne[0], 512))
+    dev = buft.get_device()
+    return dev is not None and dev.supports_op(op)
 
 
 class _Placement:
     """Which buffer type each weight goes to (None: the CPU, mapped from the file)."""
 
     def __init__(self, n_layer: int, n_gpu_layers: int, devices: Sequence[Device] | None,
-                 override_tensor: Sequence[tuple[str, str]]) -> None:
+                 override_tensor: Sequence[tuple[str, str]], use_extra_bufts: bool = True) -> None:
         # enumerating devices imports their backends (torch is heavy): only when placement needs them
         need_devices = n_gpu_layers != 0 and devices is None
         all_devs = backend_devices() if need_devices or override_tensor else list(devices or [])
@@ -218,7 +249,12 @@ class _Placement:
         ngl = n_gpu_layers if n_gpu_layers >= 0 else n_layer + 1
         self.i_gpu_start = max(n_layer + 1 - ngl, 0) if self.gpus else n_layer + 1
         self.act_gpu_layers = n_layer + 1 - self.i_gpu_start
-        self.cpu_buft = cpu_device().get_buffer_type()
+        cpu = cpu_device()
+        self.cpu_buft = cpu.get_buffer_type()
+        extra = cpu.reg.get_proc_address("ggml_backend_dev_get_extra_bufts") if cpu.reg is not None else None
+        #: the CPU's extra buffer types (CPU_REPACK), tried before the plain CPU buffer (llama.cpp's CPU list)
+        self.extra_bufts: list[BufferType] = list(extra(cpu)) if extra is not None and use_extra_bufts else []
+        self._supported: dict[tuple, bool] = {}
         bufts = {self.cpu_buft.name(): self.cpu_buft}
         for d in all_devs:
             bt = d.get_buffer_type()
@@ -257,6 +293,20 @@ class _Placement:
         # the cumulative split over the offload devices, even by default (llama.cpp's tensor_split)
         idx = min(len(self.gpus) - 1, (il - self.i_gpu_start) * len(self.gpus) // self.act_gpu_layers)
         return self._note(self.gpus[idx].get_buffer_type())
+
+    def extra_buft_for(self, t: Tensor) -> BufferType | None:
+        """The first CPU extra buffer type whose device computes the weight's test op (llama.cpp's
+        weight_buft_supported): MUL_MAT by 512 F32 rows for every weight but the token embeddings,
+        which GET_ROWS reads. None: the plain CPU buffer (the mapped file)."""
+        if t.name == "token_embd.weight":
+            return None
+        for buft in self.extra_bufts:
+            key = (id(buft), t.type, tuple(t.ne))
+            if key not in self._supported:
+                self._supported[key] = _test_mul_mat(buft, t)
+            if self._supported[key]:
+                return buft
+        return None
 
     def _note(self, bt: BufferType | None) -> BufferType | None:
         if bt is not None and bt.device is not None and bt.device not in self._used:

@@ -277,7 +277,7 @@ class CPUDevice(Device):
         return True if check is None else bool(check(op))
 
     def supports_buft(self, buft: BufferType) -> bool:
-        return buft.is_host()
+        return buft.is_host() or buft in _extra_bufts(self)
 
 
 class CPURegistry(Registry):
@@ -306,10 +306,18 @@ def _get_features() -> list[tuple[str, str]]:
     return feats
 
 
+def _extra_bufts(device: Device) -> list[BufferType]:
+    """ggml_backend_dev_get_extra_bufts: CPU_REPACK where this CPU has repacked kernels."""
+    from . import repack  # deferred: it asks the compiled kernels what this CPU runs
+
+    buft = repack.repack_buffer_type()
+    return [buft] if repack.available() else []
+
+
 _PROCS: dict[str, Any] = {
     "ggml_backend_set_n_threads": backend_cpu_set_n_threads,
     "ggml_backend_set_abort_callback": backend_cpu_set_abort_callback,
-    "ggml_backend_dev_get_extra_bufts": lambda device: [],
+    "ggml_backend_dev_get_extra_bufts": _extra_bufts,
     "ggml_backend_get_features": _get_features,
 }
 

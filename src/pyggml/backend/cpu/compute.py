@@ -16,14 +16,18 @@ from ...errors import UnsupportedOpError
 from ...graph import Graph
 from ...ops.enums import EMPTY_OPS
 from ...tensor import Tensor
-from . import blas
+from . import blas, repack
 from ._common import KernelInputError, types_of
 from .plan import plan_for
 from .registry import KERNELS, Kernel, kernel, required_srcs
+from .repack import in_repack_buffer
 
 
 def supports_op(node: Tensor) -> bool:
-    """Whether an op has a CPU kernel at all (type support is checked when the kernel runs)."""
+    """Whether an op has a CPU kernel at all (type support is checked when the kernel runs); an op reading
+    a CPU_REPACK tensor only when the repacked kernels compute it (ggml's extra buffer type supports_op)."""
+    if any(in_repack_buffer(s) for s in node.src):
+        return repack.supports_op(node)
     return node.op in EMPTY_OPS or node.op in KERNELS
 
 
@@ -36,6 +40,7 @@ def _resolve(node: Tensor) -> Kernel:
     missing = [i for i in range(need) if node.src[i] is None]
     if missing:
         raise KernelInputError(f"{node.op.name} node {node.name!r} is missing src{missing[0]} (needs {need} operands)")
+    repack.check_op(node)
     return fn
 
 

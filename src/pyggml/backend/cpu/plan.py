@@ -16,6 +16,7 @@ ggml's RPC and CUDA graph reuse: build a new graph, or set ``graph.uid = graph_n
 from __future__ import annotations
 
 import operator
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -78,6 +79,10 @@ class GraphPlan:
                 steps.append(_Python(node, fn))
                 continue
             if steps and isinstance(steps[-1], _Run):
+                fused = _fused(compiled[-1], node, choice)
+                if fused is not None:  # the previous node and this one become one record (named by this node)
+                    compiled[-1] = (node, fused)
+                    continue
                 steps[-1].n1 += 1
             else:
                 steps.append(_Run(len(compiled), len(compiled) + 1))
@@ -104,6 +109,8 @@ class GraphPlan:
         write_tensor(words, T_DST, node)
         for slot, src in zip(_SLOTS, node.src[:3], strict=True):
             write_tensor(words, slot, src)
+        if choice.src2 is not None:
+            write_tensor(words, T_SRC2, choice.src2)
         words[PARAMS : PARAMS + 8] = node.op_params.view(np.int64)
         ints, floats = list(choice.ints), list(choice.floats)
         if len(ints) > 8 or len(floats) > 14:
@@ -182,6 +189,18 @@ class GraphPlan:
 
             _resolve(node)(node, n_threads=1)
             raise PyGGMLError(f"{node.op.name} node {node.name!r}: the compiled kernel rejected its inputs")
+
+
+def _fused(prev: tuple[Tensor, jit.Choice], node: Tensor, choice: jit.Choice) -> jit.Choice | None:
+    """The fused kernel for ``prev`` then ``node`` (consecutive compiled nodes), or None. ggml-cpu-style
+    backend fusions: the graph keeps both nodes and the fused kernel writes both outputs, so callbacks and
+    later readers see every node; PYGGML_FUSION=0 turns them off (to compare)."""
+    if not _FUSION:
+        return None
+    return jit.nn.fuse_rms_norm_mul(prev[0], prev[1], node, choice)
+
+
+_FUSION = os.environ.get("PYGGML_FUSION", "1") != "0"
 
 
 def _run_alone(plan: GraphPlan, n0: int, n1: int) -> int:

@@ -170,6 +170,7 @@ class Choice:
     floats: Sequence[float] = ()  # float32 values from record word AUX+8 on (at most 14)
     wsize: int = 0  # bytes of the shared work buffer the kernel uses
     notes: dict = field(default_factory=dict)  # objects the record points into (the plan keeps them)
+    src2: Tensor | None = None  # written to the record's src2 slot instead of the node's (a fused node's input)
 
 
 Selector = Callable[[Tensor], "Choice | None"]

@@ -34,10 +34,12 @@ from ..matmul.intrinsics import (
     _AVX512,
     _maddubs,
     _maddwd,
+    _prefetch_ahead,
     _vec,
 )
 from ..matmul.kernels import _h, _scale_min_k4, _u32
 from ..native import atomic_add, atomic_store, f32p, i8p, i32p, i64p, u8p
+from ..repack import Q4K_CODES, Q4K_D, Q4K_DMIN, Q4K_GROUP_BYTES, Q4K_MINS, Q4K_SCALES
 from ..threads import C_CHUNK, C_WDATA, barrier
 from .elementwise import _row_index
 from .record import AUX, T_DST, T_SRC0, T_SRC1, rec, span
@@ -157,7 +159,50 @@ def _bcast_pairs(builder: ir.IRBuilder, v8: ir.Value) -> list[ir.Value]:
                             _vec(16, _I16)) for j in range(4)]
 
 
-def _tile_kernel(cols: int, q6: bool, nt: int):
+class _Layout:
+    """Where a tile kernel finds a superblock's codes, scales, mins and d/dmin: the scratch tiles repack_q4_k
+    and repack_q6_k write (one code per byte, i16 scales, f32 d), or (packed) a Q4_K weight repacked at load
+    (cpu/repack.py: two codes per byte, u8 scales and mins, fp16 d; widened here, in registers)."""
+
+    def __init__(self, q6: bool, packed: bool = False) -> None:
+        self.q6, self.packed = q6, packed
+        self.sb_bytes = Q4K_GROUP_BYTES if packed else Q6_BYTES if q6 else SB_BYTES
+
+    def codes(self, builder: ir.IRBuilder, tb: ir.Value, step: int) -> ir.Value:
+        """<32 x i8>: 4 codes of each of the 8 rows at tile step ``step`` (Q4_K: sub-block step // 8)."""
+        if not self.packed:
+            return builder.load(_at(builder, tb, 32 * step, _vec(32, _I8)), align=1)
+        sub, t = divmod(step, 8)
+        v = builder.load(_at(builder, tb, Q4K_CODES + 32 * (8 * (sub // 2) + t), _vec(32, _I8)), align=1)
+        if sub % 2:
+            v = builder.lshr(v, ir.Constant(_vec(32, _I8), [4] * 32))
+        return builder.and_(v, ir.Constant(_vec(32, _I8), [15] * 32))
+
+    def scales(self, builder: ir.IRBuilder, tb: ir.Value, sub: int) -> ir.Value:
+        """<16 x i16>: sub-block ``sub``'s scale of row r in lanes 2r and 2r+1."""
+        if not self.packed:
+            return builder.load(_at(builder, tb, (Q6_SCALES if self.q6 else SB_SCALES) + 32 * sub, _vec(16, _I16)),
+                                align=1)
+        v = builder.zext(builder.load(_at(builder, tb, Q4K_SCALES + 8 * sub, _vec(8, _I8)), align=1), _vec(8, _I16))
+        return builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
+                                      ir.Constant(_vec(16, _I32), [i // 2 for i in range(16)]))
+
+    def mins(self, builder: ir.IRBuilder, tb: ir.Value, j: int) -> ir.Value:
+        """<16 x i16>: row r's mins of sub-blocks 2j and 2j+1 in lanes 2r and 2r+1 (Q4_K)."""
+        if not self.packed:
+            return builder.load(_at(builder, tb, SB_MINS + 32 * j, _vec(16, _I16)), align=1)
+        return builder.zext(builder.load(_at(builder, tb, Q4K_MINS + 16 * j, _vec(16, _I8)), align=1), _vec(16, _I16))
+
+    def d(self, builder: ir.IRBuilder, tb: ir.Value, dmin: bool = False) -> ir.Value:
+        """<8 x float>: the 8 rows' d (or dmin)."""
+        if not self.packed:
+            at = SB_DMIN if dmin else Q6_D if self.q6 else SB_D
+            return builder.load(_at(builder, tb, at, _vec(8, _F32)), align=4)
+        h = builder.load(_at(builder, tb, Q4K_DMIN if dmin else Q4K_D, _vec(8, ir.HalfType())), align=2)
+        return builder.fpext(h, _vec(8, _F32))
+
+
+def _tile_kernel(cols: int, q6: bool, nt: int, packed: bool = False):
     """gemm_tile(tile, nsb, qa, k, da, bs, out, out_stride, tstride): ``cols`` activation rows (Q8_K: qa int8
     rows of k, da f32 rows of nsb, bs int32 rows of nsb*16, all row-major and addressed from their first row)
     times the 8 rows of each of ``nt`` Q4_K (q6=False) or Q6_K scratch tiles, tile t at tile + t*tstride;
@@ -166,7 +211,7 @@ def _tile_kernel(cols: int, q6: bool, nt: int):
 
     Per lane (weight row) the float steps are the mat-vec kernel's: Q4_K acc0 += (d*da)*sumi,
     acc1 += (dmin*da)*summ, out = acc0 - acc1; Q6_K acc += (d*da)*(sumi - 32*sum sc*bsum)."""
-    sb_bytes = Q6_BYTES if q6 else SB_BYTES
+    lay = _Layout(q6, packed)
     wide = _AVX512 and nt == 2
 
     def typer(typingctx, tile, nsb, qa, k, da, bs, out, out_stride, tstride):
@@ -187,7 +232,10 @@ def _tile_kernel(cols: int, q6: bool, nt: int):
             acc1 = [[cgutils.alloca_once_value(builder, zero_f) for _ in range(cols)] for _ in range(nt)]
             with cgutils.for_range(builder, nsb_v) as loop:
                 b = loop.index
-                tbs = [builder.gep(tp, [builder.mul(b, ir.Constant(_I64, sb_bytes))]) for tp in tile_ps]
+                tbs = [builder.gep(tp, [builder.mul(b, ir.Constant(_I64, lay.sb_bytes))]) for tp in tile_ps]
+                if packed:  # the weight itself, streamed once by a decode (the scratch tiles sit in L1/L2)
+                    for tb in tbs:
+                        _prefetch_ahead(builder, tb, lay.sb_bytes)
                 arow = [builder.gep(qa_p, [builder.add(builder.mul(ir.Constant(_I64, c), k_v),
                                                        builder.mul(b, ir.Constant(_I64, 256)))]) for c in range(cols)]
                 acc32 = [[zero_i] * cols for _ in range(nt)]
@@ -195,15 +243,14 @@ def _tile_kernel(cols: int, q6: bool, nt: int):
                 # Q6_K: sub-blocks of 16 (4 steps), i16 sums of 2 steps (2*2*63*127 < 2^15)
                 n_sub, per, group = (16, 4, 2) if q6 else (8, 8, 8)
                 if wide:  # AVX-512: the two tiles side by side in 64-byte registers, their lanes never mixed
-                    acc32 = _wide_sums(builder, q6, tbs, arow, cols)
+                    acc32 = _wide_sums(builder, lay, tbs, arow, cols)
                 for s in range(0 if wide else n_sub):
-                    scs = [builder.load(_at(builder, tb, (Q6_SCALES if q6 else SB_SCALES) + 32 * s, _vec(16, _I16)),
-                                        align=1) for tb in tbs]
+                    scs = [lay.scales(builder, tb, s) for tb in tbs]
                     for g0 in range(0, per, group):
                         acc16 = [[ir.Constant(_vec(16, _I16), [0] * 16) for _ in range(cols)] for _ in range(nt)]
                         for t in range(g0, g0 + group):
                             step = per * s + t
-                            ws = [builder.load(_at(builder, tb, 32 * step, _vec(32, _I8)), align=1) for tb in tbs]
+                            ws = [lay.codes(builder, tb, step) for tb in tbs]
                             for c in range(cols):
                                 a4 = builder.load(_at(builder, arow[c], 4 * step, _I32), align=1)
                                 av = builder.bitcast(_splat_i32(builder, a4, 8), _vec(32, _I8))
@@ -214,7 +261,7 @@ def _tile_kernel(cols: int, q6: bool, nt: int):
                                 acc32[i][c] = builder.add(acc32[i][c], _maddwd(builder, acc16[i][c], sc))
                 nsb16 = builder.mul(nsb_v, ir.Constant(_I64, 16))
                 for i, tb in enumerate(tbs):
-                    _tile_floats(builder, q6, tb, b, cols, nsb_v, nsb16, da_p, bs_p, acc32[i], acc0[i], acc1[i])
+                    _tile_floats(builder, lay, tb, b, cols, nsb_v, nsb16, da_p, bs_p, acc32[i], acc0[i], acc1[i])
             out_p = builder.inttoptr(out_a, i8ptr)
             for i in range(nt):
                 for c in range(cols):
@@ -229,24 +276,22 @@ def _tile_kernel(cols: int, q6: bool, nt: int):
     return intrinsic(typer)
 
 
-def _wide_sums(builder, q6, tbs, arow, cols):
+def _wide_sums(builder, lay, tbs, arow, cols):
     """The integer loop of a two-tile kernel on AVX-512: each step's two 32-byte tile rows as one 64-byte
     register against one 16-lane broadcast of the activation's 4 bytes; lanes 0..7 are tile 0's rows,
     8..15 tile 1's. The same pmaddubsw/pmaddwd sums as two 32-byte passes. Returns acc32[tile][col]."""
-    n_sub, per, group = (16, 4, 2) if q6 else (8, 8, 8)
+    n_sub, per, group = (16, 4, 2) if lay.q6 else (8, 8, 8)
     i16x32, i32x16 = _vec(32, _I16), _vec(16, _I32)
     cat64 = ir.Constant(_vec(64, _I32), list(range(64)))
     cat32 = ir.Constant(_vec(32, _I32), list(range(32)))
     acc = [ir.Constant(i32x16, [0] * 16)] * cols
     for s in range(n_sub):
-        at = (Q6_SCALES if q6 else SB_SCALES) + 32 * s
-        sc = builder.shuffle_vector(*(builder.load(_at(builder, tb, at, _vec(16, _I16)), align=1) for tb in tbs), cat32)
+        sc = builder.shuffle_vector(*(lay.scales(builder, tb, s) for tb in tbs), cat32)
         for g0 in range(0, per, group):
             acc16 = [ir.Constant(i16x32, [0] * 32)] * cols
             for t in range(g0, g0 + group):
                 step = per * s + t
-                w = builder.shuffle_vector(*(builder.load(_at(builder, tb, 32 * step, _vec(32, _I8)), align=1)
-                                             for tb in tbs), cat64)
+                w = builder.shuffle_vector(*(lay.codes(builder, tb, step) for tb in tbs), cat64)
                 for c in range(cols):
                     a4 = builder.load(_at(builder, arow[c], 4 * step, _I32), align=1)
                     av = builder.bitcast(_splat_i32(builder, a4, 16), _vec(64, _I8))
@@ -259,18 +304,19 @@ def _wide_sums(builder, q6, tbs, arow, cols):
     return [[builder.shuffle_vector(a, undef, half) for a in acc] for half in (lo, hi)]
 
 
-def _tile_floats(builder, q6, tb, b, cols, nsb_v, nsb16, da_p, bs_p, acc32, acc0, acc1) -> None:
+def _tile_floats(builder, lay, tb, b, cols, nsb_v, nsb16, da_p, bs_p, acc32, acc0, acc1) -> None:
     """One superblock's float steps for one tile: its integer sums (acc32, per column) scaled into the
     float accumulators acc0/acc1 (allocas), with the mins (Q4_K) or the -32 offset (Q6_K) from the
     activation's 16-sums."""
     f8 = _vec(8, _F32)
     zero_i = ir.Constant(_vec(8, _I32), [0] * 8)
-    d = builder.load(_at(builder, tb, Q6_D if q6 else SB_D, f8), align=4)
+    q6 = lay.q6
+    d = lay.d(builder, tb)
     if q6:
         pairs_sc = [builder.load(_at(builder, tb, Q6_PAIRS + 32 * j, _vec(16, _I16)), align=1) for j in range(8)]
     else:
-        dmin = builder.load(_at(builder, tb, SB_DMIN, f8), align=4)
-        mins = [builder.load(_at(builder, tb, SB_MINS + 32 * j, _vec(16, _I16)), align=1) for j in range(4)]
+        dmin = lay.d(builder, tb, dmin=True)
+        mins = [lay.mins(builder, tb, j) for j in range(4)]
     for c in range(cols):
         brow = builder.add(builder.mul(ir.Constant(_I64, c), nsb16), builder.mul(b, ir.Constant(_I64, 16)))
         b16 = builder.load(_at(builder, bs_p, builder.mul(brow, ir.Constant(_I64, 4)), _vec(16, _I32)), align=4)
@@ -331,6 +377,12 @@ def tile_bytes(k: int, blk_len: int, blk_bytes: int) -> int:
 def tiles_scratch_bytes(k: int, blk_len: int, blk_bytes: int) -> int:
     """Bytes of one thread's scratch: TILES tiles."""
     return TILES * tile_bytes(k, blk_len, blk_bytes)
+
+
+def act_bytes(n: int, k: int, blk_len: int, es: int) -> int:
+    """Work-buffer bytes quantize_src1 fills for n rows of k values: codes, scales, block sums (each 64-aligned)."""
+    pad = lambda v: (v + 63) // 64 * 64  # noqa: E731
+    return pad(n * k) + pad(4 * n * (k // blk_len)) + pad(4 * n * (k // es))
 
 
 @numba.njit(inline="always", **_opts)

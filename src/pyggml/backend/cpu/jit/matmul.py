@@ -52,8 +52,10 @@ from ..matmul.kernels import (
 )
 from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
 from ..native import atomic_add, atomic_store, f32p, i8p, i64p, u8p, u16p, u32p
+from ..repack import is_repacked
+from ..repack import supports_op as repack_supports_op
 from ..threads import C_CHUNK, C_WDATA, available_cores, barrier
-from . import Choice, gemm, jit_kernel, lean_unless_ready, q0tiles, selector
+from . import Choice, gemm, jit_kernel, lean_unless_ready, q0tiles, repacked, selector
 from .elementwise import _row_index
 from .record import AUX, T_DST, T_SRC0, T_SRC1, rec, span
 
@@ -405,9 +407,6 @@ _MATVEC = {
 }
 
 
-def _pad64(n: int) -> int:
-    return (n + 63) // 64 * 64
-
 
 @jit_kernel
 def k_gemm_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
@@ -455,8 +454,7 @@ def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
     if kern is None or a.ne[2] != 1 or a.ne[3] != 1 or not node.is_contiguous() or a.nb[0] != a.type.type_size:
         return None
     k = a.ne[0]
-    es = 16 if bs == 256 else 32
-    act = _pad64(n * k) + _pad64(4 * n * (k // bs)) + _pad64(4 * n * (k // es))
+    act = gemm.act_bytes(n, k, bs, 16 if bs == 256 else 32)
     if a.type in _Q0_TILES and n >= Q0_TILE_MIN_COLS and gemm.AVAILABLE:
         per_thread = q0tiles.q0_scratch_bytes(k)
         return Choice(_Q0_TILES[a.type], ints=(_TAB, act, per_thread, q0tiles.q0_chunk_bytes(k)),
@@ -626,4 +624,6 @@ def _sel_mul_mat(node: Tensor) -> Choice | None:
         return None
     if a.type in (F16, F32):
         return _float_choice(node, a, b)
+    if is_repacked(a):
+        return repacked.choice(node, a, b) if repack_supports_op(node) else None
     return _quantized_choice(node, a, b)

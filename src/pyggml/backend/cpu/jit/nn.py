@@ -22,7 +22,7 @@ from ..kernels.nn import GGML_ROPE_TYPE_NEOX, alibi_slopes, rope_yarn_corr_dims
 from ..native import f32p, fmaf, i32p, u16p
 from ..threads import C_ERR
 from . import Choice, jit_kernel, selector
-from .elementwise import _row_index, all_f32, rows_contiguous
+from .elementwise import _row_index, all_f32, k_mul, rows_contiguous
 from .mathf import LANES, libm_expf, v_expf
 from .matmul import DOUBLE_MAX_COLS
 from .record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_f32, rec, span
@@ -61,6 +61,50 @@ def _sel_rms_norm(node: Tensor) -> Choice | None:
     if not all_f32(node, a) or a.ne != node.ne or not rows_contiguous(node, a):
         return None
     return Choice(k_rms_norm)
+
+
+@jit_kernel
+def k_rms_norm_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    """RMS_NORM then MUL by a broadcast weight, fused (see fuse_rms_norm_mul): the record is the MUL's, with
+    the RMS_NORM's source in the src2 slot and its eps in the first AUX float. Both outputs are written, each
+    with the bits of its own kernel (the normalized value rounded to float32, then the product)."""
+    r = rec(node)
+    eps = aux_f32(node)[_F0]
+    d, ne0, ne1, ne2 = r[T_DST], r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
+    nb1, nb2, nb3 = r[T_DST + 6], r[T_DST + 7], r[T_DST + 8]
+    o, no1, no2, no3 = r[T_SRC0], r[T_SRC0 + 6], r[T_SRC0 + 7], r[T_SRC0 + 8]
+    w, ne10, ne11, ne12, ne13 = r[T_SRC1], r[T_SRC1 + 1], r[T_SRC1 + 2], r[T_SRC1 + 3], r[T_SRC1 + 4]
+    nw1, nw2, nw3 = r[T_SRC1 + 6], r[T_SRC1 + 7], r[T_SRC1 + 8]
+    a, na1, na2, na3 = r[T_SRC2], r[T_SRC2 + 6], r[T_SRC2 + 7], r[T_SRC2 + 8]
+    ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
+    for ir in range(ir0, ir1):
+        i1, i2, i3 = _row_index(ir, ne1, ne2)
+        x = numba.carray(f32p(a + i1 * na1 + i2 * na2 + i3 * na3), ne0)
+        yn = numba.carray(f32p(o + i1 * no1 + i2 * no2 + i3 * no3), ne0)
+        y = numba.carray(f32p(d + i1 * nb1 + i2 * nb2 + i3 * nb3), ne0)
+        wv = numba.carray(f32p(w + (i1 % ne11) * nw1 + (i2 % ne12) * nw2 + (i3 % ne13) * nw3), ne10)
+        s = 0.0
+        for i in range(ne0):
+            v = x[i]
+            s += np.float64(v * v)
+        mean = np.float32(s / ne0)
+        scale = np.float32(1.0) / np.float32(math.sqrt(mean + eps))
+        for i in range(ne0):
+            v = x[i] * scale
+            yn[i] = v
+            y[i] = v * wv[i % ne10]
+
+
+def fuse_rms_norm_mul(norm: Tensor, norm_choice: Choice, mul: Tensor, mul_choice: Choice) -> Choice | None:
+    """The fused kernel for RMS_NORM followed by the MUL of its output by a weight (ggml's rms_norm + mul
+    fusion), or None. Both nodes stay in the graph and both outputs are written, so an eval callback or a
+    later reader of the norm sees it; what goes is one barrier and one pass over the row."""
+    if norm_choice.kernel is not k_rms_norm or mul_choice.kernel is not k_mul or mul.src[0] is not norm:
+        return None
+    w = mul.src[1]
+    if mul.ne != norm.ne or not rows_contiguous(mul, w) or w is norm:
+        return None
+    return Choice(k_rms_norm_mul, floats=(float(norm.get_op_params_f32(0)),), src2=norm.src[0])
 
 
 # ------------------------------------------------------------------------------------ softmax

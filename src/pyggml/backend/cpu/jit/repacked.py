@@ -1,0 +1,327 @@
+"""MUL_MAT with weights repacked at load (the CPU_REPACK buffer type, cpu/repack.py): decode and prompt.
+
+One kernel per type computes every batch size from the interleaved rows, with no per-call repacking or
+decoding (the scratch-tile kernels of gemm.py and q0tiles.py redo that work on every call):
+
+* **Q4_K**: gemm.py's integer tiles, reading the repacked groups in place (gemm._Layout, packed): two
+  codes per byte split with a shift and a mask in registers, scales widened from bytes. A decode is the
+  same tile with one activation row: 8 weight rows a lane each, no horizontal sums.
+* **Q8_0, Q4_0, IQ4_NL** (VNNI): register tiles of the group's 4 rows x 3 activation rows (1 for a
+  decode). Codes are unsigned (Q8_0 stored as w + 128; the 4-bit types looked up in a 16-byte table of
+  value + 128, vpshufb), so vpdpbusd takes them against the signed activations directly; each lane
+  starts at -128 * (its activation quad's sum), one vpdpbusd per activation block, so it ends at exactly
+  sum(w * a).
+
+Outputs have the bits of the kernels they replace: the same integer sums and float steps (Q4_K: the
+mat-vec's per-lane steps; Q8_0/Q4_0: 8 lanes, fma, hsum, as matmul.intrinsics._rowdot_blocks; IQ4_NL:
+a float sum per block, as matmul.kernels._mv_iq4_nl). tests/backend/test_repack.py compares them.
+"""
+
+from __future__ import annotations
+
+import numba
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ....quants.iq4 import KVALUES_IQ4NL
+from ....tensor import Tensor
+from ....types import GGMLType
+from ..matmul.intrinsics import (
+    _COL_BLOCK_BYTES,
+    _F16C,
+    _VNNI,
+    _dpbusd,
+    _fma,
+    _hsum8,
+    _nibbles32,
+    _prefetch_ahead,
+    _reduce_i32,
+    _vec,
+    _x86,
+)
+from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
+from ..native import atomic_add
+from ..repack import Q4K_GROUP_BYTES
+from ..threads import C_CHUNK, available_cores
+from . import Choice, gemm, jit_kernel
+from . import enabled as jit_enabled
+from .gemm import _F32, _I8, _I32, _I64, _at, _opts, _splat_f32, act_bytes, quantize_src1
+from .record import AUX, T_DST, T_SRC0, rec
+
+Q4_K, Q8_0, Q4_0, IQ4_NL = GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.IQ4_NL
+
+#: the types this CPU has repacked kernels for: the Q4_K tiles need AVX2, the others vpdpbusd; both read
+#: fp16 scales with F16C
+TYPES: frozenset[GGMLType] = frozenset(
+    ([Q4_K] if gemm.AVAILABLE and _F16C else []) + ([Q8_0, Q4_0, IQ4_NL] if _VNNI and _F16C else []))
+
+
+def enabled() -> bool:
+    """Repacked weights need the compiled kernels (PYGGML_JIT=0 turns both off)."""
+    return jit_enabled()
+
+
+# ------------------------------------------------------------------------------------ work split
+#: weight bytes per work chunk for a decode (prompts take at least 8 chunks a thread, for balance)
+CHUNK_BYTES = 1 << 20
+#: a chunk is walked as this many interleaved sequential streams: one stream of a decode's weight bytes
+#: is capped by one hardware prefetcher stream (Q8_0 8960 x 1536, 1 thread, bench/matvec_bandwidth.py
+#: --repack: 12.2 GB/s as one stream against 15.2 for the row dots' four rows)
+STREAMS = 1
+
+
+@numba.njit(inline="always", **_opts)
+def _n_chunks(n_units, unit_bytes, n, nth):  # pragma: no cover - compiled
+    """Chunks of whole units (row groups) for nth threads and n activation rows."""
+    want = (n_units * unit_bytes) // CHUNK_BYTES
+    if n > 1:
+        want = max(want, 8 * nth)
+    return max(1, min(n_units, max(nth, want)))
+
+
+@numba.njit(inline="always", **_opts)
+def _unit(u0, u1, i):  # pragma: no cover - compiled
+    """The unit the i-th step of chunk [u0, u1) takes (STREAMS streams, interleaved); >= u1: none."""
+    span = (u1 - u0 + STREAMS - 1) // STREAMS
+    return u0 + (i % STREAMS) * span + i // STREAMS
+
+
+# ---------------------------------------------------------------------------------------- Q4_K
+_q4k_tiles = [gemm._tile_call(gemm._tile_kernel(cols, False, nt, packed=True))
+              for nt, cols in ((gemm.TILES, gemm.COLS), (gemm.TILES, 1), (1, gemm.COLS), (1, 1))]
+_rq4k_4, _rq4k_1, _rq4k_one4, _rq4k_one1 = _q4k_tiles
+
+
+@numba.njit(**_opts)
+def _rep_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    """Activations to Q8_K, then chunks of tile pairs (8-row groups), each pair run against every activation
+    row, 4 at a time (gemm.gemm_tiles without the per-call repack)."""
+    r = rec(node)
+    w, k, m = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2]
+    nsb = k // 256
+    qa_at, da_at, ex_at, _, _, _, n = quantize_src1(node, ith, nth, ctrl, _quantize_q8_k, 256, 16)
+    d = r[T_DST]
+    gbytes = nsb * Q4K_GROUP_BYTES
+    n_tiles = m // gemm.ROWS
+    n_units = (n_tiles + gemm.TILES - 1) // gemm.TILES
+    n_chunks = _n_chunks(n_units, gemm.TILES * gbytes, n, nth)
+    da_row, ex_row = 4 * nsb, 4 * (k // 16)
+    c = ith
+    while c < n_chunks:
+        u0, u1 = n_units * c // n_chunks, n_units * (c + 1) // n_chunks
+        for i in range(((u1 - u0 + STREAMS - 1) // STREAMS) * STREAMS):
+            u = _unit(u0, u1, i)
+            if u >= u1:
+                continue
+            t = u * gemm.TILES
+            nt = min(gemm.TILES, n_tiles - t)
+            ta = w + t * gbytes
+            j = 0
+            while j < n:
+                four = j + gemm.COLS <= n
+                qa_j, da_j, ex_j, out_j = qa_at + j * k, da_at + j * da_row, ex_at + j * ex_row, d + 4 * (j * m + 8 * t)
+                if nt == gemm.TILES:
+                    if four:
+                        _rq4k_4(ta, nsb, qa_j, k, da_j, ex_j, out_j, 4 * m, gbytes)
+                    else:
+                        _rq4k_1(ta, nsb, qa_j, k, da_j, ex_j, out_j, 4 * m, gbytes)
+                elif four:
+                    _rq4k_one4(ta, nsb, qa_j, k, da_j, ex_j, out_j, 4 * m, gbytes)
+                else:
+                    _rq4k_one1(ta, nsb, qa_j, k, da_j, ex_j, out_j, 4 * m, gbytes)
+                j += gemm.COLS if four else 1
+        c = atomic_add(ctrl + 8 * C_CHUNK, 1)
+
+
+@jit_kernel
+def k_rep_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _rep_q4_k(node, ith, nth, ctrl)
+
+
+# ------------------------------------------------------------------------------ Q8_0 / Q4_0 / IQ4_NL
+#: rows of a Q0 group (the register tile's height) and activation rows of a full tile
+GROUP, TILE_N = 4, 3
+
+
+def _lut(kind: int) -> ir.Constant:
+    """<32 x i8>: the 16 unsigned codes (value + 128) of a 4-bit type, in both 128-bit halves (vpshufb)."""
+    values = [i - 8 for i in range(16)] if kind == 1 else [int(v) for v in KVALUES_IQ4NL]
+    return ir.Constant(_vec(32, _I8), [(v + 128) & 0xFF for v in values] * 2)
+
+
+def _q0_tile(rn: int, kind: int):
+    """tile(group, nb, qa, k, da, out, ocol, prod): a repacked group's 4 rows (kind 0 Q8_0, 1 Q4_0, 2 IQ4_NL)
+    times rn Q8_0 activation rows (qa int8 rows of k, da f32 rows of nb); out[j][i] at out + 4*i + j*ocol;
+    prod: scratch for the tile's scale products (rn * nb * 4 floats)."""
+    cb = 32 if kind == 0 else 16  # code bytes of a row's block
+    block = GROUP * (2 + cb)  # a block of the group: 4 fp16 scales, 4 rows of codes
+    scalar = kind == 2  # IQ4_NL's mat-vec sums each block to one integer and accumulates floats
+
+    def typer(typingctx, group, nb, qa, k, da, out, ocol, prod):
+        sig = types.void(*([types.int64] * 8))
+
+        def codegen(context, builder, sig, args):
+            g_a, nb_v, qa_a, k_v, da_a, out_a, ocol_v, prod_a = args
+            i8ptr, f32ptr = _I8.as_pointer(), _F32.as_pointer()
+            f4, f8, i32x8 = _vec(4, _F32), _vec(8, _F32), _vec(8, _I32)
+            c64 = lambda v: ir.Constant(_I64, v)  # noqa: E731
+            gp = builder.inttoptr(g_a, i8ptr)
+            arow = [builder.inttoptr(builder.add(qa_a, builder.mul(k_v, c64(j))), i8ptr) for j in range(rn)]
+            darow = [builder.inttoptr(builder.add(da_a, builder.mul(nb_v, c64(4 * j))), f32ptr) for j in range(rn)]
+            prod_p = builder.inttoptr(prod_a, f32ptr)
+
+            def weight_scales(b):  # <4 x float>: the 4 rows' d of block b
+                h = builder.load(_at(builder, gp, builder.mul(b, c64(block)), _vec(4, ir.HalfType())), align=2)
+                return builder.fpext(h, f4)
+
+            def prod_at(j, b):  # &prod[j][b][0]: the layout the products are stored and read in
+                return builder.gep(prod_p, [builder.mul(builder.add(builder.mul(nb_v, c64(j)), b), c64(GROUP))])
+
+            if rn > 1:  # the scale products of all blocks first (one <4 x float> multiply per block and column)
+                with cgutils.for_range(builder, nb_v) as loop:
+                    dw = weight_scales(loop.index)
+                    for j in range(rn):
+                        da = builder.load(builder.gep(darow[j], [loop.index]))
+                        prod4 = builder.fmul(dw, _splat_f32(builder, da, 4))
+                        builder.store(prod4, builder.bitcast(prod_at(j, loop.index), f4.as_pointer()), align=4)
+            zero = ir.Constant(_F32, 0.0) if scalar else ir.Constant(f8, [0.0] * 8)
+            accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(GROUP)] for _ in range(rn)]
+            zero_i = ir.Constant(i32x8, [0] * 8)
+            bias = ir.Constant(_vec(32, _I8), [-128] * 32)  # the unsigned byte 128
+            with cgutils.for_range(builder, nb_v) as loop:
+                b = loop.index
+                blk = builder.gep(gp, [builder.add(builder.mul(b, c64(block)), c64(2 * GROUP))])
+                _prefetch_ahead(builder, blk, block)
+                if kind == 0:
+                    u = [builder.load(_at(builder, blk, cb * i, _vec(32, _I8)), align=1) for i in range(GROUP)]
+                else:
+                    u = [_x86(builder, "llvm.x86.avx2.pshuf.b", _vec(32, _I8), _lut(kind),
+                              _nibbles32(builder, builder.load(_at(builder, blk, cb * i, _vec(16, _I8)), align=1)))
+                         for i in range(GROUP)]
+                dw = weight_scales(b) if rn == 1 else None  # a decode: the products inline, as the row dots
+                for j in range(rn):
+                    a = builder.load(_at(builder, arow[j], builder.mul(b, c64(32)), _vec(32, _I8)), align=1)
+                    start = builder.sub(zero_i, _dpbusd(builder, zero_i, bias, a))
+                    da = builder.load(builder.gep(darow[j], [b])) if dw is not None else None
+                    for i in range(GROUP):
+                        lanes = _dpbusd(builder, start, u[i], a)
+                        if dw is not None:
+                            p = builder.fmul(builder.extract_element(dw, ir.Constant(_I32, i)), da)
+                        else:
+                            p = builder.load(builder.gep(prod_at(j, b), [c64(i)]))
+                        acc = accs[j][i]
+                        if scalar:
+                            term = builder.fmul(p, builder.sitofp(_reduce_i32(builder, lanes), _F32))
+                            builder.store(builder.fadd(builder.load(acc), term), acc)
+                        else:
+                            builder.store(_fma(builder, _splat_f32(builder, p, 8), builder.sitofp(lanes, f8),
+                                               builder.load(acc)), acc)
+            out_p = builder.inttoptr(out_a, i8ptr)
+            for j in range(rn):
+                for i in range(GROUP):
+                    v = builder.load(accs[j][i])
+                    res = v if scalar else _hsum8(builder, v)
+                    at = builder.add(builder.mul(ocol_v, c64(j)), c64(4 * i))
+                    builder.store(res, _at(builder, out_p, at, _F32), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return intrinsic(typer)
+
+
+_q8_0_n, _q8_0_1 = _q0_tile(TILE_N, 0), _q0_tile(1, 0)
+_q4_0_n, _q4_0_1 = _q0_tile(TILE_N, 1), _q0_tile(1, 1)
+_iq4_nl_n, _iq4_nl_1 = _q0_tile(TILE_N, 2), _q0_tile(1, 2)
+
+
+def prod_bytes(k: int) -> int:
+    """Bytes of a thread's scale-product scratch for rows of k values (TILE_N x blocks x GROUP floats)."""
+    return (4 * TILE_N * (k // 32) * GROUP + 63) // 64 * 64
+
+
+def _q0_kernel(kind: int):
+    """The repacked Q8_0/Q4_0/IQ4_NL MUL_MAT (kind 0/1/2, a closure constant: each kernel compiles its own
+    tiles only): activations to Q8_0, then chunks of groups, column block by column block."""
+    cb = 32 if kind == 0 else 16
+
+    @numba.njit(**_opts)
+    def rep_q0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+        r = rec(node)
+        w, k, m = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2]
+        nb = k // 32
+        qa_at, da_at, _, _, _, _, n = quantize_src1(node, ith, nth, ctrl, _quantize_q8_0, 32, 32)
+        d = r[T_DST]
+        prod = qa_at + r[AUX] + ith * r[AUX + 1]
+        gbytes = nb * GROUP * (2 + cb)  # a group's bytes
+        n_groups = m // GROUP
+        col_block = max(TILE_N, (_COL_BLOCK_BYTES // k) // TILE_N * TILE_N)
+        n_chunks = _n_chunks(n_groups, gbytes, n, nth)
+        c = ith
+        while c < n_chunks:
+            g0, g1 = n_groups * c // n_chunks, n_groups * (c + 1) // n_chunks
+            for j0 in range(0, n, col_block):
+                j1 = min(n, j0 + col_block)
+                for i in range(((g1 - g0 + STREAMS - 1) // STREAMS) * STREAMS):
+                    gi = _unit(g0, g1, i)
+                    if gi >= g1:
+                        continue
+                    ga = w + gi * gbytes
+                    j = j0
+                    while j < j1:
+                        qa, da, out = qa_at + j * k, da_at + 4 * j * nb, d + 4 * (j * m + GROUP * gi)
+                        full = j1 - j >= TILE_N
+                        if kind == 0:
+                            if full:
+                                _q8_0_n(ga, nb, qa, k, da, out, 4 * m, prod)
+                            else:
+                                _q8_0_1(ga, nb, qa, k, da, out, 4 * m, prod)
+                        elif kind == 1:
+                            if full:
+                                _q4_0_n(ga, nb, qa, k, da, out, 4 * m, prod)
+                            else:
+                                _q4_0_1(ga, nb, qa, k, da, out, 4 * m, prod)
+                        elif full:
+                            _iq4_nl_n(ga, nb, qa, k, da, out, 4 * m, prod)
+                        else:
+                            _iq4_nl_1(ga, nb, qa, k, da, out, 4 * m, prod)
+                        j += TILE_N if full else 1
+            c = atomic_add(ctrl + 8 * C_CHUNK, 1)
+
+    return rep_q0
+
+
+_rep_q8_0, _rep_q4_0, _rep_iq4_nl = (_q0_kernel(kind) for kind in range(3))
+
+
+@jit_kernel
+def k_rep_q8_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _rep_q8_0(node, ith, nth, ctrl)
+
+
+@jit_kernel
+def k_rep_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _rep_q4_0(node, ith, nth, ctrl)
+
+
+@jit_kernel
+def k_rep_iq4_nl(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _rep_iq4_nl(node, ith, nth, ctrl)
+
+
+_KERNELS = {Q4_K: k_rep_q4_k, Q8_0: k_rep_q8_0, Q4_0: k_rep_q4_0, IQ4_NL: k_rep_iq4_nl}
+
+
+def choice(node: Tensor, a: Tensor, b: Tensor) -> Choice:
+    """The kernel for a MUL_MAT whose weight ``a`` is repacked (repack.supports_op has accepted it)."""
+    n, k = b.ne[1] * b.ne[2] * b.ne[3], a.ne[0]
+    if a.type == Q4_K:
+        return Choice(k_rep_q4_k, wsize=act_bytes(n, k, 256, 16))
+    act = act_bytes(n, k, 32, 32)
+    per_thread = prod_bytes(k)
+    return Choice(_KERNELS[a.type], ints=(act, per_thread), wsize=act + available_cores() * per_thread)
+
+
+__all__ = ["TYPES", "choice", "enabled"]
