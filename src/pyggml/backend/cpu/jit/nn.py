@@ -33,6 +33,17 @@ _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
 _F0 = 16
 
 
+@numba.njit(**_opts)
+def _rms_scale(x, ne0, eps):  # pragma: no cover - compiled
+    """1 / sqrt(mean(x^2) + eps) of a row: the squares summed in double, the mean narrowed to float32 once."""
+    s = 0.0
+    for i in range(ne0):
+        v = x[i]
+        s += np.float64(v * v)
+    mean = np.float32(s / ne0)
+    return np.float32(1.0) / np.float32(math.sqrt(mean + eps))
+
+
 @jit_kernel
 def k_rms_norm(node, ith, nth, ctrl):  # pragma: no cover - compiled
     r = rec(node)
@@ -45,12 +56,7 @@ def k_rms_norm(node, ith, nth, ctrl):  # pragma: no cover - compiled
         i1, i2, i3 = _row_index(ir, ne1, ne2)
         x = numba.carray(f32p(a + i1 * na1 + i2 * na2 + i3 * na3), ne0)
         y = numba.carray(f32p(d + i1 * nb1 + i2 * nb2 + i3 * nb3), ne0)
-        s = 0.0
-        for i in range(ne0):
-            v = x[i]
-            s += np.float64(v * v)
-        mean = np.float32(s / ne0)
-        scale = np.float32(1.0) / np.float32(math.sqrt(mean + eps))
+        scale = _rms_scale(x, ne0, eps)
         for i in range(ne0):
             y[i] = x[i] * scale
 
@@ -83,12 +89,7 @@ def k_rms_norm_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
         yn = numba.carray(f32p(o + i1 * no1 + i2 * no2 + i3 * no3), ne0)
         y = numba.carray(f32p(d + i1 * nb1 + i2 * nb2 + i3 * nb3), ne0)
         wv = numba.carray(f32p(w + (i1 % ne11) * nw1 + (i2 % ne12) * nw2 + (i3 % ne13) * nw3), ne10)
-        s = 0.0
-        for i in range(ne0):
-            v = x[i]
-            s += np.float64(v * v)
-        mean = np.float32(s / ne0)
-        scale = np.float32(1.0) / np.float32(math.sqrt(mean + eps))
+        scale = _rms_scale(x, ne0, eps)
         for i in range(ne0):
             v = x[i] * scale
             yn[i] = v
