@@ -66,12 +66,6 @@ def enabled() -> bool:
 # ------------------------------------------------------------------------------------ work split
 #: weight bytes per work chunk for a decode (prompts take at least 8 chunks a thread, for balance)
 CHUNK_BYTES = 1 << 20
-#: a chunk is walked as this many interleaved sequential streams: one stream of a decode's weight bytes
-#: is capped by one hardware prefetcher stream (Q8_0 8960 x 1536, 1 thread, bench/matvec_bandwidth.py
-#: --repack: 12.2 GB/s as one stream against 15.2 for the row dots' four rows)
-STREAMS = 1
-
-
 @numba.njit(inline="always", **_opts)
 def _n_chunks(n_units, unit_bytes, n, nth):  # pragma: no cover - compiled
     """Chunks of whole units (row groups) for nth threads and n activation rows."""
@@ -79,13 +73,6 @@ def _n_chunks(n_units, unit_bytes, n, nth):  # pragma: no cover - compiled
     if n > 1:
         want = max(want, 8 * nth)
     return max(1, min(n_units, max(nth, want)))
-
-
-@numba.njit(inline="always", **_opts)
-def _unit(u0, u1, i):  # pragma: no cover - compiled
-    """The unit the i-th step of chunk [u0, u1) takes (STREAMS streams, interleaved); >= u1: none."""
-    span = (u1 - u0 + STREAMS - 1) // STREAMS
-    return u0 + (i % STREAMS) * span + i // STREAMS
 
 
 # ---------------------------------------------------------------------------------------- Q4_K
@@ -111,10 +98,7 @@ def _rep_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
     c = ith
     while c < n_chunks:
         u0, u1 = n_units * c // n_chunks, n_units * (c + 1) // n_chunks
-        for i in range(((u1 - u0 + STREAMS - 1) // STREAMS) * STREAMS):
-            u = _unit(u0, u1, i)
-            if u >= u1:
-                continue
+        for u in range(u0, u1):
             t = u * gemm.TILES
             nt = min(gemm.TILES, n_tiles - t)
             ta = w + t * gbytes
@@ -264,10 +248,7 @@ def _q0_kernel(kind: int):
             g0, g1 = n_groups * c // n_chunks, n_groups * (c + 1) // n_chunks
             for j0 in range(0, n, col_block):
                 j1 = min(n, j0 + col_block)
-                for i in range(((g1 - g0 + STREAMS - 1) // STREAMS) * STREAMS):
-                    gi = _unit(g0, g1, i)
-                    if gi >= g1:
-                        continue
+                for gi in range(g0, g1):
                     ga = w + gi * gbytes
                     j = j0
                     while j < j1:
