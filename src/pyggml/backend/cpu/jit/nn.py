@@ -24,7 +24,7 @@ from ..threads import C_ERR
 from . import Choice, jit_kernel, selector
 from .elementwise import _row_index, all_f32, k_mul, rows_contiguous
 from .mathf import LANES, libm_expf, v_expf
-from .matmul import DOUBLE_MAX_COLS
+from .matmul_f import DOUBLE_MAX_COLS
 from .record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_f32, rec, span
 
 F32, F16, I32 = GGMLType.F32, GGMLType.F16, GGMLType.I32
@@ -131,7 +131,7 @@ def _row_max(w, lanes):  # pragma: no cover - compiled
 @numba.njit(**_opts)
 def _row_sum(w, acc):  # pragma: no cover - compiled
     """The row's sum in double lanes (element i in lane i % _LANES), lanes added in a fixed tree, for rows of
-    decode-size products (at most matmul.DOUBLE_MAX_COLS rows a plane).
+    decode-size products (at most matmul_f.DOUBLE_MAX_COLS rows a plane).
 
     Double, like ggml's softmax sum, and for a second reason: in a masked row only a few terms are
     live and which lanes they fall in depends on the cells a sequence's tokens sit in; summed in
