@@ -89,30 +89,36 @@ class GraphPlan:
             compiled.append((node, choice))
         self.steps = steps
         self.nodes = [node for node, _ in compiled]
-        self.keep = [choice.notes for _, choice in compiled if choice.notes]  # arrays records point into
+        # arrays records point into
+        self.keep = [c.notes for _, choice in compiled for _, c in (*choice.parts, (None, choice)) if c.notes]
         self.python_fns = {id(s.node): s.fn for s in steps if isinstance(s, _Python)}
         jit.prepare(choice.kernel for _, choice in compiled)
         n = len(compiled)
         self.fns = np.zeros(max(n, 1), dtype=np.int64)
         self.recs = np.zeros((max(n, 1), NODE_WORDS), dtype=np.int64)
-        wsize = 0
+        n_parts = sum(len(choice.parts) for _, choice in compiled)
+        self.part_recs = np.zeros((max(n_parts, 1), NODE_WORDS), dtype=np.int64)  # fused nodes' own records
+        wsize, j = 0, 0
         for i, (node, choice) in enumerate(compiled):
             self.fns[i] = choice.kernel.address
-            self._write_record(self.recs[i], node, choice)
+            addrs = []
+            for part, part_choice in choice.parts:
+                self._write_record(self.part_recs[j], part, part_choice, ())
+                addrs.append(self.part_recs[j].ctypes.data)
+                wsize, j = max(wsize, part_choice.wsize), j + 1
+            self._write_record(self.recs[i], node, choice, addrs)
             wsize = max(wsize, choice.wsize)
         self.wdata = np.zeros(max(wsize, 64), dtype=np.uint8)
         self.n_compiled = n
 
     @staticmethod
-    def _write_record(words: np.ndarray, node: Tensor, choice: jit.Choice) -> None:
+    def _write_record(words: np.ndarray, node: Tensor, choice: jit.Choice, part_addrs: list[int]) -> None:
         words[0] = int(node.op)
         write_tensor(words, T_DST, node)
         for slot, src in zip(_SLOTS, node.src[:3], strict=True):
             write_tensor(words, slot, src)
-        if choice.src2 is not None:
-            write_tensor(words, T_SRC2, choice.src2)
         words[PARAMS : PARAMS + 8] = node.op_params.view(np.int64)
-        ints, floats = list(choice.ints), list(choice.floats)
+        ints, floats = [*part_addrs, *choice.ints], list(choice.floats)
         if len(ints) > 8 or len(floats) > 14:
             raise PyGGMLError(f"kernel {choice.kernel.name}: too many record words")
         words[AUX : AUX + len(ints)] = ints
@@ -192,12 +198,9 @@ class GraphPlan:
 
 
 def _fused(prev: tuple[Tensor, jit.Choice], node: Tensor, choice: jit.Choice) -> jit.Choice | None:
-    """The fused kernel for ``prev`` then ``node`` (consecutive compiled nodes), or None. ggml-cpu-style
-    backend fusions: the graph keeps both nodes and the fused kernel writes both outputs, so callbacks and
-    later readers see every node; PYGGML_FUSION=0 turns them off (to compare)."""
-    if not _FUSION:
-        return None
-    return jit.nn.fuse_rms_norm_mul(prev[0], prev[1], node, choice)
+    """The fused kernel for ``prev`` then ``node`` (consecutive compiled nodes), or None (jit/fusion.py);
+    PYGGML_FUSION=0 turns fusions off (to compare)."""
+    return jit.fusion.fuse(prev[0], prev[1], node, choice) if _FUSION else None
 
 
 _FUSION = os.environ.get("PYGGML_FUSION", "1") != "0"

@@ -170,7 +170,9 @@ class Choice:
     floats: Sequence[float] = ()  # float32 values from record word AUX+8 on (at most 14)
     wsize: int = 0  # bytes of the shared work buffer the kernel uses
     notes: dict = field(default_factory=dict)  # objects the record points into (the plan keeps them)
-    src2: Tensor | None = None  # written to the record's src2 slot instead of the node's (a fused node's input)
+    #: the earlier nodes a fused kernel computes with this one, in graph order, with their own choices: the
+    #: plan writes their records beside the table and their addresses into AUX words 0.., before ``ints``
+    parts: Sequence[tuple[Tensor, Choice]] = ()
 
 
 Selector = Callable[[Tensor], "Choice | None"]
@@ -193,7 +195,7 @@ def select(node: Tensor) -> Choice | None:
 
 
 # importing the kernel modules registers their selectors
-from . import elementwise, matmul, nn, rows  # noqa: E402
+from . import elementwise, fusion, matmul, nn, rows  # noqa: E402
 
-__all__ = ["SELECTORS", "Choice", "JitKernel", "elementwise", "enabled", "jit_kernel", "lean_unless_ready", "matmul",
-           "nn", "prepare", "rows", "select", "selector"]
+__all__ = ["SELECTORS", "Choice", "JitKernel", "elementwise", "enabled", "fusion", "jit_kernel", "lean_unless_ready",
+           "matmul", "nn", "prepare", "rows", "select", "selector"]

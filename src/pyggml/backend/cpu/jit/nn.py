@@ -22,7 +22,7 @@ from ..kernels.nn import GGML_ROPE_TYPE_NEOX, alibi_slopes, rope_yarn_corr_dims
 from ..native import f32p, fmaf, i32p, u16p
 from ..threads import C_ERR
 from . import Choice, jit_kernel, selector
-from .elementwise import _row_index, all_f32, k_mul, rows_contiguous
+from .elementwise import _row_index, all_f32, k_add, k_mul, rows_contiguous
 from .mathf import LANES, libm_expf, v_expf
 from .matmul_f import DOUBLE_MAX_COLS
 from .record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_f32, rec, span
@@ -34,14 +34,20 @@ _F0 = 16
 
 
 @numba.njit(**_opts)
+def _rms_finish(s, ne0, eps):  # pragma: no cover - compiled
+    """1 / sqrt(mean + eps) from a row's double sum of squares, the mean narrowed to float32 once."""
+    mean = np.float32(s / ne0)
+    return np.float32(1.0) / np.float32(math.sqrt(mean + eps))
+
+
+@numba.njit(**_opts)
 def _rms_scale(x, ne0, eps):  # pragma: no cover - compiled
-    """1 / sqrt(mean(x^2) + eps) of a row: the squares summed in double, the mean narrowed to float32 once."""
+    """1 / sqrt(mean(x^2) + eps) of a row: the float32 squares summed in double, in order."""
     s = 0.0
     for i in range(ne0):
         v = x[i]
         s += np.float64(v * v)
-    mean = np.float32(s / ne0)
-    return np.float32(1.0) / np.float32(math.sqrt(mean + eps))
+    return _rms_finish(s, ne0, eps)
 
 
 @jit_kernel
@@ -69,43 +75,94 @@ def _sel_rms_norm(node: Tensor) -> Choice | None:
     return Choice(k_rms_norm)
 
 
+def _norm_chain(add: bool, mul: bool):
+    """[ADD of two same-shape rows ->] RMS_NORM [-> MUL by a broadcast weight] in one pass per row, every
+    node's output written with the bits of its own kernel (the sum rounded to float32 and its squares summed
+    in double, in order, as _rms_scale does; the normalized value rounded, then the product). The record is
+    the last node's; the records of the earlier ones are its parts (AUX words: ADD's, then RMS_NORM's)."""
+
+    @numba.njit(**_opts)
+    def chain(node, ith, nth, ctrl):  # pragma: no cover - compiled
+        r = rec(node)
+        norm = r[AUX + (1 if add else 0)] if mul else node
+        rn = rec(norm)
+        ra = rec(r[AUX]) if add else rn
+        eps = params_f32(norm)[0]
+        ne0, ne1, ne2 = rn[T_DST + 1], rn[T_DST + 2], rn[T_DST + 3]
+        ir0, ir1 = span(ne1 * ne2 * rn[T_DST + 4], ith, nth)
+        for ir in range(ir0, ir1):
+            i1, i2, i3 = _row_index(ir, ne1, ne2)
+            x = numba.carray(f32p(_row(rn, T_SRC0, i1, i2, i3)), ne0)
+            if add:
+                a = numba.carray(f32p(_row(ra, T_SRC0, i1, i2, i3)), ne0)
+                b = numba.carray(f32p(_row(ra, T_SRC1, i1, i2, i3)), ne0)
+                s = 0.0
+                for i in range(ne0):
+                    v = a[i] + b[i]
+                    x[i] = v
+                    s += np.float64(v * v)
+                scale = _rms_finish(s, ne0, eps)
+            else:
+                scale = _rms_scale(x, ne0, eps)
+            yn = numba.carray(f32p(_row(rn, T_DST, i1, i2, i3)), ne0)
+            if mul:
+                ne10 = r[T_SRC1 + 1]
+                wp = r[T_SRC1] + (i1 % r[T_SRC1 + 2]) * r[T_SRC1 + 6] + (i2 % r[T_SRC1 + 3]) * r[T_SRC1 + 7]
+                wv = numba.carray(f32p(wp + (i3 % r[T_SRC1 + 4]) * r[T_SRC1 + 8]), ne10)
+                y = numba.carray(f32p(_row(r, T_DST, i1, i2, i3)), ne0)
+                for i in range(ne0):
+                    v = x[i] * scale
+                    yn[i] = v
+                    y[i] = v * wv[i % ne10]
+            else:
+                for i in range(ne0):
+                    yn[i] = x[i] * scale
+
+    return chain
+
+
+@numba.njit(**_opts)
+def _row(r, slot, i1, i2, i3):  # pragma: no cover - compiled
+    """The address of row (i1, i2, i3) of the record's tensor in ``slot``."""
+    return r[slot] + i1 * r[slot + 6] + i2 * r[slot + 7] + i3 * r[slot + 8]
+
+
+_rms_norm_mul, _add_rms_norm, _add_rms_norm_mul = (_norm_chain(a, m) for a, m in ((False, True), (True, False),
+                                                                                      (True, True)))
+
+
 @jit_kernel
 def k_rms_norm_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    """RMS_NORM then MUL by a broadcast weight, fused (see fuse_rms_norm_mul): the record is the MUL's, with
-    the RMS_NORM's source in the src2 slot and its eps in the first AUX float. Both outputs are written, each
-    with the bits of its own kernel (the normalized value rounded to float32, then the product)."""
-    r = rec(node)
-    eps = aux_f32(node)[_F0]
-    d, ne0, ne1, ne2 = r[T_DST], r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
-    nb1, nb2, nb3 = r[T_DST + 6], r[T_DST + 7], r[T_DST + 8]
-    o, no1, no2, no3 = r[T_SRC0], r[T_SRC0 + 6], r[T_SRC0 + 7], r[T_SRC0 + 8]
-    w, ne10, ne11, ne12, ne13 = r[T_SRC1], r[T_SRC1 + 1], r[T_SRC1 + 2], r[T_SRC1 + 3], r[T_SRC1 + 4]
-    nw1, nw2, nw3 = r[T_SRC1 + 6], r[T_SRC1 + 7], r[T_SRC1 + 8]
-    a, na1, na2, na3 = r[T_SRC2], r[T_SRC2 + 6], r[T_SRC2 + 7], r[T_SRC2 + 8]
-    ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
-    for ir in range(ir0, ir1):
-        i1, i2, i3 = _row_index(ir, ne1, ne2)
-        x = numba.carray(f32p(a + i1 * na1 + i2 * na2 + i3 * na3), ne0)
-        yn = numba.carray(f32p(o + i1 * no1 + i2 * no2 + i3 * no3), ne0)
-        y = numba.carray(f32p(d + i1 * nb1 + i2 * nb2 + i3 * nb3), ne0)
-        wv = numba.carray(f32p(w + (i1 % ne11) * nw1 + (i2 % ne12) * nw2 + (i3 % ne13) * nw3), ne10)
-        scale = _rms_scale(x, ne0, eps)
-        for i in range(ne0):
-            v = x[i] * scale
-            yn[i] = v
-            y[i] = v * wv[i % ne10]
+    _rms_norm_mul(node, ith, nth, ctrl)
 
 
-def fuse_rms_norm_mul(norm: Tensor, norm_choice: Choice, mul: Tensor, mul_choice: Choice) -> Choice | None:
-    """The fused kernel for RMS_NORM followed by the MUL of its output by a weight (ggml's rms_norm + mul
-    fusion), or None. Both nodes stay in the graph and both outputs are written, so an eval callback or a
-    later reader of the norm sees it; what goes is one barrier and one pass over the row."""
-    if norm_choice.kernel is not k_rms_norm or mul_choice.kernel is not k_mul or mul.src[0] is not norm:
+@jit_kernel
+def k_add_rms_norm(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _add_rms_norm(node, ith, nth, ctrl)
+
+
+@jit_kernel
+def k_add_rms_norm_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _add_rms_norm_mul(node, ith, nth, ctrl)
+
+
+def fuse_norm(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Choice | None:
+    """The norm chains: RMS_NORM then the MUL of its output by a weight (ggml-cpu's rms_norm + mul fusion),
+    a residual ADD then the RMS_NORM of its sum, and all three; or None."""
+    if choice.kernel is k_mul and node.src[0] is prev:
+        w = node.src[1]
+        if node.ne != prev.ne or not rows_contiguous(node, w) or w is prev:
+            return None
+        if prev_choice.kernel is k_rms_norm:
+            return Choice(k_rms_norm_mul, parts=((prev, prev_choice),))
+        if prev_choice.kernel is k_add_rms_norm:
+            return Choice(k_add_rms_norm_mul, parts=(*prev_choice.parts, (prev, Choice(k_rms_norm))))
         return None
-    w = mul.src[1]
-    if mul.ne != norm.ne or not rows_contiguous(mul, w) or w is norm:
-        return None
-    return Choice(k_rms_norm_mul, floats=(float(norm.get_op_params_f32(0)),), src2=norm.src[0])
+    if choice.kernel is k_rms_norm and prev_choice.kernel is k_add and node.src[0] is prev:
+        a, b = prev.src[0], prev.src[1]
+        if a.ne == b.ne == prev.ne and rows_contiguous(prev, a, b):
+            return Choice(k_add_rms_norm, parts=((prev, prev_choice),))
+    return None
 
 
 # ------------------------------------------------------------------------------------ softmax

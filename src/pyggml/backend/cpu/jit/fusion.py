@@ -1,0 +1,21 @@
+"""Backend-level fusions: consecutive compiled nodes the plan runs as one record (ggml-cpu fuses RMS_NORM
+and its MUL the same way; the others are what ggml's GPU backends fuse).
+
+The graph keeps every node and a fused kernel writes every node's output with the bits of that node's own
+kernel, so an eval callback, a later reader or a test sees the same tensors; what goes is a barrier and a
+pass over memory per fused node. The plan (plan.py) offers each compiled node with the one before it; a
+fused record may take in the next node again (ADD + RMS_NORM, then its MUL).
+"""
+
+from __future__ import annotations
+
+from ....tensor import Tensor
+from . import Choice, nn
+
+
+def fuse(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Choice | None:
+    """The kernel computing ``prev`` (with its fused parts) and then ``node``, or None."""
+    return nn.fuse_norm(prev, prev_choice, node, choice)
+
+
+__all__ = ["fuse"]
