@@ -415,6 +415,18 @@ def quantize_src1(node, ith, nth, ctrl, quantize, blk_len, es):  # pragma: no co
 
 
 @numba.njit(inline="always", **_opts)
+def walk(node, ith, nth, ctrl, quantize, bs, es, chunks, run, arg):  # pragma: no cover - compiled
+    """A quantized MUL_MAT: src1 rows quantized (quantize_src1: shared work buffer, barrier), then chunks from
+    the shared counter (``chunks``/``run``: the weight layout's split and work; ``arg`` is passed to ``run``)."""
+    q = quantize_src1(node, ith, nth, ctrl, quantize, bs, es)
+    n_chunks = chunks(node, q[6], nth)
+    c = ith
+    while c < n_chunks:
+        run(node, c, n_chunks, q, ith, arg)
+        c = atomic_add(ctrl + 8 * C_CHUNK, 1)
+
+
+@numba.njit(inline="always", **_opts)
 def gemm_tiles(node, ith, nth, ctrl, tile_at, blk_len, blk_bytes, es, quantize, repack, tile4, tile1, one4, one1,
                mv):  # pragma: no cover - compiled
     """MUL_MAT of a quantized weight by many F32 rows (src1 rows of n = ne11*ne12*ne13, contiguous dst).

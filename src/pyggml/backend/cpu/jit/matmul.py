@@ -38,12 +38,13 @@ from ..matmul.kernels import (
     _mv_q8_0,
 )
 from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
-from ..native import atomic_add, f32p, i8p, u8p
+from ..native import f32p, i8p, u8p
 from ..repack import is_repacked
 from ..repack import supports_op as repack_supports_op
-from ..threads import C_CHUNK, available_cores
+from ..threads import available_cores
 from . import Choice, gemm, jit_kernel, lean_unless_ready, q0tiles, repacked, selector
-from .matmul_f import _CHUNK_ROWS, TAB_ADDR, _n_chunks, float_choice
+from .mathf import LANES
+from .matmul_f import _CHUNK_ROWS, TAB_ADDR, _n_chunks, chunk_bounds, float_choice
 from .record import AUX, T_DST, T_SRC0, rec
 
 F32, F16 = GGMLType.F32, GGMLType.F16
@@ -61,21 +62,32 @@ _MV_CHUNK_BYTES = 1 << 20
 
 
 @numba.njit(**_opts)
-def _matvec_q(node, ith, nth, ctrl, quantize, bs, es, mv):  # pragma: no cover - compiled
-    """dst (n, m) = Q8(src1 rows) . weight rows, n = ne11*ne12*ne13 rows of K."""
+def _mv_chunks(node, n, nth):  # pragma: no cover - compiled
+    """Work chunks of a mat-vec: about _MV_CHUNK_BYTES of weight rows each (ggml's rule below 4 a thread)."""
+    r = rec(node)
+    return _n_chunks(r[T_SRC0 + 2], nth, max(_CHUNK_ROWS, _MV_CHUNK_BYTES // r[T_SRC0 + 6]))
+
+
+@numba.njit(**_opts)
+def mv_run(node, c, n_chunks, q, ith, mv):  # pragma: no cover - compiled
+    """Chunk c's weight rows against every quantized activation row (``q``: quantize_src1's result), with the
+    row kernel ``mv`` (passed, not closed over: numba will not cache a kernel whose closure holds it);
+    returns the rows. Chunk bounds are multiples of mathf.LANES (or m), so an activation fused over a chunk's
+    outputs takes the row's own vector/tail split."""
     r = rec(node)
     tab = numba.carray(f32p(r[AUX]), 65536)
     w, m, rs = r[T_SRC0], r[T_SRC0 + 2], r[T_SRC0 + 6]
-    _, _, _, qa, da, ex, n = gemm.quantize_src1(node, ith, nth, ctrl, quantize, bs, es)
-    wu = numba.carray(u8p(w), m * rs)
-    wi = numba.carray(i8p(w), m * rs)
-    out = numba.carray(f32p(r[T_DST]), (n, m))
-    nchunk = _n_chunks(m, nth, max(_CHUNK_ROWS, _MV_CHUNK_BYTES // rs))
-    c = ith
-    while c < nchunk:
-        r0, r1 = m * c // nchunk, m * (c + 1) // nchunk
-        mv(wu, wi, rs, m, qa, da, ex, tab, out, r0, r1)
-        c = atomic_add(ctrl + 8 * C_CHUNK, 1)
+    _, _, _, qa, da, ex, n = q
+    r0, r1 = chunk_bounds(m, c, n_chunks, LANES)
+    mv(numba.carray(u8p(w), m * rs), numba.carray(i8p(w), m * rs), rs, m, qa, da, ex, tab,
+       numba.carray(f32p(r[T_DST]), (n, m)), r0, r1)
+    return r0, r1
+
+
+@numba.njit(**_opts)
+def _matvec_q(node, ith, nth, ctrl, quantize, bs, es, mv):  # pragma: no cover - compiled
+    """dst (n, m) = Q8(src1 rows) . weight rows, n = ne11*ne12*ne13 rows of K."""
+    gemm.walk(node, ith, nth, ctrl, quantize, bs, es, _mv_chunks, mv_run, mv)
 
 
 # k_mm_*: groups of ROWDOT_COLS activation rows share each weight decode (small batches); k_mv_*: one

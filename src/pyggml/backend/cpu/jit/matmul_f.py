@@ -273,6 +273,15 @@ def _n_chunks(rows, nth, chunk_rows=_CHUNK_ROWS):  # pragma: no cover - compiled
     return nth if n < 4 * nth else n
 
 
+@numba.njit(**_opts)
+def chunk_bounds(n_units, c, n_chunks, align):  # pragma: no cover - compiled
+    """Chunk c's units [u0, u1) of n_units split n_chunks ways, its bounds multiples of ``align`` (or the end):
+    an even split, rounded down."""
+    u0 = n_units * c // n_chunks // align * align
+    u1 = n_units if c + 1 == n_chunks else n_units * (c + 1) // n_chunks // align * align
+    return u0, u1
+
+
 # ------------------------------------------------------------------------------ F16 / F32
 def _matmul_f_kernel(half: bool, tiles: bool):
     """dst[i01, i11, i12, i13] = dot(src0 row (i01, i12/r2, i13/r3), src1 row (i11, i12, i13)), fp16 weights

@@ -42,12 +42,13 @@ from ..matmul.intrinsics import (
     _x86,
 )
 from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
-from ..native import atomic_add
 from ..repack import Q4K_GROUP_BYTES
-from ..threads import C_CHUNK, available_cores
+from ..threads import available_cores
 from . import Choice, gemm, jit_kernel
 from . import enabled as jit_enabled
-from .gemm import _F32, _I8, _I32, _I64, _at, _opts, _splat_f32, act_bytes, quantize_src1
+from .gemm import _F32, _I8, _I32, _I64, _at, _opts, _splat_f32, act_bytes
+from .mathf import LANES
+from .matmul_f import chunk_bounds
 from .record import AUX, T_DST, T_SRC0, rec
 
 Q4_K, Q8_0, Q4_0, IQ4_NL = GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.IQ4_NL
@@ -81,47 +82,56 @@ _q4k_tiles = [gemm._tile_call(gemm._tile_kernel(cols, False, nt, packed=True))
 _rq4k_4, _rq4k_1, _rq4k_one4, _rq4k_one1 = _q4k_tiles
 
 
+@numba.njit(inline="always", **_opts)
+def _q4k_units(m):  # pragma: no cover - compiled
+    """Work units of an m-row Q4_K weight: TILES 8-row groups (the last one may be short)."""
+    return (m // gemm.ROWS + gemm.TILES - 1) // gemm.TILES
+
+
 @numba.njit(**_opts)
-def _rep_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    """Activations to Q8_K, then chunks of tile pairs (8-row groups), each pair run against every activation
-    row, 4 at a time (gemm.gemm_tiles without the per-call repack)."""
+def _q4k_chunks(node, n, nth):  # pragma: no cover - compiled
+    r = rec(node)
+    return _n_chunks(_q4k_units(r[T_SRC0 + 2]), gemm.TILES * (r[T_SRC0 + 1] // 256) * Q4K_GROUP_BYTES, n, nth)
+
+
+@numba.njit(**_opts)
+def _q4k_run(node, c, n_chunks, q, ith, arg):  # pragma: no cover - compiled
+    """Chunk c: its tile pairs (8-row groups) run against every activation row, 4 at a time (gemm.gemm_tiles
+    without the per-call repack); returns its weight rows."""
     r = rec(node)
     w, k, m = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2]
     nsb = k // 256
-    qa_at, da_at, ex_at, _, _, _, n = quantize_src1(node, ith, nth, ctrl, _quantize_q8_k, 256, 16)
+    qa_at, da_at, ex_at, _, _, _, n = q
     d = r[T_DST]
     gbytes = nsb * Q4K_GROUP_BYTES
     n_tiles = m // gemm.ROWS
-    n_units = (n_tiles + gemm.TILES - 1) // gemm.TILES
-    n_chunks = _n_chunks(n_units, gemm.TILES * gbytes, n, nth)
+    u0, u1 = chunk_bounds(_q4k_units(m), c, n_chunks, 1)
     da_row, ex_row = 4 * nsb, 4 * (k // 16)
-    c = ith
-    while c < n_chunks:
-        u0, u1 = n_units * c // n_chunks, n_units * (c + 1) // n_chunks
-        for u in range(u0, u1):
-            t = u * gemm.TILES
-            nt = min(gemm.TILES, n_tiles - t)
-            ta = w + t * gbytes
-            j = 0
-            while j < n:
-                four = j + gemm.COLS <= n
-                qa_j, da_j, ex_j, out_j = qa_at + j * k, da_at + j * da_row, ex_at + j * ex_row, d + 4 * (j * m + 8 * t)
-                if nt == gemm.TILES:
-                    if four:
-                        _rq4k_4(ta, nsb, qa_j, k, da_j, ex_j, out_j, 4 * m, gbytes)
-                    else:
-                        _rq4k_1(ta, nsb, qa_j, k, da_j, ex_j, out_j, 4 * m, gbytes)
-                elif four:
-                    _rq4k_one4(ta, nsb, qa_j, k, da_j, ex_j, out_j, 4 * m, gbytes)
+    for u in range(u0, u1):
+        t = u * gemm.TILES
+        nt = min(gemm.TILES, n_tiles - t)
+        ta = w + t * gbytes
+        j = 0
+        while j < n:
+            four = j + gemm.COLS <= n
+            qa_j, da_j, ex_j, out_j = qa_at + j * k, da_at + j * da_row, ex_at + j * ex_row, d + 4 * (j * m + 8 * t)
+            if nt == gemm.TILES:
+                if four:
+                    _rq4k_4(ta, nsb, qa_j, k, da_j, ex_j, out_j, 4 * m, gbytes)
                 else:
-                    _rq4k_one1(ta, nsb, qa_j, k, da_j, ex_j, out_j, 4 * m, gbytes)
-                j += gemm.COLS if four else 1
-        c = atomic_add(ctrl + 8 * C_CHUNK, 1)
+                    _rq4k_1(ta, nsb, qa_j, k, da_j, ex_j, out_j, 4 * m, gbytes)
+            elif four:
+                _rq4k_one4(ta, nsb, qa_j, k, da_j, ex_j, out_j, 4 * m, gbytes)
+            else:
+                _rq4k_one1(ta, nsb, qa_j, k, da_j, ex_j, out_j, 4 * m, gbytes)
+            j += gemm.COLS if four else 1
+    rows = gemm.TILES * gemm.ROWS
+    return min(m, u0 * rows), min(m, u1 * rows)
 
 
 @jit_kernel
 def k_rep_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _rep_q4_k(node, ith, nth, ctrl)
+    gemm.walk(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _q4k_chunks, _q4k_run, 0)
 
 
 # ------------------------------------------------------------------------------ Q8_0 / Q4_0 / IQ4_NL
@@ -227,69 +237,72 @@ def prod_bytes(k: int) -> int:
 
 
 def _q0_kernel(kind: int):
-    """The repacked Q8_0/Q4_0/IQ4_NL MUL_MAT (kind 0/1/2, a closure constant: each kernel compiles its own
-    tiles only): activations to Q8_0, then chunks of groups, column block by column block."""
+    """The repacked Q8_0/Q4_0/IQ4_NL MUL_MAT's (chunks, run) for gemm.walk (kind 0/1/2, a closure constant: each
+    kernel compiles its own tiles only): chunks of groups, column block by column block."""
     cb = 32 if kind == 0 else 16
 
     @numba.njit(**_opts)
-    def rep_q0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    def chunks(node, n, nth):  # pragma: no cover - compiled
+        r = rec(node)
+        k, m = r[T_SRC0 + 1], r[T_SRC0 + 2]
+        return _n_chunks(m // GROUP, (k // 32) * GROUP * (2 + cb), n, nth)
+
+    @numba.njit(**_opts)
+    def run(node, c, n_chunks, q, ith, arg):  # pragma: no cover - compiled
         r = rec(node)
         w, k, m = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2]
         nb = k // 32
-        qa_at, da_at, _, _, _, _, n = quantize_src1(node, ith, nth, ctrl, _quantize_q8_0, 32, 32)
+        qa_at, da_at, _, _, _, _, n = q
         d = r[T_DST]
         prod = qa_at + r[AUX] + ith * r[AUX + 1]
         gbytes = nb * GROUP * (2 + cb)  # a group's bytes
-        n_groups = m // GROUP
         col_block = max(TILE_N, (_COL_BLOCK_BYTES // k) // TILE_N * TILE_N)
-        n_chunks = _n_chunks(n_groups, gbytes, n, nth)
-        c = ith
-        while c < n_chunks:
-            g0, g1 = n_groups * c // n_chunks, n_groups * (c + 1) // n_chunks
-            for j0 in range(0, n, col_block):
-                j1 = min(n, j0 + col_block)
-                for gi in range(g0, g1):
-                    ga = w + gi * gbytes
-                    j = j0
-                    while j < j1:
-                        qa, da, out = qa_at + j * k, da_at + 4 * j * nb, d + 4 * (j * m + GROUP * gi)
-                        full = j1 - j >= TILE_N
-                        if kind == 0:
-                            if full:
-                                _q8_0_n(ga, nb, qa, k, da, out, 4 * m, prod)
-                            else:
-                                _q8_0_1(ga, nb, qa, k, da, out, 4 * m, prod)
-                        elif kind == 1:
-                            if full:
-                                _q4_0_n(ga, nb, qa, k, da, out, 4 * m, prod)
-                            else:
-                                _q4_0_1(ga, nb, qa, k, da, out, 4 * m, prod)
-                        elif full:
-                            _iq4_nl_n(ga, nb, qa, k, da, out, 4 * m, prod)
+        g0, g1 = chunk_bounds(m // GROUP, c, n_chunks, LANES // GROUP)
+        for j0 in range(0, n, col_block):
+            j1 = min(n, j0 + col_block)
+            for gi in range(g0, g1):
+                ga = w + gi * gbytes
+                j = j0
+                while j < j1:
+                    qa, da, out = qa_at + j * k, da_at + 4 * j * nb, d + 4 * (j * m + GROUP * gi)
+                    full = j1 - j >= TILE_N
+                    if kind == 0:
+                        if full:
+                            _q8_0_n(ga, nb, qa, k, da, out, 4 * m, prod)
                         else:
-                            _iq4_nl_1(ga, nb, qa, k, da, out, 4 * m, prod)
-                        j += TILE_N if full else 1
-            c = atomic_add(ctrl + 8 * C_CHUNK, 1)
+                            _q8_0_1(ga, nb, qa, k, da, out, 4 * m, prod)
+                    elif kind == 1:
+                        if full:
+                            _q4_0_n(ga, nb, qa, k, da, out, 4 * m, prod)
+                        else:
+                            _q4_0_1(ga, nb, qa, k, da, out, 4 * m, prod)
+                    elif full:
+                        _iq4_nl_n(ga, nb, qa, k, da, out, 4 * m, prod)
+                    else:
+                        _iq4_nl_1(ga, nb, qa, k, da, out, 4 * m, prod)
+                    j += TILE_N if full else 1
+        return g0 * GROUP, g1 * GROUP
 
-    return rep_q0
+    return chunks, run
 
 
-_rep_q8_0, _rep_q4_0, _rep_iq4_nl = (_q0_kernel(kind) for kind in range(3))
+(_q8_0_chunks, _q8_0_run), (_q4_0_chunks, _q4_0_run), (_iq4_nl_chunks, _iq4_nl_run) = (
+    _q0_kernel(kind) for kind in range(3))
 
 
 @jit_kernel
 def k_rep_q8_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _rep_q8_0(node, ith, nth, ctrl)
+    gemm.walk(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _q8_0_chunks, _q8_0_run, 0)
 
 
 @jit_kernel
 def k_rep_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _rep_q4_0(node, ith, nth, ctrl)
+    gemm.walk(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _q4_0_chunks, _q4_0_run, 0)
 
 
 @jit_kernel
 def k_rep_iq4_nl(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _rep_iq4_nl(node, ith, nth, ctrl)
+    gemm.walk(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _iq4_nl_chunks, _iq4_nl_run, 0)
 
 
 _KERNELS = {Q4_K: k_rep_q4_k, Q8_0: k_rep_q8_0, Q4_0: k_rep_q4_0, IQ4_NL: k_rep_iq4_nl}
