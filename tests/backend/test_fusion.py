@@ -7,11 +7,17 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+import pyggml as gg
 from helpers.opcheck import OpCase
+from pyggml import quants
 from pyggml.backend.cpu import plan as plan_mod
+from pyggml.backend.cpu import repack
 from pyggml.backend.cpu.compute import _resolve, graph_compute
+from pyggml.backend.cpu.jit import repacked
 from pyggml.graph import Graph
 from pyggml.ops import builders as B
+from pyggml.ops.enums import GluOp
+from pyggml.ops.unary import glu_split
 from pyggml.tensor import Tensor
 from pyggml.types import GGMLType
 
@@ -87,3 +93,67 @@ def test_a_mul_of_something_else_is_not_fused() -> None:
     g.build_forward_expand(norm)
     g.build_forward_expand(other)
     assert plan_mod.GraphPlan(g, _resolve).n_compiled == 2
+
+
+def _ffn(ty: GGMLType, use_repack: bool, k: int, m: int, n: int, glu: GluOp | None, up_first: bool
+         ) -> tuple[Graph, list[Tensor], object]:
+    """gate and up products of one activation (weights of ``ty``, repacked or plain), then their split GLU."""
+    rng = np.random.default_rng(5)
+    wctx = gg.init(4096, no_alloc=True)
+    gate, up = wctx.new_tensor(ty, k, m), wctx.new_tensor(ty, k, m)
+    buft = repack.repack_buffer_type() if use_repack else gg.backend_cpu_buffer_type()
+    buf = gg.backend_alloc_ctx_tensors_from_buft(wctx, buft)
+    for w in (gate, up):
+        gg.backend_tensor_set(w, quants.quantize(rng.standard_normal((m, k)).astype(np.float32), ty).reshape(-1))
+    c = OpCase()
+    x = c.tensor(GGMLType.F32, k, n, lo=-3, hi=3)
+    g, u = B.mul_mat(c.ctx, gate, x), B.mul_mat(c.ctx, up, x)
+    nodes = [g, u] if glu is None else [g, u, glu_split(c.ctx, u, g, glu) if up_first else glu_split(c.ctx, g, u, glu)]
+    graph = Graph()
+    for t in nodes:
+        graph.build_forward_expand(t)
+    return graph, nodes, buf
+
+
+def _ffn_case(monkeypatch: pytest.MonkeyPatch, ty: GGMLType, use_repack: bool, n: int, glu: GluOp | None = GluOp.SWIGLU,
+              up_first: bool = False, m: int = 1000, k: int = 512) -> None:
+    got = []
+    for fusion in (True, False):
+        monkeypatch.setattr(plan_mod, "_FUSION", fusion)
+        graph, nodes, buf = _ffn(ty, use_repack, k, m, n, glu, up_first)
+        assert plan_mod.GraphPlan(graph, _resolve).n_compiled == (1 if fusion else len(nodes))
+        graph_compute(graph, 2)
+        got.append([t.numpy().copy() for t in nodes])
+        buf.free()
+    for a, b in zip(*got, strict=True):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("ty", [GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K])
+@pytest.mark.parametrize("glu", [GluOp.SWIGLU, GluOp.GEGLU])
+def test_gate_and_up_products_and_their_glu_plain(monkeypatch: pytest.MonkeyPatch, ty: GGMLType, glu: GluOp) -> None:
+    """A decode's FFN with plain weights: 1003 rows (chunks of about 64, a SiLU vector tail of 3 at the end)."""
+    _ffn_case(monkeypatch, ty, False, 1, glu, m=1003)
+
+
+@pytest.mark.parametrize("ty", [GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.IQ4_NL])
+@pytest.mark.parametrize("n", [1, 5])
+def test_gate_and_up_products_and_their_glu_repacked(monkeypatch: pytest.MonkeyPatch, ty: GGMLType, n: int) -> None:
+    if ty not in repacked.TYPES:
+        pytest.skip(f"this CPU has no repacked {ty.name} kernel")
+    _ffn_case(monkeypatch, ty, True, n, up_first=n == 5)
+
+
+def test_gate_and_up_without_a_glu_share_the_activation(monkeypatch: pytest.MonkeyPatch) -> None:
+    _ffn_case(monkeypatch, GGMLType.Q5_0, False, 1, glu=None)
+
+
+def test_products_of_different_activations_are_not_fused() -> None:
+    c = OpCase()
+    gate = c.tensor(GGMLType.Q8_0, 64, 8)
+    g = B.mul_mat(c.ctx, gate, c.tensor(GGMLType.F32, 64, 1))
+    u = B.mul_mat(c.ctx, gate, c.tensor(GGMLType.F32, 64, 1))
+    graph = Graph()
+    for t in (g, u, glu_split(c.ctx, g, u, GluOp.SWIGLU)):
+        graph.build_forward_expand(t)
+    assert plan_mod.GraphPlan(graph, _resolve).n_compiled == 3

@@ -1,5 +1,6 @@
 """Backend-level fusions: consecutive compiled nodes the plan runs as one record (ggml-cpu fuses RMS_NORM
-and its MUL the same way; the others are what ggml's GPU backends fuse).
+and its MUL the same way; the others are what ggml's GPU backends fuse): nn.py's norm chains, gate_up.py's
+FFN products.
 
 The graph keeps every node and a fused kernel writes every node's output with the bits of that node's own
 kernel, so an eval callback, a later reader or a test sees the same tensors; what goes is a barrier and a
@@ -10,12 +11,19 @@ fused record may take in the next node again (ADD + RMS_NORM, then its MUL).
 from __future__ import annotations
 
 from ....tensor import Tensor
-from . import Choice, nn
+from . import Choice, gate_up, nn
 
 
 def fuse(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Choice | None:
     """The kernel computing ``prev`` (with its fused parts) and then ``node``, or None."""
-    return nn.fuse_norm(prev, prev_choice, node, choice)
+    for rule in _RULES:
+        fused = rule(prev, prev_choice, node, choice)
+        if fused is not None:
+            return fused
+    return None
+
+
+_RULES = (nn.fuse_norm, gate_up.fuse_gate_up)
 
 
 __all__ = ["fuse"]
