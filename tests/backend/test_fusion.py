@@ -13,6 +13,7 @@ from pyggml import quants
 from pyggml.backend.cpu import plan as plan_mod
 from pyggml.backend.cpu import repack
 from pyggml.backend.cpu.compute import _resolve, graph_compute
+from pyggml.backend.cpu.jit import matmul as jit_matmul
 from pyggml.backend.cpu.jit import repacked
 from pyggml.graph import Graph
 from pyggml.ops import builders as B
@@ -157,3 +158,9 @@ def test_products_of_different_activations_are_not_fused() -> None:
     for t in (g, u, glu_split(c.ctx, g, u, GluOp.SWIGLU)):
         graph.build_forward_expand(t)
     assert plan_mod.GraphPlan(graph, _resolve).n_compiled == 3
+
+
+def test_gate_and_up_fuse_with_the_column_group_kernel_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode takes k_mm_* instead of k_mv_* once that is compiled (jit.lean_unless_ready): both fuse."""
+    monkeypatch.setattr(jit_matmul, "lean_unless_ready", lambda lean, superset: superset)
+    _ffn_case(monkeypatch, GGMLType.Q5_0, False, 3, GluOp.GEGLU, m=515)

@@ -36,3 +36,26 @@ def test_a_read_only_install_is_left_alone(tmp_path: Path) -> None:
     blocked = tmp_path / "pkg" / "kernel.py" / "stamp"  # a path that cannot be created
     assert not drop_stale_caches(tmp_path, blocked)
     assert index.exists()  # no stamp could be written, so nothing was deleted (or it would be on every run)
+
+
+def test_every_compiled_function_has_its_own_qualname() -> None:
+    """Variants of one closure must not share a qualname (jitcache.variant): numba names symbols after it and a
+    per-process counter, so two variants compiled by different processes could share a symbol and one kernel
+    would call the other's code once both load from the disk cache (Gemma's logits were garbage that way)."""
+    import importlib
+    import pkgutil
+
+    from numba.core.registry import CPUDispatcher
+
+    import pyggml
+
+    seen: dict[tuple[str, str], object] = {}
+    for info in pkgutil.walk_packages(pyggml.__path__, "pyggml."):
+        if ".torch" in info.name or info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if isinstance(value, CPUDispatcher):
+                key = (value.py_func.__module__, value.py_func.__qualname__)
+                assert seen.setdefault(key, value.py_func) is value.py_func, f"two compiled functions named {key}"
+    assert len(seen) > 100

@@ -14,10 +14,31 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent  # src/pyggml
 STAMP = ROOT / "__pycache__" / "numba-sources.sha256"
+
+
+F = TypeVar("F", bound=Callable)
+
+
+def variant(*tags: object) -> Callable[[F], F]:
+    """Decorator (under ``@njit``) naming one variant of a closure factory's kernel in its ``__qualname__``.
+
+    numba names a compiled function's symbol after its module, qualname and a per-process counter. Two
+    variants of one closure (a factory's Q8_0 and Q5_0 row kernels) compiled in different processes (the
+    compile helpers, or earlier runs) can get the same symbol; loaded from the disk cache into one process,
+    a kernel calling one then links to the other's code. A qualname per variant keeps their symbols apart.
+    """
+
+    def name(fn: F) -> F:
+        fn.__qualname__ = f"{fn.__qualname__}_{'_'.join(str(t) for t in tags)}"
+        return fn
+
+    return name
 
 
 def sources_digest(root: Path = ROOT) -> str:

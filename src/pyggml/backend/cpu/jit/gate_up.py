@@ -17,6 +17,7 @@ import numba
 
 from ....ops.enums import GluOp, Op
 from ....tensor import Tensor
+from ..matmul.intrinsics import ROWDOT_COLS
 from ..matmul.kernels import _mv1_q4_0, _mv1_q4_k, _mv1_q5_0, _mv1_q5_k, _mv1_q6_k, _mv1_q8_0
 from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
 from ..native import atomic_add, f32p, u32p
@@ -135,25 +136,31 @@ def k_gu_rep_iq4_nl(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _gate_up(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _iq4_nl_chunks, _iq4_nl_run, 0)
 
 
-#: product kernel -> the fused kernel that computes two of them (and their GLU)
-_FUSED = {matmul.k_mv_q8_0: k_gu_q8_0, matmul.k_mv_q4_0: k_gu_q4_0, matmul.k_mv_q5_0: k_gu_q5_0,
+#: product kernel -> the fused kernel that computes two of them (and their GLU); a plain weight's products
+#: of fewer than ROWDOT_COLS src1 rows only (k_mm_* then gives k_mv_*'s bits, see jit.lean_unless_ready)
+_PLAIN = {matmul.k_mv_q8_0: k_gu_q8_0, matmul.k_mv_q4_0: k_gu_q4_0, matmul.k_mv_q5_0: k_gu_q5_0,
           matmul.k_mv_q4_k: k_gu_q4_k, matmul.k_mv_q5_k: k_gu_q5_k, matmul.k_mv_q6_k: k_gu_q6_k,
-          repacked.k_rep_q4_k: k_gu_rep_q4_k, repacked.k_rep_q8_0: k_gu_rep_q8_0,
-          repacked.k_rep_q4_0: k_gu_rep_q4_0, repacked.k_rep_iq4_nl: k_gu_rep_iq4_nl}
+          matmul.k_mm_q8_0: k_gu_q8_0, matmul.k_mm_q4_0: k_gu_q4_0, matmul.k_mm_q5_0: k_gu_q5_0,
+          matmul.k_mm_q4_k: k_gu_q4_k, matmul.k_mm_q5_k: k_gu_q5_k, matmul.k_mm_q6_k: k_gu_q6_k}
+_REPACKED = {repacked.k_rep_q4_k: k_gu_rep_q4_k, repacked.k_rep_q8_0: k_gu_rep_q8_0,
+             repacked.k_rep_q4_0: k_gu_rep_q4_0, repacked.k_rep_iq4_nl: k_gu_rep_iq4_nl}
+_FUSED_KERNELS = {*_PLAIN.values(), *_REPACKED.values()}
 _GLUS = (_GEGLU, _SWIGLU, _REGLU)
 
 
 def fuse_gate_up(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Choice | None:
     """Two products of one src1 by same-shape weights with the same kernel; then the split GLU of the two."""
     if node.op == Op.MUL_MAT and prev.op == Op.MUL_MAT:
-        fused = _FUSED.get(prev_choice.kernel)
-        a, b = prev.src[0], node.src[0]
-        if fused is None or choice.kernel is not prev_choice.kernel or node.src[1] is not prev.src[1]:
+        fused = _REPACKED.get(prev_choice.kernel)
+        x, a, b = prev.src[1], prev.src[0], node.src[0]
+        if fused is None and x.ne[1] * x.ne[2] * x.ne[3] < ROWDOT_COLS:
+            fused = _PLAIN.get(prev_choice.kernel)
+        if fused is None or choice.kernel is not prev_choice.kernel or node.src[1] is not x:
             return None
         if a.type != b.type or a.ne != b.ne or a.nb != b.nb or not (prev.is_contiguous() and node.is_contiguous()):
             return None
         return Choice(fused, parts=((prev, prev_choice), (node, choice)))
-    if node.op != Op.GLU or prev_choice.kernel not in _FUSED.values() or prev.op != Op.MUL_MAT:
+    if node.op != Op.GLU or prev_choice.kernel not in _FUSED_KERNELS or prev.op != Op.MUL_MAT:
         return None
     (gate, _), (up, _) = prev_choice.parts
     x, g = node.src[0], node.src[1]

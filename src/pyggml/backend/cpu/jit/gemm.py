@@ -29,6 +29,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ....quants.jitcache import variant
 from ..matmul.intrinsics import (
     _AVX2,
     _AVX512,
@@ -353,11 +354,12 @@ q4k_one_4, q4k_one_1 = _tile_kernel(COLS, False, 1), _tile_kernel(1, False, 1)
 q6k_one_4, q6k_one_1 = _tile_kernel(COLS, True, 1), _tile_kernel(1, True, 1)
 
 
-def _tile_call(tile_intrinsic):
+def _tile_call(tile_intrinsic, tag: str):
     """A numba function calling a tile intrinsic: functions, unlike intrinsics, can be passed to
-    gemm_tiles as arguments."""
+    gemm_tiles as arguments. ``tag`` names the variant (jitcache.variant)."""
 
     @numba.njit(inline="always", **_opts)
+    @variant(tag)
     def call(tile, nblk, qa, k, da, ex, out, stride, tstride):  # pragma: no cover - compiled
         tile_intrinsic(tile, nblk, qa, k, da, ex, out, stride, tstride)
 
@@ -365,8 +367,10 @@ def _tile_call(tile_intrinsic):
 
 
 # the tile kernels gemm_tiles takes: TILES tiles x 4 activation rows, x 1 row; one tile x 4, x 1
-_q4k_4, _q4k_1, _q4k_one4, _q4k_one1 = (_tile_call(f) for f in (q4k_tile_4, q4k_tile_1, q4k_one_4, q4k_one_1))
-_q6k_4, _q6k_1, _q6k_one4, _q6k_one1 = (_tile_call(f) for f in (q6k_tile_4, q6k_tile_1, q6k_one_4, q6k_one_1))
+_q4k_4, _q4k_1, _q4k_one4, _q4k_one1 = (_tile_call(f, f"q4k{i}") for i, f in
+                                        enumerate((q4k_tile_4, q4k_tile_1, q4k_one_4, q4k_one_1)))
+_q6k_4, _q6k_1, _q6k_one4, _q6k_one1 = (_tile_call(f, f"q6k{i}") for i, f in
+                                        enumerate((q6k_tile_4, q6k_tile_1, q6k_one_4, q6k_one_1)))
 
 
 def tile_bytes(k: int, blk_len: int, blk_bytes: int) -> int:

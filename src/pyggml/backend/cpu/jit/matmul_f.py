@@ -18,6 +18,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ....quants.jitcache import variant
 from ....tensor import Tensor
 from ....types import GGMLType
 from ..matmul.actquant import F16_TO_F32, f16_bits
@@ -242,6 +243,7 @@ def _group_rows_kernel(half: bool):
     pair at out[((t*k/8 + s)*2 + p)*16 + 8*h ..]. Widening fp16 is exact."""
 
     @numba.njit(**_opts)
+    @variant(half)
     def group(w, ws, rows, k, tab, out):  # pragma: no cover - compiled
         dst = numba.carray(f32p(out), rows * k)
         for r in range(rows):
@@ -295,6 +297,7 @@ def _matmul_f_kernel(half: bool, tiles: bool):
     """
 
     @numba.njit(**_opts)
+    @variant(half, tiles)
     def matmul_f(node, ith, nth, ctrl):  # pragma: no cover - compiled
         r = rec(node)
         tab = numba.carray(f32p(r[AUX]), 65536)

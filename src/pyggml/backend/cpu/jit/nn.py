@@ -16,6 +16,7 @@ import numba
 import numpy as np
 
 from ....ops.enums import Op
+from ....quants.jitcache import variant
 from ....tensor import Tensor
 from ....types import GGMLType
 from ..kernels.nn import GGML_ROPE_TYPE_NEOX, alibi_slopes, rope_yarn_corr_dims
@@ -82,6 +83,7 @@ def _norm_chain(add: bool, mul: bool):
     the last node's; the records of the earlier ones are its parts (AUX words: ADD's, then RMS_NORM's)."""
 
     @numba.njit(**_opts)
+    @variant(add, mul)
     def chain(node, ith, nth, ctrl):  # pragma: no cover - compiled
         r = rec(node)
         norm = r[AUX + (1 if add else 0)] if mul else node

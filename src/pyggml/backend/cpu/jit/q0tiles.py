@@ -12,6 +12,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ....quants.jitcache import variant
 from ..matmul.intrinsics import (
     _VNNI,
     _decode_q4_0,
@@ -201,6 +202,7 @@ def q0_tiles_kernel(kind: int):
     closure constant, so each kernel compiles its own unpacker only (see matmul.kernels._rowdot_kernel)."""
 
     @numba.njit(inline="always", **_opts)
+    @variant(kind)
     def q0_tiles(node, ith, nth, ctrl, col_block_bytes):  # pragma: no cover - compiled
         r = rec(node)
         w, k, m, rs = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 6]

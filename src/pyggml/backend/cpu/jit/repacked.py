@@ -26,6 +26,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ....quants.iq4 import KVALUES_IQ4NL
+from ....quants.jitcache import variant
 from ....tensor import Tensor
 from ....types import GGMLType
 from ..matmul.intrinsics import (
@@ -77,7 +78,7 @@ def _n_chunks(n_units, unit_bytes, n, nth):  # pragma: no cover - compiled
 
 
 # ---------------------------------------------------------------------------------------- Q4_K
-_q4k_tiles = [gemm._tile_call(gemm._tile_kernel(cols, False, nt, packed=True))
+_q4k_tiles = [gemm._tile_call(gemm._tile_kernel(cols, False, nt, packed=True), f"rq4k{nt}_{cols}")
               for nt, cols in ((gemm.TILES, gemm.COLS), (gemm.TILES, 1), (1, gemm.COLS), (1, 1))]
 _rq4k_4, _rq4k_1, _rq4k_one4, _rq4k_one1 = _q4k_tiles
 
@@ -242,12 +243,14 @@ def _q0_kernel(kind: int):
     cb = 32 if kind == 0 else 16
 
     @numba.njit(**_opts)
+    @variant(kind)
     def chunks(node, n, nth):  # pragma: no cover - compiled
         r = rec(node)
         k, m = r[T_SRC0 + 1], r[T_SRC0 + 2]
         return _n_chunks(m // GROUP, (k // 32) * GROUP * (2 + cb), n, nth)
 
     @numba.njit(**_opts)
+    @variant(kind)
     def run(node, c, n_chunks, q, ith, arg):  # pragma: no cover - compiled
         r = rec(node)
         w, k, m = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2]

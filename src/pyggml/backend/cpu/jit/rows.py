@@ -11,6 +11,7 @@ import numba
 import numpy as np
 
 from ....ops.enums import Op
+from ....quants.jitcache import variant
 from ....tensor import Tensor
 from ....types import GGMLType
 from ..matmul.actquant import F16_TO_F32, f16_bits
@@ -48,6 +49,7 @@ def _dequantizing(dq):
     """A row converter running the dequantizer ``dq`` (matmul.kernels' _dq_*) on one row."""
 
     @numba.njit(**_opts)
+    @variant(dq.__name__)
     def row(src, y, rb, tab):  # pragma: no cover - compiled
         dq(numba.carray(u8p(src), rb), numba.carray(i8p(src), rb), 0, 0, 1, tab, y.reshape((1, y.size)))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ....quants.jitcache import variant
 from ....types import GGMLType
 from .actquant import F16_TO_F32 as _F16
 from .intrinsics import (
@@ -60,6 +61,7 @@ def _rowdot_kernel(kind: int, batch: bool):
     """
 
     @njit(cache=True, nogil=True)
+    @variant(kind, batch)
     def mv(wu, wi, rs, m, qa, da, asum, tab, out, r0, r1):  # pragma: no cover - compiled
         n, nb = qa.shape[0], qa.shape[1] // 32
         qf, df = qa.reshape(qa.size), da.reshape(da.size)
@@ -134,6 +136,7 @@ def _q_1_kernel(five: bool):
     bpb = 24 if five else 20
 
     @njit(cache=True, nogil=True)
+    @variant(five)
     def mv(wu, wi, rs, m, qa, da, sa, tab, out, r0, r1):  # pragma: no cover - compiled
         n, nb = qa.shape[0], qa.shape[1] // 32
         acc = np.empty(n, np.float32)
@@ -192,6 +195,7 @@ def _k_kernel(kind: int, batch: bool):
     _rowdot_kernel."""
 
     @njit(cache=True, nogil=True)
+    @variant(kind, batch)
     def mv(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
         n, nb, k = qa.shape[0], qa.shape[1] // 256, qa.shape[1]
         bk = bsum.shape[1]
