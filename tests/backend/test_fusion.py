@@ -15,6 +15,7 @@ from pyggml.backend.cpu import repack
 from pyggml.backend.cpu.compute import _resolve, graph_compute
 from pyggml.backend.cpu.jit import matmul as jit_matmul
 from pyggml.backend.cpu.jit import repacked
+from pyggml.errors import PyGGMLError
 from pyggml.graph import Graph
 from pyggml.ops import builders as B
 from pyggml.ops.enums import GluOp
@@ -164,3 +165,29 @@ def test_gate_and_up_fuse_with_the_column_group_kernel_too(monkeypatch: pytest.M
     """A decode takes k_mm_* instead of k_mv_* once that is compiled (jit.lean_unless_ready): both fuse."""
     monkeypatch.setattr(jit_matmul, "lean_unless_ready", lambda lean, superset: superset)
     _ffn_case(monkeypatch, GGMLType.Q5_0, False, 3, GluOp.GEGLU, m=515)
+
+
+def _rope_into_cache(mode: int, cache_type: GGMLType, bad_index: bool = False) -> Build:
+    def build(c: OpCase) -> list[Tensor]:
+        head, n_head, n_tok = 64, 2, 3
+        x = c.tensor(GGMLType.F32, head, n_head, n_tok, lo=-5, hi=5)
+        pos = c.ints(GGMLType.I32, n_tok, data=np.array([3, 4, 900]))
+        k = B.rope_ext(c.ctx, x, pos, None, head, mode, 4096, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
+        cache = c.tensor(cache_type, head * n_head, 8, lo=0, hi=0)
+        idx = c.ints(GGMLType.I64, n_tok, data=np.array([5, 0, 9 if bad_index else 2]))
+        return [k, B.set_rows(c.ctx, cache, B.reshape_2d(c.ctx, k, head * n_head, n_tok), idx)]
+
+    return build
+
+
+@pytest.mark.parametrize("mode", [0, 2])
+@pytest.mark.parametrize("cache_type", [GGMLType.F16, GGMLType.F32])
+def test_rope_into_the_kv_cache(monkeypatch: pytest.MonkeyPatch, mode: int, cache_type: GGMLType) -> None:
+    _fused_vs_unfused(monkeypatch, _rope_into_cache(mode, cache_type), 1)
+
+
+def test_rope_into_the_kv_cache_with_a_bad_index_is_the_set_rows_error() -> None:
+    g, _ = _graph(_rope_into_cache(2, GGMLType.F16, bad_index=True))
+    assert plan_mod.GraphPlan(g, _resolve).n_compiled == 1
+    with pytest.raises(PyGGMLError, match="out of range"):
+        graph_compute(g, 2)

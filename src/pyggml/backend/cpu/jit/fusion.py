@@ -1,6 +1,6 @@
 """Backend-level fusions: consecutive compiled nodes the plan runs as one record (ggml-cpu fuses RMS_NORM
-and its MUL the same way; the others are what ggml's GPU backends fuse): nn.py's norm chains, gate_up.py's
-FFN products.
+and its MUL the same way; the others are what ggml's GPU backends fuse): nn.py's norm chains and
+ROPE into the KV cache, gate_up.py's FFN products.
 
 The graph keeps every node and a fused kernel writes every node's output with the bits of that node's own
 kernel, so an eval callback, a later reader or a test sees the same tensors; what goes is a barrier and a
@@ -23,7 +23,7 @@ def fuse(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Cho
     return None
 
 
-_RULES = (nn.fuse_norm, gate_up.fuse_gate_up)
+_RULES = (nn.fuse_norm, gate_up.fuse_gate_up, nn.fuse_rope_set_rows)
 
 
 __all__ = ["fuse"]

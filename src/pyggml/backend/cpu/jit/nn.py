@@ -20,13 +20,14 @@ from ....quants.jitcache import variant
 from ....tensor import Tensor
 from ....types import GGMLType
 from ..kernels.nn import GGML_ROPE_TYPE_NEOX, alibi_slopes, rope_yarn_corr_dims
-from ..native import f32p, fmaf, i32p, u16p
+from ..native import atomic_store, f32p, fmaf, i32p, u16p
 from ..threads import C_ERR
-from . import Choice, jit_kernel, selector
+from . import Choice, jit_kernel, rows, selector
 from .elementwise import _row_index, all_f32, k_add, k_mul, rows_contiguous
 from .mathf import LANES, libm_expf, v_expf
 from .matmul_f import DOUBLE_MAX_COLS
-from .record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_f32, rec, span
+from .record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_f32, params_i32, rec, span
+from .rows import ERR_INDEX, put_row, set_rows_index
 
 F32, F16, I32 = GGMLType.F32, GGMLType.F16, GGMLType.I32
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
@@ -308,20 +309,61 @@ def _sel_soft_max(node: Tensor) -> Choice | None:
 
 # --------------------------------------------------------------------------------------- rope
 @numba.njit(**_opts)
-def _rope(node, ith, nth, neox, back):  # pragma: no cover - compiled
+def _rope_angles(node, i2, cos, sin, back):  # pragma: no cover - compiled
+    """cos/sin (times mscale) of position row i2's angles: theta_{i+1} = theta_i * theta_scale in float32, as ggml
+    builds its cache, with YaRN's ramp when ext_factor is set."""
     r = rec(node)
-    pi = numba.carray(i32p(node + 8 * 41), 16)
-    n_dims = pi[1]
-    n_offs = pi[15]
     f = aux_f32(node)
     theta_scale, freq_scale, ext_factor, mscale = f[_F0], f[_F0 + 1], f[_F0 + 2], f[_F0 + 3]
     corr_low, corr_span = f[_F0 + 4], f[_F0 + 5]
-    d, ne0, ne1, ne2 = r[T_DST], r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
-    nb1, nb2, nb3 = r[T_DST + 6], r[T_DST + 7], r[T_DST + 8]
-    a, na1, na2, na3 = r[T_SRC0], r[T_SRC0 + 6], r[T_SRC0 + 7], r[T_SRC0 + 8]
-    pos = numba.carray(i32p(r[T_SRC1]), ne2)
     ff_addr = r[T_SRC2]
-    half = n_dims // 2
+    theta = np.float32(i32p(r[T_SRC1])[i2])
+    for i in range(cos.size):
+        ff = f32p(ff_addr)[i] if ff_addr != 0 else np.float32(1.0)
+        extrap = theta / ff
+        interp = freq_scale * extrap
+        if ext_factor != 0:
+            y = (np.float32(i) - corr_low) / corr_span
+            ramp = (np.float32(1) - min(np.float32(1), max(np.float32(0), y))) * ext_factor
+            th = interp * (np.float32(1) - ramp) + extrap * ramp
+        else:
+            th = interp
+        cos[i] = np.float32(math.cos(th)) * mscale
+        s = np.float32(math.sin(th)) * mscale
+        sin[i] = -s if back else s
+        theta = theta * theta_scale
+
+
+@numba.njit(**_opts)
+def _rope_row(node, i1, i2, i3, cos, sin, neox):  # pragma: no cover - compiled
+    """Row (i1, i2, i3) of the ROPE: its first n_dims values past n_offs rotated in pairs, the others copied."""
+    r = rec(node)
+    pi = params_i32(node)
+    n_dims, n_offs = pi[1], pi[15]
+    ne0, half = r[T_DST + 1], cos.size
+    x = numba.carray(f32p(r[T_SRC0] + i1 * r[T_SRC0 + 6] + i2 * r[T_SRC0 + 7] + i3 * r[T_SRC0 + 8]), ne0)
+    out = numba.carray(f32p(r[T_DST] + i1 * r[T_DST + 6] + i2 * r[T_DST + 7] + i3 * r[T_DST + 8]), ne0)
+    for i in range(n_offs):
+        out[i] = x[i]
+    for i in range(n_offs + n_dims, ne0):
+        out[i] = x[i]
+    for i in range(half):
+        if neox:
+            j0, j1 = n_offs + i, n_offs + i + half
+        else:
+            j0, j1 = n_offs + 2 * i, n_offs + 2 * i + 1
+        x0, x1 = x[j0], x[j1]
+        # ggml's rotate_pairs as GCC builds it for x86 (-ffp-contract=fast, FMA): x0*cos - x1*sin becomes
+        # fma(x0, cos, -(x1*sin)) and x0*sin + x1*cos fma(x0, sin, x1*cos) (llama.cpp 0c1e570's libggml-cpu)
+        out[j0] = fmaf(x0, cos[i], -(x1 * sin[i]))
+        out[j1] = fmaf(x0, sin[i], x1 * cos[i])
+
+
+@numba.njit(**_opts)
+def _rope(node, ith, nth, neox, back):  # pragma: no cover - compiled
+    r = rec(node)
+    half = params_i32(node)[1] // 2
+    ne1, ne2 = r[T_DST + 2], r[T_DST + 3]
     cos = np.empty(half, np.float32)
     sin = np.empty(half, np.float32)
     cached = -1
@@ -330,37 +372,8 @@ def _rope(node, ith, nth, neox, back):  # pragma: no cover - compiled
         i1, i2, i3 = _row_index(ir, ne1, ne2)
         if i2 != cached:
             cached = i2
-            theta = np.float32(pos[i2])
-            for i in range(half):
-                ff = f32p(ff_addr)[i] if ff_addr != 0 else np.float32(1.0)
-                extrap = theta / ff
-                interp = freq_scale * extrap
-                if ext_factor != 0:
-                    y = (np.float32(i) - corr_low) / corr_span
-                    ramp = (np.float32(1) - min(np.float32(1), max(np.float32(0), y))) * ext_factor
-                    th = interp * (np.float32(1) - ramp) + extrap * ramp
-                else:
-                    th = interp
-                cos[i] = np.float32(math.cos(th)) * mscale
-                s = np.float32(math.sin(th)) * mscale
-                sin[i] = -s if back else s
-                theta = theta * theta_scale
-        x = numba.carray(f32p(a + i1 * na1 + i2 * na2 + i3 * na3), ne0)
-        out = numba.carray(f32p(d + i1 * nb1 + i2 * nb2 + i3 * nb3), ne0)
-        for i in range(n_offs):
-            out[i] = x[i]
-        for i in range(n_offs + n_dims, ne0):
-            out[i] = x[i]
-        for i in range(half):
-            if neox:
-                j0, j1 = n_offs + i, n_offs + i + half
-            else:
-                j0, j1 = n_offs + 2 * i, n_offs + 2 * i + 1
-            x0, x1 = x[j0], x[j1]
-            # ggml's rotate_pairs as GCC builds it for x86 (-ffp-contract=fast, FMA): x0*cos - x1*sin becomes
-            # fma(x0, cos, -(x1*sin)) and x0*sin + x1*cos fma(x0, sin, x1*cos) (llama.cpp 0c1e570's libggml-cpu)
-            out[j0] = fmaf(x0, cos[i], -(x1 * sin[i]))
-            out[j1] = fmaf(x0, sin[i], x1 * cos[i])
+            _rope_angles(node, i2, cos, sin, back)
+        _rope_row(node, i1, i2, i3, cos, sin, neox)
 
 
 @jit_kernel
@@ -411,6 +424,86 @@ def _sel_rope(node: Tensor) -> Choice | None:
         low, span_ = np.float32(lo), np.float32(max(0.001, hi - lo))
         mscale = mscale * (np.float32(1.0) + np.float32(0.1) * np.log(np.float32(1.0) / freq_scale))
     return Choice(kern, floats=(theta_scale, freq_scale, ext_factor, np.float32(mscale), low, span_))
+
+
+def _rope_set_rows(neox: bool, to_f16: bool):
+    """ROPE, then SET_ROWS of its output (a contiguous view of it) into the KV cache: each thread ropes the rows
+    of its cache rows' sources and writes them at once, while they are in L1. The record is the SET_ROWS's,
+    the ROPE's its part (AUX word 0); both outputs get their own kernels' bits (the same row functions)."""
+
+    @numba.njit(**_opts)
+    @variant(neox, to_f16)
+    def fused(node, ith, nth, ctrl):  # pragma: no cover - compiled
+        r = rec(node)
+        rope = r[AUX]
+        rr = rec(rope)
+        half = params_i32(rope)[1] // 2
+        ne0, ne1, ne2 = rr[T_DST + 1], rr[T_DST + 2], rr[T_DST + 3]
+        d, rows = r[T_DST], r[T_DST + 2]
+        a, ne00, ne01, ne02 = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 3]
+        per = ne00 // ne0  # ROPE rows per cache row
+        cos = np.empty(half, np.float32)
+        sin = np.empty(half, np.float32)
+        cached = -1
+        ir0, ir1 = span(ne01 * ne02 * r[T_SRC0 + 4], ith, nth)
+        for ir in range(ir0, ir1):
+            i01, i02, i03 = _row_index(ir, ne01, ne02)
+            idx = set_rows_index(node, i01, i02, i03, True)
+            if idx < 0 or idx >= rows:
+                atomic_store(ctrl + 8 * C_ERR, ERR_INDEX)
+                return
+            for k in range(ir * per, (ir + 1) * per):
+                i1, i2, i3 = _row_index(k, ne1, ne2)
+                if i2 != cached:
+                    cached = i2
+                    _rope_angles(rope, i2, cos, sin, False)
+                _rope_row(rope, i1, i2, i3, cos, sin, neox)
+            src = a + i01 * r[T_SRC0 + 6] + i02 * r[T_SRC0 + 7] + i03 * r[T_SRC0 + 8]
+            put_row(src, d + idx * r[T_DST + 6] + i02 * r[T_DST + 7] + i03 * r[T_DST + 8], ne00, to_f16)
+
+    return fused
+
+
+_rope_neox_f16, _rope_norm_f16, _rope_neox_f32, _rope_norm_f32 = (
+    _rope_set_rows(neox, f16) for f16 in (True, False) for neox in (True, False))
+
+
+@jit_kernel
+def k_rope_neox_set_rows_f16(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _rope_neox_f16(node, ith, nth, ctrl)
+
+
+@jit_kernel
+def k_rope_norm_set_rows_f16(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _rope_norm_f16(node, ith, nth, ctrl)
+
+
+@jit_kernel
+def k_rope_neox_set_rows_f32(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _rope_neox_f32(node, ith, nth, ctrl)
+
+
+@jit_kernel
+def k_rope_norm_set_rows_f32(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _rope_norm_f32(node, ith, nth, ctrl)
+
+
+#: (ROPE kernel, SET_ROWS kernel with I64 indices) -> the fused kernel
+_ROPE_SET_ROWS = {(k_rope_neox, rows.k_set_rows_f16_i64): k_rope_neox_set_rows_f16,
+                  (k_rope_norm, rows.k_set_rows_f16_i64): k_rope_norm_set_rows_f16,
+                  (k_rope_neox, rows.k_set_rows_f32_i64): k_rope_neox_set_rows_f32,
+                  (k_rope_norm, rows.k_set_rows_f32_i64): k_rope_norm_set_rows_f32}
+
+
+def fuse_rope_set_rows(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Choice | None:
+    """A ROPE whose output SET_ROWS writes into the cache next (the K of every attention layer), or None."""
+    fused = _ROPE_SET_ROWS.get((prev_choice.kernel, choice.kernel))
+    src = node.src[0]
+    if fused is None or src.data != prev.data or src.nelements() != prev.nelements():
+        return None
+    if not (prev.is_contiguous() and src.is_contiguous()) or src.ne[0] % prev.ne[0]:
+        return None
+    return Choice(fused, parts=((prev, prev_choice),))
 
 
 __all__ = ["C_ERR"]

@@ -146,31 +146,41 @@ def _set_rows(node, ith, nth, ctrl, to_f16, idx64):  # pragma: no cover - compil
     nb1, nb2, nb3 = r[T_DST + 6], r[T_DST + 7], r[T_DST + 8]
     a, ne00, ne01, ne02 = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 3]
     na1, na2, na3 = r[T_SRC0 + 6], r[T_SRC0 + 7], r[T_SRC0 + 8]
-    b, ne11, ne12 = r[T_SRC1], r[T_SRC1 + 2], r[T_SRC1 + 3]
-    nb10, nb11, nb12 = r[T_SRC1 + 5], r[T_SRC1 + 6], r[T_SRC1 + 7]
     ir0, ir1 = span(ne01 * ne02 * r[T_SRC0 + 4], ith, nth)
     for ir in range(ir0, ir1):
         i01, i02, i03 = _row_index(ir, ne01, ne02)
-        ip = b + i01 * nb10 + (i02 % ne11) * nb11 + (i03 % ne12) * nb12
-        idx = i64p(ip)[0] if idx64 else np.int64(i32p(ip)[0])
+        idx = set_rows_index(node, i01, i02, i03, idx64)
         if idx < 0 or idx >= ne1:
             atomic_store(ctrl + 8 * C_ERR, ERR_INDEX)
             return
-        src = a + i01 * na1 + i02 * na2 + i03 * na3
-        dst = d + idx * nb1 + i02 * nb2 + i03 * nb3
-        if to_f16:
-            n8 = ne00 - ne00 % 8 if _F16C else 0
-            for i in range(0, n8, 8):
-                f16_store8(src + 4 * i, dst + 2 * i)
-            xb = numba.carray(u32p(src), ne00)
-            y16 = numba.carray(u16p(dst), ne00)
-            for i in range(n8, ne00):
-                y16[i] = f16_bits(xb[i])
-        else:
-            x = numba.carray(f32p(src), ne00)
-            y = numba.carray(f32p(dst), ne00)
-            for i in range(ne00):
-                y[i] = x[i]
+        put_row(a + i01 * na1 + i02 * na2 + i03 * na3, d + idx * nb1 + i02 * nb2 + i03 * nb3, ne00, to_f16)
+
+
+@numba.njit(**_opts)
+def set_rows_index(node, i01, i02, i03, idx64):  # pragma: no cover - compiled
+    """The destination row of SET_ROWS source row (i01, i02, i03): its index, broadcast over the index planes."""
+    r = rec(node)
+    b, ne11, ne12 = r[T_SRC1], r[T_SRC1 + 2], r[T_SRC1 + 3]
+    ip = b + i01 * r[T_SRC1 + 5] + (i02 % ne11) * r[T_SRC1 + 6] + (i03 % ne12) * r[T_SRC1 + 7]
+    return i64p(ip)[0] if idx64 else np.int64(i32p(ip)[0])
+
+
+@numba.njit(**_opts)
+def put_row(src, dst, ne00, to_f16):  # pragma: no cover - compiled
+    """One F32 row into a SET_ROWS destination row, rounded to fp16 (RNE, as ggml's from_float) or copied."""
+    if to_f16:
+        n8 = ne00 - ne00 % 8 if _F16C else 0
+        for i in range(0, n8, 8):
+            f16_store8(src + 4 * i, dst + 2 * i)
+        xb = numba.carray(u32p(src), ne00)
+        y16 = numba.carray(u16p(dst), ne00)
+        for i in range(n8, ne00):
+            y16[i] = f16_bits(xb[i])
+    else:
+        x = numba.carray(f32p(src), ne00)
+        y = numba.carray(f32p(dst), ne00)
+        for i in range(ne00):
+            y[i] = x[i]
 
 
 @jit_kernel
