@@ -13,8 +13,8 @@ from pyggml import quants
 from pyggml.backend.cpu import plan as plan_mod
 from pyggml.backend.cpu import repack
 from pyggml.backend.cpu.compute import _resolve, graph_compute
+from pyggml.backend.cpu.jit import JitKernel, repacked
 from pyggml.backend.cpu.jit import matmul as jit_matmul
-from pyggml.backend.cpu.jit import repacked
 from pyggml.errors import PyGGMLError
 from pyggml.graph import Graph
 from pyggml.ops import builders as B
@@ -62,9 +62,7 @@ def test_rms_norm_then_mul(monkeypatch: pytest.MonkeyPatch, rows: int, weight_ro
     _fused_vs_unfused(monkeypatch, build, 1)
 
 
-@pytest.mark.parametrize("rows", [1, 5])
-@pytest.mark.parametrize("with_mul", [True, False])
-def test_residual_add_then_rms_norm(monkeypatch: pytest.MonkeyPatch, rows: int, with_mul: bool) -> None:
+def _residual_norm(rows: int, with_mul: bool) -> Build:
     def build(c: OpCase) -> list[Tensor]:
         x, res = c.tensor(GGMLType.F32, 896, rows, lo=-3, hi=3), c.tensor(GGMLType.F32, 896, rows, lo=-3, hi=3)
         s = B.add(c.ctx, x, res)
@@ -74,7 +72,22 @@ def test_residual_add_then_rms_norm(monkeypatch: pytest.MonkeyPatch, rows: int, 
             out.append(B.mul(c.ctx, norm, c.tensor(GGMLType.F32, 896, lo=-2, hi=2)))
         return out
 
-    _fused_vs_unfused(monkeypatch, build, 1)
+    return build
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_residual_add_then_rms_norm_and_its_mul(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
+    _fused_vs_unfused(monkeypatch, _residual_norm(rows, True), 1)
+
+
+def test_a_residual_add_and_a_norm_without_its_mul_stay_two_records() -> None:
+    """ADD + RMS_NORM waits for the MUL (Choice.pending); with none, the plan runs the two as they were."""
+    g, (s, norm) = _graph(_residual_norm(3, False))
+    plan = plan_mod.GraphPlan(g, _resolve)
+    assert plan.nodes == [s, norm]
+    graph_compute(g, 2)
+    expect = s.numpy() / np.sqrt(np.mean(s.numpy().astype(np.float64) ** 2, axis=-1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(norm.numpy(), expect, rtol=1e-5)
 
 
 def test_a_broadcast_add_is_not_fused_with_the_norm(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,6 +132,7 @@ def _ffn(ty: GGMLType, use_repack: bool, k: int, m: int, n: int, glu: GluOp | No
 
 def _ffn_case(monkeypatch: pytest.MonkeyPatch, ty: GGMLType, use_repack: bool, n: int, glu: GluOp | None = GluOp.SWIGLU,
               up_first: bool = False, m: int = 1000, k: int = 512) -> None:
+    monkeypatch.setenv("PYGGML_FUSION", "all")  # compile the fused kernel if it is not cached (jit.ready_or_wanted)
     got = []
     for fusion in (True, False):
         monkeypatch.setattr(plan_mod, "_FUSION", fusion)
@@ -146,8 +160,13 @@ def test_gate_and_up_products_and_their_glu_repacked(monkeypatch: pytest.MonkeyP
     _ffn_case(monkeypatch, ty, True, n, up_first=n == 5)
 
 
-def test_gate_and_up_without_a_glu_share_the_activation(monkeypatch: pytest.MonkeyPatch) -> None:
-    _ffn_case(monkeypatch, GGMLType.Q5_0, False, 1, glu=None)
+def test_gate_and_up_without_a_glu_stay_two_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYGGML_FUSION", "all")
+    graph, nodes, buf = _ffn(GGMLType.Q5_0, False, 256, 64, 1, None, False)
+    assert plan_mod.GraphPlan(graph, _resolve).nodes == nodes
+    graph_compute(graph, 2)
+    assert np.isfinite(nodes[0].numpy()).all() and not np.array_equal(nodes[0].numpy(), nodes[1].numpy())
+    buf.free()
 
 
 def test_products_of_different_activations_are_not_fused() -> None:
@@ -183,10 +202,23 @@ def _rope_into_cache(mode: int, cache_type: GGMLType, bad_index: bool = False) -
 @pytest.mark.parametrize("mode", [0, 2])
 @pytest.mark.parametrize("cache_type", [GGMLType.F16, GGMLType.F32])
 def test_rope_into_the_kv_cache(monkeypatch: pytest.MonkeyPatch, mode: int, cache_type: GGMLType) -> None:
+    monkeypatch.setenv("PYGGML_FUSION", "all")
     _fused_vs_unfused(monkeypatch, _rope_into_cache(mode, cache_type), 1)
 
 
-def test_rope_into_the_kv_cache_with_a_bad_index_is_the_set_rows_error() -> None:
+def test_costly_fusions_wait_for_their_kernel_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold first run does not compile the gate/up+GLU or ROPE+SET_ROWS kernels (jit.ready_or_wanted)."""
+    monkeypatch.delenv("PYGGML_FUSION", raising=False)
+    monkeypatch.setattr(JitKernel, "load_cached", lambda self: False)
+    g, _ = _graph(_rope_into_cache(2, GGMLType.F16))
+    assert plan_mod.GraphPlan(g, _resolve).n_compiled == 2
+    graph, nodes, buf = _ffn(GGMLType.Q5_0, False, 256, 64, 1, GluOp.GEGLU, False)
+    assert plan_mod.GraphPlan(graph, _resolve).nodes == nodes
+    buf.free()
+
+
+def test_rope_into_the_kv_cache_with_a_bad_index_is_the_set_rows_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYGGML_FUSION", "all")
     g, _ = _graph(_rope_into_cache(2, GGMLType.F16, bad_index=True))
     assert plan_mod.GraphPlan(g, _resolve).n_compiled == 1
     with pytest.raises(PyGGMLError, match="out of range"):

@@ -76,6 +76,7 @@ class GraphPlan:
             fn = resolve(node)  # checks the op has a kernel and its operands (raises before any compute)
             choice = jit.select(node) if use_jit else None
             if choice is None:
+                _settle(steps, compiled)
                 steps.append(_Python(node, fn))
                 continue
             if steps and isinstance(steps[-1], _Run):
@@ -83,10 +84,12 @@ class GraphPlan:
                 if fused is not None:  # the previous node and this one become one record (named by this node)
                     compiled[-1] = (node, fused)
                     continue
+                _settle(steps, compiled)
                 steps[-1].n1 += 1
             else:
                 steps.append(_Run(len(compiled), len(compiled) + 1))
             compiled.append((node, choice))
+        _settle(steps, compiled)
         self.steps = steps
         self.nodes = [node for node, _ in compiled]
         # arrays records point into
@@ -103,7 +106,7 @@ class GraphPlan:
             self.fns[i] = choice.kernel.address
             addrs = []
             for part, part_choice in choice.parts:
-                self._write_record(self.part_recs[j], part, part_choice, ())
+                self._write_record(self.part_recs[j], part, part_choice, [])
                 addrs.append(self.part_recs[j].ctypes.data)
                 wsize, j = max(wsize, part_choice.wsize), j + 1
             self._write_record(self.recs[i], node, choice, addrs)
@@ -204,6 +207,15 @@ def _fused(prev: tuple[Tensor, jit.Choice], node: Tensor, choice: jit.Choice) ->
 
 
 _FUSION = os.environ.get("PYGGML_FUSION", "1") != "0"
+
+
+def _settle(steps: list[_Python | _Run], compiled: list[tuple[Tensor, jit.Choice]]) -> None:
+    """The last record, if it is a fusion only a later node completes (Choice.pending) and none did: back to
+    the records it took in."""
+    if compiled and compiled[-1][1].pending:
+        pending = list(compiled[-1][1].pending)
+        compiled[-1:] = pending
+        steps[-1].n1 += len(pending) - 1
 
 
 def _run_alone(plan: GraphPlan, n0: int, n1: int) -> int:

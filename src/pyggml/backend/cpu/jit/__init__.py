@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -109,28 +110,43 @@ class JitKernel:
 def prepare(kernels: Iterable[JitKernel]) -> None:
     """Have every kernel compiled: cached ones are loaded, missing ones compiled, on as many
     processes as there are cores (numba compiles one function at a time per process; a model's
-    first run compiles 10-20 kernels of 0.3-2 s each)."""
+    first run compiles 10-20 kernels of 0.2-2 s each). The processes walk the same list and each
+    takes the next kernel nobody has claimed yet, so one that drew long compiles does not leave
+    the others idle."""
     todo = [k for k in dict.fromkeys(kernels) if not k.load_cached()]
     if not todo:
         return
     _notice()
+    todo.sort(key=lambda k: not k.key.startswith(_SLOW))  # the longest compiles first, for an even finish
     n_proc = min(len(todo), _cores()) - 1
     if n_proc <= 0 or os.environ.get("PYGGML_JIT_PROCESSES") == "1":
         for k in todo:
             k.compile()
         return
-    groups = [todo[i :: n_proc + 1] for i in range(n_proc + 1)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    helpers = [subprocess.Popen([sys.executable, "-c", f"import {__name__} as j; j._compile_keys()",
-                                 *(k.key for k in g)], env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL) for g in groups[1:]]
-    for k in groups[0]:
+    with tempfile.TemporaryDirectory(prefix="pyggml-jit-") as claims:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        helpers = [subprocess.Popen([sys.executable, "-c", f"import {__name__} as j; j._compile_keys()", claims,
+                                     *(k.key for k in todo)], env=env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL) for _ in range(n_proc)]
+        _compile_claimed(todo, claims)
+        for h in helpers:
+            h.wait()
+    for k in todo:
+        k.compile()  # from the cache a helper filled (or here, if a helper failed)
+
+
+#: modules whose kernels take the longest to compile (1-2 s each: the products and the fused FFN)
+_SLOW = tuple(f"{__name__}.{m}:" for m in ("matmul", "repacked", "gate_up", "matmul_f"))
+
+
+def _compile_claimed(kernels: Iterable[JitKernel], claims: str) -> None:
+    """Compile each kernel no other process has claimed (a claim is a file created exclusively in ``claims``)."""
+    for k in kernels:
+        try:
+            os.close(os.open(os.path.join(claims, k.key), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue
         k.compile()
-    for h in helpers:
-        h.wait()
-    for g in groups[1:]:
-        for k in g:
-            k.compile()  # from the cache the helper filled (or here, if the helper failed)
 
 
 def _cores() -> int:
@@ -140,12 +156,14 @@ def _cores() -> int:
 
 
 def _compile_keys() -> None:
-    """Entry point of a compile helper process: compile the kernels named on the command line."""
+    """Entry point of a compile helper process: the claims folder, then the kernels to take turns on."""
     import importlib
 
-    for key in sys.argv[1:]:
+    kernels = []
+    for key in sys.argv[2:]:
         module, name = key.split(":")
-        getattr(importlib.import_module(module), name).compile()
+        kernels.append(getattr(importlib.import_module(module), name))
+    _compile_claimed(kernels, sys.argv[1])
 
 
 def lean_unless_ready(lean: JitKernel, superset: JitKernel) -> JitKernel:
@@ -154,6 +172,14 @@ def lean_unless_ready(lean: JitKernel, superset: JitKernel) -> JitKernel:
     kernel that also groups columns). A first run compiles only the lean kernel for a short prompt, and
     a decode after a longer prompt reuses the prompt's kernel instead of compiling its own."""
     return superset if superset.load_cached() else lean
+
+
+def ready_or_wanted(kernel: JitKernel) -> bool:
+    """For a fusion that saves little and costs a first run a second or two of compiling (the FFN's gate/up
+    with its GLU, ROPE into the KV cache: about 1% of a decode step, bench/node_profile.py): take it when its
+    kernel is compiled or in the disk cache already, or when ``PYGGML_FUSION=all`` asks for it (and compiles
+    it, for this run and the later ones). A cold first run stays short; the outputs are the same either way."""
+    return os.environ.get("PYGGML_FUSION") == "all" or kernel.load_cached()
 
 
 def jit_kernel(fn: Callable[..., None]) -> JitKernel:
@@ -173,6 +199,9 @@ class Choice:
     #: the earlier nodes a fused kernel computes with this one, in graph order, with their own choices: the
     #: plan writes their records beside the table and their addresses into AUX words 0.., before ``ints``
     parts: Sequence[tuple[Tensor, Choice]] = ()
+    #: set on a fusion that is only worth it (or only has a kernel) once a later node completes it (gate and
+    #: up, waiting for their GLU): the records to run instead, this node's last, when none does
+    pending: Sequence[tuple[Tensor, Choice]] = ()
 
 
 Selector = Callable[[Tensor], "Choice | None"]
@@ -198,4 +227,4 @@ def select(node: Tensor) -> Choice | None:
 from . import elementwise, fusion, matmul, nn, rows  # noqa: E402
 
 __all__ = ["SELECTORS", "Choice", "JitKernel", "elementwise", "enabled", "fusion", "jit_kernel", "lean_unless_ready",
-           "matmul", "nn", "prepare", "rows", "select", "selector"]
+           "matmul", "nn", "prepare", "ready_or_wanted", "rows", "select", "selector"]

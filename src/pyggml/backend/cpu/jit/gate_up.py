@@ -7,8 +7,8 @@ are (still in L1), split between the threads even for one token, where the GLU n
 Every output keeps its bits: the products are the kernels' own (chunk bounds do not change a row's sums),
 and chunks start at multiples of mathf.LANES, so the activation takes the row's own vector/tail split.
 
-The fused kernel's record is the GLU's (or the up product's, when no GLU follows); its parts are the two
-products' own records (AUX words 0 and 1), then the GLU kind, the GELU table and whether up is the GLU's x.
+The fused kernel's record is the GLU's; its parts are the two products' own records (AUX words 0 and 1), then
+the GLU kind, the GELU table and whether up is the GLU's x.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ..matmul.kernels import _mv1_q4_0, _mv1_q4_k, _mv1_q5_0, _mv1_q5_k, _mv1_q6
 from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
 from ..native import atomic_add, f32p, u32p
 from ..threads import C_CHUNK
-from . import Choice, jit_kernel, matmul, repacked
+from . import Choice, jit_kernel, matmul, ready_or_wanted, repacked
 from .elementwise import _TABLE_ADDR, _gelu_row, _relu_row, _silu_row
 from .gemm import quantize_src1
 from .matmul import _mv_chunks, mv_run
@@ -39,7 +39,6 @@ from .repacked import (
 )
 
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
-_OP_GLU = int(Op.GLU)
 _GEGLU, _SWIGLU, _REGLU = int(GluOp.GEGLU), int(GluOp.SWIGLU), int(GluOp.REGLU)
 
 
@@ -70,17 +69,15 @@ def _gate_up(node, ith, nth, ctrl, quantize, bs, es, chunks, run, arg):  # pragm
     q = quantize_src1(ga, ith, nth, ctrl, quantize, bs, es)
     n = q[6]
     n_chunks = chunks(ga, n, nth)
-    glu = r[0] == _OP_GLU
     rg, ru = rec(ga), rec(ua)
     m = rg[T_SRC0 + 2]
     x_at, g_at = (ru[T_DST], rg[T_DST]) if r[AUX + 4] != 0 else (rg[T_DST], ru[T_DST])
-    table = numba.carray(f32p(r[AUX + 3] if glu else ga), 65536 if glu else 0)
+    table = numba.carray(f32p(r[AUX + 3]), 65536)
     c = ith
     while c < n_chunks:
         r0, r1 = run(ga, c, n_chunks, q, ith, arg)
         run(ua, c, n_chunks, q, ith, arg)
-        if glu:
-            _glu_span(r[T_DST], x_at, g_at, m, n, r0, r1, r[AUX + 2], table)
+        _glu_span(r[T_DST], x_at, g_at, m, n, r0, r1, r[AUX + 2], table)
         c = atomic_add(ctrl + 8 * C_CHUNK, 1)
 
 
@@ -149,7 +146,9 @@ _GLUS = (_GEGLU, _SWIGLU, _REGLU)
 
 
 def fuse_gate_up(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Choice | None:
-    """Two products of one src1 by same-shape weights with the same kernel; then the split GLU of the two."""
+    """Two products of one src1 by same-shape weights with the same kernel (pending: only their GLU completes
+    the fusion); then the split GLU of the two. Or None; also while the fused kernel is not compiled yet
+    (jit.ready_or_wanted)."""
     if node.op == Op.MUL_MAT and prev.op == Op.MUL_MAT:
         fused = _REPACKED.get(prev_choice.kernel)
         x, a, b = prev.src[1], prev.src[0], node.src[0]
@@ -159,17 +158,19 @@ def fuse_gate_up(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice
             return None
         if a.type != b.type or a.ne != b.ne or a.nb != b.nb or not (prev.is_contiguous() and node.is_contiguous()):
             return None
-        return Choice(fused, parts=((prev, prev_choice), (node, choice)))
-    if node.op != Op.GLU or prev_choice.kernel not in _FUSED_KERNELS or prev.op != Op.MUL_MAT:
+        return Choice(fused, pending=((prev, prev_choice), (node, choice)))
+    if node.op != Op.GLU or not prev_choice.pending or prev_choice.kernel not in _FUSED_KERNELS:
         return None
-    (gate, _), (up, _) = prev_choice.parts
+    (gate, _), (up, _) = prev_choice.pending
     x, g = node.src[0], node.src[1]
     kind = node.get_op_params_i32(0)
     if g is None or {id(x), id(g)} != {id(gate), id(up)} or kind not in _GLUS:
         return None
     if node.ne != up.ne or not node.is_contiguous() or node.data == g.data:
         return None  # the GLU writes act(x) before multiplying by g: g must not be its destination
-    return Choice(prev_choice.kernel, ints=(kind, _TABLE_ADDR, int(x is up)), parts=prev_choice.parts)
+    if not ready_or_wanted(prev_choice.kernel):
+        return None
+    return Choice(prev_choice.kernel, ints=(kind, _TABLE_ADDR, int(x is up)), parts=prev_choice.pending)
 
 
 __all__ = ["fuse_gate_up"]

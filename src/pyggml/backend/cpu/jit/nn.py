@@ -22,7 +22,7 @@ from ....types import GGMLType
 from ..kernels.nn import GGML_ROPE_TYPE_NEOX, alibi_slopes, rope_yarn_corr_dims
 from ..native import atomic_store, f32p, fmaf, i32p, u16p
 from ..threads import C_ERR
-from . import Choice, jit_kernel, rows, selector
+from . import Choice, jit_kernel, ready_or_wanted, rows, selector
 from .elementwise import _row_index, all_f32, k_add, k_mul, rows_contiguous
 from .mathf import LANES, libm_expf, v_expf
 from .matmul_f import DOUBLE_MAX_COLS
@@ -77,51 +77,42 @@ def _sel_rms_norm(node: Tensor) -> Choice | None:
     return Choice(k_rms_norm)
 
 
-def _norm_chain(add: bool, mul: bool):
-    """[ADD of two same-shape rows ->] RMS_NORM [-> MUL by a broadcast weight] in one pass per row, every
-    node's output written with the bits of its own kernel (the sum rounded to float32 and its squares summed
-    in double, in order, as _rms_scale does; the normalized value rounded, then the product). The record is
-    the last node's; the records of the earlier ones are its parts (AUX words: ADD's, then RMS_NORM's)."""
-
-    @numba.njit(**_opts)
-    @variant(add, mul)
-    def chain(node, ith, nth, ctrl):  # pragma: no cover - compiled
-        r = rec(node)
-        norm = r[AUX + (1 if add else 0)] if mul else node
-        rn = rec(norm)
-        ra = rec(r[AUX]) if add else rn
-        eps = params_f32(norm)[0]
-        ne0, ne1, ne2 = rn[T_DST + 1], rn[T_DST + 2], rn[T_DST + 3]
-        ir0, ir1 = span(ne1 * ne2 * rn[T_DST + 4], ith, nth)
-        for ir in range(ir0, ir1):
-            i1, i2, i3 = _row_index(ir, ne1, ne2)
-            x = numba.carray(f32p(_row(rn, T_SRC0, i1, i2, i3)), ne0)
-            if add:
-                a = numba.carray(f32p(_row(ra, T_SRC0, i1, i2, i3)), ne0)
-                b = numba.carray(f32p(_row(ra, T_SRC1, i1, i2, i3)), ne0)
-                s = 0.0
-                for i in range(ne0):
-                    v = a[i] + b[i]
-                    x[i] = v
-                    s += np.float64(v * v)
-                scale = _rms_finish(s, ne0, eps)
-            else:
-                scale = _rms_scale(x, ne0, eps)
-            yn = numba.carray(f32p(_row(rn, T_DST, i1, i2, i3)), ne0)
-            if mul:
-                ne10 = r[T_SRC1 + 1]
-                wp = r[T_SRC1] + (i1 % r[T_SRC1 + 2]) * r[T_SRC1 + 6] + (i2 % r[T_SRC1 + 3]) * r[T_SRC1 + 7]
-                wv = numba.carray(f32p(wp + (i3 % r[T_SRC1 + 4]) * r[T_SRC1 + 8]), ne10)
-                y = numba.carray(f32p(_row(r, T_DST, i1, i2, i3)), ne0)
-                for i in range(ne0):
-                    v = x[i] * scale
-                    yn[i] = v
-                    y[i] = v * wv[i % ne10]
-            else:
-                for i in range(ne0):
-                    yn[i] = x[i] * scale
-
-    return chain
+@jit_kernel
+def k_rms_norm_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    """[A residual ADD ->] RMS_NORM -> MUL by a broadcast weight, in one pass per row; every node's output is
+    written with the bits of its own kernel (the sum rounded to float32 and its squares summed in double, in
+    order, as _rms_scale does; the normalized value rounded, then the product). The record is the MUL's, its
+    parts the ADD's (when its op word says so) and the RMS_NORM's. One kernel for both chains: a first run
+    compiles it once."""
+    r = rec(node)
+    add = rec(r[AUX])[0] == _OP_ADD
+    norm = r[AUX + 1] if add else r[AUX]
+    rn, ra = rec(norm), rec(r[AUX])
+    eps = params_f32(norm)[0]
+    ne0, ne1, ne2, ne10 = rn[T_DST + 1], rn[T_DST + 2], rn[T_DST + 3], r[T_SRC1 + 1]
+    ir0, ir1 = span(ne1 * ne2 * rn[T_DST + 4], ith, nth)
+    for ir in range(ir0, ir1):
+        i1, i2, i3 = _row_index(ir, ne1, ne2)
+        x = numba.carray(f32p(_row(rn, T_SRC0, i1, i2, i3)), ne0)
+        if add:
+            a = numba.carray(f32p(_row(ra, T_SRC0, i1, i2, i3)), ne0)
+            b = numba.carray(f32p(_row(ra, T_SRC1, i1, i2, i3)), ne0)
+            s = 0.0
+            for i in range(ne0):
+                v = a[i] + b[i]
+                x[i] = v
+                s += np.float64(v * v)
+            scale = _rms_finish(s, ne0, eps)
+        else:
+            scale = _rms_scale(x, ne0, eps)
+        yn = numba.carray(f32p(_row(rn, T_DST, i1, i2, i3)), ne0)
+        wp = r[T_SRC1] + (i1 % r[T_SRC1 + 2]) * r[T_SRC1 + 6] + (i2 % r[T_SRC1 + 3]) * r[T_SRC1 + 7]
+        wv = numba.carray(f32p(wp + (i3 % r[T_SRC1 + 4]) * r[T_SRC1 + 8]), ne10)
+        y = numba.carray(f32p(_row(r, T_DST, i1, i2, i3)), ne0)
+        for i in range(ne0):
+            v = x[i] * scale
+            yn[i] = v
+            y[i] = v * wv[i % ne10]
 
 
 @numba.njit(**_opts)
@@ -130,41 +121,25 @@ def _row(r, slot, i1, i2, i3):  # pragma: no cover - compiled
     return r[slot] + i1 * r[slot + 6] + i2 * r[slot + 7] + i3 * r[slot + 8]
 
 
-_rms_norm_mul, _add_rms_norm, _add_rms_norm_mul = (_norm_chain(a, m) for a, m in ((False, True), (True, False),
-                                                                                      (True, True)))
-
-
-@jit_kernel
-def k_rms_norm_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _rms_norm_mul(node, ith, nth, ctrl)
-
-
-@jit_kernel
-def k_add_rms_norm(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _add_rms_norm(node, ith, nth, ctrl)
-
-
-@jit_kernel
-def k_add_rms_norm_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _add_rms_norm_mul(node, ith, nth, ctrl)
+_OP_ADD = int(Op.ADD)
 
 
 def fuse_norm(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Choice | None:
     """The norm chains: RMS_NORM then the MUL of its output by a weight (ggml-cpu's rms_norm + mul fusion),
-    a residual ADD then the RMS_NORM of its sum, and all three; or None."""
+    with or without the residual ADD whose sum the RMS_NORM reads; or None. ADD + RMS_NORM waits for the MUL."""
     if choice.kernel is k_mul and node.src[0] is prev:
         w = node.src[1]
         if node.ne != prev.ne or not rows_contiguous(node, w) or w is prev:
             return None
         if prev_choice.kernel is k_rms_norm:
             return Choice(k_rms_norm_mul, parts=((prev, prev_choice),))
-        if prev_choice.kernel is k_add_rms_norm:
-            return Choice(k_add_rms_norm_mul, parts=(*prev_choice.parts, (prev, Choice(k_rms_norm))))
+        if prev_choice.kernel is k_rms_norm_mul and prev_choice.pending:
+            return Choice(k_rms_norm_mul, parts=prev_choice.pending)
         return None
     if choice.kernel is k_rms_norm and prev_choice.kernel is k_add and node.src[0] is prev:
         a, b = prev.src[0], prev.src[1]
         if a.ne == b.ne == prev.ne and rows_contiguous(prev, a, b):
-            return Choice(k_add_rms_norm, parts=((prev, prev_choice),))
+            return Choice(k_rms_norm_mul, pending=((prev, prev_choice), (node, choice)))
     return None
 
 
@@ -496,10 +471,11 @@ _ROPE_SET_ROWS = {(k_rope_neox, rows.k_set_rows_f16_i64): k_rope_neox_set_rows_f
 
 
 def fuse_rope_set_rows(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Choice | None:
-    """A ROPE whose output SET_ROWS writes into the cache next (the K of every attention layer), or None."""
+    """A ROPE whose output SET_ROWS writes into the cache next (the K of every attention layer), or None; also
+    while the fused kernel is not compiled yet (jit.ready_or_wanted)."""
     fused = _ROPE_SET_ROWS.get((prev_choice.kernel, choice.kernel))
     src = node.src[0]
-    if fused is None or src.data != prev.data or src.nelements() != prev.nelements():
+    if fused is None or not ready_or_wanted(fused) or src.data != prev.data or src.nelements() != prev.nelements():
         return None
     if not (prev.is_contiguous() and src.is_contiguous()) or src.ne[0] % prev.ne[0]:
         return None
