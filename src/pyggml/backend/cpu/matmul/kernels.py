@@ -23,13 +23,8 @@ from .intrinsics import (
     rowsdot_q4_0,
     rowsdot_q5_0,
     rowsdot_q8_0,
-    sbdot4_q4_k,
-    sbdot4_q5_k,
-    sbdot4_q6_k,
-    sbdot_q4_k,
-    sbdot_q5_k,
-    sbdot_q6_k,
 )
+from .kq_intrinsics import sbdot4_q4_k, sbdot4_q5_k, sbdot4_q6_k, sbdot_q4_k, sbdot_q5_k, sbdot_q6_k
 
 # --------------------------------------------------------------------------------------------
 # fused mat-vec kernels. Shared arguments:
