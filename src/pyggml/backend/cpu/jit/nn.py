@@ -20,14 +20,14 @@ from ....quants.jitcache import variant
 from ....tensor import Tensor
 from ....types import GGMLType
 from ..kernels.nn import GGML_ROPE_TYPE_NEOX, alibi_slopes, rope_yarn_corr_dims
-from ..native import atomic_store, f32p, fmaf, i32p, u16p
+from ..native import f32p, fmaf, i32p, u16p
 from ..threads import C_ERR
 from . import Choice, jit_kernel, ready_or_wanted, rows, selector
 from .elementwise import _row_index, all_f32, k_add, k_mul, rows_contiguous
 from .mathf import LANES, libm_expf, v_expf
 from .matmul_f import DOUBLE_MAX_COLS
 from .record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_f32, params_i32, rec, span
-from .rows import ERR_INDEX, put_row, set_rows_index
+from .rows import put_row, set_rows_at
 
 F32, F16, I32 = GGMLType.F32, GGMLType.F16, GGMLType.I32
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
@@ -414,18 +414,15 @@ def _rope_set_rows(neox: bool, to_f16: bool):
         rr = rec(rope)
         half = params_i32(rope)[1] // 2
         ne0, ne1, ne2 = rr[T_DST + 1], rr[T_DST + 2], rr[T_DST + 3]
-        d, rows = r[T_DST], r[T_DST + 2]
-        a, ne00, ne01, ne02 = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 3]
+        ne00 = r[T_SRC0 + 1]
         per = ne00 // ne0  # ROPE rows per cache row
         cos = np.empty(half, np.float32)
         sin = np.empty(half, np.float32)
         cached = -1
-        ir0, ir1 = span(ne01 * ne02 * r[T_SRC0 + 4], ith, nth)
+        ir0, ir1 = span(r[T_SRC0 + 2] * r[T_SRC0 + 3] * r[T_SRC0 + 4], ith, nth)
         for ir in range(ir0, ir1):
-            i01, i02, i03 = _row_index(ir, ne01, ne02)
-            idx = set_rows_index(node, i01, i02, i03, True)
-            if idx < 0 or idx >= rows:
-                atomic_store(ctrl + 8 * C_ERR, ERR_INDEX)
+            src, dst = set_rows_at(node, ctrl, ir, True)
+            if dst == 0:
                 return
             for k in range(ir * per, (ir + 1) * per):
                 i1, i2, i3 = _row_index(k, ne1, ne2)
@@ -433,8 +430,7 @@ def _rope_set_rows(neox: bool, to_f16: bool):
                     cached = i2
                     _rope_angles(rope, i2, cos, sin, False)
                 _rope_row(rope, i1, i2, i3, cos, sin, neox)
-            src = a + i01 * r[T_SRC0 + 6] + i02 * r[T_SRC0 + 7] + i03 * r[T_SRC0 + 8]
-            put_row(src, d + idx * r[T_DST + 6] + i02 * r[T_DST + 7] + i03 * r[T_DST + 8], ne00, to_f16)
+            put_row(src, dst, ne00, to_f16)
 
     return fused
 

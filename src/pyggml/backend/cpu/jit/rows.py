@@ -142,27 +142,28 @@ def _sel_get_rows(node: Tensor) -> Choice | None:
 @numba.njit(**_opts)
 def _set_rows(node, ith, nth, ctrl, to_f16, idx64):  # pragma: no cover - compiled
     r = rec(node)
-    d, ne1 = r[T_DST], r[T_DST + 2]
-    nb1, nb2, nb3 = r[T_DST + 6], r[T_DST + 7], r[T_DST + 8]
-    a, ne00, ne01, ne02 = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 3]
-    na1, na2, na3 = r[T_SRC0 + 6], r[T_SRC0 + 7], r[T_SRC0 + 8]
-    ir0, ir1 = span(ne01 * ne02 * r[T_SRC0 + 4], ith, nth)
+    ir0, ir1 = span(r[T_SRC0 + 2] * r[T_SRC0 + 3] * r[T_SRC0 + 4], ith, nth)
     for ir in range(ir0, ir1):
-        i01, i02, i03 = _row_index(ir, ne01, ne02)
-        idx = set_rows_index(node, i01, i02, i03, idx64)
-        if idx < 0 or idx >= ne1:
-            atomic_store(ctrl + 8 * C_ERR, ERR_INDEX)
+        src, dst = set_rows_at(node, ctrl, ir, idx64)
+        if dst == 0:
             return
-        put_row(a + i01 * na1 + i02 * na2 + i03 * na3, d + idx * nb1 + i02 * nb2 + i03 * nb3, ne00, to_f16)
+        put_row(src, dst, r[T_SRC0 + 1], to_f16)
 
 
 @numba.njit(**_opts)
-def set_rows_index(node, i01, i02, i03, idx64):  # pragma: no cover - compiled
-    """The destination row of SET_ROWS source row (i01, i02, i03): its index, broadcast over the index planes."""
+def set_rows_at(node, ctrl, ir, idx64):  # pragma: no cover - compiled
+    """SET_ROWS source row ir (flat over ne01, ne02, ne03): its address and its destination row's, the index
+    broadcast over the index planes; (0, 0) after flagging an index out of range in the control block."""
     r = rec(node)
+    i01, i02, i03 = _row_index(ir, r[T_SRC0 + 2], r[T_SRC0 + 3])
     b, ne11, ne12 = r[T_SRC1], r[T_SRC1 + 2], r[T_SRC1 + 3]
     ip = b + i01 * r[T_SRC1 + 5] + (i02 % ne11) * r[T_SRC1 + 6] + (i03 % ne12) * r[T_SRC1 + 7]
-    return i64p(ip)[0] if idx64 else np.int64(i32p(ip)[0])
+    idx = i64p(ip)[0] if idx64 else np.int64(i32p(ip)[0])
+    if idx < 0 or idx >= r[T_DST + 2]:
+        atomic_store(ctrl + 8 * C_ERR, ERR_INDEX)
+        return 0, 0
+    src = r[T_SRC0] + i01 * r[T_SRC0 + 6] + i02 * r[T_SRC0 + 7] + i03 * r[T_SRC0 + 8]
+    return src, r[T_DST] + idx * r[T_DST + 6] + i02 * r[T_DST + 7] + i03 * r[T_DST + 8]
 
 
 @numba.njit(**_opts)
