@@ -73,19 +73,28 @@ def _q4k_pack_scales(sc: np.ndarray, mn: np.ndarray) -> np.ndarray:
     return out
 
 
-def _repack_q4_k(blk: np.ndarray) -> np.ndarray:
-    """blk: (m, nsb, 144) Q4_K blocks -> (m/8, nsb, 1184) repacked groups."""
+def _split_last(a: np.ndarray, *shape: int) -> np.ndarray:
+    """A view of ``a`` with its last axis split into ``shape``: always a view (a reshape of a strided slice
+    could be a copy, and the writes into it would be lost)."""
+    strides, step = [], a.strides[-1]
+    for d in reversed(shape):
+        strides.insert(0, step)
+        step *= d
+    return np.lib.stride_tricks.as_strided(a, a.shape[:-1] + shape, a.strides[:-1] + tuple(strides))
+
+
+def _repack_q4_k(blk: np.ndarray, out: np.ndarray) -> None:
+    """blk: (m, nsb, 144) Q4_K blocks -> out (m/8, nsb, 1184): repacked groups, written through strided views of
+    ``out`` (no whole-tensor temporaries: a load repacks straight into the weight buffer)."""
     m, nsb, _ = blk.shape
     g = blk.reshape(m // 8, 8, nsb, 144)
-    out = np.empty((m // 8, nsb, Q4K_GROUP_BYTES), np.uint8)
     qs = np.ascontiguousarray(g[..., 16:144]).view(np.uint32)  # (G, 8, nsb, 32)
-    out[..., Q4K_CODES:Q4K_SCALES] = qs.transpose(0, 2, 3, 1).reshape(m // 8, nsb, 256).view(np.uint8)
+    _split_last(out[..., Q4K_CODES:Q4K_SCALES].view(np.uint32), 32, 8)[:] = qs.transpose(0, 2, 3, 1)
     sc, mn = _q4k_scales(g[..., 4:16])  # (G, 8, nsb, 8)
-    out[..., Q4K_SCALES:Q4K_MINS] = sc.transpose(0, 2, 3, 1).reshape(m // 8, nsb, 64)
-    out[..., Q4K_MINS:Q4K_D] = mn.reshape(m // 8, 8, nsb, 4, 2).transpose(0, 2, 3, 1, 4).reshape(m // 8, nsb, 64)
-    out[..., Q4K_D:Q4K_DMIN] = g[..., 0:2].transpose(0, 2, 1, 3).reshape(m // 8, nsb, 16)
-    out[..., Q4K_DMIN:] = g[..., 2:4].transpose(0, 2, 1, 3).reshape(m // 8, nsb, 16)
-    return out
+    _split_last(out[..., Q4K_SCALES:Q4K_MINS], 8, 8)[:] = sc.transpose(0, 2, 3, 1)
+    _split_last(out[..., Q4K_MINS:Q4K_D], 4, 8, 2)[:] = mn.reshape(m // 8, 8, nsb, 4, 2).transpose(0, 2, 3, 1, 4)
+    _split_last(out[..., Q4K_D:Q4K_DMIN], 8, 2)[:] = g[..., 0:2].transpose(0, 2, 1, 3)
+    _split_last(out[..., Q4K_DMIN:], 8, 2)[:] = g[..., 2:4].transpose(0, 2, 1, 3)
 
 
 def _unpack_q4_k(rp: np.ndarray, m: int, nsb: int) -> np.ndarray:
@@ -101,17 +110,16 @@ def _unpack_q4_k(rp: np.ndarray, m: int, nsb: int) -> np.ndarray:
     return g.reshape(m, nsb * 144)
 
 
-def _repack_q0(blk: np.ndarray, flip: bool) -> np.ndarray:
-    """blk: (m, nb, 2 + cb) Q8_0/Q4_0/IQ4_NL blocks -> (m/4, nb, 4 * (2 + cb)): per block the 4 rows' fp16
+def _repack_q0(blk: np.ndarray, flip: bool, out: np.ndarray) -> None:
+    """blk: (m, nb, 2 + cb) Q8_0/Q4_0/IQ4_NL blocks -> out (m/4, nb, 4 * (2 + cb)): per block the 4 rows' fp16
     scales, then their codes (flip: Q8_0's offset to unsigned)."""
     m, nb, bb = blk.shape
     g = blk.reshape(m // 4, 4, nb, bb).transpose(0, 2, 1, 3)  # (G, nb, 4, bb)
-    out = np.empty((m // 4, nb, 4 * bb), np.uint8)
-    out[..., :8] = g[..., 0:2].reshape(m // 4, nb, 8)
-    out[..., 8:] = g[..., 2:].reshape(m // 4, nb, 4 * (bb - 2))
+    _split_last(out[..., :8], 4, 2)[:] = g[..., 0:2]
+    codes = _split_last(out[..., 8:], 4, bb - 2)
+    codes[:] = g[..., 2:]
     if flip:
-        out[..., 8:] ^= np.uint8(0x80)
-    return out
+        codes ^= np.uint8(0x80)
 
 
 def _unpack_q0(rp: np.ndarray, m: int, nb: int, bb: int, flip: bool) -> np.ndarray:
@@ -124,13 +132,29 @@ def _unpack_q0(rp: np.ndarray, m: int, nb: int, bb: int, flip: bool) -> np.ndarr
     return g.transpose(0, 2, 1, 3).reshape(m, nb * bb)
 
 
-def repack(ty: GGMLType, raw: np.ndarray, ne0: int, ne1: int) -> np.ndarray:
-    """The repacked bytes of an ne0 x ne1 weight whose GGUF bytes are ``raw`` (uint8)."""
+def repack(ty: GGMLType, raw: np.ndarray, ne0: int, ne1: int, out: np.ndarray | None = None) -> np.ndarray:
+    """The repacked bytes of an ne0 x ne1 weight whose GGUF bytes are ``raw`` (uint8), written into ``out``
+    (uint8, repacked_nbytes long) when given."""
     nb = ne0 // ty.blck_size
     blk = raw.reshape(ne1, nb, ty.type_size)
-    if ty == GGMLType.Q4_K:
-        return _repack_q4_k(blk).reshape(-1)
-    return _repack_q0(blk, ty == GGMLType.Q8_0).reshape(-1)
+    n = repacked_nbytes(ty, ne0, ne1)
+    out = np.empty(n, np.uint8) if out is None else out
+    if out.nbytes != n:
+        raise ValueError(f"repack: the output holds {out.nbytes} bytes, the repacked {ty.name} weight {n}")
+    rows = 8 if ty == GGMLType.Q4_K else 4
+    dst = out.reshape(ne1 // rows, nb, -1)
+    step = max(1, _CHUNK_BYTES // (rows * nb * ty.type_size))  # row groups a chunk: its transposes stay in L2
+    for g0 in range(0, ne1 // rows, step):
+        src, into = blk[g0 * rows : (g0 + step) * rows], dst[g0 : g0 + step]
+        if ty == GGMLType.Q4_K:
+            _repack_q4_k(src, into)
+        else:
+            _repack_q0(src, ty == GGMLType.Q8_0, into)
+    return out
+
+
+#: source bytes repacked at a time
+_CHUNK_BYTES = 256 * 1024
 
 
 def unpack(ty: GGMLType, packed: np.ndarray, ne0: int, ne1: int) -> np.ndarray:
@@ -204,8 +228,9 @@ class CPURepackBuffer(CPUBuffer):
             super().set_tensor(tensor, data, offset, size)
             return
         self._check_whole(tensor, offset, size, "set_tensor")
-        packed = repack(tensor.type, np.asarray(data[:size], np.uint8), tensor.ne[0], tensor.ne[1])
-        memory.region_view(tensor.data, packed.nbytes)[:] = packed
+        n = repacked_nbytes(tensor.type, tensor.ne[0], tensor.ne[1])
+        repack(tensor.type, np.asarray(data[:size], np.uint8), tensor.ne[0], tensor.ne[1],
+               out=memory.region_view(tensor.data, n))
 
     def get_tensor(self, tensor: Tensor, data: np.ndarray, offset: int, size: int) -> None:
         if not _has_layout(tensor):
