@@ -274,16 +274,23 @@ def _decode_q8_0(builder, blk):
     return builder.load(builder.bitcast(builder.gep(blk, [ir.Constant(_I64, 2)]), _vec(32).as_pointer()), align=1)
 
 
-def _decode_q4_0(builder, blk):
+def _decode_q4_0(builder, blk, unsigned=False):
     q = builder.load(builder.bitcast(builder.gep(blk, [ir.Constant(_I64, 2)]), _vec(16).as_pointer()), align=1)
-    return builder.sub(_nibbles32(builder, q), _consts(32, [8] * 32))
+    codes = _nibbles32(builder, q)
+    return codes if unsigned else builder.sub(codes, _consts(32, [8] * 32))
 
 
-def _decode_q5_0(builder, blk):
+def _decode_q5_0(builder, blk, unsigned=False):
     hptr = builder.bitcast(builder.gep(blk, [ir.Constant(_I64, 2)]), _I32.as_pointer())
     hb = _high_bits32(builder, builder.load(hptr, align=1))
     q = builder.load(builder.bitcast(builder.gep(blk, [ir.Constant(_I64, 6)]), _vec(16).as_pointer()), align=1)
-    return builder.sub(builder.or_(_nibbles32(builder, q), hb), _consts(32, [16] * 32))
+    codes = builder.or_(_nibbles32(builder, q), hb)
+    return codes if unsigned else builder.sub(codes, _consts(32, [16] * 32))
+
+
+#: decoders whose codes are stored unsigned, with the offset ggml subtracts: log2 of it (with VNNI the row dots
+#: take the stored codes, vpdpbusd, and subtract offset * the activation quad's sum, the same int32 lanes)
+_UNSIGNED_SHIFT = {_decode_q4_0: 3, _decode_q5_0: 4}
 
 
 #: bytes ahead of its loads a kernel streaming repacked weights prefetches (jit/repacked.py): a decode reads
@@ -323,18 +330,26 @@ def _rowdot_blocks(builder, decode, block_bytes, wbases, nb, cols, tbase):
     float32. Every (row, column) keeps its own accumulator, so several rows at once are several
     independent fma chains (a decode's one column would otherwise wait on one chain's latency)."""
     f8 = _vec(8, _F32)
+    shift = _UNSIGNED_SHIFT.get(decode) if _VNNI else None
+    zero = ir.Constant(_vec(8, _I32), [0] * 8)
     accs = [[cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in cols] for _ in wbases]
     with cgutils.for_range(builder, nb) as loop:
         b = loop.index
+        avs = [builder.load(builder.bitcast(builder.gep(abase, [builder.mul(b, ir.Constant(_I64, 32))]),
+                                            _vec(32).as_pointer()), align=1) for abase, _ in cols]
+        if shift is not None:  # offset * each activation quad's sum, once per column for all the rows
+            offs = [builder.shl(_dpbusd(builder, zero, _consts(32, [1] * 32), av),
+                                ir.Constant(_vec(8, _I32), [shift] * 8)) for av in avs]
         for wbase, row_accs in zip(wbases, accs, strict=True):
             blk = builder.gep(wbase, [builder.mul(b, ir.Constant(_I64, block_bytes))])
             dw = _fp16_at(builder, blk, tbase)
-            codes = decode(builder, blk)
-            for acc, (abase, dbase) in zip(row_accs, cols, strict=True):
+            codes = decode(builder, blk, shift is not None) if shift is not None else decode(builder, blk)
+            for c, (acc, (_, dbase)) in enumerate(zip(row_accs, cols, strict=True)):
                 d = builder.fmul(dw, builder.load(builder.gep(dbase, [b])))
-                av = builder.load(builder.bitcast(builder.gep(abase, [builder.mul(b, ir.Constant(_I64, 32))]),
-                                                  _vec(32).as_pointer()), align=1)
-                lanes = _signed_lanes8(builder, codes, av)  # <8 x i32>
+                if shift is not None:
+                    lanes = builder.sub(_dpbusd(builder, zero, codes, avs[c]), offs[c])
+                else:
+                    lanes = _signed_lanes8(builder, codes, avs[c])  # <8 x i32>
                 # acc = fma(d, lanes, acc): ggml's AVX2 vec_dot (_mm256_fmadd_ps) and llamafile's
                 # tinyBLAS_Q0_AVX, which llama.cpp runs for these types' prompts on x86 (sgemm.cpp)
                 builder.store(_fma(builder, _splat(builder, d, 8), builder.sitofp(lanes, f8), builder.load(acc)),
