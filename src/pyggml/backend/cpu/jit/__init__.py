@@ -143,7 +143,7 @@ def _compile_claimed(kernels: Iterable[JitKernel], claims: str) -> None:
     """Compile each kernel no other process has claimed (a claim is a file created exclusively in ``claims``)."""
     for k in kernels:
         try:
-            os.close(os.open(os.path.join(claims, k.key), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            os.close(os.open(os.path.join(claims, k.key.replace(":", "-")), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             continue
         k.compile()
