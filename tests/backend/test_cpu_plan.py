@@ -498,3 +498,20 @@ def test_pyggml_jit_0_turns_the_compiled_kernels_off(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("PYGGML_JIT", "0")
     assert not jit.enabled()
     assert GraphPlan(g, _resolve).nodes == []
+
+
+def test_compile_helpers_take_each_kernel_once(tmp_path) -> None:
+    """jit.prepare's processes walk one list; a kernel is compiled by whichever claims it first, once."""
+    compiled: list[tuple[str, str]] = []
+
+    class Fake:
+        def __init__(self, key: str) -> None:
+            self.key = key
+
+        def compile(self) -> None:
+            compiled.append((who, self.key))
+
+    kernels = [Fake(f"pyggml.backend.cpu.jit.mod:k{i}") for i in range(5)]
+    for who in ("main", "helper"):  # the helper walks the list after the main process claimed all of it
+        jit._compile_claimed(kernels[:3] if who == "main" else kernels, str(tmp_path))
+    assert compiled == [("main", k.key) for k in kernels[:3]] + [("helper", k.key) for k in kernels[3:]]
