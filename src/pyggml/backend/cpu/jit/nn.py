@@ -26,7 +26,7 @@ from . import Choice, jit_kernel, ready_or_wanted, rows, selector
 from .elementwise import _row_index, all_f32, k_add, k_mul, rows_contiguous
 from .mathf import LANES, libm_expf, v_expf
 from .matmul_f import DOUBLE_MAX_COLS
-from .record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_f32, params_i32, rec, span
+from .record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_f32, params_i32, rec, row_at, span
 from .rows import put_row, set_rows_at
 
 F32, F16, I32 = GGMLType.F32, GGMLType.F16, GGMLType.I32
@@ -93,10 +93,10 @@ def k_rms_norm_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
     ir0, ir1 = span(ne1 * ne2 * rn[T_DST + 4], ith, nth)
     for ir in range(ir0, ir1):
         i1, i2, i3 = _row_index(ir, ne1, ne2)
-        x = numba.carray(f32p(_row(rn, T_SRC0, i1, i2, i3)), ne0)
+        x = numba.carray(f32p(row_at(rn, T_SRC0, i1, i2, i3)), ne0)
         if add:
-            a = numba.carray(f32p(_row(ra, T_SRC0, i1, i2, i3)), ne0)
-            b = numba.carray(f32p(_row(ra, T_SRC1, i1, i2, i3)), ne0)
+            a = numba.carray(f32p(row_at(ra, T_SRC0, i1, i2, i3)), ne0)
+            b = numba.carray(f32p(row_at(ra, T_SRC1, i1, i2, i3)), ne0)
             s = 0.0
             for i in range(ne0):
                 v = a[i] + b[i]
@@ -105,20 +105,14 @@ def k_rms_norm_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
             scale = _rms_finish(s, ne0, eps)
         else:
             scale = _rms_scale(x, ne0, eps)
-        yn = numba.carray(f32p(_row(rn, T_DST, i1, i2, i3)), ne0)
+        yn = numba.carray(f32p(row_at(rn, T_DST, i1, i2, i3)), ne0)
         wp = r[T_SRC1] + (i1 % r[T_SRC1 + 2]) * r[T_SRC1 + 6] + (i2 % r[T_SRC1 + 3]) * r[T_SRC1 + 7]
         wv = numba.carray(f32p(wp + (i3 % r[T_SRC1 + 4]) * r[T_SRC1 + 8]), ne10)
-        y = numba.carray(f32p(_row(r, T_DST, i1, i2, i3)), ne0)
+        y = numba.carray(f32p(row_at(r, T_DST, i1, i2, i3)), ne0)
         for i in range(ne0):
             v = x[i] * scale
             yn[i] = v
             y[i] = v * wv[i % ne10]
-
-
-@numba.njit(**_opts)
-def _row(r, slot, i1, i2, i3):  # pragma: no cover - compiled
-    """The address of row (i1, i2, i3) of the record's tensor in ``slot``."""
-    return r[slot] + i1 * r[slot + 6] + i2 * r[slot + 7] + i3 * r[slot + 8]
 
 
 _OP_ADD = int(Op.ADD)
@@ -316,8 +310,8 @@ def _rope_row(node, i1, i2, i3, cos, sin, neox):  # pragma: no cover - compiled
     pi = params_i32(node)
     n_dims, n_offs = pi[1], pi[15]
     ne0, half = r[T_DST + 1], cos.size
-    x = numba.carray(f32p(r[T_SRC0] + i1 * r[T_SRC0 + 6] + i2 * r[T_SRC0 + 7] + i3 * r[T_SRC0 + 8]), ne0)
-    out = numba.carray(f32p(r[T_DST] + i1 * r[T_DST + 6] + i2 * r[T_DST + 7] + i3 * r[T_DST + 8]), ne0)
+    x = numba.carray(f32p(row_at(r, T_SRC0, i1, i2, i3)), ne0)
+    out = numba.carray(f32p(row_at(r, T_DST, i1, i2, i3)), ne0)
     for i in range(n_offs):
         out[i] = x[i]
     for i in range(n_offs + n_dims, ne0):
@@ -471,9 +465,9 @@ def fuse_rope_set_rows(prev: Tensor, prev_choice: Choice, node: Tensor, choice: 
     while the fused kernel is not compiled yet (jit.ready_or_wanted)."""
     fused = _ROPE_SET_ROWS.get((prev_choice.kernel, choice.kernel))
     src = node.src[0]
-    if fused is None or not ready_or_wanted(fused) or src.data != prev.data or src.nelements() != prev.nelements():
+    if fused is None or src.data != prev.data or src.nelements() != prev.nelements() or src.ne[0] % prev.ne[0]:
         return None
-    if not (prev.is_contiguous() and src.is_contiguous()) or src.ne[0] % prev.ne[0]:
+    if not (prev.is_contiguous() and src.is_contiguous()) or not ready_or_wanted(fused):
         return None
     return Choice(fused, parts=((prev, prev_choice),))
 

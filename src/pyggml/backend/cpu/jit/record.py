@@ -50,6 +50,12 @@ def aux_f32(node):  # pragma: no cover - compiled
 
 
 @numba.njit(inline="always", cache=True)
+def row_at(r, slot, i1, i2, i3):  # pragma: no cover - compiled
+    """The address of row (i1, i2, i3) of the tensor in record ``r``'s ``slot`` (T_DST, T_SRC0, ...)."""
+    return r[slot] + i1 * r[slot + 6] + i2 * r[slot + 7] + i3 * r[slot + 8]
+
+
+@numba.njit(inline="always", cache=True)
 def span(n, ith, nth):  # pragma: no cover - compiled
     """Thread ith's contiguous share [i0, i1) of n items (ggml's dr = ceil(n/nth) split)."""
     dr = (n + nth - 1) // nth

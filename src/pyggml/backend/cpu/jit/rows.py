@@ -21,7 +21,7 @@ from ..native import atomic_store, f32p, i8p, i32p, i64p, u8p, u16p, u32p
 from ..threads import C_ERR
 from . import Choice, jit_kernel, selector
 from .elementwise import _row_index, rows_contiguous
-from .record import AUX, T_DST, T_SRC0, T_SRC1, rec, span
+from .record import AUX, T_DST, T_SRC0, T_SRC1, rec, row_at, span
 
 F32, F16, I32, I64 = GGMLType.F32, GGMLType.F16, GGMLType.I32, GGMLType.I64
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
@@ -162,8 +162,7 @@ def set_rows_at(node, ctrl, ir, idx64):  # pragma: no cover - compiled
     if idx < 0 or idx >= r[T_DST + 2]:
         atomic_store(ctrl + 8 * C_ERR, ERR_INDEX)
         return 0, 0
-    src = r[T_SRC0] + i01 * r[T_SRC0 + 6] + i02 * r[T_SRC0 + 7] + i03 * r[T_SRC0 + 8]
-    return src, r[T_DST] + idx * r[T_DST + 6] + i02 * r[T_DST + 7] + i03 * r[T_DST + 8]
+    return row_at(r, T_SRC0, i01, i02, i03), row_at(r, T_DST, idx, i02, i03)
 
 
 @numba.njit(**_opts)
