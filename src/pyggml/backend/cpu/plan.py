@@ -16,7 +16,6 @@ ggml's RPC and CUDA graph reuse: build a new graph, or set ``graph.uid = graph_n
 from __future__ import annotations
 
 import operator
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -206,7 +205,7 @@ def _fused(prev: tuple[Tensor, jit.Choice], node: Tensor, choice: jit.Choice) ->
     return jit.fusion.fuse(prev[0], prev[1], node, choice) if _FUSION else None
 
 
-_FUSION = os.environ.get("PYGGML_FUSION", "1") != "0"
+_FUSION = jit.fusion_mode() != "0"
 
 
 def _settle(steps: list[_Python | _Run], compiled: list[tuple[Tensor, jit.Choice]]) -> None:

@@ -179,7 +179,12 @@ def ready_or_wanted(kernel: JitKernel) -> bool:
     with its GLU, ROPE into the KV cache: about 1% of a decode step, bench/node_profile.py): take it when its
     kernel is compiled or in the disk cache already, or when ``PYGGML_FUSION=all`` asks for it (and compiles
     it, for this run and the later ones). A cold first run stays short; the outputs are the same either way."""
-    return os.environ.get("PYGGML_FUSION") == "all" or kernel.load_cached()
+    return fusion_mode() == "all" or kernel.load_cached()
+
+
+def fusion_mode() -> str:
+    """PYGGML_FUSION: "1" (the default: fusions, the costly ones once compiled), "0" (none) or "all"."""
+    return os.environ.get("PYGGML_FUSION", "1")
 
 
 def jit_kernel(fn: Callable[..., None]) -> JitKernel:
@@ -226,5 +231,5 @@ def select(node: Tensor) -> Choice | None:
 # importing the kernel modules registers their selectors
 from . import elementwise, fusion, matmul, nn, rows  # noqa: E402
 
-__all__ = ["SELECTORS", "Choice", "JitKernel", "elementwise", "enabled", "fusion", "jit_kernel", "lean_unless_ready",
-           "matmul", "nn", "prepare", "ready_or_wanted", "rows", "select", "selector"]
+__all__ = ["SELECTORS", "Choice", "JitKernel", "elementwise", "enabled", "fusion", "fusion_mode", "jit_kernel",
+           "lean_unless_ready", "matmul", "nn", "prepare", "ready_or_wanted", "rows", "select", "selector"]
