@@ -44,6 +44,8 @@ Q4K_CODES, Q4K_SCALES, Q4K_MINS, Q4K_D, Q4K_DMIN = 0, 1024, 1088, 1152, 1168
 Q4K_GROUP_BYTES = 1184
 #: ggml's row-count rule for every repacked type (ne[1] % 8 == 0)
 ROW_MULTIPLE = 8
+#: source bytes repacked at a time (repack): a chunk's transposes stay in L2
+_CHUNK_BYTES = 256 * 1024
 
 
 def repacked_nbytes(ty: GGMLType, ne0: int, ne1: int) -> int:
@@ -141,9 +143,9 @@ def repack(ty: GGMLType, raw: np.ndarray, ne0: int, ne1: int, out: np.ndarray | 
     out = np.empty(n, np.uint8) if out is None else out
     if out.nbytes != n:
         raise ValueError(f"repack: the output holds {out.nbytes} bytes, the repacked {ty.name} weight {n}")
-    rows = 8 if ty == GGMLType.Q4_K else 4
+    rows = GROUP_ROWS[ty]
     dst = out.reshape(ne1 // rows, nb, -1)
-    step = max(1, _CHUNK_BYTES // (rows * nb * ty.type_size))  # row groups a chunk: its transposes stay in L2
+    step = max(1, _CHUNK_BYTES // (rows * nb * ty.type_size))  # row groups a chunk
     for g0 in range(0, ne1 // rows, step):
         src, into = blk[g0 * rows : (g0 + step) * rows], dst[g0 : g0 + step]
         if ty == GGMLType.Q4_K:
@@ -151,10 +153,6 @@ def repack(ty: GGMLType, raw: np.ndarray, ne0: int, ne1: int, out: np.ndarray | 
         else:
             _repack_q0(src, ty == GGMLType.Q8_0, into)
     return out
-
-
-#: source bytes repacked at a time
-_CHUNK_BYTES = 256 * 1024
 
 
 def unpack(ty: GGMLType, packed: np.ndarray, ne0: int, ne1: int) -> np.ndarray:
