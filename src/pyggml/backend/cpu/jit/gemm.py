@@ -431,6 +431,27 @@ def walk(node, ith, nth, ctrl, quantize, bs, es, chunks, run, arg):  # pragma: n
 
 
 @numba.njit(inline="always", **_opts)
+def tiles_by_rows(ta, nt, tstride, nblk, k, n, qa_at, da_at, ex_at, da_row, ex_row, out_at, out_stride, tile4,
+                  tile1, one4, one1):  # pragma: no cover - compiled
+    """nt (TILES or fewer) 8-row tiles at ta (tstride bytes apart) against all n activation rows, COLS at a time
+    while COLS are left, then one by one; row j's outputs at out_at + j * out_stride."""
+    j = 0
+    while j < n:
+        four = j + COLS <= n
+        qa_j, da_j, ex_j, out_j = qa_at + j * k, da_at + j * da_row, ex_at + j * ex_row, out_at + j * out_stride
+        if nt == TILES:
+            if four:
+                tile4(ta, nblk, qa_j, k, da_j, ex_j, out_j, out_stride, tstride)
+            else:
+                tile1(ta, nblk, qa_j, k, da_j, ex_j, out_j, out_stride, tstride)
+        elif four:
+            one4(ta, nblk, qa_j, k, da_j, ex_j, out_j, out_stride, tstride)
+        else:
+            one1(ta, nblk, qa_j, k, da_j, ex_j, out_j, out_stride, tstride)
+        j += COLS if four else 1
+
+
+@numba.njit(inline="always", **_opts)
 def gemm_tiles(node, ith, nth, ctrl, tile_at, blk_len, blk_bytes, es, quantize, repack, tile4, tile1, one4, one1,
                mv):  # pragma: no cover - compiled
     """MUL_MAT of a quantized weight by many F32 rows (src1 rows of n = ne11*ne12*ne13, contiguous dst).
@@ -457,20 +478,8 @@ def gemm_tiles(node, ith, nth, ctrl, tile_at, blk_len, blk_bytes, es, quantize, 
         nt = min(TILES, n_tiles - c * TILES)
         for t in range(nt):
             repack(wu, row0 + t * ROWS, rs, nblk, tab, numba.carray(u8p(ta + t * one), nblk * blk_bytes))
-        j = 0
-        while j < n:
-            four = j + COLS <= n
-            qa_j, da_j, ex_j, out_j = qa_at + j * k, da_at + j * da_row, ex_at + j * ex_row, d + 4 * (j * m + row0)
-            if nt == TILES:
-                if four:
-                    tile4(ta, nblk, qa_j, k, da_j, ex_j, out_j, out_stride, one)
-                else:
-                    tile1(ta, nblk, qa_j, k, da_j, ex_j, out_j, out_stride, one)
-            elif four:
-                one4(ta, nblk, qa_j, k, da_j, ex_j, out_j, out_stride, one)
-            else:
-                one1(ta, nblk, qa_j, k, da_j, ex_j, out_j, out_stride, one)
-            j += COLS if four else 1
+        tiles_by_rows(ta, nt, one, nblk, k, n, qa_at, da_at, ex_at, da_row, ex_row, d + 4 * row0, out_stride,
+                      tile4, tile1, one4, one1)
         c = atomic_add(ctrl + 8 * C_CHUNK, 1)
     if ith == 0 and m % ROWS:  # rows past the last whole tile: the mat-vec kernel
         wi = numba.carray(i8p(w), m * rs)

@@ -98,7 +98,7 @@ def _q4k_chunks(node, n, nth):  # pragma: no cover - compiled
 @numba.njit(**_opts)
 def _q4k_run(node, c, n_chunks, q, ith, arg):  # pragma: no cover - compiled
     """Chunk c: its tile pairs (8-row groups) run against every activation row, 4 at a time (gemm.gemm_tiles
-    without the per-call repack); returns its weight rows."""
+    without the per-call repack: the same gemm.tiles_by_rows); returns its weight rows."""
     r = rec(node)
     w, k, m = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2]
     nsb = k // 256
@@ -111,21 +111,8 @@ def _q4k_run(node, c, n_chunks, q, ith, arg):  # pragma: no cover - compiled
     for u in range(u0, u1):
         t = u * gemm.TILES
         nt = min(gemm.TILES, n_tiles - t)
-        ta = w + t * gbytes
-        j = 0
-        while j < n:
-            four = j + gemm.COLS <= n
-            qa_j, da_j, ex_j, out_j = qa_at + j * k, da_at + j * da_row, ex_at + j * ex_row, d + 4 * (j * m + 8 * t)
-            if nt == gemm.TILES:
-                if four:
-                    _rq4k_4(ta, nsb, qa_j, k, da_j, ex_j, out_j, 4 * m, gbytes)
-                else:
-                    _rq4k_1(ta, nsb, qa_j, k, da_j, ex_j, out_j, 4 * m, gbytes)
-            elif four:
-                _rq4k_one4(ta, nsb, qa_j, k, da_j, ex_j, out_j, 4 * m, gbytes)
-            else:
-                _rq4k_one1(ta, nsb, qa_j, k, da_j, ex_j, out_j, 4 * m, gbytes)
-            j += gemm.COLS if four else 1
+        gemm.tiles_by_rows(w + t * gbytes, nt, gbytes, nsb, k, n, qa_at, da_at, ex_at, da_row, ex_row,
+                           d + 4 * gemm.ROWS * t, 4 * m, _rq4k_4, _rq4k_1, _rq4k_one4, _rq4k_one1)
     rows = gemm.TILES * gemm.ROWS
     return min(m, u0 * rows), min(m, u1 * rows)
 
