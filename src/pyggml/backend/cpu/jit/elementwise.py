@@ -225,10 +225,17 @@ def _activation_rows(node, ith, nth, act_row, gated):  # pragma: no cover - comp
             xp, gp = ap + 4 * ne0, ap
         else:
             xp, gp = ap, ap + 4 * ne0
-        act_row(numba.carray(f32p(xp), ne0), numba.carray(u32p(xp), ne0), table, dv)
-        gv = numba.carray(f32p(gp), ne0)
-        for i in range(ne0):
-            dv[i] = dv[i] * gv[i]
+        gated_row(act_row, xp, gp, dv, table)
+
+
+@numba.njit(**_opts)
+def gated_row(act_row, xp, gp, dv, table):  # pragma: no cover - compiled
+    """dv = act(x) * g over dv.size floats, x and g at addresses xp and gp (a GLU row, or a span of one)."""
+    n = dv.size
+    act_row(numba.carray(f32p(xp), n), numba.carray(u32p(xp), n), table, dv)
+    gv = numba.carray(f32p(gp), n)
+    for i in range(n):
+        dv[i] = dv[i] * gv[i]
 
 
 @jit_kernel

@@ -20,10 +20,10 @@ from ....tensor import Tensor
 from ..matmul.intrinsics import ROWDOT_COLS
 from ..matmul.kernels import _mv1_q4_0, _mv1_q4_k, _mv1_q5_0, _mv1_q5_k, _mv1_q6_k, _mv1_q8_0
 from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
-from ..native import atomic_add, f32p, u32p
+from ..native import atomic_add, f32p
 from ..threads import C_CHUNK
 from . import Choice, jit_kernel, matmul, ready_or_wanted, repacked
-from .elementwise import _TABLE_ADDR, _gelu_row, _relu_row, _silu_row
+from .elementwise import _TABLE_ADDR, _gelu_row, _relu_row, _silu_row, gated_row
 from .gemm import quantize_src1
 from .matmul import _mv_chunks, mv_run
 from .record import AUX, T_DST, T_SRC0, rec
@@ -44,21 +44,16 @@ _GEGLU, _SWIGLU, _REGLU = int(GluOp.GEGLU), int(GluOp.SWIGLU), int(GluOp.REGLU)
 
 @numba.njit(**_opts)
 def _glu_span(d, x_at, g_at, m, n, r0, r1, kind, table):  # pragma: no cover - compiled
-    """dst[j, r0:r1] = act(x[j, r0:r1]) * g[j, r0:r1] for the n rows (elementwise._activation_rows' steps)."""
-    cnt = r1 - r0
+    """dst[j, r0:r1] = act(x[j, r0:r1]) * g[j, r0:r1] for the n rows (elementwise.gated_row, as the GLU node)."""
     for j in range(n):
         o = 4 * (j * m + r0)
-        xv, xb = numba.carray(f32p(x_at + o), cnt), numba.carray(u32p(x_at + o), cnt)
-        dv = numba.carray(f32p(d + o), cnt)
+        dv = numba.carray(f32p(d + o), r1 - r0)
         if kind == _GEGLU:
-            _gelu_row(xv, xb, table, dv)
+            gated_row(_gelu_row, x_at + o, g_at + o, dv, table)
         elif kind == _SWIGLU:
-            _silu_row(xv, xb, table, dv)
+            gated_row(_silu_row, x_at + o, g_at + o, dv, table)
         else:
-            _relu_row(xv, xb, table, dv)
-        gv = numba.carray(f32p(g_at + o), cnt)
-        for i in range(cnt):
-            dv[i] = dv[i] * gv[i]
+            gated_row(_relu_row, x_at + o, g_at + o, dv, table)
 
 
 @numba.njit(**_opts)
