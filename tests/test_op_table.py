@@ -23,7 +23,7 @@ from pyggml.backend.cpu.registry import KERNELS
 from pyggml.errors import PyGGMLError
 from pyggml.ops import builders as B
 from pyggml.ops.enums import EMPTY_OPS, GluOp, Op, UnaryOp
-from pyggml.ops.table import OP_TABLE, ROWS, AnyOp, OpRow, key, row
+from pyggml.ops.table import OP_TABLE, ROWS, AnyOp, OpRow, _load, key, row
 from pyggml.tensor import Tensor
 from pyggml.types import GGMLType
 
@@ -46,7 +46,7 @@ def test_every_op_has_exactly_one_row() -> None:
     keys = [key(r.op) for r in ROWS]
     assert len(keys) == len(set(keys)), "an op has two rows"
     missing = [f"{t}.{n}" for t, n in (key(op) for op in ALL_OPS) if (t, n) not in OP_TABLE]
-    assert not missing, f"ops without a row in pyggml/ops/table.py: {missing}"
+    assert not missing, f"ops without a row in pyggml/ops/table.toml: {missing}"
     assert len(OP_TABLE) == len(ALL_OPS)
 
 
@@ -150,3 +150,19 @@ def test_listed_test_modules_exist_and_mention_the_op(r: OpRow) -> None:
         assert len(found) == 1, f"{_id(r)}: test_{name}.py does not exist (or exists twice) under tests/"
         path = found[0]
         assert _mentions(path.read_text(), r), f"{_id(r)}: {path.name} never mentions the op or its builders"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[why_not]\n[Opp]\nADD = { builders = "add", tests = "x" }', "unknown section [Opp]"),
+        ('[why_not]\n[Op]\nADDD = { builders = "add", tests = "x" }', "Op.ADDD is not a member of Op"),
+        ('[why_not]\n[Op]\nADD = { builders = "add", tests = "x", gpu = true }', "unknown fields ['gpu']"),
+        ('[why_not]\n[Op]\nADD = { builders = "", tests = "x", why_not = "nope" }', "reason 'nope' missing"),
+    ],
+)
+def test_table_file_errors_name_the_line(tmp_path, text: str, message: str) -> None:
+    path = tmp_path / "table.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _load(path)

@@ -7,8 +7,9 @@ of the two half-initialised depending on which was imported first.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TypeVar, TypeVarTuple
 
 from ..context import Context
 from ..errors import PyGGMLError, ShapeError
@@ -60,27 +61,33 @@ def _check_repeat(op: str, b: Tensor, a: Tensor) -> None:
     _require(can_repeat(b, a), op, f"b {_ne(b)} cannot be broadcast to a {_ne(a)}")
 
 
-
 #: a one-tensor builder, ``ggml_X(ctx, a)``
 Build1 = Callable[[Context, Tensor], Tensor]
 _OpT = TypeVar("_OpT", Op, UnaryOp)
+_Ts = TypeVarTuple("_Ts")
+#: a builder ``ggml_X(ctx, a, *args)``
+BuildN = Callable[[Context, Tensor, *_Ts], Tensor]
 
 
-def _twins(impl: Callable[[Context, Tensor, _OpT, bool], Tensor], op: _OpT, doc: str = "") -> tuple[Build1, Build1]:
-    """ggml's twins ``ggml_X(ctx, a)`` / ``ggml_X_inplace(ctx, a)`` of a one-tensor op, as ggml.c writes
-    them: both call ``impl(ctx, a, op, inplace)``, the first over a new tensor, the second over a view of
-    ``a``. The two functions count as defined in ``impl``'s module (the op table's family check reads
-    ``__module__``) and are named after the op."""
+def _twins(impl: Callable[[Context, Tensor, _OpT, bool, *_Ts], Tensor], op: _OpT,
+           doc: str = "") -> tuple[BuildN[*_Ts], BuildN[*_Ts]]:
+    """ggml's twins ``ggml_X(ctx, a, ...)`` / ``ggml_X_inplace(ctx, a, ...)``, as ggml.c writes them: both
+    call ``impl(ctx, a, op, inplace, ...)``, the first over a new tensor, the second over a view of ``a``.
+    The two functions count as defined in ``impl``'s module (the op table's family check reads
+    ``__module__``), are named after the op, and show ``impl``'s signature without ``op`` and ``inplace``."""
     name = op.name.lower()
+    sig = inspect.signature(impl)
+    sig = sig.replace(parameters=[p for p in sig.parameters.values() if p.name not in ("op", "inplace")])
 
-    def build(ctx: Context, a: Tensor) -> Tensor:
-        return impl(ctx, a, op, False)
+    def build(ctx: Context, a: Tensor, *args: *_Ts) -> Tensor:
+        return impl(ctx, a, op, False, *args)
 
-    def build_inplace(ctx: Context, a: Tensor) -> Tensor:
-        return impl(ctx, a, op, True)
+    def build_inplace(ctx: Context, a: Tensor, *args: *_Ts) -> Tensor:
+        return impl(ctx, a, op, True, *args)
 
     for fn, fn_name in ((build, name), (build_inplace, f"{name}_inplace")):
         fn.__module__ = impl.__module__
         fn.__name__ = fn.__qualname__ = fn_name
         fn.__doc__ = f"ggml_{fn_name}{doc if fn is build else ''}"
+        fn.__signature__ = sig  # type: ignore[attr-defined]
     return build, build_inplace

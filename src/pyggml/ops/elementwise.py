@@ -14,18 +14,15 @@ from ._build import BF16, F16, F32, _check_repeat, _dup_or_view, _is_padded_1d, 
 from .enums import Op
 
 
-def _binary(ctx: Context, a: Tensor, b: Tensor, op: Op, inplace: bool) -> Tensor:
+def _binary(ctx: Context, a: Tensor, op: Op, inplace: bool, b: Tensor) -> Tensor:
     _check_repeat(op.name, b, a)
     return _node(_dup_or_view(ctx, a, inplace), op, a, b)
 
 
-def add(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    """a + b, b broadcast (ggml_can_repeat) to a's shape; the result has a's type."""
-    return _binary(ctx, a, b, Op.ADD, False)
-
-
-def add_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    return _binary(ctx, a, b, Op.ADD, True)
+add, add_inplace = _twins(_binary, Op.ADD, ": a + b, b broadcast (ggml_can_repeat) to a's shape; a's type.")
+sub, sub_inplace = _twins(_binary, Op.SUB, ": a - b, b broadcast to a's shape.")
+mul, mul_inplace = _twins(_binary, Op.MUL, ": a * b element-wise, b broadcast to a's shape.")
+div, div_inplace = _twins(_binary, Op.DIV, ": a / b element-wise, b broadcast to a's shape.")
 
 
 def add_cast(ctx: Context, a: Tensor, b: Tensor, type: GGMLType) -> Tensor:
@@ -34,30 +31,6 @@ def add_cast(ctx: Context, a: Tensor, b: Tensor, type: GGMLType) -> Tensor:
     _require(a.type.is_quantized or a.type in (F16, BF16), "add_cast", "a must be quantized, F16 or BF16",
              TypeMismatchError)
     return _node(_new(ctx, type, a.ne), Op.ADD, a, b)
-
-
-def sub(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    return _binary(ctx, a, b, Op.SUB, False)
-
-
-def sub_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    return _binary(ctx, a, b, Op.SUB, True)
-
-
-def mul(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    return _binary(ctx, a, b, Op.MUL, False)
-
-
-def mul_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    return _binary(ctx, a, b, Op.MUL, True)
-
-
-def div(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    return _binary(ctx, a, b, Op.DIV, False)
-
-
-def div_inplace(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    return _binary(ctx, a, b, Op.DIV, True)
 
 
 def _add1(ctx: Context, a: Tensor, b: Tensor, inplace: bool) -> Tensor:

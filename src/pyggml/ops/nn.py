@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from ..context import Context
 from ..errors import PyGGMLError, TypeMismatchError
 from ..tensor import Tensor, are_same_shape
-from ._build import F16, F32, I32, _dup_or_view, _ne, _new, _node, _require
+from ._build import F16, F32, I32, _dup_or_view, _ne, _new, _node, _require, _twins
 from .enums import Op
 from .mat import can_mul_mat
 
@@ -25,32 +25,13 @@ GGML_MROPE_SECTIONS = 4
 
 
 # ---------------------------------------------------------------------- normalisation
-def _norm_like(ctx: Context, a: Tensor, op: Op, eps: float, inplace: bool) -> Tensor:
+def _norm_like(ctx: Context, a: Tensor, op: Op, inplace: bool, eps: float) -> Tensor:
     return _node(_dup_or_view(ctx, a, inplace), op, a, params=[float(eps)])
 
 
-def norm(ctx: Context, a: Tensor, eps: float) -> Tensor:
-    return _norm_like(ctx, a, Op.NORM, eps, False)
-
-
-def norm_inplace(ctx: Context, a: Tensor, eps: float) -> Tensor:
-    return _norm_like(ctx, a, Op.NORM, eps, True)
-
-
-def rms_norm(ctx: Context, a: Tensor, eps: float) -> Tensor:
-    return _norm_like(ctx, a, Op.RMS_NORM, eps, False)
-
-
-def rms_norm_inplace(ctx: Context, a: Tensor, eps: float) -> Tensor:
-    return _norm_like(ctx, a, Op.RMS_NORM, eps, True)
-
-
-def l2_norm(ctx: Context, a: Tensor, eps: float) -> Tensor:
-    return _norm_like(ctx, a, Op.L2_NORM, eps, False)
-
-
-def l2_norm_inplace(ctx: Context, a: Tensor, eps: float) -> Tensor:
-    return _norm_like(ctx, a, Op.L2_NORM, eps, True)
+norm, norm_inplace = _twins(_norm_like, Op.NORM, ": each row to mean 0 and variance 1 (eps added to the variance).")
+rms_norm, rms_norm_inplace = _twins(_norm_like, Op.RMS_NORM, ": each row divided by its root mean square (+ eps).")
+l2_norm, l2_norm_inplace = _twins(_norm_like, Op.L2_NORM, ": each row divided by max(its L2 norm, eps).")
 
 
 def _group_norm(ctx: Context, a: Tensor, n_groups: int, eps: float, inplace: bool) -> Tensor:

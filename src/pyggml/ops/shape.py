@@ -14,7 +14,7 @@ from enum import IntEnum
 from ..context import Context
 from ..errors import TypeMismatchError
 from ..tensor import GGML_MAX_DIMS, Tensor, can_repeat
-from ._build import F32, _dup_or_view, _format, _ne, _new, _node, _require
+from ._build import F32, _dup_or_view, _format, _ne, _new, _node, _require, _twins
 from .enums import Op
 
 
@@ -196,24 +196,12 @@ def diag(ctx: Context, a: Tensor) -> Tensor:
     return _node(_new(ctx, a.type, [a.ne[0], a.ne[0], a.ne[2], a.ne[3]]), Op.DIAG, a)
 
 
-def _diag_mask(ctx: Context, a: Tensor, n_past: int, op: Op, inplace: bool) -> Tensor:
+def _diag_mask(ctx: Context, a: Tensor, op: Op, inplace: bool, n_past: int) -> Tensor:
     return _node(_dup_or_view(ctx, a, inplace), op, a, params=[n_past])
 
 
-def diag_mask_inf(ctx: Context, a: Tensor, n_past: int) -> Tensor:
-    return _diag_mask(ctx, a, n_past, Op.DIAG_MASK_INF, False)
-
-
-def diag_mask_inf_inplace(ctx: Context, a: Tensor, n_past: int) -> Tensor:
-    return _diag_mask(ctx, a, n_past, Op.DIAG_MASK_INF, True)
-
-
-def diag_mask_zero(ctx: Context, a: Tensor, n_past: int) -> Tensor:
-    return _diag_mask(ctx, a, n_past, Op.DIAG_MASK_ZERO, False)
-
-
-def diag_mask_zero_inplace(ctx: Context, a: Tensor, n_past: int) -> Tensor:
-    return _diag_mask(ctx, a, n_past, Op.DIAG_MASK_ZERO, True)
+diag_mask_inf, diag_mask_inf_inplace = _twins(_diag_mask, Op.DIAG_MASK_INF, ": -inf where column > n_past + row.")
+diag_mask_zero, diag_mask_zero_inplace = _twins(_diag_mask, Op.DIAG_MASK_ZERO, ": 0 where column > n_past + row.")
 
 
 # ---------------------------------------------------------------------- generators and sorting
