@@ -386,11 +386,16 @@ class Registry(ABC):
 
     api_version = 2  # GGML_BACKEND_API_VERSION
 
+    def __init__(self) -> None:
+        self._devices: list[Device] = []
+
     @abstractmethod
     def name(self) -> str: ...
 
-    @abstractmethod
-    def devices(self) -> list[Device]: ...
+    def devices(self) -> list[Device]:
+        """The devices its backend made at registration (``_devices``); a registry that finds its devices
+        only when asked (the torch backend probes CUDA and MPS) overrides this."""
+        return self._devices
 
     def device_count(self) -> int:
         return len(self.devices())

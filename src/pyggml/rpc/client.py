@@ -264,14 +264,11 @@ class RPCRegistry(Registry):
     """``RPC[endpoint]``: the devices of one server."""
 
     def __init__(self, endpoint: str) -> None:
+        super().__init__()
         self.endpoint = endpoint
-        self._devices: list[Device] = []
 
     def name(self) -> str:
         return f"RPC[{self.endpoint}]"
-
-    def devices(self) -> list[Device]:
-        return self._devices
 
     def get_proc_address(self, name: str) -> object:
         return {"ggml_backend_rpc_add_server": rpc_add_server}.get(name)

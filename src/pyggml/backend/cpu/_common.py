@@ -47,6 +47,12 @@ def require_types(node: Tensor, t: Tensor | None, allowed: Iterable[GGMLType]) -
         raise unsupported(node)
 
 
+def require_f32(node: Tensor, *ts: Tensor | None) -> None:
+    """Raise UnsupportedOpError unless every given source is F32: the kernels that compute in float32 only."""
+    for t in ts:
+        require_types(node, t, (F32,))
+
+
 def load_f32(t: Tensor) -> np.ndarray:
     """The tensor as float32 in numpy order (ne3, ne2, ne1, ne0); dequantized or widened as ggml's to_float.
 

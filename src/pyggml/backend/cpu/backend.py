@@ -281,14 +281,8 @@ class CPUDevice(Device):
 
 
 class CPURegistry(Registry):
-    def __init__(self) -> None:
-        self._devices: list[Device] = []
-
     def name(self) -> str:
         return "CPU"
-
-    def devices(self) -> list[Device]:
-        return self._devices
 
     def get_proc_address(self, name: str) -> Any:
         return _PROCS.get(name)

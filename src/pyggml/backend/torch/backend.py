@@ -155,9 +155,6 @@ class TorchDevice(Device):
 
 
 class TorchRegistry(Registry):
-    def __init__(self) -> None:
-        self._devices: list[Device] = []
-
     def name(self) -> str:
         return "Torch"
 

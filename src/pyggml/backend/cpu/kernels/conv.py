@@ -15,7 +15,7 @@ import numpy as np
 from ....ops.enums import Op
 from ....tensor import Tensor
 from ....types import GGMLType
-from .._common import F16, F32, KernelInputError, load_f32, require_types, shape4, store
+from .._common import F16, F32, KernelInputError, load_f32, require_f32, require_types, shape4, store
 from ..registry import kernel
 
 GGML_OP_POOL_MAX = 0
@@ -130,8 +130,7 @@ def upscale(node: Tensor, n_threads: int) -> None:
     Dims 2 and 3 always resample by nearest.
     """
     a = node.src[0]
-    require_types(node, a, (F32,))
-    require_types(node, node, (F32,))
+    require_f32(node, a, node)
     flags = node.get_op_params_i32(0)
     mode = flags & 0xFF
     x = a.view4()
@@ -233,7 +232,7 @@ def conv_2d(node: Tensor, n_threads: int) -> None:
     """
     kern, img = node.src[0], node.src[1]
     require_types(node, kern, (F32, F16))
-    require_types(node, img, (F32,))
+    require_f32(node, img)
     s0, s1, p0, p1, d0, d1 = (node.get_op_params_i32(i) for i in range(6))
     k = load_f32(kern)  # (OC, IC, KH, KW)
     x = load_f32(img)  # (N, IC, H, W)
@@ -254,7 +253,7 @@ def conv_2d_dw(node: Tensor, n_threads: int) -> None:
     """
     kern, img = node.src[0], node.src[1]
     require_types(node, kern, (F32, F16))
-    require_types(node, img, (F32,))
+    require_f32(node, img)
     s0, s1, p0, p1, d0, d1 = (node.get_op_params_i32(i) for i in range(6))
     k = load_f32(kern)[:, 0]  # (C, KH, KW)
     x = load_f32(img)  # (N, C, H, W)
@@ -270,7 +269,7 @@ def conv_transpose_1d(node: Tensor, n_threads: int) -> None:
     """
     kern, src = node.src[0], node.src[1]
     require_types(node, kern, (F32, F16))
-    require_types(node, src, (F32,))
+    require_f32(node, src)
     s0 = node.get_op_params_i32(0)
     w = load_f32(kern)[0]  # (IC, OC, K)
     x = load_f32(src)[0, 0]  # (IC, L)
@@ -290,7 +289,7 @@ def conv_transpose_2d(node: Tensor, n_threads: int) -> None:
     """Transposed 2-D convolution (padding 0): kernel [KW, KH, OC, IC], input [W, H, IC, N] -> [OW, OH, OC, N]."""
     kern, src = node.src[0], node.src[1]
     require_types(node, kern, (F32, F16))
-    require_types(node, src, (F32,))
+    require_f32(node, src)
     stride = node.get_op_params_i32(0)
     w = load_f32(kern)  # (IC, OC, KH, KW)
     x = load_f32(src)  # (N, IC, H, W)
@@ -326,7 +325,7 @@ def _taps_3d(x: np.ndarray, k: tuple[int, int, int], o: tuple[int, int, int], s:
 def im2col_3d(node: Tensor, n_threads: int) -> None:
     """[N*IC, ID, IH, IW] -> [N*OD, OH, OW, IC*KD*KH*KW]; op_params i32 {s0, s1, s2, p0, p1, p2, d0, d1, d2, IC}."""
     kern, img = node.src[0], node.src[1]
-    require_types(node, img, (F32,))
+    require_f32(node, img)
     require_types(node, node, (F32, F16))
     s0, s1, s2, p0, p1, p2, d0, d1, d2, ic = (node.get_op_params_i32(i) for i in range(10))
     if node.is_empty():  # fewer than IC input channels make N = 0; ggml computes nothing for an empty dst
@@ -349,7 +348,7 @@ def conv_3d(node: Tensor, n_threads: int) -> None:
     """
     kern, img = node.src[0], node.src[1]
     require_types(node, kern, (F32, F16))
-    require_types(node, img, (F32,))
+    require_f32(node, img)
     s0, s1, s2, p0, p1, p2, d0, d1, d2, ic, n, oc = (node.get_op_params_i32(i) for i in range(12))
     k = load_f32(kern)
     k = k.reshape(oc, ic, *k.shape[1:])  # (OC, IC, KD, KH, KW)
@@ -367,8 +366,7 @@ def conv_3d(node: Tensor, n_threads: int) -> None:
 def im2col_back(node: Tensor, n_threads: int) -> None:
     """Gradient of IM2COL: scatter-add the columns (src0) back onto the input grid (dst); src1 gives KW/KH."""
     grad, kern = node.src[0], node.src[1]
-    require_types(node, grad, (F32,))
-    require_types(node, node, (F32,))
+    require_f32(node, grad, node)
     s0, s1, p0, p1, d0, d1, is_2d = (node.get_op_params_i32(i) for i in range(7))
     if is_2d:
         n, ic, ih, iw = shape4(node)
@@ -410,7 +408,7 @@ def col2im_1d(node: Tensor, n_threads: int) -> None:
 def pad(node: Tensor, n_threads: int) -> None:
     """Pad each dim with lp/rp zeros (op_params i32 lp0,rp0,...,lp3,rp3), or wrap around when i32[8] is set."""
     a = node.src[0]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     p = [node.get_op_params_i32(i) for i in range(9)]
     lp = (p[6], p[4], p[2], p[0])  # numpy order: dims 3, 2, 1, 0
     x = a.view4()
@@ -428,7 +426,7 @@ def pad(node: Tensor, n_threads: int) -> None:
 def pad_reflect_1d(node: Tensor, n_threads: int) -> None:
     """Reflection padding of dim 0 by (p0, p1) (the edge element is not repeated)."""
     a = node.src[0]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     p0, p1 = node.get_op_params_i32(0), node.get_op_params_i32(1)
     if shape4(node)[-1] != a.ne[0] + p0 + p1:
         raise KernelInputError("PAD_REFLECT_1D: dst width does not match the padding")
@@ -442,9 +440,9 @@ def pool_2d_back(node: Tensor, n_threads: int) -> None:
     Max sends each gradient to the first maximum of its window; avg spreads grad / (k0*k1).
     """
     g_t, xf_t = node.src[0], node.src[1]
-    require_types(node, g_t, (F32,))
+    require_f32(node, g_t)
     require_types(node, xf_t, (F32, F16))
-    require_types(node, node, (F32,))
+    require_f32(node, node)
     op, k0, k1, s0, s1, p0, p1 = (node.get_op_params_i32(i) for i in range(7))
     grad = g_t.view4()  # (.., .., oh, ow)
     xf = load_f32(xf_t)  # (.., .., ih, iw)

@@ -28,6 +28,7 @@ from .._common import (
     I32,
     KernelInputError,
     load_f32,
+    require_f32,
     require_types,
     shape4,
     store,
@@ -41,8 +42,7 @@ from ..registry import kernel
 # ------------------------------------------------------------------------------------------ norms
 def _rows_f32(node: Tensor) -> np.ndarray:
     a = node.src[0]
-    require_types(node, a, (F32,))
-    require_types(node, node, (F32,))
+    require_f32(node, a, node)
     return a.view4()
 
 
@@ -129,9 +129,9 @@ def soft_max(node: Tensor, n_threads: int) -> None:
     heads (dim 2) and batches (dim 3) by modulo.
     """
     a, mask, sinks = node.src[0], node.src[1], node.src[2]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     require_types(node, mask, (F16, F32))
-    require_types(node, sinks, (F32,))
+    require_f32(node, sinks)
     scale = np.float32(node.get_op_params_f32(0))
     max_bias = node.get_op_params_f32(1)
     ne3, ne2, ne1, ne0 = shape4(a)
@@ -288,7 +288,7 @@ def rope(node: Tensor, n_threads: int) -> None:
     require_types(node, a, (F32, F16))
     require_types(node, node, (a.type,))
     require_types(node, pos_t, (I32,))
-    require_types(node, ff_t, (F32,))
+    require_f32(node, ff_t)
     p = node.op_params
     n_dims, mode, n_ctx_orig = int(p[1]), int(p[2]), int(p[4])
     params = tuple(float(v) for v in node.op_params_f32[5:11])
@@ -344,9 +344,9 @@ def flash_attn_ext(node: Tensor, n_threads: int) -> None:
     over query heads (GQA): query head h uses KV head h // (n_head / n_head_kv).
     """
     q, k, v, mask, sinks = (node.src[i] for i in range(5))
-    require_types(node, q, (F32,))
+    require_f32(node, q)
     require_types(node, mask, (F16, F32))
-    require_types(node, sinks, (F32,))
+    require_f32(node, sinks)
     for t in (k, v):
         if not (t.type in FLOAT_TYPES or t.type.is_quantized):
             raise unsupported(node)
@@ -409,10 +409,9 @@ def lightning_indexer(node: Tensor, n_threads: int) -> None:
     mask F16 [n_kv, T, 1, S or 1]; dst F32 [n_kv, T, 1, S].
     """
     q, k, w, m = (node.src[i] for i in range(4))
-    require_types(node, q, (F32,))
-    require_types(node, w, (F32,))
+    require_f32(node, q, w)
     require_types(node, m, (F16,))
-    require_types(node, node, (F32,))
+    require_f32(node, node)
     qv = q.view4()  # (S, T, H, E)
     kv = load_f32(k)[:, :, 0, :]  # (S, n_kv, E)
     wv = w.view4()[:, 0]  # (S, T, H)
@@ -431,8 +430,7 @@ def rms_norm_back(node: Tensor, n_threads: int) -> None:
     src0 = dz, src1 = x, op_params f32[0] = eps; sums in double as ggml.
     """
     dz, x = node.src[0], node.src[1]
-    require_types(node, dz, (F32,))
-    require_types(node, x, (F32,))
+    require_f32(node, dz, x)
     eps = np.float32(node.get_op_params_f32(0))
     xv, dzv = x.view4(), dz.view4()
     n = xv.shape[-1]
@@ -449,8 +447,7 @@ def rms_norm_back(node: Tensor, n_threads: int) -> None:
 def soft_max_back(node: Tensor, n_threads: int) -> None:
     """dx = scale * y * (dy - dot(y, dy)) per row; src0 = dy, src1 = y (the softmax output); max_bias must be 0."""
     dy, y = node.src[0], node.src[1]
-    require_types(node, dy, (F32,))
-    require_types(node, y, (F32,))
+    require_f32(node, dy, y)
     scale = np.float32(node.get_op_params_f32(0))
     if node.get_op_params_f32(1) != 0:
         raise KernelInputError("SOFT_MAX_BACK: max_bias must be 0 (as in ggml)")
@@ -474,7 +471,7 @@ def add_rel_pos(node: Tensor, n_threads: int) -> None:
     """SAM decomposed relative positions: dst = a, then per block of ne10 rows, dst[b, i, j] += ph[b, i] + pw[b, j]."""
     a, pw, ph = node.src[0], node.src[1], node.src[2]
     for t in (a, pw, ph):
-        require_types(node, t, (F32,))
+        require_f32(node, t)
     n = pw.ne[0]
     d = load_f32(a).reshape(-1, n, n) + ph.view4().reshape(-1, n)[:, :, None] + pw.view4().reshape(-1, n)[:, None, :]
     node.view4()[...] = d.reshape(shape4(node))
@@ -491,7 +488,7 @@ def dsv4_hc_pre(node: Tensor, n_threads: int) -> None:
     """
     x, w = node.src[0], node.src[1]
     for t in (x, w, node):
-        require_types(node, t, (F32,))
+        require_f32(node, t)
     scale = np.float32(node.get_op_params_f32(0))
     gated = node.get_op_params_i32(1) != 0
     xv = x.view4()[0]  # (T, hc, n_embd)
@@ -514,7 +511,7 @@ def dsv4_hc_post(node: Tensor, n_threads: int) -> None:
     """
     x, res, post, comb = (node.src[i] for i in range(4))
     for t in (x, res, post, comb, node):
-        require_types(node, t, (F32,))
+        require_f32(node, t)
     xv = x.view4()[0, 0]  # (T, n_embd)
     rv = res.view4()[0]  # (T, hc, n_embd)
     pv = post.view4()[0, 0]  # (T, hc)
@@ -534,7 +531,7 @@ def dsv4_hc_comb(node: Tensor, n_threads: int) -> None:
     Sinkhorn-style column/row normalisation (n_iter = op_params i32[1], eps = f32[0])."""
     mixes, scale, base = node.src[0], node.src[1], node.src[2]
     for t in (mixes, scale, base, node):
-        require_types(node, t, (F32,))
+        require_f32(node, t)
     eps = np.float32(node.get_op_params_f32(0))
     n_iter = node.get_op_params_i32(1)
     if n_iter < 1:

@@ -14,13 +14,13 @@ import numpy as np
 
 from ....ops.enums import Op
 from ....tensor import Tensor
-from .._common import F32, I32, KernelInputError, require_types
+from .._common import I32, KernelInputError, require_f32, require_types
 from ..registry import kernel
 
 
 def _f32(node: Tensor, *ts: Tensor | None) -> None:
     for t in ts:
-        require_types(node, t, (F32,))
+        require_f32(node, t)
 
 
 def _flat(t: Tensor) -> np.ndarray:

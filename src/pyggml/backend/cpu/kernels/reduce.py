@@ -11,7 +11,7 @@ import numpy as np
 
 from ....ops.enums import Op
 from ....tensor import Tensor
-from .._common import F32, FLOAT_TYPES, I32, KernelInputError, load_f32, require_types, store
+from .._common import FLOAT_TYPES, I32, KernelInputError, load_f32, require_f32, require_types, store
 from ..registry import kernel
 
 GGML_SORT_ORDER_ASC = 0
@@ -31,7 +31,7 @@ def sum_all(node: Tensor, n_threads: int) -> None:
 def sum_rows(node: Tensor, n_threads: int) -> None:
     """dst[i1,i2,i3] = sum over i0 (F32 only, as ggml)."""
     a = node.src[0]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     store(node, a.view4().sum(axis=-1, dtype=np.float64, keepdims=True).astype(np.float32))
 
 
@@ -39,7 +39,7 @@ def sum_rows(node: Tensor, n_threads: int) -> None:
 def mean(node: Tensor, n_threads: int) -> None:
     """Row sums (double, narrowed to float) divided by ne0 in float."""
     a = node.src[0]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     s = a.view4().sum(axis=-1, dtype=np.float64, keepdims=True).astype(np.float32)
     store(node, s / np.float32(a.ne[0]))
 
@@ -48,7 +48,7 @@ def mean(node: Tensor, n_threads: int) -> None:
 def cumsum(node: Tensor, n_threads: int) -> None:
     """Running float32 sum along each row."""
     a = node.src[0]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     store(node, np.cumsum(a.view4(), axis=-1, dtype=np.float32))
 
 
@@ -56,7 +56,7 @@ def cumsum(node: Tensor, n_threads: int) -> None:
 def argmax(node: Tensor, n_threads: int) -> None:
     """Index of the row maximum; among equal maxima ggml returns the LAST one."""
     a = node.src[0]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     x = a.view4()[0, 0]  # ggml_argmax takes a matrix
     n = x.shape[-1]
     idx = (n - 1) - np.argmax(x[:, ::-1], axis=-1)
@@ -83,7 +83,7 @@ def _order_desc(x: np.ndarray) -> np.ndarray:
 def argsort(node: Tensor, n_threads: int) -> None:
     """I32 indices that sort each row; op_params i32[0] = order (0 ASC, 1 DESC)."""
     a = node.src[0]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     order = node.get_op_params_i32(0)
     x = a.view4()
     if order == GGML_SORT_ORDER_ASC:
@@ -103,7 +103,7 @@ def top_k(node: Tensor, n_threads: int) -> None:
     entries "to emphasize that the order is not important". We do exactly that.
     """
     a = node.src[0]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     k = node.ne[0]
     idx = _order_desc(a.view4())[..., :k].astype(np.int32)
     if k > 1:

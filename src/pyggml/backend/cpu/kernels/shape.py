@@ -14,7 +14,18 @@ import numpy as np
 from .... import memory
 from ....ops.enums import Op
 from ....tensor import Tensor
-from .._common import F32, FLOAT_TYPES, I16, I32, KernelInputError, require_types, shape4, store, unsupported
+from .._common import (
+    F32,
+    FLOAT_TYPES,
+    I16,
+    I32,
+    KernelInputError,
+    require_f32,
+    require_types,
+    shape4,
+    store,
+    unsupported,
+)
 from ..registry import kernel
 
 
@@ -35,7 +46,7 @@ def repeat(node: Tensor, n_threads: int) -> None:
 def repeat_back(node: Tensor, n_threads: int) -> None:
     """Sum the repetitions of src0 back into dst's shape (the gradient of REPEAT)."""
     a = node.src[0]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     n3, n2, n1, n0 = shape4(node)
     s3, s2, s1, s0 = shape4(a)
     if any(s % d for s, d in ((s3, n3), (s2, n2), (s1, n1), (s0, n0))):
@@ -107,7 +118,7 @@ def set_(node: Tensor, n_threads: int) -> None:
 def diag(node: Tensor, n_threads: int) -> None:
     """A row vector [n,1,..] becomes the diagonal of an [n,n,..] matrix."""
     a = node.src[0]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     x = a.view4()  # (ne3, ne2, 1, n)
     n = a.ne[0]
     out = np.zeros(shape4(node), dtype=np.float32)
@@ -117,7 +128,7 @@ def diag(node: Tensor, n_threads: int) -> None:
 
 def _diag_mask(node: Tensor, value: float) -> None:
     a = node.src[0]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     n_past = node.get_op_params_i32(0)
     if n_past < 0:
         raise KernelInputError(f"{node.op.name}: n_past must be >= 0, got {n_past}")
@@ -152,7 +163,7 @@ _TRI_KEEP = {
 def tri(node: Tensor, n_threads: int) -> None:
     """Zero everything outside a triangle; op_params i32[0] = ggml_tri_type."""
     a = node.src[0]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     keep = _TRI_KEEP.get(node.get_op_params_i32(0))
     if keep is None:
         raise KernelInputError(f"TRI: invalid tri type {node.get_op_params_i32(0)}")
@@ -164,7 +175,7 @@ def tri(node: Tensor, n_threads: int) -> None:
 @kernel(Op.ARANGE)
 def arange(node: Tensor, n_threads: int) -> None:
     """dst[i] = start + step*i in float32; op_params f32 {start, stop, step}."""
-    require_types(node, node, (F32,))
+    require_f32(node, node)
     start = np.float32(node.get_op_params_f32(0))
     step = np.float32(node.get_op_params_f32(2))
     i = np.arange(node.nelements()).astype(np.float32)
@@ -175,7 +186,7 @@ def arange(node: Tensor, n_threads: int) -> None:
 def timestep_embedding(node: Tensor, n_threads: int) -> None:
     """Sinusoidal embedding: [cos(t f_j) | sin(t f_j)], f_j = exp(-ln(max_period) j / half); odd dim ends in 0."""
     a = node.src[0]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     dim = node.get_op_params_i32(0)
     max_period = node.get_op_params_i32(1)
     half = dim // 2
@@ -193,7 +204,7 @@ def timestep_embedding(node: Tensor, n_threads: int) -> None:
 def roll(node: Tensor, n_threads: int) -> None:
     """Cyclic shift of every dim: dst[i] = src[(i - shift) mod ne]; op_params i32 shift0..shift3."""
     a = node.src[0]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     shifts = [node.get_op_params_i32(i) for i in range(4)]
     node.view4()[...] = np.roll(a.view4(), shift=(shifts[3], shifts[2], shifts[1], shifts[0]), axis=(0, 1, 2, 3))
 
@@ -202,7 +213,7 @@ def roll(node: Tensor, n_threads: int) -> None:
 def win_part(node: Tensor, n_threads: int) -> None:
     """Split [C, W, H] into zero-padded w x w windows [C, w, w, npx*npy]; op_params i32 {npx, npy, w}."""
     a = node.src[0]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     npx, npy, w = (node.get_op_params_i32(i) for i in range(3))
     x = a.view4()[0]  # (H, W, C)
     h, wd, ch = x.shape
@@ -216,7 +227,7 @@ def win_part(node: Tensor, n_threads: int) -> None:
 def win_unpart(node: Tensor, n_threads: int) -> None:
     """Reassemble w x w windows [C, w, w, n] into [C, W, H] (the inverse of WIN_PART); op_params i32 {w}."""
     a = node.src[0]
-    require_types(node, a, (F32,))
+    require_f32(node, a)
     w = node.get_op_params_i32(0)
     wd, h = node.ne[1], node.ne[2]
     npx = (wd + (w - wd % w) % w) // w

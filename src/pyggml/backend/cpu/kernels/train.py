@@ -12,7 +12,7 @@ import numpy as np
 
 from ....ops.enums import Op
 from ....tensor import Tensor
-from .._common import F32, require_types
+from .._common import require_f32
 from ..registry import kernel
 
 
@@ -20,8 +20,7 @@ from ..registry import kernel
 def cross_entropy_loss(node: Tensor, n_threads: int) -> None:
     """-(1/nr) sum_rows sum_i labels_i * log_softmax(logits)_i; src0 = logits, src1 = labels (F32)."""
     a, b = node.src[0], node.src[1]
-    require_types(node, a, (F32,))
-    require_types(node, b, (F32,))
+    require_f32(node, a, b)
     x = a.view4()
     nr = x.shape[0] * x.shape[1] * x.shape[2]
     st = x - x.max(axis=-1, keepdims=True)
@@ -35,7 +34,7 @@ def cross_entropy_loss_back(node: Tensor, n_threads: int) -> None:
     """d logits = (softmax(logits) - labels) * grad / nr; src0 = grad (scalar), src1 = logits, src2 = labels."""
     g, a, b = node.src[0], node.src[1], node.src[2]
     for t in (g, a, b):
-        require_types(node, t, (F32,))
+        require_f32(node, t)
     x = a.view4()
     nr = x.shape[0] * x.shape[1] * x.shape[2]
     e = np.exp(x - x.max(axis=-1, keepdims=True))
@@ -52,7 +51,7 @@ def opt_step_adamw(node: Tensor, n_threads: int) -> None:
     """
     w, g, m, v, p = (node.src[i] for i in range(5))
     for t in (w, g, m, v, p):
-        require_types(node, t, (F32,))
+        require_f32(node, t)
     alpha, beta1, beta2, eps, wd, beta1h, beta2h = (np.float32(x) for x in p.view4().reshape(-1)[:7])
     one = np.float32(1.0)
     gv, mv, vv, wv = g.view4(), m.view4(), v.view4(), w.view4()
@@ -68,7 +67,7 @@ def opt_step_sgd(node: Tensor, n_threads: int) -> None:
     """w = w (1 - alpha wd) - alpha g in place on src0; src2 holds {alpha, wd}."""
     w, g, p = node.src[0], node.src[1], node.src[2]
     for t in (w, g, p):
-        require_types(node, t, (F32,))
+        require_f32(node, t)
     alpha, wd = (np.float32(x) for x in p.view4().reshape(-1)[:2])
     wv = w.view4()
     wv[...] = wv * (np.float32(1.0) - alpha * wd) - alpha * g.view4()

@@ -15,7 +15,7 @@ import numpy as np
 from ....ops.enums import GluOp, Op, UnaryOp
 from ....tensor import Tensor
 from .. import activations as act
-from .._common import F16, F32, FLOAT_TYPES, load_f32, require_types, shape4, store, unsupported
+from .._common import F16, F32, FLOAT_TYPES, load_f32, require_f32, require_types, shape4, store, unsupported
 from ..registry import kernel
 
 
@@ -102,8 +102,7 @@ def glu(node: Tensor, n_threads: int) -> None:
 def silu_back(node: Tensor, n_threads: int) -> None:
     """dx = dy * s * (1 + x (1 - s)), s = sigmoid(x); src0 = dy, src1 = x."""
     dy, x = node.src[0], node.src[1]
-    require_types(node, dy, (F32,))
-    require_types(node, x, (F32,))
+    require_f32(node, dy, x)
     xv = x.view4()
     with np.errstate(over="ignore"):
         s = np.float32(1.0) / (np.float32(1.0) + np.exp(-xv))
