@@ -63,30 +63,13 @@ class GGMLType(IntEnum):
     Q1_0 = 41
     Q2_0 = 42
 
-    @property
-    def traits(self) -> TypeTraits:
-        return TYPE_TRAITS[self]
-
-    @property
-    def type_name(self) -> str:
-        """ggml's ``ggml_type_name`` (e.g. ``q4_K``)."""
-        return TYPE_TRAITS[self].name
-
-    @property
-    def blck_size(self) -> int:
-        return TYPE_TRAITS[self].blck_size
-
-    @property
-    def type_size(self) -> int:
-        return TYPE_TRAITS[self].type_size
-
-    @property
-    def is_quantized(self) -> bool:
-        return TYPE_TRAITS[self].is_quantized
-
-    @property
-    def is_removed(self) -> bool:
-        return TYPE_TRAITS[self].blck_size == 0
+    # Every member's traits, set on it once from TYPE_TRAITS below (annotations alone make no members):
+    traits: TypeTraits
+    type_name: str  #: ggml's ``ggml_type_name`` (e.g. ``q4_K``)
+    blck_size: int
+    type_size: int
+    is_quantized: bool
+    is_removed: bool  #: the id is gone from ggml; it keeps its slot with block size 0
 
     def row_size(self, ne: int) -> int:
         """ggml_row_size: bytes of ``ne`` elements (``ne`` must be a multiple of the block)."""
@@ -160,6 +143,9 @@ TYPE_TRAITS: dict[GGMLType, TypeTraits] = {
 }
 
 assert len(TYPE_TRAITS) == GGML_TYPE_COUNT == len(GGMLType)
+for _ty, _tr in TYPE_TRAITS.items():
+    _ty.traits, _ty.type_name, _ty.blck_size, _ty.type_size = _tr, _tr.name, _tr.blck_size, _tr.type_size
+    _ty.is_quantized, _ty.is_removed = _tr.is_quantized, _tr.blck_size == 0
 
 _BY_NAME = {t.name: ty for ty, t in TYPE_TRAITS.items() if t.blck_size}
 

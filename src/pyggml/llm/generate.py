@@ -20,16 +20,27 @@ from .sampling import Sampler
 
 @dataclass
 class Timings:
+    """Tokens and seconds spent on prompt processing and on generation: of one generation, or summed over
+    every request a server has answered (its /metrics)."""
+
     n_prompt: int = 0
     t_prompt: float = 0.0
     n_gen: int = 0
     t_gen: float = 0.0
 
+    @property
+    def pp_rate(self) -> float:
+        """Prompt tokens per second (0 before any)."""
+        return self.n_prompt / self.t_prompt if self.t_prompt else 0.0
+
+    @property
+    def tg_rate(self) -> float:
+        """Generated tokens per second (0 before any)."""
+        return self.n_gen / self.t_gen if self.t_gen else 0.0
+
     def summary(self) -> str:
-        pp = self.n_prompt / self.t_prompt if self.t_prompt else 0.0
-        tg = self.n_gen / self.t_gen if self.t_gen else 0.0
-        return (f"prompt eval: {self.n_prompt} tokens in {self.t_prompt * 1e3:.0f} ms ({pp:.1f} tok/s); "
-                f"generation: {self.n_gen} tokens in {self.t_gen * 1e3:.0f} ms ({tg:.1f} tok/s)")
+        return (f"prompt eval: {self.n_prompt} tokens in {self.t_prompt * 1e3:.0f} ms ({self.pp_rate:.1f} tok/s); "
+                f"generation: {self.n_gen} tokens in {self.t_gen * 1e3:.0f} ms ({self.tg_rate:.1f} tok/s)")
 
 
 @dataclass

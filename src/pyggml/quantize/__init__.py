@@ -7,7 +7,8 @@ quantize_model("f16.gguf", "iq2.gguf", "IQ2_XS", QuantizeOptions(imatrix="imatri
 from __future__ import annotations
 
 from .driver import QuantizeOptions, QuantizeResult, TensorPlan, model_info, quantize_model
-from .ftypes import QUANT_OPTIONS, LlamaFType, QuantizeError, QuantOption, ftype_default_type, parse_ftype
+from .errors import QuantizeError
+from .ftypes import QUANT_OPTIONS, LlamaFType, QuantOption, ftype_default_type, parse_ftype
 from .imatrix import IMatrixCollector
 from .imatrix_io import IMatrix, IMatrixEntry, load_imatrix, save_imatrix
 from .overrides import KVOverride, parse_kv_override, parse_prune_layers, parse_tensor_type, parse_tensor_type_file

@@ -29,7 +29,8 @@ from ..gguf.records import TensorInfo
 from ..tensor_data import bf16_to_f32
 from ..types import GGMLType
 from .convert_ops import as_type_opt
-from .ftypes import LlamaFType, QuantizeError, ftype_default_type, guess_ftype, parse_ftype
+from .errors import QuantizeError
+from .ftypes import LlamaFType, ftype_default_type, guess_ftype, parse_ftype
 from .imatrix_io import IMatrix, load_imatrix
 from .overrides import KVOverride
 from .rules import (

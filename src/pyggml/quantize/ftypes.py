@@ -10,12 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from ..errors import PyGGMLError
 from ..types import GGMLType
-
-
-class QuantizeError(PyGGMLError, ValueError):
-    """Bad input to ``quantize_model`` or ``pyggml quantize``: the message names the problem."""
+from .errors import QuantizeError
 
 
 class LlamaFType(IntEnum):

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..ops.enums import Op
 from ..types import GGMLType
-from .ftypes import QuantizeError
+from .errors import QuantizeError
 from .imatrix_io import IMatrix, IMatrixEntry
 
 

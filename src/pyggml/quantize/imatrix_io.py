@@ -19,7 +19,7 @@ import numpy as np
 from ..gguf import GGUFError, GGUFReader, GGUFValueType, GGUFWriter
 from ..gguf.constants import Keys
 from ..types import GGMLType
-from .ftypes import QuantizeError
+from .errors import QuantizeError
 
 KEY_DATASETS = Keys.IMATRIX_DATASETS
 KEY_CHUNK_COUNT = Keys.IMATRIX_CHUNK_COUNT

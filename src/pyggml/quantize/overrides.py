@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..types import GGMLType
-from .ftypes import QuantizeError, parse_ggml_type
+from .errors import QuantizeError
+from .ftypes import parse_ggml_type
 
 
 @dataclass(frozen=True)

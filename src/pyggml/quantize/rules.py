@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ..types import GGMLType
-from .ftypes import LlamaFType, QuantizeError
+from .errors import QuantizeError
+from .ftypes import LlamaFType
 
 F = LlamaFType
 T = GGMLType

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..llm.batch import Batch, DecodeError
+from ..llm.generate import Timings
 from ..llm.sampling import Sampler, SamplingParams
 from .errors import APIError, ErrorType
 from .textstop import StopMatcher
@@ -147,11 +148,9 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 class Stats:
     """Counters for /metrics (llama-server's server_metrics)."""
 
-    n_prompt_tokens: int = 0
-    t_prompt: float = 0.0
+    #: prompt and generated tokens of all requests, and the seconds spent on each
+    work: Timings = field(default_factory=Timings)
     n_prompt_cached: int = 0
-    n_predicted: int = 0
-    t_predicted: float = 0.0
     n_decode: int = 0
     n_busy_slots: int = 0
     n_requests: int = 0
@@ -300,9 +299,9 @@ class Engine:
         n_gen = sum(1 for s, _ in fed if s.state == GENERATING)
         n_pp = len(tokens) - n_gen
         # the step's time is shared by prompt and generation tokens in proportion
-        st.t_prompt += dt * n_pp / len(tokens)
-        st.t_predicted += dt * n_gen / len(tokens)
-        st.n_prompt_tokens += n_pp
+        st.work.t_prompt += dt * n_pp / len(tokens)
+        st.work.t_gen += dt * n_gen / len(tokens)
+        st.work.n_prompt += n_pp
         for s, chunk in fed:
             s.cached += chunk
             if s.state == PROMPT:
@@ -362,7 +361,7 @@ class Engine:
         tok = s.sampler.sample(logits)
         s.sampler.accept(tok)
         s.n_decoded += 1
-        self.stats.n_predicted += 1
+        self.stats.work.n_gen += 1
         probs = token_probs(self.vocab, logits, tok, p.n_probs) if p.n_probs > 0 else None
         finish = ""
         if self.vocab.is_eog(tok) and not p.ignore_eos:

@@ -27,6 +27,7 @@ class EngineCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         e = self.engine
         st = e.stats
+        work = st.work
 
         def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
             return CounterMetricFamily(f"llamacpp:{name}", doc, value=value)
@@ -34,19 +35,17 @@ class EngineCollector(Collector):
         def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
             return GaugeMetricFamily(f"llamacpp:{name}", doc, value=value)
 
-        yield counter("prompt_tokens", "Number of prompt tokens processed", st.n_prompt_tokens)
+        yield counter("prompt_tokens", "Number of prompt tokens processed", work.n_prompt)
         yield counter("prompt_tokens_cached", "Number of prompt tokens reused from the cache", st.n_prompt_cached)
-        yield counter("prompt_seconds", "Total time spent processing prompts", st.t_prompt)
-        yield counter("tokens_predicted", "Number of generation tokens processed", st.n_predicted)
-        yield counter("tokens_predicted_seconds", "Total time spent generating tokens", st.t_predicted)
+        yield counter("prompt_seconds", "Total time spent processing prompts", work.t_prompt)
+        yield counter("tokens_predicted", "Number of generation tokens processed", work.n_gen)
+        yield counter("tokens_predicted_seconds", "Total time spent generating tokens", work.t_gen)
         yield counter("n_decode", "Total number of llama_decode() calls", st.n_decode)
         yield counter("requests", "Number of requests completed", st.n_requests)
         yield counter("requests_cancelled", "Number of requests whose client disconnected", st.n_cancelled)
         yield gauge("n_tokens_max", "Largest observed sequence length (prompt + generation)", st.n_tokens_max)
-        yield gauge("prompt_tokens_seconds", "Average prompt throughput in tokens/s",
-                    st.n_prompt_tokens / st.t_prompt if st.t_prompt else 0.0)
-        yield gauge("predicted_tokens_seconds", "Average generation throughput in tokens/s",
-                    st.n_predicted / st.t_predicted if st.t_predicted else 0.0)
+        yield gauge("prompt_tokens_seconds", "Average prompt throughput in tokens/s", work.pp_rate)
+        yield gauge("predicted_tokens_seconds", "Average generation throughput in tokens/s", work.tg_rate)
         yield gauge("requests_processing", "Number of requests processing", sum(s.is_processing for s in e.slots))
         yield gauge("requests_deferred", "Number of requests deferred", e.n_deferred)
         yield gauge("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
