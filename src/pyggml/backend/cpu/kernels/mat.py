@@ -18,18 +18,7 @@ from ....ops.enums import Op
 from ....tensor import Tensor
 from ....types import GGMLType
 from .. import blas, matmul
-from .._common import (
-    F16,
-    F32,
-    FLOAT_TYPES,
-    I32,
-    KernelInputError,
-    load_f32,
-    require_f32,
-    require_types,
-    shape4,
-    unsupported,
-)
+from .._common import F16, F32, FLOAT_TYPES, I32, KernelInputError, load_f32, require_types, shape4, unsupported
 from ..matmul.actquant import F16_TO_F32, _round_to_f16, fake_quant
 from ..registry import kernel
 
@@ -67,7 +56,7 @@ def _check_mul_mat(node: Tensor, a: Tensor, b: Tensor) -> None:
     if not (a.type in FLOAT_TYPES or a.type.is_quantized):
         raise unsupported(node)
     require_types(node, b, FLOAT_TYPES)
-    require_f32(node, node)
+    require_types(node, node, (F32,))
     if a.ne[0] != b.ne[0] or b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
         raise KernelInputError(f"MUL_MAT: cannot multiply {a.ne} by {b.ne}")
 
@@ -192,7 +181,7 @@ def mul_mat_id(node: Tensor, n_threads: int) -> None:
         raise unsupported(node)
     require_types(node, b, FLOAT_TYPES)
     require_types(node, ids_t, (I32,))
-    require_f32(node, node)
+    require_types(node, node, (F32,))
     _, n_expert, _, k = shape4(w)
     _, n_tok, nb1, _ = shape4(b)
     ids = ids_t.view4()[0, 0]  # (n_tokens, n_used)
@@ -215,7 +204,8 @@ def mul_mat_id(node: Tensor, n_threads: int) -> None:
 def add_id(node: Tensor, n_threads: int) -> None:
     """dst[i0, i1, i2] = a[i0, i1, i2] + b[i0, ids[i1, i2]] (per-expert bias); F32 with I32 ids."""
     a, b, ids_t = node.src[0], node.src[1], node.src[2]
-    require_f32(node, a, b)
+    require_types(node, a, (F32,))
+    require_types(node, b, (F32,))
     require_types(node, ids_t, (I32,))
     ids = ids_t.view4()[0]  # (ne2, ne1)
     _check_rows_index(ids, b.ne[1], "ADD_ID")
@@ -229,7 +219,8 @@ def out_prod(node: Tensor, n_threads: int) -> None:
     a, b = node.src[0], node.src[1]
     if not (a.type in FLOAT_TYPES or a.type.is_quantized):
         raise unsupported(node)
-    require_f32(node, b, node)
+    require_types(node, b, (F32,))
+    require_types(node, node, (F32,))
     ne03, ne02, _, _ = shape4(a)
     ne13, ne12, _, _ = shape4(b)
     if ne12 % ne02 or ne13 % ne03:
