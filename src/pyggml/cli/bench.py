@@ -48,12 +48,10 @@ def _ints(s: str) -> list[int]:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "bench",
-        help="measure prompt-processing and generation speed (like llama-bench)",
-        description="Benchmark a model as llama-bench does: pp<N> tests decode N prompt tokens at once, tg<N> "
-                    "tests generate N tokens one by one. Lists (-p 128,512) run one test per value.",
-    )
+    p = sub.add_parser("bench", help="measure prompt-processing and generation speed (like llama-bench)",
+                       description="Benchmark a model as llama-bench does: pp<N> tests decode N prompt tokens at "
+                                   "once, tg<N> tests generate N tokens one by one. Lists (-p 128,512) run one test "
+                                   "per value.")
     add_model_args(p, ctx_size=0)
     p.add_argument("-p", "--n-prompt", type=_ints, default=[512], help="prompt lengths to test (default 512)")
     p.add_argument("-n", "--n-gen", type=_ints, default=[128], help="generation lengths to test (default 128)")

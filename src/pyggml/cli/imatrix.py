@@ -27,14 +27,12 @@ from .common import add_kv_unified_arg, add_model_args
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "imatrix",
-        help="compute an importance matrix for quantization (llama-imatrix)",
-        description="Run a model over a text in chunks of -c tokens and record, for every weight matrix, the "
-                    "per-column sums of squared activations and how many rows were summed: the importance "
-                    "matrix that `pyggml quantize --imatrix` (and llama-quantize) use. Written in llama.cpp's "
-                    "GGUF imatrix format; --in-file adds existing files (GGUF or legacy .dat) to the result.",
-    )
+    p = sub.add_parser("imatrix", help="compute an importance matrix for quantization (llama-imatrix)",
+                       description="Run a model over a text in chunks of -c tokens and record, for every weight "
+                                   "matrix, the per-column sums of squared activations and how many rows were summed:"
+                                   " the importance matrix that `pyggml quantize --imatrix` (and llama-quantize) use."
+                                   " Written in llama.cpp's GGUF imatrix format; --in-file adds existing files (GGUF "
+                                   "or legacy .dat) to the result.")
     add_model_args(p, ctx_size=512)
     p._option_string_actions["-c"].help = ("tokens per chunk (default 512; must be > 0); the text needs at least "
                                            "two chunks")

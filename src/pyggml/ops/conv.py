@@ -7,6 +7,36 @@ CPU kernels: backend/cpu/kernels/conv.py. The conventions every builder keeps: o
 
 from __future__ import annotations
 
+__all__ = [
+    "GGML_SCALE_FLAG_ALIGN_CORNERS",
+    "GGML_SCALE_FLAG_ANTIALIAS",
+    "OpPool",
+    "ScaleMode",
+    "calc_conv_output_size",
+    "calc_pool_output_size",
+    "col2im_1d",
+    "conv_1d",
+    "conv_2d",
+    "conv_2d_direct",
+    "conv_2d_dw_direct",
+    "conv_3d_direct",
+    "conv_transpose_1d",
+    "conv_transpose_2d_p0",
+    "im2col",
+    "im2col_3d",
+    "im2col_back",
+    "interpolate",
+    "pad",
+    "pad_circular",
+    "pad_ext",
+    "pad_reflect_1d",
+    "pool_1d",
+    "pool_2d",
+    "pool_2d_back",
+    "upscale",
+    "upscale_ext",
+]
+
 from collections.abc import Sequence
 from enum import IntEnum
 
@@ -264,34 +294,3 @@ def pool_2d_back(ctx: Context, a: Tensor, af: Tensor, op: int, k0: int, k1: int,
     op_params i32 {op, k0, k1, s0, s1, p0, p1}, the paddings truncated to int as ggml's int32 array does.
     """
     return _node(_new(ctx, F32, af.ne), Op.POOL_2D_BACK, a, af, params=[int(op), k0, k1, s0, s1, int(p0), int(p1)])
-
-
-__all__ = [
-    "GGML_SCALE_FLAG_ALIGN_CORNERS",
-    "GGML_SCALE_FLAG_ANTIALIAS",
-    "OpPool",
-    "ScaleMode",
-    "calc_conv_output_size",
-    "calc_pool_output_size",
-    "col2im_1d",
-    "conv_1d",
-    "conv_2d",
-    "conv_2d_direct",
-    "conv_2d_dw_direct",
-    "conv_3d_direct",
-    "conv_transpose_1d",
-    "conv_transpose_2d_p0",
-    "im2col",
-    "im2col_3d",
-    "im2col_back",
-    "interpolate",
-    "pad",
-    "pad_circular",
-    "pad_ext",
-    "pad_reflect_1d",
-    "pool_1d",
-    "pool_2d",
-    "pool_2d_back",
-    "upscale",
-    "upscale_ext",
-]

@@ -6,6 +6,18 @@ CPU kernels: backend/cpu/kernels/custom.py. The conventions every builder keeps:
 
 from __future__ import annotations
 
+__all__ = [
+    "GGML_N_TASKS_MAX",
+    "custom_4d",
+    "custom_inplace",
+    "map_custom1",
+    "map_custom1_inplace",
+    "map_custom2",
+    "map_custom2_inplace",
+    "map_custom3",
+    "map_custom3_inplace",
+]
+
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -86,16 +98,3 @@ def custom_inplace(ctx: Context, a: Tensor, args: Sequence[Tensor], fun: CustomF
     result = _node(ctx.view_tensor(a), Op.CUSTOM, a, *args)
     result.extra = _custom_params(fun, n_tasks, userdata)
     return result
-
-
-__all__ = [
-    "GGML_N_TASKS_MAX",
-    "custom_4d",
-    "custom_inplace",
-    "map_custom1",
-    "map_custom1_inplace",
-    "map_custom2",
-    "map_custom2_inplace",
-    "map_custom3",
-    "map_custom3_inplace",
-]

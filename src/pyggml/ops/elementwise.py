@@ -6,6 +6,39 @@ CPU kernels: backend/cpu/kernels/elementwise.py. The conventions every builder k
 
 from __future__ import annotations
 
+__all__ = [
+    "add",
+    "add1",
+    "add1_inplace",
+    "add_cast",
+    "add_inplace",
+    "clamp",
+    "clamp_inplace",
+    "cos",
+    "cos_inplace",
+    "div",
+    "div_inplace",
+    "fill",
+    "fill_inplace",
+    "leaky_relu",
+    "log",
+    "log_inplace",
+    "mul",
+    "mul_inplace",
+    "scale",
+    "scale_bias",
+    "scale_bias_inplace",
+    "scale_inplace",
+    "sin",
+    "sin_inplace",
+    "sqr",
+    "sqr_inplace",
+    "sqrt",
+    "sqrt_inplace",
+    "sub",
+    "sub_inplace",
+]
+
 from ..context import Context
 from ..errors import TypeMismatchError
 from ..tensor import Tensor
@@ -111,37 +144,3 @@ def fill(ctx: Context, a: Tensor, c: float) -> Tensor:
 
 def fill_inplace(ctx: Context, a: Tensor, c: float) -> Tensor:
     return _fill(ctx, a, c, True)
-
-
-__all__ = [
-    "add",
-    "add1",
-    "add1_inplace",
-    "add_cast",
-    "add_inplace",
-    "clamp",
-    "clamp_inplace",
-    "cos",
-    "cos_inplace",
-    "div",
-    "div_inplace",
-    "fill",
-    "fill_inplace",
-    "leaky_relu",
-    "log",
-    "log_inplace",
-    "mul",
-    "mul_inplace",
-    "scale",
-    "scale_bias",
-    "scale_bias_inplace",
-    "scale_inplace",
-    "sin",
-    "sin_inplace",
-    "sqr",
-    "sqr_inplace",
-    "sqrt",
-    "sqrt_inplace",
-    "sub",
-    "sub_inplace",
-]

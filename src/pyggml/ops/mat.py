@@ -5,6 +5,18 @@ CPU kernels: backend/cpu/kernels/mat.py. The conventions every builder keeps: op
 
 from __future__ import annotations
 
+__all__ = [
+    "GGML_PREC_DEFAULT",
+    "GGML_PREC_F32",
+    "add_id",
+    "can_mul_mat",
+    "can_out_prod",
+    "mul_mat",
+    "mul_mat_id",
+    "mul_mat_set_prec",
+    "out_prod",
+]
+
 from ..context import Context
 from ..errors import PyGGMLError, TypeMismatchError
 from ..tensor import Tensor
@@ -70,16 +82,3 @@ def add_id(ctx: Context, a: Tensor, b: Tensor, ids: Tensor) -> Tensor:
     _require(a.ne[1] == ids.ne[0] and a.ne[2] == ids.ne[1], op, f"ids {_ne(ids)} does not index a {_ne(a)}")
     _require(ids.type == I32, op, f"ids must be I32, got {ids.type.type_name}", TypeMismatchError)
     return _node(ctx.dup_tensor(a), Op.ADD_ID, a, b, ids)
-
-
-__all__ = [
-    "GGML_PREC_DEFAULT",
-    "GGML_PREC_F32",
-    "add_id",
-    "can_mul_mat",
-    "can_out_prod",
-    "mul_mat",
-    "mul_mat_id",
-    "mul_mat_set_prec",
-    "out_prod",
-]

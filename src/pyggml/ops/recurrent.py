@@ -9,6 +9,16 @@ CPU kernels: backend/cpu/kernels/recurrent.py. The conventions every builder kee
 
 from __future__ import annotations
 
+__all__ = [
+    "gated_delta_net",
+    "gated_linear_attn",
+    "rwkv_wkv6",
+    "rwkv_wkv7",
+    "solve_tri",
+    "ssm_conv",
+    "ssm_scan",
+]
+
 from ..context import Context
 from ..errors import TypeMismatchError
 from ..tensor import Tensor, are_same_shape
@@ -142,14 +152,3 @@ def gated_delta_net(ctx: Context, q: Tensor, k: Tensor, v: Tensor, g: Tensor, be
     result = _new(ctx, F32, [S_v * H, n_tokens * n_seqs + K * S_v * n_seqs, 1, 1])
     result.set_op_params_i32(0, K)
     return _node(result, Op.GATED_DELTA_NET, q, k, v, g, beta, state)
-
-
-__all__ = [
-    "gated_delta_net",
-    "gated_linear_attn",
-    "rwkv_wkv6",
-    "rwkv_wkv7",
-    "solve_tri",
-    "ssm_conv",
-    "ssm_scan",
-]

@@ -6,6 +6,18 @@ CPU kernels: backend/cpu/kernels/reduce.py. The conventions every builder keeps:
 
 from __future__ import annotations
 
+__all__ = [
+    "SortOrder",
+    "argmax",
+    "argsort",
+    "count_equal",
+    "cumsum",
+    "mean",
+    "sum",
+    "sum_rows",
+    "top_k",
+]
+
 from enum import IntEnum
 
 from ..context import Context
@@ -60,16 +72,3 @@ def top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
     """Indices of the k largest elements of each row (I32 [k, ...], in no particular order)."""
     _require(0 < k <= a.ne[0], "TOP_K", f"k={k} must be in 1..{a.ne[0]}")
     return _node(_new(ctx, I32, [k, a.ne[1], a.ne[2], a.ne[3]]), Op.TOP_K, a)
-
-
-__all__ = [
-    "SortOrder",
-    "argmax",
-    "argsort",
-    "count_equal",
-    "cumsum",
-    "mean",
-    "sum",
-    "sum_rows",
-    "top_k",
-]

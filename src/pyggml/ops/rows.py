@@ -5,6 +5,21 @@ CPU kernels: backend/cpu/kernels/rows.py. The conventions every builder keeps: o
 
 from __future__ import annotations
 
+__all__ = [
+    "cast",
+    "cont",
+    "cont_1d",
+    "cont_2d",
+    "cont_3d",
+    "cont_4d",
+    "cpy",
+    "dup",
+    "dup_inplace",
+    "get_rows",
+    "get_rows_back",
+    "set_rows",
+]
+
 from ..context import Context
 from ..errors import TypeMismatchError
 from ..tensor import Tensor
@@ -98,19 +113,3 @@ def get_rows_back(ctx: Context, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
     _require(b.type == I32, op, f"ids must be I32, got {b.type.type_name}", TypeMismatchError)
     _require(c.is_matrix() and a.ne[0] == c.ne[0], op, f"c {_ne(c)} must be a matrix with rows like a {_ne(a)}")
     return _node(_new(ctx, F32, [c.ne[0], c.ne[1]]), Op.GET_ROWS_BACK, a, b)
-
-
-__all__ = [
-    "cast",
-    "cont",
-    "cont_1d",
-    "cont_2d",
-    "cont_3d",
-    "cont_4d",
-    "cpy",
-    "dup",
-    "dup_inplace",
-    "get_rows",
-    "get_rows_back",
-    "set_rows",
-]

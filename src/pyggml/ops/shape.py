@@ -7,6 +7,44 @@ CPU kernels: backend/cpu/kernels/shape.py. The conventions every builder keeps: 
 
 from __future__ import annotations
 
+__all__ = [
+    "TriType",
+    "acc",
+    "acc_inplace",
+    "arange",
+    "concat",
+    "diag",
+    "diag_mask_inf",
+    "diag_mask_inf_inplace",
+    "diag_mask_zero",
+    "diag_mask_zero_inplace",
+    "permute",
+    "repeat",
+    "repeat_4d",
+    "repeat_back",
+    "reshape",
+    "reshape_1d",
+    "reshape_2d",
+    "reshape_3d",
+    "reshape_4d",
+    "roll",
+    "set",
+    "set_1d",
+    "set_1d_inplace",
+    "set_2d",
+    "set_2d_inplace",
+    "set_inplace",
+    "timestep_embedding",
+    "transpose",
+    "tri",
+    "view_1d",
+    "view_2d",
+    "view_3d",
+    "view_4d",
+    "win_part",
+    "win_unpart",
+]
+
 import math
 import struct
 from enum import IntEnum
@@ -246,42 +284,3 @@ def win_unpart(ctx: Context, a: Tensor, w0: int, h0: int, w: int) -> Tensor:
     """ggml_win_unpart: reassemble w x w windows a into F32 [C, w0, h0] (the inverse of win_part)."""
     _require(a.type == F32, "WIN_UNPART", f"a must be F32, got {a.type.type_name}", TypeMismatchError)
     return _node(_new(ctx, F32, [a.ne[0], w0, h0]), Op.WIN_UNPART, a, params=[w])
-
-
-__all__ = [
-    "TriType",
-    "acc",
-    "acc_inplace",
-    "arange",
-    "concat",
-    "diag",
-    "diag_mask_inf",
-    "diag_mask_inf_inplace",
-    "diag_mask_zero",
-    "diag_mask_zero_inplace",
-    "permute",
-    "repeat",
-    "repeat_4d",
-    "repeat_back",
-    "reshape",
-    "reshape_1d",
-    "reshape_2d",
-    "reshape_3d",
-    "reshape_4d",
-    "roll",
-    "set",
-    "set_1d",
-    "set_1d_inplace",
-    "set_2d",
-    "set_2d_inplace",
-    "set_inplace",
-    "timestep_embedding",
-    "transpose",
-    "tri",
-    "view_1d",
-    "view_2d",
-    "view_3d",
-    "view_4d",
-    "win_part",
-    "win_unpart",
-]

@@ -7,6 +7,13 @@ CPU kernels: backend/cpu/kernels/train.py. The conventions every builder keeps: 
 
 from __future__ import annotations
 
+__all__ = [
+    "cross_entropy_loss",
+    "cross_entropy_loss_back",
+    "opt_step_adamw",
+    "opt_step_sgd",
+]
+
 from ..context import Context
 from ..errors import TypeMismatchError
 from ..tensor import Tensor, TensorFlag, are_same_shape
@@ -54,11 +61,3 @@ def opt_step_sgd(ctx: Context, a: Tensor, grad: Tensor, params: Tensor) -> Tenso
     _require(params.type == F32, op, "params must be F32", TypeMismatchError)
     _require(params.nelements() == 2, op, f"params must hold 2 values, got {params.nelements()}")
     return _node(ctx.view_tensor(a), Op.OPT_STEP_SGD, a, grad, params)
-
-
-__all__ = [
-    "cross_entropy_loss",
-    "cross_entropy_loss_back",
-    "opt_step_adamw",
-    "opt_step_sgd",
-]
