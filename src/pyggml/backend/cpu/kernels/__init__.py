@@ -2,7 +2,7 @@
 
 The families are the same as the op constructors' (pyggml/ops/<family>.py): PAD's builder is in
 ops/conv.py and its kernel in kernels/conv.py, ROLL's in ops/shape.py and kernels/shape.py.
-ops/table.py lists every op's row; importing this package registers every kernel.
+ops/table.toml lists every op's row; importing this package registers every kernel.
 """
 
 from __future__ import annotations
