@@ -1,5 +1,5 @@
 """Backward, loss and optimizer ops, convolutions, ROLL, PAD_REFLECT_1D, window and rel-pos ops:
-built with their builders (ops/<family>.py, see ops/table.py) and checked against math."""
+built with their builders (ops/<family>.py, see ops/table.toml) and checked against math."""
 
 from __future__ import annotations
 
