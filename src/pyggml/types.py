@@ -146,6 +146,7 @@ assert len(TYPE_TRAITS) == GGML_TYPE_COUNT == len(GGMLType)
 for _ty, _tr in TYPE_TRAITS.items():
     _ty.traits, _ty.type_name, _ty.blck_size, _ty.type_size = _tr, _tr.name, _tr.blck_size, _tr.type_size
     _ty.is_quantized, _ty.is_removed = _tr.is_quantized, _tr.blck_size == 0
+del _ty, _tr
 
 _BY_NAME = {t.name: ty for ty, t in TYPE_TRAITS.items() if t.blck_size}
 
