@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -381,6 +382,17 @@ class Device(ABC):
 
 
 # --------------------------------------------------------------------------------------- registry
+_T = TypeVar("_T")
+
+
+def nth(entries: Sequence[_T], index: int, owner: str, many: str, one: str) -> _T:
+    """ggml's ``*_get(index)``, whose assert becomes an IndexError naming how many there are
+    ("registry 'CPU' has 1 devices, no device 3")."""
+    if not 0 <= index < len(entries):
+        raise IndexError(f"{owner} {len(entries)} {many}, no {one} {index}")
+    return entries[index]
+
+
 class Registry(ABC):
     """ggml_backend_reg: a backend family (CPU, CUDA, RPC, ...) and its devices."""
 
@@ -401,10 +413,7 @@ class Registry(ABC):
         return len(self.devices())
 
     def device(self, index: int) -> Device:
-        devs = self.devices()
-        if not 0 <= index < len(devs):
-            raise IndexError(f"registry {self.name()!r} has {len(devs)} devices, no device {index}")
-        return devs[index]
+        return nth(self.devices(), index, f"registry {self.name()!r} has", "devices", "device")
 
     def get_proc_address(self, name: str) -> Any:
         """A named extension function (e.g. "ggml_backend_set_n_threads"), or None."""

@@ -19,9 +19,9 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
-from .base import Backend, Device, DeviceType, Registry
+from .base import Backend, Device, DeviceType, Registry, nth
 from .cpu.backend import backend_cpu_reg
 from .errors import BackendError
 
@@ -72,6 +72,16 @@ class _BackendRegistry:
             _debug(f"skipped backend Torch: importing torch failed: {e}")
             return
         self.register(backend_torch_reg(), "built-in")
+
+    def registries(self) -> list[Registry]:
+        """Every registry, the built-in ones registered first."""
+        self.ensure_builtins()
+        return self.regs
+
+    def all_devices(self) -> list[Device]:
+        """Every device, the built-in backends' registered first."""
+        self.ensure_builtins()
+        return self.devices
 
     def register(self, reg: Registry, source: str = "user") -> None:
         if any(r is reg for r in self.regs):
@@ -182,20 +192,36 @@ def backend_unload(reg: Registry) -> None:
     _state.unregister(reg)
 
 
-# ---------------------------------------------------------------------- registries
+# ---------------------------------------------------------------------- registries and devices
 _Entry = TypeVar("_Entry", Registry, Device)
 
 
-def _nth(entries: list[_Entry], index: int, many: str, one: str) -> _Entry:
-    """ggml's ``*_get(index)``, whose assert becomes an IndexError naming how many there are."""
-    if not 0 <= index < len(entries):
-        raise IndexError(f"there are {len(entries)} {many}, no {one} {index}")
-    return entries[index]
+class _Roster(Generic[_Entry]):
+    """ggml's ``*_count`` / ``*_get`` / ``*_by_name`` over the registries or over the devices, written once
+    for both: each call reads the current list (``entries()`` registers the built-in backends first)."""
+
+    def __init__(self, entries: Callable[[], list[_Entry]], many: str, one: str) -> None:
+        self._entries, self._many, self._one = entries, many, one
+
+    def count(self) -> int:
+        return len(self._entries())
+
+    def get(self, index: int) -> _Entry:
+        return nth(self._entries(), index, "there are", self._many, self._one)
+
+    def by_name(self, name: str) -> _Entry | None:
+        """The first whose name matches, case-insensitively (ggml's striequals)."""
+        return next((e for e in self._entries() if e.name().lower() == name.lower()), None)
 
 
-def _named(entries: list[_Entry], name: str) -> _Entry | None:
-    """ggml's ``*_by_name``: the first whose name matches, case-insensitively (striequals)."""
-    return next((e for e in entries if e.name().lower() == name.lower()), None)
+_registries = _Roster(_state.registries, "backend registries", "registry")
+_devices = _Roster(_state.all_devices, "backend devices", "device")
+backend_reg_count = _registries.count
+backend_reg_get = _registries.get
+backend_reg_by_name = _registries.by_name
+backend_dev_count = _devices.count
+backend_dev_get = _devices.get
+backend_dev_by_name = _devices.by_name
 
 
 def backend_register(reg: Registry) -> None:
@@ -206,39 +232,6 @@ def backend_register(reg: Registry) -> None:
 def backend_device_register(device: Device) -> None:
     _state.ensure_builtins()
     _state.register_device(device)
-
-
-def backend_reg_count() -> int:
-    _state.ensure_builtins()
-    return len(_state.regs)
-
-
-def backend_reg_get(index: int) -> Registry:
-    _state.ensure_builtins()
-    return _nth(_state.regs, index, "backend registries", "registry")
-
-
-def backend_reg_by_name(name: str) -> Registry | None:
-    """Case-insensitive, as ggml's striequals."""
-    _state.ensure_builtins()
-    return _named(_state.regs, name)
-
-
-# ---------------------------------------------------------------------- devices
-def backend_dev_count() -> int:
-    _state.ensure_builtins()
-    return len(_state.devices)
-
-
-def backend_dev_get(index: int) -> Device:
-    _state.ensure_builtins()
-    return _nth(_state.devices, index, "backend devices", "device")
-
-
-def backend_dev_by_name(name: str) -> Device | None:
-    """Case-insensitive, as ggml's striequals."""
-    _state.ensure_builtins()
-    return _named(_state.devices, name)
 
 
 def backend_dev_by_type(type: DeviceType | int) -> Device | None:
@@ -253,8 +246,7 @@ def backend_dev_by_type(type: DeviceType | int) -> Device | None:
 
 def backend_devices() -> list[Device]:
     """All devices in priority order (GPU-type first, CPU last)."""
-    _state.ensure_builtins()
-    return list(_state.devices)
+    return list(_state.all_devices())
 
 
 # ---------------------------------------------------------------------- backends
