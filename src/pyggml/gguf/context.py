@@ -8,7 +8,7 @@ either, as it does in ggml.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -22,18 +22,63 @@ _MISSING: Any = object()
 _Item = TypeVar("_Item", GGUFKV, TensorInfo)
 
 
-def _by_name_or_id(items: list[_Item], index: dict[str, int], ref: str | int, what: str,
-                   missing: Callable[[str], GGUFKeyError]) -> _Item:
-    """A metadata pair or tensor info by name (``missing(name)`` raised when absent) or by id (checked
-    against the range, as ggml's ``gguf_get_*`` asserts): the one lookup both tables share."""
-    if isinstance(ref, str):
-        i = index.get(ref)
-        if i is None:
-            raise missing(ref)
-        return items[i]
-    if not 0 <= ref < len(items):
-        raise GGUFKeyError(f"{what} id {ref} out of range [0, {len(items)})")
-    return items[ref]
+class Catalog(Generic[_Item]):
+    """Records in file order with an index by name: a GGUF file's metadata pairs, or its tensor infos.
+
+    The list and the index change together here only, so an id is always a record's position and
+    a name finds the record with it (the reader refuses a repeated name before appending)."""
+
+    def __init__(self, name_of: Callable[[_Item], str], what: str, missing: Callable[[str], GGUFKeyError]) -> None:
+        self._items: list[_Item] = []
+        self._index: dict[str, int] = {}
+        self._name_of, self._what, self._missing = name_of, what, missing
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[_Item]:
+        return iter(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def __getitem__(self, i: int) -> _Item:
+        """The record at position ``i`` (negative positions count from the end, as in a list)."""
+        return self._items[i]
+
+    def __setitem__(self, i: int, item: _Item) -> None:
+        """Replace the record at ``i`` by one of the same name (the writer's re-laid-out tensor infos)."""
+        if self._name_of(item) != self._name_of(self._items[i]):
+            raise ValueError(f"{self._what} {i} is {self._name_of(self._items[i])!r}, not {self._name_of(item)!r}")
+        self._items[i] = item
+
+    def find(self, name: str) -> int:
+        """The id of the record named ``name``, or -1 (``gguf_find_key`` / ``gguf_find_tensor``)."""
+        return self._index.get(name, -1)
+
+    def get(self, ref: str | int) -> _Item:
+        """The record named ``ref`` (``missing(ref)`` raised when absent) or with id ``ref`` (checked
+        against the range, as ggml's ``gguf_get_*`` asserts)."""
+        if isinstance(ref, str):
+            i = self._index.get(ref)
+            if i is None:
+                raise self._missing(ref)
+            return self._items[i]
+        if not 0 <= ref < len(self._items):
+            raise GGUFKeyError(f"{self._what} id {ref} out of range [0, {len(self._items)})")
+        return self._items[ref]
+
+    def append(self, item: _Item) -> None:
+        self._index[self._name_of(item)] = len(self._items)
+        self._items.append(item)
+
+    def remove(self, name: str) -> int:
+        """Drop the record named ``name``; the id it had, or -1. Later records move up one id."""
+        i = self._index.pop(name, -1)
+        if i >= 0:
+            del self._items[i]
+            self._index = {self._name_of(r): j for j, r in enumerate(self._items)}
+        return i
 
 
 class GGUFContext:
@@ -42,10 +87,10 @@ class GGUFContext:
     def __init__(self) -> None:
         self.version: int = GGUF_VERSION
         self.alignment: int = GGUF_DEFAULT_ALIGNMENT
-        self._kv: list[GGUFKV] = []
-        self._kv_index: dict[str, int] = {}
-        self._tensors: list[TensorInfo] = []
-        self._tensor_index: dict[str, int] = {}
+        self._kv: Catalog[GGUFKV] = Catalog(lambda kv: kv.key, "key",
+                                            lambda k: GGUFKeyError(f"no metadata key {k!r}", key=k))
+        self._tensors: Catalog[TensorInfo] = Catalog(lambda ti: ti.name, "tensor",
+                                                     lambda n: GGUFKeyError(f"no tensor named {n!r}", tensor=n))
 
     # ---- metadata -------------------------------------------------------------------
 
@@ -61,30 +106,34 @@ class GGUFContext:
 
     def find_key(self, key: str) -> int:
         """``gguf_find_key``: the id of ``key``, or -1."""
-        return self._kv_index.get(key, -1)
+        return self._kv.find(key)
 
     def kv(self, key: str | int) -> GGUFKV:
         """The pair named ``key`` (or with id ``key``); GGUFKeyError if absent."""
-        return _by_name_or_id(self._kv, self._kv_index, key, "key",
-                              lambda k: GGUFKeyError(f"no metadata key {k!r}", key=k))
+        return self._kv.get(key)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._kv_index
+        return key in self._kv
 
     def __getitem__(self, key: str) -> Any:
         return self.kv(key).value
 
     def get(self, key: str, default: Any = None) -> Any:
-        i = self._kv_index.get(key)
-        return default if i is None else self._kv[i].value
+        i = self._kv.find(key)
+        return default if i < 0 else self._kv[i].value
 
     @property
     def metadata(self) -> dict[str, Any]:
         """Every pair's value by key, in file order (arrays stay numpy arrays / StringArrays)."""
         return {kv.key: kv.value for kv in self._kv}
 
+    def _absent(self, key: str | int, default: Any) -> bool:
+        """Whether a getter given a ``default`` returns it: for a key name that is not there (an id out of
+        range is still an error)."""
+        return default is not _MISSING and isinstance(key, str) and key not in self._kv
+
     def _typed(self, key: str | int, vtype: GGUFValueType, default: Any) -> Any:
-        if default is not _MISSING and isinstance(key, str) and key not in self._kv_index:
+        if self._absent(key, default):
             return default
         kv = self.kv(key)
         if kv.type != vtype:
@@ -138,7 +187,7 @@ class GGUFContext:
 
     def get_arr(self, key: str | int, default: Any = _MISSING) -> np.ndarray:
         """A numeric (or bool) array's values as a numpy array (read-only, zero-copy for numbers)."""
-        if default is not _MISSING and isinstance(key, str) and key not in self._kv_index:
+        if self._absent(key, default):
             return default
         kv = self._array(key)
         if kv.type == GGUFValueType.STRING:
@@ -147,7 +196,7 @@ class GGUFContext:
 
     def get_arr_str(self, key: str | int, default: Any = _MISSING) -> StringArray | list[str]:
         """A string array, decoded lazily item by item."""
-        if default is not _MISSING and isinstance(key, str) and key not in self._kv_index:
+        if self._absent(key, default):
             return default
         kv = self._array(key)
         if kv.type != GGUFValueType.STRING:
@@ -172,9 +221,8 @@ class GGUFContext:
 
     def find_tensor(self, name: str) -> int:
         """``gguf_find_tensor``: the id of tensor ``name``, or -1."""
-        return self._tensor_index.get(name, -1)
+        return self._tensors.find(name)
 
     def tensor_info(self, name: str | int) -> TensorInfo:
         """The info of tensor ``name`` (or with id ``name``); GGUFKeyError if absent."""
-        return _by_name_or_id(self._tensors, self._tensor_index, name, "tensor",
-                              lambda n: GGUFKeyError(f"no tensor named {n!r}", tensor=n))
+        return self._tensors.get(name)

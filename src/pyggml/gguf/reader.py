@@ -201,8 +201,8 @@ class GGUFReader(GGUFContext):
         if not raw_key:
             raise self._fail("K2", f"key {i} is empty", start)
         key = decode_str(raw_key)
-        if key in self._kv_index:
-            raise self._fail("K3", f"key {key!r} (pair {i}) repeats pair {self._kv_index[key]}", start, key=key)
+        if key in self._kv:
+            raise self._fail("K3", f"key {key!r} (pair {i}) repeats pair {self._kv.find(key)}", start, key=key)
         type_pos = self._pos
         vtype = self._unpack(_I32, "K4", f"value type of key {key!r}", key=key)
         is_array = vtype == GGUFValueType.ARRAY
@@ -227,7 +227,6 @@ class GGUFReader(GGUFContext):
             value = s.unpack(raw)[0]
             if vt == GGUFValueType.BOOL:
                 value, raw = value != 0, None
-        self._kv_index[key] = len(self._kv)
         self._kv.append(GGUFKV(key, vt, is_array, value, raw))
         self._kv_starts.append(start)
 
@@ -291,8 +290,8 @@ class GGUFReader(GGUFContext):
         return StringArray(memoryview(buf), starts)
 
     def _alignment(self) -> None:
-        i = self._kv_index.get(GGUF_KEY_GENERAL_ALIGNMENT)
-        if i is None:
+        i = self._kv.find(GGUF_KEY_GENERAL_ALIGNMENT)
+        if i < 0:
             return
         kv, at = self._kv[i], self._kv_starts[i]
         if kv.kv_type != GGUFValueType.UINT32:
@@ -312,9 +311,9 @@ class GGUFReader(GGUFContext):
         # ggml keeps names as C strings: whatever follows a NUL is lost, and master's duplicate
         # check compares the truncated names (older ggml compared whole strings)
         name = decode_str(raw.split(b"\0", 1)[0])
-        if name in self._tensor_index:
+        if name in self._tensors:
             raise self._fail(
-                "T2", f"tensor {i} is named {name!r} like tensor {self._tensor_index[name]}", start, tensor=name
+                "T2", f"tensor {i} is named {name!r} like tensor {self._tensors.find(name)}", start, tensor=name
             )
         dims_pos = self._pos
         n_dims = self._unpack(_U32, "T3", f"dimension count of tensor {name!r}", tensor=name)
@@ -373,7 +372,6 @@ class GGUFReader(GGUFContext):
         self._offset_fields.append(self._pos)
         offset = self._unpack(_U64, "T9", f"data offset of tensor {name!r}", tensor=name)
         nbytes = nelements // blck * tsize
-        self._tensor_index[name] = len(self._tensors)
         self._tensors.append(TensorInfo(name, ty, (ne[0], ne[1], ne[2], ne[3]), n_dims, offset, nbytes))
 
     def _data_section(self) -> None:

@@ -275,12 +275,9 @@ class GGUFWriter(GGUFContext):
 
     def remove_key(self, key: str) -> int:
         """``gguf_remove_key``: the id the key had, or -1."""
-        i = self._kv_index.pop(key, -1)
-        if i >= 0:
-            del self._kv[i]
-            self._kv_index = {kv.key: j for j, kv in enumerate(self._kv)}
-            if key == GGUF_KEY_GENERAL_ALIGNMENT:
-                self._set_alignment(GGUF_DEFAULT_ALIGNMENT)
+        i = self._kv.remove(key)
+        if i >= 0 and key == GGUF_KEY_GENERAL_ALIGNMENT:
+            self._set_alignment(GGUF_DEFAULT_ALIGNMENT)
         return i
 
     def set_kv(self, kv: GGUFKV) -> None:
@@ -297,7 +294,6 @@ class GGUFWriter(GGUFContext):
             if a <= 0 or a & (a - 1):
                 raise GGUFError(f"{GGUF_KEY_GENERAL_ALIGNMENT} must be a power of 2, got {a}", key=kv.key)
         self.remove_key(kv.key)
-        self._kv_index[kv.key] = len(self._kv)
         self._kv.append(kv)
         if kv.key == GGUF_KEY_GENERAL_ALIGNMENT:
             self._set_alignment(int(kv.value))
@@ -398,7 +394,7 @@ class GGUFWriter(GGUFContext):
                 f"tensor name {name!r} has {len(encode_str(name))} bytes, must be fewer than {GGML_MAX_NAME}",
                 tensor=name,
             )
-        if name in self._tensor_index:
+        if name in self._tensors:
             raise GGUFError(f"duplicate tensor name {name!r}", tensor=name)
         if "\0" in name:  # ggml names are C strings: a reader would cut the name here
             raise GGUFError(f"tensor name {name!r} contains a NUL character", tensor=name)
@@ -420,7 +416,6 @@ class GGUFWriter(GGUFContext):
         prev = self._tensors[-1] if self._tensors else None
         offset = prev.offset + _pad(prev.nbytes, self.alignment) if prev else 0
         ti = TensorInfo(name, ty, shape, n_dims, offset, nbytes)
-        self._tensor_index[name] = len(self._tensors)
         self._tensors.append(ti)
         self._data.append(data)
         return ti
