@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -67,6 +68,20 @@ def test_add_inplace_writes_into_a() -> None:
     out = B.add_inplace(c.ctx, a, b)
     c.compute(out)
     assert_close(values(a), before + values(b))
+
+
+@pytest.mark.parametrize(("name", "params"), [("sub", ["ctx", "a", "b"]), ("rms_norm", ["ctx", "a", "eps"]),
+                                             ("diag_mask_inf", ["ctx", "a", "n_past"]), ("sqrt", ["ctx", "a"])])
+def test_twins_show_their_parameters_and_inplace_views_a(name: str, params: list[str]) -> None:
+    """X and X_inplace made by ops._build._twins: ggml's parameters (not impl's op/inplace), and the
+    inplace twin's result is a view of a while X's is a new tensor."""
+    build, build_inplace = getattr(B, name), getattr(B, f"{name}_inplace")
+    assert list(inspect.signature(build).parameters) == params == list(inspect.signature(build_inplace).parameters)
+    c = OpCase()
+    a = c.tensor(F32, 8, 8)
+    extra = {"b": [a], "eps": [1e-5], "n_past": [2]}.get(params[-1], [])
+    assert build(c.ctx, a, *extra).view_src is None
+    assert build_inplace(c.ctx, a, *extra).view_src is a
 
 
 def test_add_quantized_src0() -> None:
