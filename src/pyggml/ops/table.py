@@ -43,7 +43,7 @@ class OpRow:
 def _load(path: Path) -> tuple[OpRow, ...]:
     """The rows of table.toml, in its order; a field, op or reason it does not know is an error naming it."""
     data = tomllib.loads(path.read_text(encoding="utf-8"))
-    reasons: dict[str, str] = data.pop("why_not")
+    reasons: dict[str, str] = data.pop("why_not", {})
     enums: dict[str, type[Op] | type[UnaryOp] | type[GluOp]] = {"Op": Op, "UnaryOp": UnaryOp, "GluOp": GluOp}
     rows = []
     for section, entries in data.items():

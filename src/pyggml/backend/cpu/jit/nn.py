@@ -106,8 +106,7 @@ def k_rms_norm_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
         else:
             scale = _rms_scale(x, ne0, eps)
         yn = numba.carray(f32p(row_at(rn, T_DST, i1, i2, i3)), ne0)
-        wp = r[T_SRC1] + (i1 % r[T_SRC1 + 2]) * r[T_SRC1 + 6] + (i2 % r[T_SRC1 + 3]) * r[T_SRC1 + 7]
-        wv = numba.carray(f32p(wp + (i3 % r[T_SRC1 + 4]) * r[T_SRC1 + 8]), ne10)
+        wv = numba.carray(f32p(row_at(r, T_SRC1, i1 % r[T_SRC1 + 2], i2 % r[T_SRC1 + 3], i3 % r[T_SRC1 + 4])), ne10)
         y = numba.carray(f32p(row_at(r, T_DST, i1, i2, i3)), ne0)
         for i in range(ne0):
             v = x[i] * scale
