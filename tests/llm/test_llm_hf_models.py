@@ -132,7 +132,7 @@ def test_llama3_rope_scaling_is_written_as_rope_freqs(tmp_path: Path) -> None:
     toks = tokens_for(config.vocab_size, seed=5)
     path = convert(tmp_path, model, config)
     m = Model(path, progress=False)
-    f = m.rope_freqs.numpy().reshape(-1)
+    f = m.layers[0].rope_freqs.numpy().reshape(-1)
     assert f.shape == (8,) and f[0] == 1.0 and f[-1] == 8.0 and np.any((f > 1.0) & (f < 8.0))
     ref = hf_logits(model, toks)
     assert cosines(run(path, toks), ref).min() >= 0.9999

@@ -194,7 +194,7 @@ class LlamaContext:
         for cache in self.caches.values():
             if not cache.has_shift:
                 continue
-            g = build_k_shift(self.model, cache)
+            g = build_k_shift(self.model, cache, self.n_ctx_seq)
             self.sched.reset()
             if not self.sched.alloc_graph(g.gf):
                 raise PyGGMLError("failed to allocate the K-shift graph")
@@ -343,7 +343,7 @@ class LlamaContext:
             self.n_reused += 1
         else:
             b = GraphBuilder(self.model, self.caches, self.layer_cache, n_tokens, n_outputs, n_kv, self.flash_attn,
-                             embd_input, s0, ns)
+                             embd_input, s0, ns, self.n_ctx_seq)
             g = b.build(key)
             self.sched.reset()
             if not self.sched.alloc_graph(g.gf):

@@ -1,15 +1,17 @@
-"""Forward graphs for llama, qwen2 and gemma3, built from pyggml ops as llama.cpp builds them.
+"""The shared blocks of every forward graph, as llama.cpp's ``llm_graph_context`` (src/llama-graph.cpp).
 
-One ``build_graph`` call makes the graph of one ubatch (llm_graph_context + src/models/<arch>.cpp):
-the inputs (tokens, positions, output ids, per-cache K/V row indices and KQ masks), the layers,
-and logits only for the output positions. Intermediate tensors get llama.cpp's callback names
-(``attn_norm-3``, ``l_out-3``, ``result_output`` ...) so eval callbacks can pick them out.
+``GraphBuilder`` makes the graph of one ubatch: the inputs (tokens, positions, output ids, per-cache
+K/V row indices and KQ masks), then the layers, which the model's architecture module writes
+(``llm/arch/<name>.py``, as src/models/<arch>.cpp) out of the blocks here: norms, Q/K/V, RoPE,
+attention over the KV cache, the FFN and the output head. Logits are made only for the output
+positions. Intermediate tensors get llama.cpp's callback names (``attn_norm-3``, ``l_out-3``,
+``result_output`` ...) so eval callbacks can pick them out.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+from enum import Enum
 
 from ..context import Context, tensor_overhead
 from ..graph import Graph, graph_overhead_custom, new_graph_custom
@@ -59,20 +61,37 @@ class RopeParams:
     beta_slow: float = 1.0
 
 
-def rope_params(hp: HParams, swa: bool) -> RopeParams:
-    """llama.cpp's cparams for RoPE; gemma3's sliding-window layers use their own base and scale 1."""
-    scale = 1.0 if hp.rope_scaling_type == "none" else hp.rope_freq_scale_train
+def rope_params(hp: HParams, il: int) -> RopeParams:
+    """llama.cpp's cparams for RoPE at layer ``il``: sliding-window layers use their own base and scale
+    (llama_model::get_rope_freq_base / get_rope_freq_scale)."""
     ext = 1.0 if hp.rope_scaling_type == "yarn" else 0.0
-    if swa:
+    if hp.is_swa(il):
         return RopeParams(hp.n_ctx_orig_yarn, hp.rope_freq_base_train_swa, hp.rope_freq_scale_train_swa, ext,
                           hp.rope_attn_factor)
+    scale = 1.0 if hp.rope_scaling_type == "none" else hp.rope_freq_scale_train
     return RopeParams(hp.n_ctx_orig_yarn, hp.rope_freq_base_train, scale, ext, hp.rope_attn_factor)
+
+
+class NormType(Enum):
+    """llm_norm_type: LayerNorm (mean and variance) or RMSNorm."""
+
+    NORM = "norm"
+    RMS = "rms"
+
+
+class FFNOp(Enum):
+    """llm_ffn_op_type: the FFN's activation."""
+
+    SILU = "silu"
+    GELU = "gelu"
+    RELU = "relu"
+    SWIGLU_OAI = "swiglu_oai"
 
 
 class GraphBuilder:
     def __init__(self, model: Model, caches: dict[str, KVCache], layer_cache: list[str], n_tokens: int,
                  n_outputs: int, n_kv: dict[str, int], flash_attn: bool, embd_input: bool = False, s0: int = 0,
-                 ns: int = 1) -> None:
+                 ns: int = 1, n_ctx_seq: int = 0) -> None:
         self.model = model
         self.hp = model.hparams
         self.caches = caches
@@ -80,6 +99,7 @@ class GraphBuilder:
         self.n_tokens = n_tokens
         self.n_outputs = n_outputs
         self.flash_attn = flash_attn
+        self.n_ctx_seq = n_ctx_seq
         self.s0, self.ns = s0, ns  # attention over streams s0 .. s0+ns-1, n_tokens/ns tokens each
         self.ctx = Context(GRAPH_MAX_NODES * tensor_overhead() + graph_overhead_custom(GRAPH_MAX_NODES),
                            no_alloc=True)
@@ -119,10 +139,17 @@ class GraphBuilder:
         return t
 
     # ------------------------------------------------------------------ building blocks
-    def norm(self, x: Tensor, w: Tensor | None, name: str, il: int = -1) -> Tensor:
-        cur = B.rms_norm(self.ctx, x, self.hp.f_norm_rms_eps)
+    def norm(self, x: Tensor, w: Tensor | None, name: str, il: int = -1, b: Tensor | None = None,
+             kind: NormType = NormType.RMS) -> Tensor:
+        """build_norm: RMSNorm or LayerNorm, times ``w``, plus ``b``; named ``name``."""
+        if kind is NormType.RMS:
+            cur = B.rms_norm(self.ctx, x, self.hp.f_norm_rms_eps)
+        else:
+            cur = B.norm(self.ctx, x, self.hp.f_norm_eps)
         if w is not None:
             cur = B.mul(self.ctx, cur, w)
+        if b is not None:
+            cur = B.add(self.ctx, cur, b)
         return self.cb(cur, name, il)
 
     def mm(self, w: Tensor, x: Tensor, b: Tensor | None = None) -> Tensor:
@@ -130,22 +157,36 @@ class GraphBuilder:
         return B.add(self.ctx, y, b) if b is not None else y
 
     def qkv(self, layer: Layer, cur: Tensor, il: int) -> tuple[Tensor, Tensor, Tensor]:
+        """build_qkv: Q, K and V as {head_dim, n_head, n_tokens}, from separate or fused weights."""
         hp, ctx, T = self.hp, self.ctx, self.n_tokens
+        dk, dv = hp.n_embd_head_k, hp.n_embd_head_v
+        if layer.wqkv is not None:
+            qkv = self.cb(self.mm(layer.wqkv, cur, layer.bqkv), "wqkv", il)
+            n_q, n_k = dk * hp.n_head[il], dk * hp.n_head_kv[il]
+            rs = qkv.type.row_size
+            q = B.view_3d(ctx, qkv, dk, hp.n_head[il], T, rs(dk), qkv.nb[1], 0)
+            k = B.view_3d(ctx, qkv, dk, hp.n_head_kv[il], T, rs(dk), qkv.nb[1], rs(n_q))
+            v = B.view_3d(ctx, qkv, dv, hp.n_head_kv[il], T, rs(dv), qkv.nb[1], rs(n_q + n_k))
+            return q, k, v
         q = self.cb(self.mm(layer.wq, cur, layer.bq), "Qcur", il)
         k = self.cb(self.mm(layer.wk, cur, layer.bk), "Kcur", il)
         v = self.cb(self.mm(layer.wv, cur, layer.bv), "Vcur", il)
-        q = B.reshape_3d(ctx, q, hp.n_embd_head_k, hp.n_head[il], T)
-        k = B.reshape_3d(ctx, k, hp.n_embd_head_k, hp.n_head_kv[il], T)
-        v = B.reshape_3d(ctx, v, hp.n_embd_head_v, hp.n_head_kv[il], T)
+        q = B.reshape_3d(ctx, q, dk, hp.n_head[il], T)
+        k = B.reshape_3d(ctx, k, dk, hp.n_head_kv[il], T)
+        v = B.reshape_3d(ctx, v, dv, hp.n_head_kv[il], T)
         return q, k, v
 
-    def rope(self, x: Tensor, il: int, swa: bool, factors: Tensor | None = None) -> Tensor:
-        rp = rope_params(self.hp, swa)
+    def rope(self, x: Tensor, il: int, rp: RopeParams | None = None) -> Tensor:
+        """ggml_rope_ext on Q or K of layer ``il`` with the layer's factors and llama.cpp's cparams."""
+        rp = rp or rope_params(self.hp, il)
+        factors = self.model.rope_factors(il, self.n_ctx_seq)
         return B.rope_ext(self.ctx, x, self.pos, factors, self.hp.n_rot, self.hp.rope_type, rp.n_ctx_orig,
                           rp.freq_base, rp.freq_scale, rp.ext_factor, rp.attn_factor, rp.beta_fast, rp.beta_slow)
 
-    def attn(self, layer: Layer, q: Tensor, k: Tensor, v: Tensor, kq_scale: float, il: int) -> Tensor:
-        """build_attn with a KV cache: store K/V, then attend over the first n_kv cells."""
+    def attn(self, layer: Layer, q: Tensor, k: Tensor, v: Tensor, kq_scale: float, il: int,
+             sinks: Tensor | None = None) -> Tensor:
+        """build_attn with a KV cache: store K/V, then attend over the first n_kv cells; soft-capped
+        scores when the model asks for it (gemma2), attention sinks when given (gpt-oss)."""
         ctx, gf, hp = self.ctx, self.gf, self.hp
         inp = self.attn_inputs[self.layer_cache[il]]
         cache = inp.cache
@@ -156,15 +197,25 @@ class GraphBuilder:
         if self.ns > 1:  # {d, n_head, T/ns, ns}: each stream's tokens attend to that stream's cells
             q = B.reshape_4d(ctx, q, q.ne[0], q.ne[1], q.ne[2] // self.ns, self.ns)
         q = B.permute(ctx, q, 0, 2, 1, 3)
+        softcap = hp.f_attn_logit_softcapping if hp.attn_soft_cap else 0.0
         if self.flash_attn:
-            cur = B.flash_attn_ext(ctx, q, kk, vv, inp.kq_mask, kq_scale, 0.0, 0.0)
+            cur = B.flash_attn_ext(ctx, q, kk, vv, inp.kq_mask, kq_scale, 0.0, softcap)
+            if sinks is not None:
+                B.flash_attn_ext_add_sinks(cur, sinks)
             B.flash_attn_ext_set_prec(cur, B.GGML_PREC_F32)
             cur = B.reshape_2d(ctx, cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
         else:
             kq = B.mul_mat(ctx, kk, q)
             B.mul_mat_set_prec(kq, B.GGML_PREC_F32)
             self.cb(kq, "kq", il)
-            kq = self.cb(B.soft_max_ext(ctx, kq, inp.kq_mask, kq_scale, 0.0), "kq_soft_max", il)
+            if softcap:
+                kq = self.cb(B.scale(ctx, kq, 1.0 / softcap), "kq_scaled_1", il)
+                kq = self.cb(B.tanh(ctx, kq), "kq_tanh", il)
+                kq = self.cb(B.scale(ctx, kq, softcap), "kq_scaled_2", il)
+            kq = B.soft_max_ext(ctx, kq, inp.kq_mask, kq_scale, 0.0)
+            if sinks is not None:
+                B.soft_max_add_sinks(kq, sinks)
+            self.cb(kq, "kq_soft_max", il)
             if not cache.v_trans:
                 vv = B.cont(ctx, B.transpose(ctx, vv))
             kqv = B.mul_mat(ctx, vv, kq)
@@ -173,21 +224,52 @@ class GraphBuilder:
         self.cb(cur, "kqv_out", il)
         return self.mm(layer.wo, cur, layer.bo)
 
-    def ffn(self, layer: Layer, cur: Tensor, gelu: bool, il: int) -> Tensor:
+    def ffn(self, cur: Tensor, up: Tensor | None, gate: Tensor | None, down: Tensor | None, op: FFNOp, il: int,
+            up_b: Tensor | None = None, gate_b: Tensor | None = None, down_b: Tensor | None = None,
+            parallel: bool = True) -> Tensor:
+        """build_ffn: up (and a gate, parallel or after up), the activation, down; biases where given."""
         ctx = self.ctx
-        up = self.mm(layer.ffn_up, cur, layer.ffn_up_b)
-        gate = self.mm(layer.ffn_gate, cur, layer.ffn_gate_b)
-        act = B.geglu_split(ctx, gate, up) if gelu else B.swiglu_split(ctx, gate, up)
-        self.cb(act, "ffn_gate_par", il)
-        return self.mm(layer.ffn_down, act, layer.ffn_down_b)
+        tmp = self.cb(self.mm(up, cur, up_b), "ffn_up", il) if up is not None else cur
+        if gate is not None:
+            g = self.cb(self.mm(gate, cur if parallel else tmp, gate_b), "ffn_gate", il)
+        else:
+            g = tmp
+        gated = gate is not None and parallel
+        if op is FFNOp.SILU:
+            cur = self.cb(B.swiglu_split(ctx, g, tmp), "ffn_swiglu", il) if gated else self.cb(
+                B.silu(ctx, g), "ffn_silu", il)
+        elif op is FFNOp.GELU:
+            cur = self.cb(B.geglu_split(ctx, g, tmp), "ffn_geglu", il) if gated else self.cb(
+                B.gelu(ctx, g), "ffn_gelu", il)
+        elif op is FFNOp.RELU:
+            cur = self.cb(B.reglu_split(ctx, g, tmp), "ffn_reglu", il) if gated else self.cb(
+                B.relu(ctx, g), "ffn_relu", il)
+        else:  # SWIGLU_OAI: gpt-oss's clamped SwiGLU, alpha 1.702 and limit 7 (llama-graph.cpp)
+            cur = self.cb(B.swiglu_oai(ctx, g, tmp, 1.702, 7.0), "ffn_swiglu_oai", il)
+        if down is not None:
+            cur = self.mm(down, cur, down_b)
+        return cur
 
-    def finish(self, cur: Tensor) -> Tensor:
-        m, ctx = self.model, self.ctx
-        cur = self.norm(cur, m.output_norm, "result_norm")
-        cur = B.mul_mat(ctx, m.output, cur)
-        if m.output_b is not None:
-            cur = B.add(ctx, cur, m.output_b)
-        c = self.hp.f_final_logit_softcapping
+    def ffn_of(self, layer: Layer, cur: Tensor, op: FFNOp, il: int, parallel: bool = True) -> Tensor:
+        """build_ffn over a layer's own ffn_up / ffn_gate / ffn_down and their biases."""
+        return self.ffn(cur, layer.ffn_up, layer.ffn_gate, layer.ffn_down, op, il, layer.ffn_up_b,
+                        layer.ffn_gate_b, layer.ffn_down_b, parallel)
+
+    def last_layer_rows(self, il: int, *xs: Tensor) -> tuple[Tensor, ...]:
+        """In the last layer only the output positions go on (``ggml_get_rows(cur, inp_out_ids)``)."""
+        if il != self.hp.n_layer - 1:
+            return xs
+        return tuple(B.get_rows(self.ctx, x, self.out_ids) for x in xs)
+
+    def finish(self, cur: Tensor, kind: NormType = NormType.RMS) -> Tensor:
+        """The output head: result_norm, the vocabulary projection (with its bias), llama.cpp's logit
+        scale (granite) and final soft-capping (gemma2/3) when the hparams set them; named result_output."""
+        m, ctx, hp = self.model, self.ctx, self.hp
+        cur = self.norm(cur, m.output_norm, "result_norm", b=m.output_norm_b, kind=kind)
+        cur = self.mm(m.output, cur, m.output_b)
+        if hp.f_logit_scale:
+            cur = B.scale(ctx, cur, 1.0 / hp.f_logit_scale)
+        c = hp.f_final_logit_softcapping
         if c:
             cur = B.scale(ctx, B.tanh(ctx, B.scale(ctx, cur, 1.0 / c)), c)
         cur = self.cb(cur, "result_output")
@@ -195,60 +277,14 @@ class GraphBuilder:
         self.gf.build_forward_expand(cur)
         return cur
 
-    # ------------------------------------------------------------------ architectures
     def inp_embd(self) -> Tensor:
         """build_inp_embd: the ubatch's token embeddings."""
         if self.tokens.type == F32:
             return self.tokens
         return B.get_rows(self.ctx, self.model.tok_embd, self.tokens)
 
-    def build_llama_like(self) -> Tensor:
-        """llama and qwen2 (qwen2: NEOX rope, q/k/v biases, optional output bias)."""
-        m, hp, ctx = self.model, self.hp, self.ctx
-        inp = self.cb(self.inp_embd(), "inp_embd")
-        kq_scale = 1.0 / math.sqrt(hp.n_embd_head_k)
-        for il, layer in enumerate(m.layers):
-            inp_sa = inp
-            cur = self.norm(inp, layer.attn_norm, "attn_norm", il)
-            q, k, v = self.qkv(layer, cur, il)
-            q = self.cb(self.rope(q, il, False, m.rope_freqs), "Qcur_rope", il)
-            k = self.cb(self.rope(k, il, False, m.rope_freqs), "Kcur_rope", il)
-            cur = self.cb(self.attn(layer, q, k, v, kq_scale, il), "attn_out", il)
-            if il == hp.n_layer - 1:
-                cur = B.get_rows(ctx, cur, self.out_ids)
-                inp_sa = B.get_rows(ctx, inp_sa, self.out_ids)
-            ffn_inp = self.cb(B.add(ctx, cur, inp_sa), "ffn_inp", il)
-            cur = self.norm(ffn_inp, layer.ffn_norm, "ffn_norm", il)
-            cur = self.cb(self.ffn(layer, cur, False, il), "ffn_out", il)
-            inp = self.cb(B.add(ctx, cur, ffn_inp), "l_out", il)
-        return self.finish(inp)
-
-    def build_gemma3(self) -> Tensor:
-        m, hp, ctx = self.model, self.hp, self.ctx
-        inp = self.cb(B.scale(ctx, self.inp_embd(), float(math.sqrt(hp.n_embd))), "inp_scaled")
-        for il, layer in enumerate(m.layers):
-            swa = hp.is_swa(il)
-            cur = self.norm(inp, layer.attn_norm, "attn_norm", il)
-            q, k, v = self.qkv(layer, cur, il)
-            q = self.norm(q, layer.attn_q_norm, "Qcur_normed", il)
-            q = self.cb(self.rope(q, il, swa), "Qcur_rope", il)
-            k = self.norm(k, layer.attn_k_norm, "Kcur_normed", il)
-            k = self.cb(self.rope(k, il, swa), "Kcur_rope", il)
-            q = B.scale(ctx, q, hp.f_attention_scale)
-            cur = self.cb(self.attn(layer, q, k, v, 1.0, il), "attn_out", il)
-            if il == hp.n_layer - 1:
-                cur = B.get_rows(ctx, cur, self.out_ids)
-                inp = B.get_rows(ctx, inp, self.out_ids)
-            cur = self.norm(cur, layer.attn_post_norm, "attn_post_norm", il)
-            sa_out = self.cb(B.add(ctx, cur, inp), "sa_out", il)
-            cur = self.norm(sa_out, layer.ffn_norm, "ffn_norm", il)
-            cur = self.cb(self.ffn(layer, cur, True, il), "ffn_out", il)
-            cur = self.norm(cur, layer.ffn_post_norm, "ffn_post_norm", il)
-            inp = self.cb(B.add(ctx, cur, sa_out), "l_out", il)
-        return self.finish(inp)
-
     def build(self, key: tuple) -> UbatchGraph:
-        logits = self.build_gemma3() if self.hp.arch == "gemma3" else self.build_llama_like()
+        logits = self.model.arch.build_graph(self)
         return UbatchGraph(self.ctx, self.gf, self.tokens, self.pos, self.out_ids, self.attn_inputs, logits, key,
                            self.named)
 
@@ -262,7 +298,7 @@ class ShiftGraph:
     shift: Tensor  # I32 [kv_size*n_stream]: input, how far each cell moved
 
 
-def build_k_shift(model: Model, cache: KVCache) -> ShiftGraph:
+def build_k_shift(model: Model, cache: KVCache, n_ctx_seq: int = 0) -> ShiftGraph:
     """llama_kv_cache::build_graph_shift: RoPE composes (rotating by p then by d is rotating by p+d),
     so after seq_add moved positions, the first n_rot dims of every cached K are rotated by the shift."""
     hp = model.hparams
@@ -276,9 +312,8 @@ def build_k_shift(model: Model, cache: KVCache) -> ShiftGraph:
         k = cache.k[il]
         view = B.view_3d(ctx, k, hp.n_rot, hp.n_head_kv[il], n_cells, k.type.row_size(hp.n_embd_head_k),
                          k.type.row_size(hp.n_embd_k_gqa(il)), 0)
-        swa = hp.is_swa(il) if hp.arch == "gemma3" else False
-        rp = rope_params(hp, swa)
-        factors = None if hp.arch == "gemma3" else model.rope_freqs
+        rp = rope_params(hp, il)
+        factors = model.rope_factors(il, n_ctx_seq)
         gf.build_forward_expand(B.rope_ext_inplace(ctx, view, shift, factors, hp.n_rot, hp.rope_type, rp.n_ctx_orig,
                                                    rp.freq_base, rp.freq_scale, rp.ext_factor, rp.attn_factor,
                                                    rp.beta_fast, rp.beta_slow))

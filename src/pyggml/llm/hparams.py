@@ -1,26 +1,62 @@
 """Model hyper-parameters read from GGUF metadata, as llama.cpp's load_hparams reads them.
 
-Only the three architectures pyggml runs are known here (llama, qwen2, gemma3); the key names
-and defaults are llama.cpp's (src/llama-model.cpp load_hparams and src/models/<arch>.cpp).
+The generic part (``llama_model_base::load_hparams``, src/llama-model.cpp) is here; what one
+architecture adds (its keys, defaults and SWA pattern: ``load_arch_hparams`` in
+src/models/<arch>.cpp) is in that architecture's module under ``llm/arch/``.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import PyGGMLError
 from ..gguf.constants import Keys
 
+if TYPE_CHECKING:
+    from .arch.base import Arch
+
+LLAMA_ROPE_TYPE_NONE = -1
 LLAMA_ROPE_TYPE_NORM = 0
 LLAMA_ROPE_TYPE_NEOX = 2
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "gemma3")
+_REQUIRED: Any = object()
 
 
 class ModelLoadError(PyGGMLError):
     """The GGUF file is not a model pyggml can run (unknown architecture, missing key or tensor)."""
+
+
+class KV:
+    """The per-architecture keys of one file (llama_model_loader::get_key / get_key_or_arr)."""
+
+    def __init__(self, md: Mapping[str, Any], arch: str) -> None:
+        self.md = md
+        self.arch = arch
+
+    def __contains__(self, key: str) -> bool:
+        return Keys.arch(key, self.arch) in self.md
+
+    def get(self, key: str, default: Any = _REQUIRED) -> Any:
+        """The value of ``key`` (a ``Keys`` format like ``"{arch}.block_count"``); without a default a
+        missing key is a ModelLoadError naming it."""
+        full = Keys.arch(key, self.arch)
+        if full in self.md:
+            return self.md[full]
+        if default is _REQUIRED:
+            raise ModelLoadError(f"model metadata is missing the required key {full!r}")
+        return default
+
+    def per_layer(self, key: str, n_layer: int, default: Any = _REQUIRED) -> list[int]:
+        """A scalar for every layer, or an array of one value per layer."""
+        v = self.get(key, default)
+        if hasattr(v, "__len__") and not isinstance(v, str):
+            vals = [int(x) for x in v]
+            if len(vals) != n_layer:
+                raise ModelLoadError(f"{Keys.arch(key, self.arch)} has {len(vals)} entries, expected {n_layer}")
+            return vals
+        return [int(v)] * n_layer
 
 
 @dataclass
@@ -35,21 +71,32 @@ class HParams:
     n_embd_head_k: int
     n_embd_head_v: int
     n_rot: int
-    f_norm_rms_eps: float
-    rope_type: int
+    rope_type: int = LLAMA_ROPE_TYPE_NORM
+    f_norm_eps: float = 0.0
+    f_norm_rms_eps: float = 0.0
     rope_freq_base_train: float = 10000.0
     rope_freq_scale_train: float = 1.0
     rope_scaling_type: str = "linear"
     rope_attn_factor: float = 1.0
     n_ctx_orig_yarn: int = 0
     n_vocab: int = 0
-    # gemma3
+    # sliding-window attention (llama_hparams: swa_type STANDARD, n_swa, is_swa_impl)
     n_swa: int = 0
     swa_layers: list[bool] = field(default_factory=list)
     rope_freq_base_train_swa: float = 10000.0
     rope_freq_scale_train_swa: float = 1.0
+    # soft-capping and scales (0: unused)
+    attn_soft_cap: bool = False
+    f_attn_logit_softcapping: float = 50.0
     f_final_logit_softcapping: float = 0.0
     f_attention_scale: float = 0.0
+    f_embedding_scale: float = 0.0
+    f_residual_scale: float = 0.0
+    f_logit_scale: float = 0.0
+    use_kq_norm: bool = False
+    # mixture of experts
+    n_expert: int = 0
+    n_expert_used: int = 0
 
     def n_embd_k_gqa(self, il: int) -> int:
         return self.n_embd_head_k * self.n_head_kv[il]
@@ -64,78 +111,74 @@ class HParams:
     def uses_swa(self) -> bool:
         return self.n_swa > 0 and any(self.swa_layers)
 
+    def set_swa_pattern(self, n_pattern: int, dense_first: bool = False) -> None:
+        """llama_hparams::set_swa_pattern: in every group of n_pattern layers one is dense (the last, or
+        the first with ``dense_first``) and the others slide; a period of 0 makes every layer slide."""
+        if dense_first:
+            self.swa_layers = [n_pattern == 0 or il % n_pattern != 0 for il in range(self.n_layer)]
+        else:
+            self.swa_layers = [n_pattern == 0 or il % n_pattern < n_pattern - 1 for il in range(self.n_layer)]
+
+    def load_swa_pattern(self, kv: KV, n_pattern: int, dense_first: bool = False) -> None:
+        """llama_model_base::load_swa_pattern: a per-layer array in the file wins over the period."""
+        pattern = kv.get(Keys.ATTENTION_SLIDING_WINDOW_PATTERN, n_pattern)
+        if hasattr(pattern, "__len__"):
+            if len(pattern) != self.n_layer:
+                raise ModelLoadError(f"sliding_window_pattern has {len(pattern)} entries, expected {self.n_layer}")
+            self.swa_layers = [bool(x) for x in pattern]
+        else:
+            self.set_swa_pattern(int(pattern), dense_first)
+
     @classmethod
-    def from_metadata(cls, md: Any) -> HParams:
+    def from_metadata(cls, md: Mapping[str, Any]) -> HParams:
         """``md`` maps GGUF keys to values (a GGUFReader works)."""
+        if Keys.GENERAL_ARCHITECTURE not in md:
+            raise ModelLoadError(f"model metadata is missing the required key {Keys.GENERAL_ARCHITECTURE!r}")
+        return cls.load(md, _arch_of(str(md[Keys.GENERAL_ARCHITECTURE])))
 
-        def get(key: str, default: Any = KeyError) -> Any:
-            if key in md:
-                return md[key]
-            if default is KeyError:
-                raise ModelLoadError(f"model metadata is missing the required key {key!r}")
-            return default
-
-        arch = get(Keys.GENERAL_ARCHITECTURE)
-        if arch not in SUPPORTED_ARCHS:
-            raise ModelLoadError(f"unsupported architecture {arch!r} (pyggml runs {', '.join(SUPPORTED_ARCHS)})")
-        n_layer = int(get(Keys.arch(Keys.BLOCK_COUNT, arch)))
+    @classmethod
+    def load(cls, md: Mapping[str, Any], arch: Arch) -> HParams:
+        kv = KV(md, arch.name)
+        n_layer = int(kv.get(Keys.BLOCK_COUNT))
         if not 0 < n_layer <= 512:
-            raise ModelLoadError(f"{Keys.arch(Keys.BLOCK_COUNT, arch)} = {n_layer} is out of range")
-
-        def per_layer(key: str, default: Any = KeyError) -> list[int]:
-            v = get(key, default)
-            if hasattr(v, "__len__") and not isinstance(v, str):
-                vals = [int(x) for x in v]
-                if len(vals) != n_layer:
-                    raise ModelLoadError(f"{key} has {len(vals)} entries, expected {n_layer}")
-                return vals
-            return [int(v)] * n_layer
-
-        n_embd = int(get(Keys.arch(Keys.EMBEDDING_LENGTH, arch)))
-        n_head = per_layer(Keys.arch(Keys.ATTENTION_HEAD_COUNT, arch))
-        n_head_kv = per_layer(Keys.arch(Keys.ATTENTION_HEAD_COUNT_KV, arch), n_head)
-        head_k = int(get(Keys.arch(Keys.ATTENTION_KEY_LENGTH, arch), n_embd // n_head[0]))
-        head_v = int(get(Keys.arch(Keys.ATTENTION_VALUE_LENGTH, arch), n_embd // n_head[0]))
-        n_rot = int(get(Keys.arch(Keys.ROPE_DIMENSION_COUNT, arch), head_k))
-        if arch == "llama" and n_rot != head_k:
-            raise ModelLoadError(f"invalid n_rot: {n_rot}, expected {head_k}")
-        scale_linear = get(Keys.arch(Keys.ROPE_SCALE_LINEAR, arch), 0.0)
-        factor = float(get(Keys.arch(Keys.ROPE_SCALING_FACTOR, arch), scale_linear))
-        tokens = md.get(Keys.TOKENIZER_LIST, [])
+            raise ModelLoadError(f"{Keys.arch(Keys.BLOCK_COUNT, arch.name)} = {n_layer} is out of range")
+        n_embd = int(kv.get(Keys.EMBEDDING_LENGTH))
+        n_head = kv.per_layer(Keys.ATTENTION_HEAD_COUNT, n_layer)
+        n_head_kv = kv.per_layer(Keys.ATTENTION_HEAD_COUNT_KV, n_layer, n_head)
+        if n_head[0] <= 0:
+            raise ModelLoadError(f"{Keys.arch(Keys.ATTENTION_HEAD_COUNT, arch.name)} must be positive")
+        head_k = int(kv.get(Keys.ATTENTION_KEY_LENGTH, n_embd // n_head[0]))
+        head_v = int(kv.get(Keys.ATTENTION_VALUE_LENGTH, n_embd // n_head[0]))
+        factor = float(kv.get(Keys.ROPE_SCALING_FACTOR, kv.get(Keys.ROPE_SCALE_LINEAR, 0.0)))
+        n_ctx_train = int(kv.get(Keys.CONTEXT_LENGTH))
         hp = cls(
-            arch=arch,
-            n_ctx_train=int(get(Keys.arch(Keys.CONTEXT_LENGTH, arch))),
+            arch=arch.name,
+            n_ctx_train=n_ctx_train,
             n_embd=n_embd,
             n_layer=n_layer,
-            n_ff=per_layer(Keys.arch(Keys.FEED_FORWARD_LENGTH, arch)),
+            n_ff=kv.per_layer(Keys.FEED_FORWARD_LENGTH, n_layer, 0),
             n_head=n_head,
             n_head_kv=n_head_kv,
             n_embd_head_k=head_k,
             n_embd_head_v=head_v,
-            n_rot=n_rot,
-            f_norm_rms_eps=float(get(Keys.arch(Keys.ATTENTION_LAYERNORM_RMS_EPS, arch))),
-            rope_type=LLAMA_ROPE_TYPE_NORM if arch == "llama" else LLAMA_ROPE_TYPE_NEOX,
-            rope_freq_base_train=float(get(Keys.arch(Keys.ROPE_FREQ_BASE, arch), 10000.0)),
+            n_rot=int(kv.get(Keys.ROPE_DIMENSION_COUNT, head_k)),
+            rope_freq_base_train=float(kv.get(Keys.ROPE_FREQ_BASE, 10000.0)),
             rope_freq_scale_train=1.0 / factor if factor else 1.0,
-            rope_scaling_type=str(get(Keys.arch(Keys.ROPE_SCALING_TYPE, arch), "linear")),
-            rope_attn_factor=float(get(Keys.arch(Keys.ROPE_SCALING_ATTN_FACTOR, arch), 1.0)),
-            n_vocab=len(tokens),
+            rope_scaling_type=str(kv.get(Keys.ROPE_SCALING_TYPE, "linear")),
+            rope_attn_factor=float(kv.get(Keys.ROPE_SCALING_ATTN_FACTOR, 1.0)),
+            n_ctx_orig_yarn=int(kv.get(Keys.ROPE_SCALING_ORIG_CTX_LEN, n_ctx_train)),
+            n_vocab=len(md.get(Keys.TOKENIZER_LIST, [])),
+            n_expert=int(kv.get(Keys.EXPERT_COUNT, 0)),
+            n_expert_used=int(kv.get(Keys.EXPERT_USED_COUNT, 0)),
         )
-        hp.n_ctx_orig_yarn = int(get(Keys.arch(Keys.ROPE_SCALING_ORIG_CTX_LEN, arch), hp.n_ctx_train))
-        if arch == "gemma3":
-            hp.n_swa = int(get(Keys.arch(Keys.ATTENTION_SLIDING_WINDOW, arch), 0))
-            if hp.n_swa > 0:
-                pattern = get(Keys.arch(Keys.ATTENTION_SLIDING_WINDOW_PATTERN, arch), 6)
-                if hasattr(pattern, "__len__"):
-                    hp.swa_layers = [bool(x) for x in pattern]
-                else:
-                    p = int(pattern)
-                    hp.swa_layers = [(il % p) < p - 1 for il in range(n_layer)] if p > 1 else [False] * n_layer
-            hp.rope_freq_base_train_swa = float(get(Keys.arch(Keys.ROPE_FREQ_BASE_SWA, arch), 10000.0))
-            hp.f_final_logit_softcapping = float(get(Keys.arch(Keys.FINAL_LOGIT_SOFTCAPPING, arch), 0.0))
-            # query_pre_attn_scalar is not in the file; llama.cpp hard-codes it by model size
-            if n_layer == 62:
-                hp.f_attention_scale = 1.0 / math.sqrt(n_embd / n_head[0])
-            else:
-                hp.f_attention_scale = 1.0 / math.sqrt(head_k)
+        if hp.rope_scaling_type not in ("none", "linear", "yarn", "longrope"):
+            raise ModelLoadError(f"unknown rope scaling type {hp.rope_scaling_type!r}")
+        hp.rope_type = arch.rope_type
+        arch.load_hparams(hp, kv)
         return hp
+
+
+def _arch_of(name: str) -> Arch:
+    from .arch import get_arch  # deferred: the architecture modules import this one
+
+    return get_arch(name)

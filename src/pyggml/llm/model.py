@@ -28,9 +28,12 @@ from ..backend.base import Buffer, BufferType, BufferUsage, Device, DeviceType
 from ..backend.registry import backend_dev_by_type, backend_devices
 from ..context import Context, tensor_overhead
 from ..gguf import GGUFReader
+from ..gguf.constants import Keys
 from ..tensor import Tensor, ggml_pad
 from ..types import GGMLType
+from .arch import Arch, get_arch
 from .hparams import HParams, ModelLoadError
+from .tensors import LLMTensor
 
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
 
@@ -45,26 +48,46 @@ def cpu_device() -> Device:
 
 @dataclass
 class Layer:
-    attn_norm: Tensor
-    wq: Tensor
-    wk: Tensor
-    wv: Tensor
-    wo: Tensor
-    ffn_norm: Tensor
-    ffn_gate: Tensor
-    ffn_up: Tensor
-    ffn_down: Tensor
+    """llama_layer: one block's weights; an architecture fills the ones it has (the rest stay None)."""
+
+    attn_norm: Tensor | None = None
+    attn_norm_b: Tensor | None = None
+    wq: Tensor | None = None
+    wk: Tensor | None = None
+    wv: Tensor | None = None
+    wqkv: Tensor | None = None
+    wo: Tensor | None = None
     bq: Tensor | None = None
     bk: Tensor | None = None
     bv: Tensor | None = None
+    bqkv: Tensor | None = None
     bo: Tensor | None = None
     attn_q_norm: Tensor | None = None
+    attn_q_norm_b: Tensor | None = None
     attn_k_norm: Tensor | None = None
+    attn_k_norm_b: Tensor | None = None
     attn_post_norm: Tensor | None = None
-    ffn_post_norm: Tensor | None = None
+    attn_sinks: Tensor | None = None
+    ffn_norm: Tensor | None = None
+    ffn_norm_b: Tensor | None = None
+    ffn_gate: Tensor | None = None
+    ffn_up: Tensor | None = None
+    ffn_down: Tensor | None = None
     ffn_gate_b: Tensor | None = None
     ffn_up_b: Tensor | None = None
     ffn_down_b: Tensor | None = None
+    ffn_post_norm: Tensor | None = None
+    ffn_gate_inp: Tensor | None = None
+    ffn_gate_inp_b: Tensor | None = None
+    ffn_gate_exps: Tensor | None = None
+    ffn_up_exps: Tensor | None = None
+    ffn_down_exps: Tensor | None = None
+    ffn_gate_exps_b: Tensor | None = None
+    ffn_up_exps_b: Tensor | None = None
+    ffn_down_exps_b: Tensor | None = None
+    rope_freqs: Tensor | None = None
+    rope_long: Tensor | None = None
+    rope_short: Tensor | None = None
 
 
 class Model:
@@ -77,8 +100,8 @@ class Model:
         if not self.path.is_file():
             raise ModelLoadError(f"model file not found: {self.path}")
         self.reader = GGUFReader(self.path)
-        self.hparams = HParams.from_metadata(self.reader)
-        self.arch = self.hparams.arch
+        self.arch: Arch = get_arch(str(self.reader.get(Keys.GENERAL_ARCHITECTURE, "")))
+        self.hparams = HParams.load(self.reader, self.arch)
         infos = self.reader.tensors
         self.ctx = Context((len(infos) + 2) * tensor_overhead(), no_alloc=True)
         self._placement = _Placement(self.hparams.n_layer, n_gpu_layers, devices, override_tensor, use_extra_bufts)
@@ -140,59 +163,46 @@ class Model:
         return self._placement.buft_for(f"blk.{il}.attn_norm.weight") or self._placement.cpu_buft
 
     # ------------------------------------------------------------------ tensors
-    def _get(self, name: str, ne: tuple[int, ...] | None = None, required: bool = True) -> Tensor | None:
+    def create_tensor(self, kind: LLMTensor, shape: tuple[int, ...], il: int | None = None, suffix: str = "weight",
+                      required: bool = True) -> Tensor | None:
+        """llama_model_loader::create_tensor: the named weight, its leading dimensions checked against
+        ``shape``; a missing optional one is None, a missing required one a ModelLoadError."""
+        name = kind.name_of(suffix, il)
         t = self.tensors.get(name)
         if t is None:
             if required:
                 raise ModelLoadError(f"{self.path.name}: missing tensor {name!r}")
             return None
-        if ne is not None and tuple(t.ne[: len(ne)]) != ne:
-            raise ModelLoadError(f"{self.path.name}: tensor {name!r} has shape {t.ne[:len(ne)]}, expected {list(ne)}")
+        if tuple(t.ne[: len(shape)]) != tuple(shape):
+            raise ModelLoadError(f"{self.path.name}: tensor {name!r} has shape {t.ne[:len(shape)]}, "
+                                 f"expected {list(shape)}")
         return t
 
+    def tied_output(self) -> Tensor:
+        """The output projection when the file has none: the token embeddings (llama.cpp's
+        TENSOR_DUPLICATED), or their copy on the output layer's device."""
+        return self._tied_output if self._tied_output is not None else self.tok_embd
+
+    def rope_factors(self, il: int, n_ctx_seq: int) -> Tensor | None:
+        """llama_model::get_rope_factors: the layer's frequency factors; LongRoPE's long ones when the
+        per-sequence context exceeds the original training context."""
+        layer = self.layers[il]
+        if layer.rope_freqs is not None:
+            return layer.rope_freqs
+        return layer.rope_long if n_ctx_seq > self.hparams.n_ctx_orig_yarn else layer.rope_short
+
     def _build_layers(self) -> None:
-        hp = self.hparams
-        g = self._get
-        self.tok_embd = g("token_embd.weight", (hp.n_embd,))
-        if hp.n_vocab == 0:
-            hp.n_vocab = self.tok_embd.ne[1]
-        self.output_norm = g("output_norm.weight", (hp.n_embd,))
-        out = g("output.weight", (hp.n_embd, hp.n_vocab), required=False)
-        if out is None:
-            out = self._tied_output if self._tied_output is not None else self.tok_embd  # tied embeddings
-        self.output = out
-        self.output_b = g("output.bias", required=False)
-        self.rope_freqs = g("rope_freqs.weight", required=False)
-        self.layers: list[Layer] = []
-        for il in range(hp.n_layer):
-            p = f"blk.{il}."
-            n_embd_q = hp.n_embd_head_k * hp.n_head[il]
-            layer = Layer(
-                attn_norm=g(p + "attn_norm.weight", (hp.n_embd,)),
-                wq=g(p + "attn_q.weight", (hp.n_embd, n_embd_q)),
-                wk=g(p + "attn_k.weight", (hp.n_embd, hp.n_embd_k_gqa(il))),
-                wv=g(p + "attn_v.weight", (hp.n_embd, hp.n_embd_v_gqa(il))),
-                wo=g(p + "attn_output.weight", (hp.n_embd_head_v * hp.n_head[il], hp.n_embd)),
-                ffn_norm=g(p + "ffn_norm.weight", (hp.n_embd,)),
-                ffn_gate=g(p + "ffn_gate.weight", (hp.n_embd, hp.n_ff[il])),
-                ffn_up=g(p + "ffn_up.weight", (hp.n_embd, hp.n_ff[il])),
-                ffn_down=g(p + "ffn_down.weight", (hp.n_ff[il], hp.n_embd)),
-                bq=g(p + "attn_q.bias", required=False),
-                bk=g(p + "attn_k.bias", required=False),
-                bv=g(p + "attn_v.bias", required=False),
-                bo=g(p + "attn_output.bias", required=False),
-                attn_q_norm=g(p + "attn_q_norm.weight", required=False),
-                attn_k_norm=g(p + "attn_k_norm.weight", required=False),
-                attn_post_norm=g(p + "post_attention_norm.weight", required=False),
-                ffn_post_norm=g(p + "post_ffw_norm.weight", required=False),
-                ffn_gate_b=g(p + "ffn_gate.bias", required=False),
-                ffn_up_b=g(p + "ffn_up.bias", required=False),
-                ffn_down_b=g(p + "ffn_down.bias", required=False),
-            )
-            if self.arch == "gemma3" and None in (layer.attn_q_norm, layer.attn_k_norm, layer.attn_post_norm,
-                                                   layer.ffn_post_norm):
-                raise ModelLoadError(f"{self.path.name}: gemma3 layer {il} lacks its q/k/post norms")
-            self.layers.append(layer)
+        self.tok_embd: Tensor | None = None
+        self.output_norm: Tensor | None = None
+        self.output_norm_b: Tensor | None = None
+        self.output: Tensor | None = None
+        self.output_b: Tensor | None = None
+        self.pos_embd: Tensor | None = None
+        self.layers: list[Layer] = [Layer() for _ in range(self.hparams.n_layer)]
+        embd = self.tensors.get(LLMTensor.TOKEN_EMBD.name_of())
+        if self.hparams.n_vocab == 0 and embd is not None:  # a file without a vocabulary
+            self.hparams.n_vocab = embd.ne[1]
+        self.arch.load_tensors(self)
 
     def metadata(self, key: str, default: object = None) -> object:
         return self.reader.get(key, default)

@@ -1,0 +1,54 @@
+"""The names of a model's tensors in a GGUF file: one table, as llama.cpp's ``LLM_TENSOR_NAMES``
+(llama-arch.cpp) and gguf-py's ``TENSOR_NAMES``.
+
+An architecture module asks for ``LLMTensor.ATTN_Q`` of layer 3 and gets ``blk.3.attn_q.weight``;
+no tensor name is spelled anywhere else.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class LLMTensor(StrEnum):
+    """llama.cpp's ``LLM_TENSOR_*``: the name format of each kind of tensor (``{bid}``: the layer)."""
+
+    TOKEN_EMBD = "token_embd"
+    TOKEN_EMBD_NORM = "token_embd_norm"
+    TOKEN_TYPES = "token_types"
+    POS_EMBD = "position_embd"
+    OUTPUT_NORM = "output_norm"
+    OUTPUT = "output"
+    ROPE_FREQS = "rope_freqs"
+    ROPE_FACTORS_LONG = "rope_factors_long"
+    ROPE_FACTORS_SHORT = "rope_factors_short"
+    ATTN_NORM = "blk.{bid}.attn_norm"
+    ATTN_NORM_2 = "blk.{bid}.attn_norm_2"
+    ATTN_QKV = "blk.{bid}.attn_qkv"
+    ATTN_Q = "blk.{bid}.attn_q"
+    ATTN_K = "blk.{bid}.attn_k"
+    ATTN_V = "blk.{bid}.attn_v"
+    ATTN_OUT = "blk.{bid}.attn_output"
+    ATTN_Q_NORM = "blk.{bid}.attn_q_norm"
+    ATTN_K_NORM = "blk.{bid}.attn_k_norm"
+    ATTN_POST_NORM = "blk.{bid}.post_attention_norm"
+    ATTN_SINKS = "blk.{bid}.attn_sinks"
+    FFN_NORM = "blk.{bid}.ffn_norm"
+    FFN_GATE = "blk.{bid}.ffn_gate"
+    FFN_UP = "blk.{bid}.ffn_up"
+    FFN_DOWN = "blk.{bid}.ffn_down"
+    FFN_POST_NORM = "blk.{bid}.post_ffw_norm"
+    FFN_GATE_INP = "blk.{bid}.ffn_gate_inp"
+    FFN_GATE_EXPS = "blk.{bid}.ffn_gate_exps"
+    FFN_UP_EXPS = "blk.{bid}.ffn_up_exps"
+    FFN_DOWN_EXPS = "blk.{bid}.ffn_down_exps"
+
+    def name_of(self, suffix: str | None = "weight", bid: int | None = None) -> str:
+        """llama.cpp's ``tn(tensor, suffix, bid)``: ``blk.3.attn_q.weight``."""
+        if "{bid}" in self.value:
+            if bid is None:
+                raise ValueError(f"tensor {self.name} is per layer: give its layer")
+            base = self.value.format(bid=bid)
+        else:
+            base = self.value
+        return f"{base}.{suffix}" if suffix else base
