@@ -1,0 +1,150 @@
+"""Tiny random-weight GGUF models, one per architecture, written with the independent ``gguf`` package.
+
+Each has 2 layers, n_embd 64, 4 query heads and 2 KV heads of 16, an FFN of 96 and a 256-token
+byte-level vocabulary: small enough to keep in tests/data, and with every tensor and key the
+architecture's llama.cpp loader reads. The weights are drawn from a seeded generator; the files
+kept in ``tests/data/archs`` were written by ``tests/data/archs/make_reference.py``, which also
+ran llama.cpp on them. Tests read the kept files, never regenerate them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+
+N_EMBD, N_HEAD, N_HEAD_KV, HEAD, N_FF, N_VOCAB, N_LAYER, N_CTX = 64, 4, 2, 16, 96, 256, 2, 256
+Q, KV = N_HEAD * HEAD, N_HEAD_KV * HEAD
+
+
+def _byte_tokens() -> list[str]:
+    """GPT-2's byte-to-unicode map: the 256 one-byte tokens of a byte-level BPE vocabulary."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + n)
+            n += 1
+    return [chars[b] for b in range(256)]
+
+
+@dataclass
+class Spec:
+    """One architecture's tiny model: its extra keys and its tensors (name -> ggml ne)."""
+
+    arch: str
+    keys: dict[str, Any] = field(default_factory=dict)
+    layer: Callable[[int], dict[str, tuple[int, ...]]] = lambda il: {}
+    globals_: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    tied: bool = False
+
+
+def _attn(il: int, bias: bool = False, qk_norm: int = 0, fused: bool = False) -> dict[str, tuple[int, ...]]:
+    p = f"blk.{il}."
+    t: dict[str, tuple[int, ...]] = {p + "attn_norm.weight": (N_EMBD,), p + "attn_output.weight": (Q, N_EMBD)}
+    if fused:
+        t[p + "attn_qkv.weight"] = (N_EMBD, Q + 2 * KV)
+    else:
+        t.update({p + "attn_q.weight": (N_EMBD, Q), p + "attn_k.weight": (N_EMBD, KV),
+                  p + "attn_v.weight": (N_EMBD, KV)})
+    if bias:
+        t.update({p + "attn_q.bias": (Q,), p + "attn_k.bias": (KV,), p + "attn_v.bias": (KV,)})
+    if qk_norm:
+        t.update({p + "attn_q_norm.weight": (qk_norm,), p + "attn_k_norm.weight": (qk_norm,)})
+    return t
+
+
+def _ffn(il: int, gate: bool = True, norm: bool = True) -> dict[str, tuple[int, ...]]:
+    p = f"blk.{il}."
+    t = {p + "ffn_up.weight": (N_EMBD, N_FF), p + "ffn_down.weight": (N_FF, N_EMBD)}
+    if gate:
+        t[p + "ffn_gate.weight"] = (N_EMBD, N_FF)
+    if norm:
+        t[p + "ffn_norm.weight"] = (N_EMBD,)
+    return t
+
+
+def _post_norms(il: int) -> dict[str, tuple[int, ...]]:
+    return {f"blk.{il}.post_attention_norm.weight": (N_EMBD,), f"blk.{il}.post_ffw_norm.weight": (N_EMBD,)}
+
+
+SPECS: dict[str, Spec] = {
+    "llama": Spec("llama", {"rope.freq_base": 500000.0}, lambda il: _attn(il) | _ffn(il),
+                  {"rope_freqs.weight": (HEAD // 2,)}),
+    "qwen2": Spec("qwen2", {"rope.freq_base": 1000000.0}, lambda il: _attn(il, bias=True) | _ffn(il), tied=True),
+    "qwen3": Spec("qwen3", {"rope.freq_base": 1000000.0}, lambda il: _attn(il, qk_norm=HEAD) | _ffn(il)),
+    "gemma": Spec("gemma", {}, lambda il: _attn(il) | _ffn(il), tied=True),
+    "gemma2": Spec("gemma2", {"attention.sliding_window": 8, "attn_logit_softcapping": 1.0,
+                              "final_logit_softcapping": 2.0},
+                   lambda il: _attn(il) | _ffn(il) | _post_norms(il), tied=True),
+    "gemma3": Spec("gemma3", {"attention.sliding_window": 8, "attention.sliding_window_pattern": [True, False],
+                              "rope.freq_base": 1000000.0},
+                   lambda il: _attn(il, qk_norm=HEAD) | _ffn(il) | _post_norms(il), tied=True),
+}
+
+
+def tensors(spec: Spec) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the model, in file order, as name -> ggml ne."""
+    t: dict[str, tuple[int, ...]] = {"token_embd.weight": (N_EMBD, N_VOCAB), "output_norm.weight": (N_EMBD,)}
+    if not spec.tied:
+        t["output.weight"] = (N_EMBD, N_VOCAB)
+    t.update(spec.globals_)
+    for il in range(N_LAYER):
+        t.update(spec.layer(il))
+    return t
+
+
+def _value(name: str, ne: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    shape = tuple(reversed(ne))
+    if name.startswith("rope_freqs"):
+        return np.linspace(1.0, 8.0, ne[0], dtype=np.float32)  # llama3-style: low frequencies stretched
+    if "norm" in name:
+        return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+    if name.endswith(".bias"):
+        return (0.1 * rng.standard_normal(shape)).astype(np.float32)
+    return (0.08 * rng.standard_normal(shape)).astype(np.float32)
+
+
+def write(arch: str, path: Path, seed: int = 0) -> Path:
+    """Write the tiny ``arch`` model (F32) to ``path``."""
+    spec = SPECS[arch]
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_context_length(N_CTX)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(N_LAYER)
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(N_HEAD)
+    w.add_head_count_kv(N_HEAD_KV)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    for key, value in spec.keys.items():
+        full = f"{arch}.{key}"
+        if isinstance(value, list):
+            w.add_array(full, value)
+        elif isinstance(value, float):
+            w.add_float32(full, value)
+        else:
+            w.add_uint32(full, value)
+    tokens = _byte_tokens()
+    tokens[-1] = "ĠĠ"  # one merged token, so that the merge list is not empty
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([gguf.TokenType.NORMAL] * N_VOCAB)
+    w.add_token_merges(["Ġ Ġ"])
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    for name, ne in tensors(spec).items():
+        w.add_tensor(name, _value(name, ne, rng))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

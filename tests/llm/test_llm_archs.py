@@ -1,0 +1,53 @@
+"""Every architecture's tiny model against llama.cpp's outputs on the same file (tests/data/archs).
+
+The F32 and Q8_0 files and llama.cpp 0c1e570's logits and greedy tokens were written by
+tests/data/archs/make_reference.py; pyggml runs the same prompt with the same context settings (n_ctx 64,
+F16 KV cache, no flash attention) and must give the same logits at every position (cosine >= 0.9999,
+the same top-1 wherever llama.cpp's top two differ by more than 1e-3) and the same greedy tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pyggml.llm.arch import supported_archs
+from pyggml.llm.context import ContextParams, LlamaContext
+from pyggml.llm.model import Model
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "archs"
+REF = np.load(DATA / "reference.npz")
+ARCHS = sorted({k.split("-")[0] for k in REF.files if k.endswith("-logits")})
+CASES = [(a, kind) for a in ARCHS for kind in ("f32", "q8_0")]
+
+
+def _context(arch: str, kind: str) -> LlamaContext:
+    name = f"{arch}.gguf" if kind == "f32" else f"{arch}-{kind}.gguf"
+    return LlamaContext(Model(DATA / name, progress=False), ContextParams(n_ctx=64, n_batch=64, n_ubatch=64,
+                                                                          n_threads=2))
+
+
+@pytest.mark.parametrize(("arch", "kind"), CASES, ids=[f"{a}-{k}" for a, k in CASES])
+def test_logits_and_greedy_equal_llamacpp(arch: str, kind: str) -> None:
+    tokens = REF["tokens"].tolist()
+    ref = REF[f"{arch}-{kind}-logits"]
+    ctx = _context(arch, kind)
+    out = ctx.decode(tokens, outputs=[True] * len(tokens))
+    cos = (out * ref).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(ref, axis=1))
+    assert cos.min() >= 0.9999, f"{arch} {kind}: cosine per position {np.round(cos, 6)}"
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-3
+    assert np.array_equal(out.argmax(1)[clear], ref.argmax(1)[clear]), f"{arch} {kind}: top-1 differs"
+    greedy, last = [], out[-1]
+    for step in range(len(REF[f"{arch}-{kind}-greedy"])):
+        t = int(np.argmax(last))
+        greedy.append(t)
+        last = ctx.decode([t])[0]
+    assert greedy == REF[f"{arch}-{kind}-greedy"].tolist()
+
+
+def test_every_registered_architecture_has_reference_data() -> None:
+    """A new architecture module comes with its tiny model and llama.cpp's outputs."""
+    assert set(supported_archs()) <= set(ARCHS), sorted(set(supported_archs()) - set(ARCHS))
