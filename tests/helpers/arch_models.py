@@ -70,6 +70,24 @@ def _ffn(il: int, gate: bool = True, norm: bool = True) -> dict[str, tuple[int, 
     return t
 
 
+def _biased_norms(il: int) -> dict[str, tuple[int, ...]]:
+    p = f"blk.{il}."
+    return {p + "attn_norm.bias": (N_EMBD,), p + "ffn_norm.bias": (N_EMBD,), p + "attn_output.bias": (N_EMBD,),
+            p + "ffn_up.bias": (N_FF,), p + "ffn_down.bias": (N_EMBD,)}
+
+
+def _olmo2(il: int) -> dict[str, tuple[int, ...]]:
+    t = _attn(il) | _ffn(il, norm=False) | _post_norms(il)
+    del t[f"blk.{il}.attn_norm.weight"]
+    return t | {f"blk.{il}.attn_q_norm.weight": (Q,), f"blk.{il}.attn_k_norm.weight": (KV,)}
+
+
+def _phi3(il: int) -> dict[str, tuple[int, ...]]:
+    p = f"blk.{il}."
+    return _attn(il, fused=True) | {p + "ffn_norm.weight": (N_EMBD,), p + "ffn_up.weight": (N_EMBD, 2 * N_FF),
+                                    p + "ffn_down.weight": (N_FF, N_EMBD)}
+
+
 def _post_norms(il: int) -> dict[str, tuple[int, ...]]:
     return {f"blk.{il}.post_attention_norm.weight": (N_EMBD,), f"blk.{il}.post_ffw_norm.weight": (N_EMBD,)}
 
@@ -86,6 +104,15 @@ SPECS: dict[str, Spec] = {
     "gemma3": Spec("gemma3", {"attention.sliding_window": 8, "attention.sliding_window_pattern": [True, False],
                               "rope.freq_base": 1000000.0},
                    lambda il: _attn(il, qk_norm=HEAD) | _ffn(il) | _post_norms(il), tied=True),
+    "granite": Spec("granite", {"logit_scale": 2.5, "residual_scale": 0.4, "embedding_scale": 6.0,
+                                "attention.scale": 0.5}, lambda il: _attn(il) | _ffn(il)),
+    "olmo2": Spec("olmo2", {"rope.freq_base": 500000.0}, _olmo2),
+    "phi3": Spec("phi3", {"rope.scaling.type": "longrope", "rope.scaling.original_context_length": 32,
+                          "rope.scaling.attn_factor": 1.19},
+                 _phi3, {"rope_factors_long.weight": (HEAD // 2,), "rope_factors_short.weight": (HEAD // 2,)}),
+    "starcoder2": Spec("starcoder2", {"rope.freq_base": 100000.0},
+                       lambda il: _attn(il, bias=True) | _ffn(il, gate=False) | _biased_norms(il),
+                       {"output_norm.bias": (N_EMBD,)}, tied=True),
 }
 
 
@@ -102,12 +129,12 @@ def tensors(spec: Spec) -> dict[str, tuple[int, ...]]:
 
 def _value(name: str, ne: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     shape = tuple(reversed(ne))
-    if name.startswith("rope_freqs"):
-        return np.linspace(1.0, 8.0, ne[0], dtype=np.float32)  # llama3-style: low frequencies stretched
-    if "norm" in name:
-        return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+    if name.startswith(("rope_freqs", "rope_factors")):  # llama3 / LongRoPE: low frequencies stretched
+        return np.linspace(1.0, 8.0 if "short" not in name else 2.0, ne[0], dtype=np.float32)
     if name.endswith(".bias"):
         return (0.1 * rng.standard_normal(shape)).astype(np.float32)
+    if "norm" in name:
+        return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
     return (0.08 * rng.standard_normal(shape)).astype(np.float32)
 
 
@@ -123,6 +150,7 @@ def write(arch: str, path: Path, seed: int = 0) -> Path:
     w.add_head_count(N_HEAD)
     w.add_head_count_kv(N_HEAD_KV)
     w.add_layer_norm_rms_eps(1e-6)
+    w.add_layer_norm_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     for key, value in spec.keys.items():
         full = f"{arch}.{key}"
@@ -130,6 +158,8 @@ def write(arch: str, path: Path, seed: int = 0) -> Path:
             w.add_array(full, value)
         elif isinstance(value, float):
             w.add_float32(full, value)
+        elif isinstance(value, str):
+            w.add_string(full, value)
         else:
             w.add_uint32(full, value)
     tokens = _byte_tokens()

@@ -41,7 +41,7 @@ def test_logits_and_greedy_equal_llamacpp(arch: str, kind: str) -> None:
     clear = top2[:, 1] - top2[:, 0] > 1e-3
     assert np.array_equal(out.argmax(1)[clear], ref.argmax(1)[clear]), f"{arch} {kind}: top-1 differs"
     greedy, last = [], out[-1]
-    for step in range(len(REF[f"{arch}-{kind}-greedy"])):
+    for _ in range(len(REF[f"{arch}-{kind}-greedy"])):
         t = int(np.argmax(last))
         greedy.append(t)
         last = ctx.decode([t])[0]

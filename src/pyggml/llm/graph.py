@@ -85,6 +85,7 @@ class FFNOp(Enum):
     SILU = "silu"
     GELU = "gelu"
     RELU = "relu"
+    SWIGLU = "swiglu"  # one fused gate-and-up projection, SiLU over its first half (phi3)
     SWIGLU_OAI = "swiglu_oai"
 
 
@@ -241,6 +242,8 @@ class GraphBuilder:
         elif op is FFNOp.GELU:
             cur = self.cb(B.geglu_split(ctx, g, tmp), "ffn_geglu", il) if gated else self.cb(
                 B.gelu(ctx, g), "ffn_gelu", il)
+        elif op is FFNOp.SWIGLU:
+            cur = self.cb(B.swiglu(ctx, g), "ffn_swiglu", il)
         elif op is FFNOp.RELU:
             cur = self.cb(B.reglu_split(ctx, g, tmp), "ffn_reglu", il) if gated else self.cb(
                 B.relu(ctx, g), "ffn_relu", il)
@@ -278,10 +281,11 @@ class GraphBuilder:
         return cur
 
     def inp_embd(self) -> Tensor:
-        """build_inp_embd: the ubatch's token embeddings."""
-        if self.tokens.type == F32:
-            return self.tokens
-        return B.get_rows(self.ctx, self.model.tok_embd, self.tokens)
+        """build_inp_embd: the ubatch's token embeddings (scaled by the embedding scale, granite's)."""
+        cur = self.tokens if self.tokens.type == F32 else B.get_rows(self.ctx, self.model.tok_embd, self.tokens)
+        if self.hp.f_embedding_scale:
+            cur = B.scale(self.ctx, cur, self.hp.f_embedding_scale)
+        return cur
 
     def build(self, key: tuple) -> UbatchGraph:
         logits = self.model.arch.build_graph(self)

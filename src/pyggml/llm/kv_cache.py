@@ -328,18 +328,22 @@ class KVCache:
 
     def cpy_k(self, ctx: Context, k_cur: Tensor, k_idxs: Tensor, il: int) -> Tensor:
         k = self.k[il]
-        n_tokens = k_cur.ne[2]
-        k_cur = B.reshape_2d(ctx, k_cur, k_cur.ne[0] * k_cur.ne[1], n_tokens)
+        # {head_dim, n_head, n_tokens} -> one row per token; a view, since K may be a slice of a fused QKV
+        k_cur = B.view_2d(ctx, k_cur, k_cur.ne[0] * k_cur.ne[1], k_cur.ne[2], k_cur.nb[2], 0)
         k_2d = B.view_2d(ctx, k, k.ne[0], self.size * self.n_stream, k.nb[1], 0)
         return B.set_rows(ctx, k_2d, k_cur, k_idxs)
 
     def cpy_v(self, ctx: Context, v_cur: Tensor, v_idxs: Tensor, il: int) -> Tensor:
         v = self.v[il]
-        n_tokens = v_cur.ne[2]
-        v_cur = B.reshape_2d(ctx, v_cur, v_cur.ne[0] * v_cur.ne[1], n_tokens)
+        n_embd_gqa, n_tokens = v_cur.ne[0] * v_cur.ne[1], v_cur.ne[2]
         if not self.v_trans:
+            v_cur = B.view_2d(ctx, v_cur, n_embd_gqa, n_tokens, v_cur.nb[2], 0)
             v_2d = B.view_2d(ctx, v, v.ne[0], self.size * self.n_stream, v.nb[1], 0)
             return B.set_rows(ctx, v_2d, v_cur, v_idxs)
+        if v_cur.type.row_size(n_embd_gqa) == v_cur.nb[2]:
+            v_cur = B.reshape_2d(ctx, v_cur, n_embd_gqa, n_tokens)
+        else:  # a slice of a fused QKV: made contiguous first
+            v_cur = B.cont_2d(ctx, v_cur, n_embd_gqa, n_tokens)
         # every element becomes its own row: element j of cell c of stream s is row (s*E + j)*kv_size + c
         v_view = B.reshape_2d(ctx, v, 1, v.ne[0] * v.ne[1] * v.ne[2])
         v_cur = B.reshape_2d(ctx, v_cur, 1, v_cur.ne[0] * v_cur.ne[1])

@@ -20,8 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from llama_cpp import llama_cpp as L  # the sdist's bindings, over LLAMA_CPP_LIB_PATH's libllama
 import numpy as np
+from llama_cpp import llama_cpp as L  # the sdist's bindings, over LLAMA_CPP_LIB_PATH's libllama
 
 from helpers import arch_models
 

@@ -14,7 +14,7 @@ from ..hparams import ModelLoadError
 from .base import Arch
 
 #: the modules that define architectures, imported on first use
-_MODULES = ("llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3")
+_MODULES = ("llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "granite", "olmo2", "phi3", "starcoder2")
 
 ARCHS: dict[str, type[Arch]] = {}
 
