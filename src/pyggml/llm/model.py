@@ -189,7 +189,7 @@ class Model:
         layer = self.layers[il]
         if layer.rope_freqs is not None:
             return layer.rope_freqs
-        return layer.rope_short
+        return layer.rope_long if n_ctx_seq > self.hparams.n_ctx_orig_yarn else layer.rope_short
 
     def _build_layers(self) -> None:
         self.tok_embd: Tensor | None = None
