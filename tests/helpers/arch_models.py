@@ -1,10 +1,11 @@
 """Tiny random-weight GGUF models, one per architecture, written with the independent ``gguf`` package.
 
-Each has 2 layers, n_embd 64, 4 query heads and 2 KV heads of 16, an FFN of 96 and a 256-token
-byte-level vocabulary: small enough to keep in tests/data, and with every tensor and key the
-architecture's llama.cpp loader reads. The weights are drawn from a seeded generator; the files
-kept in ``tests/data/archs`` were written by ``tests/data/archs/make_reference.py``, which also
-ran llama.cpp on them. Tests read the kept files, never regenerate them.
+Each has 2 layers (smollm3 4, to reach its first layer without RoPE), n_embd 64, 4 query heads and
+2 KV heads of 16, an FFN of 96 and a 256-token byte-level vocabulary: small enough to keep in
+tests/data, and with every tensor and key the architecture's llama.cpp loader reads. The weights are
+drawn from a seeded generator; the files kept in ``tests/data/archs`` were written by
+``tests/data/archs/make_reference.py``, which also ran llama.cpp on them. Tests read the kept
+files, never regenerate them.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Spec:
     layer: Callable[[int], dict[str, tuple[int, ...]]] = lambda il: {}
     globals_: dict[str, tuple[int, ...]] = field(default_factory=dict)
     tied: bool = False
+    n_layer: int = N_LAYER
 
 
 def _attn(il: int, bias: bool = False, qk_norm: int = 0, fused: bool = False) -> dict[str, tuple[int, ...]]:
@@ -113,6 +115,8 @@ SPECS: dict[str, Spec] = {
     "starcoder2": Spec("starcoder2", {"rope.freq_base": 100000.0},
                        lambda il: _attn(il, bias=True) | _ffn(il, gate=False) | _biased_norms(il),
                        {"output_norm.bias": (N_EMBD,)}, tied=True),
+    "smollm3": Spec("smollm3", {"rope.freq_base": 2000000.0}, lambda il: _attn(il) | _ffn(il), tied=True,
+                    n_layer=4),  # layer 3 has no RoPE
 }
 
 
@@ -122,7 +126,7 @@ def tensors(spec: Spec) -> dict[str, tuple[int, ...]]:
     if not spec.tied:
         t["output.weight"] = (N_EMBD, N_VOCAB)
     t.update(spec.globals_)
-    for il in range(N_LAYER):
+    for il in range(spec.n_layer):
         t.update(spec.layer(il))
     return t
 
@@ -145,7 +149,7 @@ def write(arch: str, path: Path, seed: int = 0) -> Path:
     w = gguf.GGUFWriter(str(path), arch)
     w.add_context_length(N_CTX)
     w.add_embedding_length(N_EMBD)
-    w.add_block_count(N_LAYER)
+    w.add_block_count(spec.n_layer)
     w.add_feed_forward_length(N_FF)
     w.add_head_count(N_HEAD)
     w.add_head_count_kv(N_HEAD_KV)

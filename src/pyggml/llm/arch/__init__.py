@@ -14,7 +14,8 @@ from ..hparams import ModelLoadError
 from .base import Arch
 
 #: the modules that define architectures, imported on first use
-_MODULES = ("llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "granite", "olmo2", "phi3", "starcoder2")
+_MODULES = ("llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "granite", "olmo2", "phi3", "starcoder2",
+            "smollm3")
 
 ARCHS: dict[str, type[Arch]] = {}
 
