@@ -207,7 +207,7 @@ class Vocab(VocabData):
                 if isinstance(frag, int):
                     out.append(frag)
                 else:
-                    self._encode_raw(frag, out)
+                    self._encode_raw(frag.replace(" ", _ESCAPED_SPACE) if self.escape_whitespaces else frag, out)
         if add_special and self.add_eos:
             out.append(self.ids["eos"])
         return out
@@ -246,7 +246,7 @@ class Vocab(VocabData):
         if attr & (HIDDEN | USER_DEFINED):
             return text.encode("utf-8", "surrogateescape")
         if attr & NORMAL:
-            if self.is_spm:
+            if self.is_spm or self.escape_whitespaces:
                 return text.replace(_ESCAPED_SPACE, " ").encode("utf-8", "surrogateescape")
             return decode_byte_level(text)
         if attr & BYTE:
