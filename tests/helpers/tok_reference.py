@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 import sys
+import unicodedata
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tokenizers"  # helpers.data.DATA; this also runs as a script
 
@@ -128,7 +132,7 @@ def write_gguf(path: Path, metadata: dict[str, Any]) -> None:
         elif isinstance(value, float):
             w.add_float32(key, value)
         elif isinstance(value, bytes):
-            w.add_array(key, list(value))
+            w.add_key_value(key, list(value), gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.UINT8)
         elif value and isinstance(value[0], str):
             w.add_array(key, value)
         elif value and isinstance(value[0], float):
@@ -178,5 +182,147 @@ def make_bpe_reference(exe: str, work: Path) -> None:
     (DATA / "bpe_pre.json").write_text(json.dumps(out, ensure_ascii=False, separators=(",", ":")) + "\n", "utf-8")
 
 
+# ---- WPM, UGM and RWKV vocabularies ----------------------------------------------------------
+
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def _words() -> list[str]:
+    return sorted({w for t in TEXTS for w in _WORD.findall(unicodedata.normalize("NFD", t).lower())})
+
+
+def wpm_metadata() -> dict[str, Any]:
+    """A BERT-style vocabulary: "▁word" starts and bare continuations; words with q, z or й have no cover (UNK)."""
+    pieces: set[str] = set()
+    for w in _words():
+        pieces.update("\u2581" + w[:k] for k in range(1, 5))
+        pieces.update(w[i : i + k] for k in (1, 2, 3) for i in range(len(w) - k + 1))
+    pieces = {p for p in pieces if not set(p) & set("qzй") and unicodedata.category(p[-1])[0] != "M"}
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokens = specials + sorted(pieces)
+    return {
+        "general.architecture": "bert",
+        "tokenizer.ggml.model": "bert",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": [3] * len(specials) + [1] * len(pieces),
+        "tokenizer.ggml.padding_token_id": 0,
+        "tokenizer.ggml.unknown_token_id": 1,
+        "tokenizer.ggml.bos_token_id": 2,
+        "tokenizer.ggml.seperator_token_id": 3,
+        "tokenizer.ggml.mask_token_id": 4,
+    }
+
+
+def _proto_fields(buf: bytes) -> list[tuple[int, Any]]:
+    """(field number, value) pairs of one protobuf message: varints as int, 32-bit as bytes, the rest as bytes."""
+    out: list[tuple[int, Any]] = []
+    pos = 0
+
+    def varint() -> int:
+        nonlocal pos
+        v, shift = 0, 0
+        while True:
+            b = buf[pos]
+            pos += 1
+            v |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                return v
+
+    while pos < len(buf):
+        key = varint()
+        field_no, wire = key >> 3, key & 7
+        if wire == 0:
+            out.append((field_no, varint()))
+        elif wire == 5:
+            out.append((field_no, buf[pos : pos + 4]))
+            pos += 4
+        elif wire == 1:
+            out.append((field_no, buf[pos : pos + 8]))
+            pos += 8
+        else:
+            n = varint()
+            out.append((field_no, buf[pos : pos + n]))
+            pos += n
+    return out
+
+
+_NORMALIZATION_RULES = "".join(f"{0xFF41 + i:X}\t{0x61 + i:X}\n" for i in range(26)) + "3000\t20\n2160\t49\n"
+
+
+def ugm_metadata(work: Path) -> dict[str, Any]:
+    """A T5-style Unigram vocabulary trained by sentencepiece, with a small custom normalization map."""
+    import io
+
+    import sentencepiece as spm
+
+    rules = work / "rules.tsv"
+    rules.write_text(_NORMALIZATION_RULES, "utf-8")
+    model = io.BytesIO()
+    corpus = [*TEXTS * 4, *_words()]
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus), model_writer=model, model_type="unigram", vocab_size=400,
+        normalization_rule_tsv=str(rules), pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
+        user_defined_symbols=["<extra_id_0>", "<extra>"], character_coverage=0.98, hard_vocab_limit=False,
+        num_threads=1, seed_sentencepiece_size=5000, shuffle_input_sentence=False,
+    )  # fmt: skip
+    tokens, scores, types = [], [], []
+    normalizer: dict[int, Any] = {}
+    for field_no, value in _proto_fields(model.getvalue()):
+        if field_no == 1:  # SentencePiece {piece, score, type}
+            piece = dict(_proto_fields(value))
+            tokens.append(piece[1].decode("utf-8"))
+            scores.append(float(np.frombuffer(piece.get(2, b"\0\0\0\0"), "<f4")[0]))
+            types.append(piece.get(3, 1))
+        elif field_no == 3:  # NormalizerSpec
+            normalizer = dict(_proto_fields(value))
+    return {
+        "general.architecture": "t5",
+        "tokenizer.ggml.model": "t5",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": scores,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.add_space_prefix": bool(normalizer.get(3, 1)),
+        "tokenizer.ggml.remove_extra_whitespaces": bool(normalizer.get(4, 1)),
+        "tokenizer.ggml.precompiled_charsmap": normalizer[2],
+        "tokenizer.ggml.padding_token_id": 0,
+        "tokenizer.ggml.eos_token_id": 1,
+        "tokenizer.ggml.unknown_token_id": 2,
+    }
+
+
+def rwkv_metadata() -> dict[str, Any]:
+    """An RWKV-World-style vocabulary: every byte but 0xF0 and "q", and the texts' 2-4 byte substrings, escaped."""
+    pieces = {bytes([b]) for b in range(256) if b not in (0xF0, ord("q"))}
+    for t in TEXTS:
+        data = t.encode("utf-8")
+        pieces.update(data[i : i + k] for k in (2, 3, 4) for i in range(0, len(data) - k + 1, k - 1))
+    ordered = sorted(pieces, key=lambda p: (len(p), p))
+    tokens = ["<s>", *(repr(p)[2:-1] for p in ordered)]  # the converter's escaping
+    return {
+        "general.architecture": "rwkv6",
+        "tokenizer.ggml.model": "rwkv",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": [3] + [1] * len(ordered),
+        "tokenizer.ggml.unknown_token_id": 0,
+    }
+
+
+def make_model_reference(exe: str, work: Path) -> None:
+    models = {"wpm": wpm_metadata(), "ugm": ugm_metadata(work), "rwkv": rwkv_metadata()}
+    cases = {}
+    for name, md in models.items():
+        path = work / f"{name}.gguf"
+        write_gguf(path, md)
+        ids = [llama_tokenize(exe, path, t, work) for t in TEXTS]
+        stored = dict(md)
+        if isinstance(stored.get("tokenizer.ggml.precompiled_charsmap"), bytes):
+            stored["tokenizer.ggml.precompiled_charsmap"] = stored["tokenizer.ggml.precompiled_charsmap"].hex()
+        cases[name] = {"metadata": stored, "ids": ids}
+    out = {"llama_cpp": "0c1e570", "texts": TEXTS, "models": cases}
+    (DATA / "models.json").write_text(json.dumps(out, ensure_ascii=False, separators=(",", ":")) + "\n", "utf-8")
+
+
 if __name__ == "__main__":
     make_bpe_reference(sys.argv[1], Path(sys.argv[2]))
+    make_model_reference(sys.argv[1], Path(sys.argv[2]))

@@ -48,3 +48,49 @@ def test_bpe_pre_tokenizer_matches_llama_cpp(pre: str) -> None:
     for text, ids in zip(ref["texts"], case["ids"], strict=True):
         if ids is not None:
             assert vocab.tokenize(text, add_special=False) == ids, f"pre={pre!r} text={text[:40]!r}"
+
+
+@cache
+def _model_reference() -> dict[str, Any]:
+    return load_json("tokenizers", "models.json")
+
+
+def _model_vocab(name: str) -> tuple[Vocab, dict[str, Any]]:
+    case = _model_reference()["models"][name]
+    md = dict(case["metadata"])
+    if "tokenizer.ggml.precompiled_charsmap" in md:
+        md["tokenizer.ggml.precompiled_charsmap"] = bytes.fromhex(md["tokenizer.ggml.precompiled_charsmap"])
+    return Vocab.from_metadata(md), case
+
+
+@pytest.mark.parametrize(("name", "vocab_type"), [("wpm", "WPM"), ("ugm", "UGM"), ("rwkv", "RWKV")])
+def test_tokenizer_model_matches_llama_cpp(name: str, vocab_type: str) -> None:
+    vocab, case = _model_vocab(name)
+    assert vocab.type_name == vocab_type
+    texts = _model_reference()["texts"]
+    assert None not in case["ids"]
+    for text, ids in zip(texts, case["ids"], strict=True):
+        assert vocab.tokenize(text, add_special=False) == ids, f"{name}: text={text[:40]!r}"
+
+
+def test_tokenizer_models_add_special() -> None:
+    # WPM wraps the text in CLS ... SEP; UGM (T5) ends with EOS and adds no BOS; RWKV adds nothing
+    wpm, _ = _model_vocab("wpm")
+    body = wpm.tokenize("hello world", add_special=False)
+    assert wpm.tokenize("hello world") == [wpm.bos, *body, wpm.sep]
+    ugm, _ = _model_vocab("ugm")
+    body = ugm.tokenize("hello world", add_special=False)
+    assert ugm.tokenize("hello world") == [*body, ugm.eos] and not ugm.add_bos
+    rwkv, _ = _model_vocab("rwkv")
+    assert rwkv.tokenize("hello world") == rwkv.tokenize("hello world", add_special=False)
+
+
+@pytest.mark.parametrize("name", ["ugm", "rwkv"])
+def test_tokenizer_models_round_trip(name: str) -> None:
+    # RWKV covers bytes exactly; UGM's text comes back normalized (fullwidth letters folded, spaces merged,
+    # the prefix space removed again)
+    vocab, _ = _model_vocab(name)
+    text = "Hello  ｗｏｒｌｄ" if name == "ugm" else _model_reference()["texts"][0]
+    ids = vocab.tokenize(text, add_special=False)
+    assert vocab.unk not in ids
+    assert vocab.detokenize(ids) == (text if name == "rwkv" else "Hello world")
