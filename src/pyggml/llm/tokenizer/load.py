@@ -336,10 +336,13 @@ def _charsmap(md: Mapping[str, Any]) -> bytes:
     raw = md.get(PRECOMPILED_CHARSMAP)
     if raw is None:
         return b""
-    try:
-        blob = bytes(np.asarray(raw).astype(np.int64) & 0xFF) if not isinstance(raw, bytes | bytearray) else bytes(raw)
-    except (TypeError, ValueError):
-        raise VocabError(f"{PRECOMPILED_CHARSMAP} must be an array of bytes, not {type(raw).__name__}") from None
+    if isinstance(raw, bytes | bytearray):
+        blob = bytes(raw)
+    else:
+        arr = np.asarray(raw)
+        if arr.dtype not in (np.int8, np.uint8):  # llama.cpp accepts only GGUF INT8/UINT8 arrays here
+            raise VocabError(f"{PRECOMPILED_CHARSMAP} must be an int8 or uint8 array, not {arr.dtype}")
+        blob = arr.astype(np.uint8).tobytes()
     if len(blob) < 4:
         raise VocabError(f"{PRECOMPILED_CHARSMAP} is too small ({len(blob)} bytes) for its 4-byte header")
     trie_size = int.from_bytes(blob[:4], "little")

@@ -4,9 +4,10 @@
     ids = vocab.tokenize("Hello world", add_special=True, parse_special=False)
     text = vocab.detokenize(ids, remove_special=True)
 
-Two tokenizer models are implemented: SentencePiece (``tokenizer.ggml.model = "llama"``, e.g.
-Llama 2, Gemma) and byte-level BPE (``"gpt2"``, e.g. Llama 3, Qwen2) with the pre-tokenizers
-in :mod:`.pretokenize`. Results are token for token those of llama.cpp's
+Five tokenizer models are implemented: SentencePiece (``tokenizer.ggml.model = "llama"``, e.g.
+Llama 2, Gemma), BPE (``"gpt2"`` and ``"gemma4"``, e.g. Llama 3, Qwen2) with every pre-tokenizer of
+:mod:`.pretokenize`, WordPiece (``"bert"``), Unigram (``"t5"``) and RWKV (``"rwkv"``).
+Results are token for token those of llama.cpp's
 ``llama_tokenize`` / ``llama_token_to_piece`` / ``llama_detokenize``.
 
 Text is a Python ``str``. Pieces are ``bytes``: one token can hold part of a UTF-8 character
