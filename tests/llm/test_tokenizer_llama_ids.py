@@ -15,7 +15,7 @@ import pytest
 
 from helpers.data import load_json
 from helpers.tok_reference import bpe_metadata
-from pyggml.llm.tokenizer import Vocab
+from pyggml.llm.tokenizer import UnsupportedTokenizerError, Vocab, VocabError
 from pyggml.llm.tokenizer.pretokenize import PRE_TOKENIZERS
 
 
@@ -94,3 +94,18 @@ def test_tokenizer_models_round_trip(name: str) -> None:
     ids = vocab.tokenize(text, add_special=False)
     assert vocab.unk not in ids
     assert vocab.detokenize(ids) == (text if name == "rwkv" else "Hello world")
+
+
+def test_only_kimi_k2_may_lack_merges() -> None:
+    md = bpe_metadata(_bpe_reference()["vocabs"]["byte_level"], "kimi-k2")
+    del md["tokenizer.ggml.merges"]
+    kimi = Vocab.from_metadata(md)
+    assert kimi.tokenize("ab", add_special=False) == [kimi.text_to_token("a"), kimi.text_to_token("b")]
+    with pytest.raises(VocabError, match="tokenizer.ggml.merges is missing"):
+        Vocab.from_metadata({**md, "tokenizer.ggml.pre": "qwen2"})
+
+
+def test_unknown_pre_tokenizer_is_refused_by_name() -> None:
+    md = bpe_metadata(_bpe_reference()["vocabs"]["byte_level"], "klingon-bpe")
+    with pytest.raises(UnsupportedTokenizerError, match="'klingon-bpe'"):
+        Vocab.from_metadata(md)
