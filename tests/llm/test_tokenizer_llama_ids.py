@@ -101,7 +101,7 @@ def test_only_kimi_k2_may_lack_merges() -> None:
     del md["tokenizer.ggml.merges"]
     kimi = Vocab.from_metadata(md)
     assert kimi.tokenize("ab", add_special=False) == [kimi.text_to_token("a"), kimi.text_to_token("b")]
-    with pytest.raises(VocabError, match="tokenizer.ggml.merges is missing"):
+    with pytest.raises(VocabError, match=r"tokenizer\.ggml\.merges is missing"):
         Vocab.from_metadata({**md, "tokenizer.ggml.pre": "qwen2"})
 
 

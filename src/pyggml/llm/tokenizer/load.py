@@ -211,10 +211,9 @@ def load_vocab_data(md: Mapping[str, Any]) -> VocabData:
         pre_name = pre_name or ("gemma4" if model == "gemma4" else "")
 
     data = VocabData(model=model, vocab_type=vocab_type, pre_name=pre_name, pre=pre, **_token_table(md), **flags)  # type: ignore[arg-type]
-    if vocab_type == "BPE":
-        # Kimi-K2 files may lack merges: llama.cpp then splits by the pre-tokenizer and emits bytes
-        if not (pre_name == "kimi-k2" and Keys.TOKENIZER_MERGES not in md):
-            data.bpe_ranks = _merges(md)
+    # Kimi-K2 files may lack merges: llama.cpp then splits by the pre-tokenizer and emits bytes
+    if vocab_type == "BPE" and not (pre_name == "kimi-k2" and Keys.TOKENIZER_MERGES not in md):
+        data.bpe_ranks = _merges(md)
     if vocab_type == "UGM":
         data.precompiled_charsmap = _charsmap(md)
     _special_ids(md, data, defaults)
