@@ -212,7 +212,8 @@ def test_clean_spaces_rules() -> None:
     ("change", "error", "message"),
     [
         ({K + "model": None}, VocabError, "tokenizer.ggml.model is missing"),
-        ({K + "model": "bert"}, UnsupportedTokenizerError, "'bert' is not supported"),
+        ({K + "model": "sentencepiece"}, UnsupportedTokenizerError, "'sentencepiece' is unknown"),
+        ({K + "model": "plamo2"}, UnsupportedTokenizerError, "'plamo2' is not implemented"),
         ({K + "model": 5}, VocabError, "must be a string"),
         ({K + "tokens": None}, VocabError, "tokens is missing"),
         ({K + "tokens": "abc"}, VocabError, "must be an array"),

@@ -2,9 +2,10 @@
 
 ``Vocab`` (vocab.py) is the entry point: ``Vocab.from_gguf(path)``, ``tokenize``, ``detokenize``.
 Beside it: load.py reads the ``tokenizer.ggml.*`` keys into the vocabulary data, pretokenize.py holds
-the per-model pre-tokenizer rules, bpe.py and spm.py the two merge algorithms, special.py the
-special-token partition, detok.py the byte-level decoding, unicode.py the code-point tables, attrs.py
-the token types and attributes, errors.py the exceptions.
+the per-model pre-tokenizer rules and regex_split.py how llama.cpp runs them, bpe.py, spm.py, wpm.py,
+ugm.py and rwkv.py the five tokenizer models, special.py the special-token partition, detok.py the
+byte-level decoding, unicode.py and unicode_data.py llama.cpp's code-point tables, attrs.py the token
+types and attributes, errors.py the exceptions.
 """
 
 from __future__ import annotations

@@ -69,7 +69,8 @@ _ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
 class VocabData:
     """Everything llama.cpp keeps in ``llama_vocab::impl`` that tokenization needs."""
 
-    model: str  #: tokenizer.ggml.model: "llama" (SPM) or "gpt2" (BPE)
+    model: str  #: tokenizer.ggml.model as stored: "llama", "gpt2", "bert", "t5", "rwkv", "gemma4"
+    vocab_type: str  #: llama.cpp's vocab type: "SPM", "BPE", "WPM", "UGM" or "RWKV"
     pre_name: str  #: tokenizer.ggml.pre as stored ("" if absent)
     pre: PreTokenizer | None  #: BPE only
     tokens: list[str]
@@ -83,6 +84,13 @@ class VocabData:
     add_sep: bool = False
     add_space_prefix: bool = False
     remove_extra_whitespaces: bool = False
+    #: spaces become U+2581 before tokenizing (SPM, UGM; SentencePiece-style BPE such as Gemma 4)
+    escape_whitespaces: bool = False
+    #: BertNormalizer options (WPM): lower-case the text, drop accents
+    lowercase: bool = True
+    strip_accents: bool = True
+    #: UGM's SentencePiece normalization table (tokenizer.ggml.precompiled_charsmap), raw bytes
+    precompiled_charsmap: bytes = b""
     clean_spaces: bool = False
     ignore_merges: bool = False
     eog_ids: frozenset[int] = frozenset()
@@ -91,7 +99,7 @@ class VocabData:
 
     @property
     def is_spm(self) -> bool:
-        return self.model == "llama"
+        return self.vocab_type == "SPM"
 
 
 # ---- typed access to a plain mapping ---------------------------------------------------------
@@ -140,6 +148,53 @@ def _array(md: Mapping[str, Any], key: str, n_min: int | None = None) -> Sequenc
 
 # ---- the load --------------------------------------------------------------------------------
 
+#: tokenizer.ggml.model values pyggml reads -> llama.cpp's vocab type
+VOCAB_TYPES = {"llama": "SPM", "gpt2": "BPE", "gemma4": "BPE", "bert": "WPM", "t5": "UGM", "rwkv": "RWKV"}
+#: models llama.cpp knows that pyggml does not tokenize (yet)
+_NOT_IMPLEMENTED = ("no_vocab", "none", "plamo2", "hybriddna", "whitespace", "test")
+
+PRECOMPILED_CHARSMAP = "tokenizer.ggml.precompiled_charsmap"
+NORMALIZER_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"
+NORMALIZER_STRIP_ACCENTS = "tokenizer.ggml.normalizer.strip_accents"
+
+
+def _model_defaults(model: str, pre_name: str) -> tuple[str, dict[str, int], dict[str, bool], PreTokenizer | None]:
+    """vocab type, default special ids, flags and pre-tokenizer for a tokenizer model, as llama.cpp sets them."""
+    vocab_type = VOCAB_TYPES.get(model)
+    if vocab_type is None:
+        known = ", ".join(f"{m!r} ({t})" for m, t in VOCAB_TYPES.items())
+        what = "is not implemented in pyggml" if model in _NOT_IMPLEMENTED else "is unknown (llama.cpp refuses it too)"
+        raise UnsupportedTokenizerError(f"tokenizer model {Keys.TOKENIZER_MODEL}={model!r} {what}; pyggml has {known}")
+    pre = None
+    if vocab_type == "SPM":
+        return vocab_type, {"bos": 1, "eos": 2, "unk": 0}, {
+            "add_space_prefix": True, "clean_spaces": False, "add_bos": True, "add_eos": False,
+            "escape_whitespaces": True}, pre  # fmt: skip
+    if vocab_type == "WPM":
+        return vocab_type, {"bos": 101, "unk": 100, "sep": 102, "pad": 0, "mask": 103}, {
+            "add_space_prefix": False, "clean_spaces": True, "add_bos": True, "add_eos": False, "add_sep": True,
+            "escape_whitespaces": True}, pre  # fmt: skip
+    if vocab_type == "UGM":
+        return vocab_type, {"eos": 1, "unk": 2, "pad": 0}, {
+            "add_bos": False, "add_eos": True, "escape_whitespaces": True}, pre  # fmt: skip
+    if vocab_type == "RWKV":
+        return vocab_type, {}, {"add_space_prefix": False, "clean_spaces": False, "add_bos": False,
+                                "add_eos": False, "escape_whitespaces": True}, pre  # fmt: skip
+    # BPE; the "gemma4" model is BPE with the gemma4 pre-tokenizer whatever tokenizer.ggml.pre says
+    pre = pre_tokenizer("gemma4" if model == "gemma4" else pre_name)
+    defaults = {} if model == "gemma4" else {"eos": 11} if pre.no_bos else {"bos": 11, "eos": 11}
+    flags = {
+        "add_space_prefix": False,
+        "clean_spaces": pre.clean_spaces,
+        "ignore_merges": pre.ignore_merges,
+        "add_bos": bool(pre.add_bos),
+        "add_eos": False,
+        "add_sep": pre.add_sep,
+        "escape_whitespaces": pre.escape_whitespaces,
+        "lowercase": pre.kind != "whitespace",
+    }
+    return vocab_type, defaults, flags, pre
+
 
 def load_vocab_data(md: Mapping[str, Any]) -> VocabData:
     """A :class:`VocabData` from GGUF metadata; raises :class:`VocabError` naming the bad key."""
@@ -147,35 +202,23 @@ def load_vocab_data(md: Mapping[str, Any]) -> VocabData:
     if model is None:
         raise VocabError(f"{Keys.TOKENIZER_MODEL} is missing: the file has no tokenizer")
     pre_name = _str(md, Keys.TOKENIZER_PRE, "") or ""
-    if model == "llama":
-        defaults = {"bos": 1, "eos": 2, "unk": 0}
-        pre = None
-        flags = {"add_space_prefix": True, "clean_spaces": False, "add_bos": True, "add_eos": False}
-    elif model == "gpt2":
-        defaults = {"bos": 11, "eos": 11}
-        pre = pre_tokenizer(pre_name)
-        flags = {
-            "add_space_prefix": False,
-            "clean_spaces": pre.clean_spaces,
-            "ignore_merges": pre.ignore_merges,
-            "add_bos": bool(pre.add_bos),
-            "add_eos": False,
-        }
-    else:
-        raise UnsupportedTokenizerError(
-            f"tokenizer model {Keys.TOKENIZER_MODEL}={model!r} is not supported "
-            "(pyggml has 'llama' (SPM) and 'gpt2' (BPE))"
-        )
+    vocab_type, defaults, flags, pre = _model_defaults(model, pre_name)
     for flag, key in (("add_space_prefix", Keys.TOKENIZER_ADD_PREFIX),
                       ("remove_extra_whitespaces", Keys.TOKENIZER_REMOVE_EXTRA_WS)):  # fmt: skip
         if (v := _bool(md, key)) is not None:
             flags[flag] = v
+    if pre is not None:
+        pre_name = pre_name or ("gemma4" if model == "gemma4" else "")
 
-    data = VocabData(model=model, pre_name=pre_name, pre=pre, **_token_table(md), **flags)  # type: ignore[arg-type]
-    if model == "gpt2":
+    data = VocabData(model=model, vocab_type=vocab_type, pre_name=pre_name, pre=pre, **_token_table(md), **flags)  # type: ignore[arg-type]
+    # Kimi-K2 files may lack merges: llama.cpp then splits by the pre-tokenizer and emits bytes
+    if vocab_type == "BPE" and not (pre_name == "kimi-k2" and Keys.TOKENIZER_MERGES not in md):
         data.bpe_ranks = _merges(md)
+    if vocab_type == "UGM":
+        data.precompiled_charsmap = _charsmap(md)
     _special_ids(md, data, defaults)
     _add_flags(md, data)
+    _normalizer_opts(md, data)
     _detect_by_text(data)
     _mark_unused(data)
     _eog(data)
@@ -273,8 +316,40 @@ def _add_flags(md: Mapping[str, Any], data: VocabData) -> None:
                                ("add_sep", Keys.TOKENIZER_ADD_SEP, "sep")):  # fmt: skip
         if (v := _bool(md, key)) is not None:
             setattr(data, flag, v)
+        if data.pre is not None and data.pre.kind == "gemma4" and flag == "add_bos":
+            data.add_bos = True  # llama.cpp's workaround: Gemma 4 always starts with BOS
+        if flag == "add_sep" and data.vocab_type != "WPM":
+            continue  # only WPM tokenization appends SEP; llama.cpp leaves it to the embedding code elsewhere
         if getattr(data, flag) and data.ids[id_name] == TOKEN_NULL:
             raise VocabError(f"{key} is true, but the {id_name} token id is not set")
+
+
+def _normalizer_opts(md: Mapping[str, Any], data: VocabData) -> None:
+    """BertNormalizer options: strip_accents follows lowercase unless stored itself."""
+    if (v := _bool(md, NORMALIZER_LOWERCASE)) is not None:
+        data.lowercase = v
+    data.strip_accents = data.lowercase
+    if (v := _bool(md, NORMALIZER_STRIP_ACCENTS)) is not None:
+        data.strip_accents = v
+
+
+def _charsmap(md: Mapping[str, Any]) -> bytes:
+    raw = md.get(PRECOMPILED_CHARSMAP)
+    if raw is None:
+        return b""
+    if isinstance(raw, bytes | bytearray):
+        blob = bytes(raw)
+    else:
+        arr = np.asarray(raw)
+        if arr.dtype not in (np.int8, np.uint8):  # llama.cpp accepts only GGUF INT8/UINT8 arrays here
+            raise VocabError(f"{PRECOMPILED_CHARSMAP} must be an int8 or uint8 array, not {arr.dtype}")
+        blob = arr.astype(np.uint8).tobytes()
+    if len(blob) < 4:
+        raise VocabError(f"{PRECOMPILED_CHARSMAP} is too small ({len(blob)} bytes) for its 4-byte header")
+    trie_size = int.from_bytes(blob[:4], "little")
+    if trie_size + 4 >= len(blob):
+        raise VocabError(f"{PRECOMPILED_CHARSMAP}: its trie of {trie_size} bytes overruns the {len(blob)}-byte blob")
+    return blob
 
 
 def _first_id(data: VocabData, texts: Sequence[str]) -> int:

@@ -1,20 +1,22 @@
-r"""Unicode facts the BPE tokenizers need: GPT-2's byte<->character table and character classes.
+r"""Unicode facts the tokenizers need: GPT-2's byte<->character table and llama.cpp's code point classes.
 
-The classes are llama.cpp's code point flags (``unicode_cpt_flags``), which llama.cpp generates
-with a Python script from the general categories (L*, N*, P*) and ``\s``. Deriving them here
-from :mod:`unicodedata` gives the same sets up to the Unicode version: characters assigned after
-the running Python's Unicode version (14.0 for Python 3.11) count as unassigned, i.e. neither
-letters nor numbers. Whitespace is the Unicode White_Space property, which is exactly the
-separators (Z*) plus TAB..CR and NEL.
+llama.cpp classifies code points with its own generated tables (``unicode-data.cpp``): one
+category per code point (number, letter, separator, accent mark, punctuation, symbol, control or
+undefined), a whitespace set, a lower-case map and NFD first characters. Pre-tokenizers split by
+these classes, so pyggml reads the same tables (:mod:`.unicode_data`) instead of
+:mod:`unicodedata`, whose Unicode version is whatever Python ships.
 
-The classes are built once, lazily: scanning the code points costs ~0.1 s and only BPE
-vocabularies need them.
+The tables are expanded lazily into one array of flags per code point (~0.05 s, 2 MiB).
 """
 
 from __future__ import annotations
 
-import unicodedata
+from bisect import bisect_right
 from functools import cache
+
+import numpy as np
+
+from . import unicode_data
 
 # ---- GPT-2 byte-level encoding -------------------------------------------------------------
 
@@ -46,52 +48,84 @@ _LATIN1_TO_BYTE_CHAR = {b: c for b, c in enumerate(BYTE_TO_CHAR)}
 
 def byte_encode(text: str) -> str:
     """The byte-level form of ``text``: one printable character per UTF-8 byte."""
-    return text.encode("utf-8").decode("latin-1").translate(_LATIN1_TO_BYTE_CHAR)
+    return text.encode("utf-8", "surrogateescape").decode("latin-1").translate(_LATIN1_TO_BYTE_CHAR)
 
 
-# ---- character classes ---------------------------------------------------------------------
+# ---- code point flags (unicode_cpt_flags) ----------------------------------------------------
 
-#: code points above this are private use, tags and variation selectors: never L, N, P or Z
-_SCAN_LIMIT = 0x40000
+UNDEFINED = 0x0001
+NUMBER = 0x0002  #: \p{N}
+LETTER = 0x0004  #: \p{L}
+SEPARATOR = 0x0008  #: \p{Z}
+ACCENT_MARK = 0x0010  #: \p{M}
+PUNCTUATION = 0x0020  #: \p{P}
+SYMBOL = 0x0040  #: \p{S}
+CONTROL = 0x0080  #: \p{C}
+MASK_CATEGORIES = 0x00FF
+WHITESPACE = 0x0100  #: \s
+
+MAX_CODEPOINTS = 0x110000
+
+
+def _groups(packed: str) -> list[list[int]]:
+    return [[int(x, 16) for x in g.split(",")] for g in packed.split(";") if g]
 
 
 @cache
-def _classes() -> dict[str, str]:
-    """Regex character-class bodies (ranges, escaped) for \\p{L}, \\p{N}, \\p{P} and White_Space."""
-    members: dict[str, list[int]] = {"L": [], "N": [], "P": [], "Z": []}
-    category = unicodedata.category
-    for cp in range(_SCAN_LIMIT):
-        major = category(chr(cp))[0]
-        if major in members:
-            members[major].append(cp)
-    members["S"] = sorted([*members.pop("Z"), *range(0x09, 0x0E), 0x85])  # White_Space
-    return {name: _ranges(cps) for name, cps in members.items()}
+def cpt_flags_table() -> np.ndarray:
+    """uint16 flags for every code point (categories and WHITESPACE), as llama.cpp builds them."""
+    ranges = _groups(unicode_data.FLAGS_RANGES)
+    starts = np.array([r[0] for r in ranges], dtype=np.int64)
+    flags = np.array([r[1] for r in ranges], dtype=np.uint16)
+    table = np.repeat(flags[:-1], np.diff(starts))
+    assert len(table) == MAX_CODEPOINTS, "unicode_data.FLAGS_RANGES must end at 0x110000"
+    for (cpt,) in _groups(unicode_data.WHITESPACE):
+        table[cpt] |= WHITESPACE
+    return table
 
 
-def _ranges(cps: list[int]) -> str:
-    parts: list[str] = []
-    i = 0
-    while i < len(cps):
-        j = i
-        while j + 1 < len(cps) and cps[j + 1] == cps[j] + 1:
-            j += 1
-        lo, hi = _esc(cps[i]), _esc(cps[j])
-        parts.append(lo if i == j else f"{lo}-{hi}")
-        i = j + 1
-    return "".join(parts)
+def cpt_flags(cpt: int) -> int:
+    """The flags of one code point (UNDEFINED beyond U+10FFFF)."""
+    return int(cpt_flags_table()[cpt]) if 0 <= cpt < MAX_CODEPOINTS else UNDEFINED
 
 
-def _esc(cp: int) -> str:
-    return f"\\U{cp:08x}"
+@cache
+def _lower_map() -> dict[int, int]:
+    return {a: b for a, b in _groups(unicode_data.LOWERCASE)}
 
 
-def expand_classes(pattern: str) -> str:
-    """Replace ``{L}``, ``{N}``, ``{P}`` and ``{S}`` (whitespace) by class bodies for :mod:`re`.
+def tolower(cpt: int) -> int:
+    """llama.cpp's ``unicode_tolower``: one code point to one code point (no multi-character forms)."""
+    return _lower_map().get(cpt, cpt)
 
-    Python's ``\\s`` also matches U+001C..U+001F, which are not White_Space (and not ``\\s`` in
-    the regex engines llama.cpp and HF tokenizers use), so patterns must say ``{S}`` instead.
+
+@cache
+def _nfd_ranges() -> tuple[list[int], list[tuple[int, int]]]:
+    rows = _groups(unicode_data.NFD)
+    return [r[0] for r in rows], [(r[1], r[2]) for r in rows]
+
+
+def nfd_first(cpt: int) -> int:
+    """llama.cpp's ``unicode_cpts_normalize_nfd`` for one code point: its decomposition's first character.
+
+    llama.cpp keeps only the base character (combining marks are dropped, not appended), which
+    is what BERT's accent stripping wants.
     """
-    classes = _classes()
-    for name, body in classes.items():
-        pattern = pattern.replace("{" + name + "}", body)
-    return pattern
+    firsts, rest = _nfd_ranges()
+    i = bisect_right(firsts, cpt) - 1
+    if i >= 0:
+        last, nfd = rest[i]
+        if cpt <= last:
+            return nfd
+    return cpt
+
+
+def is_han(cpt: int) -> bool:
+    """llama.cpp's ``unicode_cpt_is_han``: the CJK ideograph blocks (unified, extensions A-F, compatibility)."""
+    return any(lo <= cpt <= hi for lo, hi in _HAN_RANGES)
+
+
+_HAN_RANGES = (
+    (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF), (0x2CEB0, 0x2EBEF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
+)  # fmt: skip

@@ -4,9 +4,10 @@
     ids = vocab.tokenize("Hello world", add_special=True, parse_special=False)
     text = vocab.detokenize(ids, remove_special=True)
 
-Two tokenizer models are implemented: SentencePiece (``tokenizer.ggml.model = "llama"``, e.g.
-Llama 2, Gemma) and byte-level BPE (``"gpt2"``, e.g. Llama 3, Qwen2) with the pre-tokenizers
-in :mod:`.pretokenize`. Results are token for token those of llama.cpp's
+Five tokenizer models are implemented: SentencePiece (``tokenizer.ggml.model = "llama"``, e.g.
+Llama 2, Gemma), BPE (``"gpt2"`` and ``"gemma4"``, e.g. Llama 3, Qwen2) with every pre-tokenizer of
+:mod:`.pretokenize`, WordPiece (``"bert"``), Unigram (``"t5"``) and RWKV (``"rwkv"``).
+Results are token for token those of llama.cpp's
 ``llama_tokenize`` / ``llama_token_to_piece`` / ``llama_detokenize``.
 
 Text is a Python ``str``. Pieces are ``bytes``: one token can hold part of a UTF-8 character
@@ -25,9 +26,12 @@ from .bpe import BPETokenizer
 from .detok import clean_spaces, decode_byte_level
 from .errors import InvalidTokenError, TokenizeError
 from .load import TOKEN_NULL, VocabData, load_vocab_data
+from .rwkv import RWKVTokenizer, unescape_rwkv_token
 from .special import partition
 from .spm import spm_tokenize
+from .ugm import UGMTokenizer
 from .unicode import BYTE_TO_CHAR
+from .wpm import WPMTokenizer
 
 if TYPE_CHECKING:
     from ...gguf import GGUFContext
@@ -69,6 +73,17 @@ class Vocab(VocabData):
         super().__init__(**fields)
         self._pieces: dict[int, bytes] = {}
         self._bpe = BPETokenizer(self.token_to_id, self.bpe_ranks, self.pre) if self.pre is not None else None
+        self._session: WPMTokenizer | UGMTokenizer | RWKVTokenizer | None = None
+        if self.vocab_type == "WPM":
+            self._session = WPMTokenizer(self.tokens, self.ids["unk"], self.lowercase, self.strip_accents)
+        elif self.vocab_type == "UGM":
+            self._session = UGMTokenizer(
+                self.tokens, self.scores, self.attrs, self.ids["unk"], self.precompiled_charsmap,
+                escape_whitespaces=self.escape_whitespaces, add_space_prefix=self.add_space_prefix,
+                remove_extra_whitespaces=self.remove_extra_whitespaces,
+            )  # fmt: skip
+        elif self.vocab_type == "RWKV":
+            self._session = RWKVTokenizer(self.tokens, self.ids["unk"])
 
     # ---- construction --------------------------------------------------------------------
 
@@ -101,13 +116,21 @@ class Vocab(VocabData):
 
     @property
     def type_name(self) -> str:
-        return "SPM" if self.is_spm else "BPE"
+        """llama.cpp's vocab type: SPM, BPE, WPM, UGM or RWKV."""
+        return self.vocab_type
 
     @property
     def nl(self) -> int:
-        """The newline token (llama.cpp's linefeed_id): "<0x0A>" for SPM, the tokens of "\\n" for BPE."""
+        """The newline token (llama.cpp's linefeed_id): "<0x0A>" for SPM, PAD for WPM, else the first token of "\\n"."""
+        if self.vocab_type == "WPM":
+            return self.ids["pad"]
         try:
-            ids = [self.byte_to_token(0x0A)] if self.is_spm else self._encode_raw("\n")
+            if self.is_spm:
+                ids = [self.byte_to_token(0x0A)]
+            elif self._session is not None:
+                ids = self._tokenize_session(["\n"], False, [])
+            else:
+                ids = self._encode_raw("\n")
         except TokenizeError:
             ids = []
         return ids[0] if ids else self.ids["pad"]
@@ -189,6 +212,8 @@ class Vocab(VocabData):
             raise TokenizeError(f"text is not valid Unicode: {e.reason} at index {e.start}") from None
         fragments = partition(text, self.special_ids, self.tokens, self.attrs, parse_special)
         out: list[int] = []
+        if self._session is not None:
+            return self._tokenize_session(fragments, add_special, out)
         if add_special and self.add_bos:
             out.append(self.ids["bos"])
         if self.is_spm:
@@ -207,10 +232,33 @@ class Vocab(VocabData):
                 if isinstance(frag, int):
                     out.append(frag)
                 else:
-                    self._encode_raw(frag, out)
+                    self._encode_raw(frag.replace(" ", _ESCAPED_SPACE) if self.escape_whitespaces else frag, out)
         if add_special and self.add_eos:
             out.append(self.ids["eos"])
         return out
+
+    def _tokenize_session(self, fragments: list[str | int], add_special: bool, out: list[int]) -> list[int]:
+        """WPM (BOS ... SEP), UGM (BOS/EOS by the flags) and RWKV (nothing added) tokenization."""
+        assert self._session is not None
+        kind = self.vocab_type
+        if add_special and (kind == "WPM" or (kind == "UGM" and self.add_bos)):
+            out.append(self._required("bos"))
+        for frag in fragments:
+            if isinstance(frag, int):
+                out.append(frag)
+            else:
+                self._session.tokenize(frag, out)
+        if add_special and kind == "WPM":
+            out.append(self._required("sep"))
+        elif add_special and kind == "UGM" and self.add_eos:
+            out.append(self._required("eos"))
+        return out
+
+    def _required(self, name: str) -> int:
+        tid = self.ids[name]
+        if tid == TOKEN_NULL:
+            raise TokenizeError(f"the {self.vocab_type} vocab must add a {name.upper()} token but has none")
+        return tid
 
     def _encode_raw(self, text: str, out: list[int] | None = None) -> list[int]:
         """BPE tokens of raw text, with no special-token handling."""
@@ -243,10 +291,12 @@ class Vocab(VocabData):
     def _piece(self, token: int) -> bytes:
         attr = self.attrs[token]
         text = self.tokens[token]
+        if self.vocab_type == "RWKV":
+            return unescape_rwkv_token(text)
         if attr & (HIDDEN | USER_DEFINED):
             return text.encode("utf-8", "surrogateescape")
         if attr & NORMAL:
-            if self.is_spm:
+            if self._bpe is None or self.escape_whitespaces:  # SPM, WPM, UGM, SentencePiece-style BPE
                 return text.replace(_ESCAPED_SPACE, " ").encode("utf-8", "surrogateescape")
             return decode_byte_level(text)
         if attr & BYTE:
