@@ -90,6 +90,19 @@ def _phi3(il: int) -> dict[str, tuple[int, ...]]:
                                     p + "ffn_down.weight": (N_FF, N_EMBD)}
 
 
+def _gpt2(il: int) -> dict[str, tuple[int, ...]]:
+    p = f"blk.{il}."
+    return (_attn(il, fused=True) | _ffn(il, gate=False) | _biased_norms(il)
+            | {p + "attn_qkv.bias": (Q + 2 * KV,)})
+
+
+def _stablelm(il: int) -> dict[str, tuple[int, ...]]:
+    """StableLM 2 12B's shape: per-head Q/K LayerNorms and no ffn_norm (the parallel block)."""
+    p = f"blk.{il}."
+    t = _attn(il, bias=True) | _ffn(il, norm=False) | {p + "attn_norm.bias": (N_EMBD,)}
+    return t | {p + "attn_q_norm.weight": (HEAD, N_HEAD), p + "attn_k_norm.weight": (HEAD, N_HEAD_KV)}
+
+
 def _post_norms(il: int) -> dict[str, tuple[int, ...]]:
     return {f"blk.{il}.post_attention_norm.weight": (N_EMBD,), f"blk.{il}.post_ffw_norm.weight": (N_EMBD,)}
 
@@ -117,6 +130,9 @@ SPECS: dict[str, Spec] = {
                        {"output_norm.bias": (N_EMBD,)}, tied=True),
     "smollm3": Spec("smollm3", {"rope.freq_base": 2000000.0}, lambda il: _attn(il) | _ffn(il), tied=True,
                     n_layer=4),  # layer 3 has no RoPE
+    "gpt2": Spec("gpt2", {}, _gpt2, {"output_norm.bias": (N_EMBD,), "position_embd.weight": (N_EMBD, N_CTX)},
+                 tied=True),
+    "stablelm": Spec("stablelm", {"rope.dimension_count": 4}, _stablelm, {"output_norm.bias": (N_EMBD,)}),
 }
 
 

@@ -18,7 +18,7 @@ from ..graph import Graph, graph_overhead_custom, new_graph_custom
 from ..ops import builders as B
 from ..tensor import Tensor
 from ..types import GGMLType
-from .hparams import HParams
+from .hparams import LLAMA_ROPE_TYPE_NONE, HParams
 from .kv_cache import KVCache
 from .model import Layer, Model
 
@@ -312,7 +312,7 @@ def build_k_shift(model: Model, cache: KVCache, n_ctx_seq: int = 0) -> ShiftGrap
     n_cells = cache.size * cache.n_stream
     shift = ctx.new_tensor(I32, n_cells).set_name("k_shift")
     shift.set_input()
-    for il in cache.layer_ids:
+    for il in cache.layer_ids if hp.rope_type != LLAMA_ROPE_TYPE_NONE else ():  # nothing to turn without RoPE
         k = cache.k[il]
         view = B.view_3d(ctx, k, hp.n_rot, hp.n_head_kv[il], n_cells, k.type.row_size(hp.n_embd_head_k),
                          k.type.row_size(hp.n_embd_k_gqa(il)), 0)
