@@ -45,6 +45,7 @@ class Spec:
     globals_: dict[str, tuple[int, ...]] = field(default_factory=dict)
     tied: bool = False
     n_layer: int = N_LAYER
+    n_head_kv: int = N_HEAD_KV
 
 
 def _attn(il: int, bias: bool = False, qk_norm: int = 0, fused: bool = False) -> dict[str, tuple[int, ...]]:
@@ -103,6 +104,31 @@ def _stablelm(il: int) -> dict[str, tuple[int, ...]]:
     return t | {p + "attn_q_norm.weight": (HEAD, N_HEAD), p + "attn_k_norm.weight": (HEAD, N_HEAD_KV)}
 
 
+N_EXPERT, N_EXPERT_USED, N_FF_EXP = 4, 2, 64
+MOE_KEYS = {"expert_count": N_EXPERT, "expert_used_count": N_EXPERT_USED}
+
+
+def _moe(il: int, shared: int = 0) -> dict[str, tuple[int, ...]]:
+    """A router over N_EXPERT experts of N_FF_EXP, and a shared expert of ``shared`` if given."""
+    p = f"blk.{il}."
+    t = {p + "ffn_norm.weight": (N_EMBD,), p + "ffn_gate_inp.weight": (N_EMBD, N_EXPERT),
+         p + "ffn_gate_exps.weight": (N_EMBD, N_FF_EXP, N_EXPERT),
+         p + "ffn_up_exps.weight": (N_EMBD, N_FF_EXP, N_EXPERT),
+         p + "ffn_down_exps.weight": (N_FF_EXP, N_EMBD, N_EXPERT)}
+    if shared:
+        t.update({p + "ffn_gate_shexp.weight": (N_EMBD, shared), p + "ffn_up_shexp.weight": (N_EMBD, shared),
+                  p + "ffn_down_shexp.weight": (shared, N_EMBD)})
+    return t
+
+
+def _olmoe(il: int) -> dict[str, tuple[int, ...]]:
+    """OLMoE: as many KV heads as query heads, Q/K norms over the whole width."""
+    p = f"blk.{il}."
+    return {p + "attn_norm.weight": (N_EMBD,), p + "attn_q.weight": (N_EMBD, Q), p + "attn_k.weight": (N_EMBD, Q),
+            p + "attn_v.weight": (N_EMBD, Q), p + "attn_output.weight": (Q, N_EMBD),
+            p + "attn_q_norm.weight": (N_EMBD,), p + "attn_k_norm.weight": (N_EMBD,)} | _moe(il)
+
+
 def _post_norms(il: int) -> dict[str, tuple[int, ...]]:
     return {f"blk.{il}.post_attention_norm.weight": (N_EMBD,), f"blk.{il}.post_ffw_norm.weight": (N_EMBD,)}
 
@@ -133,6 +159,14 @@ SPECS: dict[str, Spec] = {
     "gpt2": Spec("gpt2", {}, _gpt2, {"output_norm.bias": (N_EMBD,), "position_embd.weight": (N_EMBD, N_CTX)},
                  tied=True),
     "stablelm": Spec("stablelm", {"rope.dimension_count": 4}, _stablelm, {"output_norm.bias": (N_EMBD,)}),
+    "qwen3moe": Spec("qwen3moe", MOE_KEYS | {"expert_feed_forward_length": N_FF_EXP},
+                     lambda il: _attn(il, qk_norm=HEAD) | _moe(il)),
+    "olmoe": Spec("olmoe", MOE_KEYS | {"feed_forward_length": N_FF_EXP}, _olmoe, n_head_kv=N_HEAD),
+    "granitemoe": Spec("granitemoe", MOE_KEYS | {"feed_forward_length": N_FF_EXP, "logit_scale": 2.5,
+                                                 "residual_scale": 0.4, "embedding_scale": 6.0, "attention.scale": 0.5,
+                                                 "expert_shared_feed_forward_length": 32},
+                       lambda il: _attn(il) | _moe(il, shared=32), tied=True),
+    "mixtral": Spec("llama", MOE_KEYS | {"feed_forward_length": N_FF_EXP}, lambda il: _attn(il) | _moe(il)),
 }
 
 
@@ -158,17 +192,19 @@ def _value(name: str, ne: tuple[int, ...], rng: np.random.Generator) -> np.ndarr
     return (0.08 * rng.standard_normal(shape)).astype(np.float32)
 
 
-def write(arch: str, path: Path, seed: int = 0) -> Path:
-    """Write the tiny ``arch`` model (F32) to ``path``."""
-    spec = SPECS[arch]
+def write(name: str, path: Path, seed: int = 0) -> Path:
+    """Write the tiny model ``name`` (an architecture, or a variant such as mixtral) in F32 to ``path``."""
+    spec = SPECS[name]
+    arch = spec.arch
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), arch)
     w.add_context_length(N_CTX)
     w.add_embedding_length(N_EMBD)
     w.add_block_count(spec.n_layer)
-    w.add_feed_forward_length(N_FF)
+    if "feed_forward_length" not in spec.keys:
+        w.add_feed_forward_length(N_FF)
     w.add_head_count(N_HEAD)
-    w.add_head_count_kv(N_HEAD_KV)
+    w.add_head_count_kv(spec.n_head_kv)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_layer_norm_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)

@@ -10,6 +10,7 @@ positions. Intermediate tensors get llama.cpp's callback names (``attn_norm-3``,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -87,6 +88,18 @@ class FFNOp(Enum):
     RELU = "relu"
     SWIGLU = "swiglu"  # one fused gate-and-up projection, SiLU over its first half (phi3)
     SWIGLU_OAI = "swiglu_oai"
+
+
+class Gating(Enum):
+    """llama_expert_gating_func_type: how router logits become expert probabilities."""
+
+    SOFTMAX = "softmax"
+    SIGMOID = "sigmoid"
+    SOFTMAX_WEIGHT = "softmax_weight"  # softmax over the selected experts' logits only
+
+
+#: the smallest sum the selected experts' weights are divided by (llama.cpp clamps to 2^-14)
+MOE_WEIGHTS_SUM_MIN = 6.103515625e-5
 
 
 class GraphBuilder:
@@ -257,6 +270,75 @@ class GraphBuilder:
         """build_ffn over a layer's own ffn_up / ffn_gate / ffn_down and their biases."""
         return self.ffn(cur, layer.ffn_up, layer.ffn_gate, layer.ffn_down, op, il, layer.ffn_up_b,
                         layer.ffn_gate_b, layer.ffn_down_b, parallel)
+
+    def moe_ffn(self, cur: Tensor, layer: Layer, op: FFNOp, norm_w: bool, w_scale: float, gating: Gating,
+                il: int, exp_probs_b: Tensor | None = None) -> Tensor:
+        """build_moe_ffn: the router picks n_expert_used experts per token (top-k of its probabilities,
+        plus ``exp_probs_b`` for the choice only), their FFNs run through MUL_MAT_ID, and their outputs
+        are summed with the chosen probabilities as weights (renormalised with ``norm_w``, then scaled)."""
+        ctx, hp = self.ctx, self.hp
+        n_expert, n_used = hp.n_expert, hp.n_expert_used
+        n_embd, n_tokens = cur.ne[0], cur.ne[1]
+        logits = self.cb(B.mul_mat(ctx, layer.ffn_gate_inp, cur), "ffn_moe_logits", il)
+        if layer.ffn_gate_inp_b is not None:
+            logits = self.cb(B.add(ctx, logits, layer.ffn_gate_inp_b), "ffn_moe_logits_biased", il)
+        if gating is Gating.SOFTMAX:
+            probs = B.soft_max(ctx, logits)
+        elif gating is Gating.SIGMOID:
+            probs = B.sigmoid(ctx, logits)
+        else:
+            probs = logits
+        self.cb(probs, "ffn_moe_probs", il)
+        selection = probs
+        if exp_probs_b is not None:
+            selection = self.cb(B.add(ctx, probs, exp_probs_b), "ffn_moe_probs_biased", il)
+        ranked = self.cb(B.argsort(ctx, selection, B.SortOrder.DESC), "ffn_moe_argsort", il)
+        selected = self.cb(B.view_4d(ctx, ranked, n_used, ranked.ne[1], ranked.ne[2], ranked.ne[3], ranked.nb[1],
+                                     ranked.nb[2], ranked.nb[3], 0), "ffn_moe_topk", il)
+        weights = self.cb(B.get_rows(ctx, B.reshape_3d(ctx, probs, 1, n_expert, n_tokens), selected),
+                          "ffn_moe_weights", il)
+        if gating is Gating.SOFTMAX_WEIGHT:
+            weights = B.soft_max(ctx, B.reshape_2d(ctx, weights, n_used, n_tokens))
+            weights = self.cb(B.reshape_3d(ctx, weights, 1, n_used, n_tokens), "ffn_moe_weights_softmax", il)
+        if norm_w:
+            w2 = B.reshape_2d(ctx, weights, n_used, n_tokens)
+            total = self.cb(B.sum_rows(ctx, w2), "ffn_moe_weights_sum", il)
+            total = self.cb(B.clamp(ctx, total, MOE_WEIGHTS_SUM_MIN, math.inf), "ffn_moe_weights_sum_clamped", il)
+            w2 = self.cb(B.div(ctx, w2, total), "ffn_moe_weights_norm", il)
+            weights = B.reshape_3d(ctx, w2, 1, n_used, n_tokens)
+        if w_scale not in (0.0, 1.0):
+            weights = self.cb(B.scale(ctx, weights, w_scale), "ffn_moe_weights_scaled", il)
+        self.gf.build_forward_expand(weights)
+        cur = B.reshape_3d(ctx, cur, n_embd, 1, n_tokens)
+
+        def experts(w: Tensor, x: Tensor, b: Tensor | None, name: str) -> Tensor:
+            y = self.cb(B.mul_mat_id(ctx, w, x, selected), name, il)
+            return y if b is None else self.cb(B.add_id(ctx, y, b, selected), name + "_biased", il)
+
+        up = experts(layer.ffn_up_exps, cur, layer.ffn_up_exps_b, "ffn_moe_up")
+        gate = up
+        if layer.ffn_gate_exps is not None:
+            gate = experts(layer.ffn_gate_exps, cur, layer.ffn_gate_exps_b, "ffn_moe_gate")
+        gated = layer.ffn_gate_exps is not None
+        if op is FFNOp.SWIGLU_OAI:
+            act = self.cb(B.swiglu_oai(ctx, gate, up, 1.702, 7.0), "ffn_moe_swiglu_oai", il)
+        elif op is FFNOp.GELU:
+            act = self.cb(B.geglu_split(ctx, gate, up) if gated else B.gelu(ctx, gate), "ffn_moe_geglu", il)
+        else:
+            act = self.cb(B.swiglu_split(ctx, gate, up) if gated else B.silu(ctx, gate), "ffn_moe_swiglu", il)
+        out = experts(layer.ffn_down_exps, act, layer.ffn_down_exps_b, "ffn_moe_down")
+        out = self.cb(B.mul(ctx, out, weights), "ffn_moe_weighted", il)
+        self.gf.build_forward_expand(out)
+        views = [B.view_2d(ctx, out, n_embd, n_tokens, out.nb[2], i * out.nb[1]) for i in range(n_used)]
+        for v in views:
+            self.gf.build_forward_expand(v)
+        moe_out = views[0]
+        for v in views[1:]:
+            moe_out = B.add(ctx, moe_out, v)
+            self.gf.build_forward_expand(moe_out)
+        if n_used == 1:
+            moe_out = B.cont(ctx, moe_out)
+        return self.cb(moe_out, "ffn_moe_out", il)
 
     def last_layer_rows(self, il: int, *xs: Tensor) -> tuple[Tensor, ...]:
         """In the last layer only the output positions go on (``ggml_get_rows(cur, inp_out_ids)``)."""

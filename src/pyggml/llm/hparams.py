@@ -97,6 +97,9 @@ class HParams:
     # mixture of experts
     n_expert: int = 0
     n_expert_used: int = 0
+    n_ff_exp: int = 0
+    n_ff_shexp: int = 0
+    expert_weights_scale: float = 0.0
 
     def n_embd_k_gqa(self, il: int) -> int:
         return self.n_embd_head_k * self.n_head_kv[il]
@@ -170,6 +173,9 @@ class HParams:
             n_vocab=len(md.get(Keys.TOKENIZER_LIST, [])),
             n_expert=int(kv.get(Keys.EXPERT_COUNT, 0)),
             n_expert_used=int(kv.get(Keys.EXPERT_USED_COUNT, 0)),
+            n_ff_exp=int(kv.get(Keys.EXPERT_FEED_FORWARD_LENGTH, 0)),
+            n_ff_shexp=int(kv.get(Keys.EXPERT_SHARED_FEED_FORWARD_LENGTH, 0)),
+            expert_weights_scale=float(kv.get(Keys.EXPERT_WEIGHTS_SCALE, 0.0)),
         )
         if hp.rope_scaling_type not in ("none", "linear", "yarn", "longrope"):
             raise ModelLoadError(f"unknown rope scaling type {hp.rope_scaling_type!r}")

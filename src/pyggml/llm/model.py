@@ -85,6 +85,9 @@ class Layer:
     ffn_gate_exps_b: Tensor | None = None
     ffn_up_exps_b: Tensor | None = None
     ffn_down_exps_b: Tensor | None = None
+    ffn_gate_shexp: Tensor | None = None
+    ffn_up_shexp: Tensor | None = None
+    ffn_down_shexp: Tensor | None = None
     rope_freqs: Tensor | None = None
     rope_long: Tensor | None = None
     rope_short: Tensor | None = None
@@ -104,7 +107,8 @@ class Model:
         self.hparams = HParams.load(self.reader, self.arch)
         infos = self.reader.tensors
         self.ctx = Context((len(infos) + 2) * tensor_overhead(), no_alloc=True)
-        self._placement = _Placement(self.hparams.n_layer, n_gpu_layers, devices, override_tensor, use_extra_bufts)
+        self._placement = _Placement(self.hparams.n_layer, n_gpu_layers, devices, override_tensor, use_extra_bufts,
+                                     self.hparams.n_expert_used)
         # the whole file as one zero-copy CPU_Mapped buffer with WEIGHTS usage
         file_bytes = np.frombuffer(self.reader._buf, dtype=np.uint8)
         memory.register(file_bytes)
@@ -232,14 +236,21 @@ def _upload(buft: BufferType, group: list[tuple[Tensor, np.ndarray]],
     return buf
 
 
-def _test_mul_mat(buft: BufferType, w: Tensor) -> bool:
-    """Whether buft's device computes mul_mat(w, f32[ne0, 512]) with w in a (zero-size) buffer of buft."""
-    from ..ops.mat import mul_mat  # deferred: the op builders are only needed for this test
+def _test_mul_mat(buft: BufferType, w: Tensor, n_expert_used: int = 1) -> bool:
+    """Whether buft's device computes the weight's op with w in a (zero-size) buffer of buft: MUL_MAT by
+    f32[ne0, 512], or for a stack of experts MUL_MAT_ID by n_expert_used rows of 512 tokens (llama.cpp's
+    weight_buft_supported)."""
+    from ..ops.mat import mul_mat, mul_mat_id  # deferred: the op builders are only needed for this test
 
     ctx = Context(4 * tensor_overhead(), no_alloc=True)
     wt = ctx.new_tensor(w.type, *w.ne[: w.n_dims()])
     wt.buffer = buft.alloc_buffer(0)
-    op = mul_mat(ctx, wt, ctx.new_tensor(GGMLType.F32, w.ne[0], 512))
+    if w.n_dims() == 3:
+        n_used = max(n_expert_used, 1)
+        ids = ctx.new_tensor(GGMLType.I32, n_used, 512)
+        op = mul_mat_id(ctx, wt, ctx.new_tensor(GGMLType.F32, w.ne[0], n_used, 512), ids)
+    else:
+        op = mul_mat(ctx, wt, ctx.new_tensor(GGMLType.F32, w.ne[0], 512))
     dev = buft.get_device()
     return dev is not None and dev.supports_op(op)
 
@@ -248,7 +259,9 @@ class _Placement:
     """Which buffer type each weight goes to (None: the CPU, mapped from the file)."""
 
     def __init__(self, n_layer: int, n_gpu_layers: int, devices: Sequence[Device] | None,
-                 override_tensor: Sequence[tuple[str, str]], use_extra_bufts: bool = True) -> None:
+                 override_tensor: Sequence[tuple[str, str]], use_extra_bufts: bool = True,
+                 n_expert_used: int = 0) -> None:
+        self.n_expert_used = n_expert_used
         # enumerating devices imports their backends (torch is heavy): only when placement needs them
         need_devices = n_gpu_layers != 0 and devices is None
         all_devs = backend_devices() if need_devices or override_tensor else list(devices or [])
@@ -313,7 +326,7 @@ class _Placement:
         for buft in self.extra_bufts:
             key = (id(buft), t.type, tuple(t.ne))
             if key not in self._supported:
-                self._supported[key] = _test_mul_mat(buft, t)
+                self._supported[key] = _test_mul_mat(buft, t, self.n_expert_used)
             if self._supported[key]:
                 return buft
         return None

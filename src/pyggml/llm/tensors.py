@@ -42,6 +42,9 @@ class LLMTensor(StrEnum):
     FFN_GATE_EXPS = "blk.{bid}.ffn_gate_exps"
     FFN_UP_EXPS = "blk.{bid}.ffn_up_exps"
     FFN_DOWN_EXPS = "blk.{bid}.ffn_down_exps"
+    FFN_GATE_SHEXP = "blk.{bid}.ffn_gate_shexp"
+    FFN_UP_SHEXP = "blk.{bid}.ffn_up_shexp"
+    FFN_DOWN_SHEXP = "blk.{bid}.ffn_down_shexp"
 
     def name_of(self, suffix: str | None = "weight", bid: int | None = None) -> str:
         """llama.cpp's ``tn(tensor, suffix, bid)``: ``blk.3.attn_q.weight``."""

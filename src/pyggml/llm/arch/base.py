@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from ..graph import GraphBuilder
     from ..model import Layer, Model
 
-__all__ = ["LLAMA_ROPE_TYPE_NEOX", "LLAMA_ROPE_TYPE_NORM", "Arch", "load_embd_output", "load_ffn", "load_qkv"]
+__all__ = ["LLAMA_ROPE_TYPE_NEOX", "LLAMA_ROPE_TYPE_NORM", "Arch", "load_embd_output", "load_ffn", "load_moe",
+           "load_qkv", "require"]
 
 
 class Arch:
@@ -87,6 +88,24 @@ def load_ffn(m: Model, layer: Layer, il: int, gate: bool = True, biases: bool = 
             layer.ffn_gate_b = m.create_tensor(T.FFN_GATE, (n_ff,), il, "bias", required=False)
         layer.ffn_up_b = m.create_tensor(T.FFN_UP, (n_ff,), il, "bias", required=False)
         layer.ffn_down_b = m.create_tensor(T.FFN_DOWN, (hp.n_embd,), il, "bias", required=False)
+
+
+def load_moe(m: Model, layer: Layer, il: int, n_ff_exp: int = 0, gate_required: bool = False) -> None:
+    """The router (ffn_gate_inp) and the experts' stacked ffn_gate/up/down_exps ({.., .., n_expert});
+    a shared expert (ffn_*_shexp) when the file gives its size. ``n_ff_exp`` defaults to the expert FFN
+    length key, else the FFN length."""
+    hp = m.hparams
+    require(hp.n_expert_used > 0, f"{hp.arch}: {hp.n_expert} experts but expert_used_count is 0")
+    n_ff = n_ff_exp or hp.n_ff_exp or hp.n_ff[il]
+    layer.ffn_gate_inp = m.create_tensor(T.FFN_GATE_INP, (hp.n_embd, hp.n_expert), il)
+    layer.ffn_gate_exps = m.create_tensor(T.FFN_GATE_EXPS, (hp.n_embd, n_ff, hp.n_expert), il,
+                                          required=gate_required)
+    layer.ffn_up_exps = m.create_tensor(T.FFN_UP_EXPS, (hp.n_embd, n_ff, hp.n_expert), il)
+    layer.ffn_down_exps = m.create_tensor(T.FFN_DOWN_EXPS, (n_ff, hp.n_embd, hp.n_expert), il)
+    if hp.n_ff_shexp:
+        layer.ffn_gate_shexp = m.create_tensor(T.FFN_GATE_SHEXP, (hp.n_embd, hp.n_ff_shexp), il)
+        layer.ffn_up_shexp = m.create_tensor(T.FFN_UP_SHEXP, (hp.n_embd, hp.n_ff_shexp), il)
+        layer.ffn_down_shexp = m.create_tensor(T.FFN_DOWN_SHEXP, (hp.n_ff_shexp, hp.n_embd), il)
 
 
 def require(cond: bool, what: str) -> None:

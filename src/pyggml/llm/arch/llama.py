@@ -9,13 +9,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ...gguf.constants import Keys
 from ...ops import builders as B
-from ..graph import FFNOp
-from ..hparams import ModelLoadError
+from ..graph import FFNOp, Gating
 from ..tensors import LLMTensor as T
 from . import register
-from .base import Arch, load_embd_output, load_ffn, load_qkv, require
+from .base import Arch, load_embd_output, load_ffn, load_moe, load_qkv, require
 
 if TYPE_CHECKING:
     from ...tensor import Tensor
@@ -26,7 +24,11 @@ if TYPE_CHECKING:
 
 class LlamaLike(Arch):
     """The llama block, which many architectures share with small changes: the graph is here, and
-    the hooks (``embed``, ``rope_qk``, ``residual``) are where those architectures differ."""
+    the hooks (``embed``, ``rope_qk``, ``residual``, ``ffn_block``) are where those architectures differ.
+    A file with experts (``{arch}.expert_count``) gets the mixture-of-experts FFN in every layer."""
+
+    #: build_moe_ffn's norm_w: renormalise the chosen experts' probabilities to sum to 1
+    moe_norm_w: bool = True
 
     def load_tensors(self, m: Model) -> None:
         hp = m.hparams
@@ -35,7 +37,10 @@ class LlamaLike(Arch):
             layer.attn_norm = m.create_tensor(T.ATTN_NORM, (hp.n_embd,), il)
             load_qkv(m, layer, il)
             layer.ffn_norm = m.create_tensor(T.FFN_NORM, (hp.n_embd,), il)
-            load_ffn(m, layer, il, biases=True)
+            if hp.n_expert:
+                load_moe(m, layer, il)
+            else:
+                load_ffn(m, layer, il, biases=True)
 
     def build_graph(self, g: GraphBuilder) -> Tensor:
         m, hp = g.model, g.hp
@@ -49,9 +54,21 @@ class LlamaLike(Arch):
             cur, inp = g.last_layer_rows(il, cur, inp)
             ffn_inp = g.cb(self.residual(g, cur, inp), "ffn_inp", il)
             cur = g.norm(ffn_inp, layer.ffn_norm, "ffn_norm", il)
-            cur = g.cb(g.ffn_of(layer, cur, FFNOp.SILU, il), "ffn_out", il)
+            cur = g.cb(self.ffn_block(g, layer, cur, il), "ffn_out", il)
             inp = g.cb(self.residual(g, cur, ffn_inp), "l_out", il)
         return g.finish(inp)
+
+    def ffn_block(self, g: GraphBuilder, layer: Layer, cur: Tensor, il: int) -> Tensor:
+        """The dense SwiGLU FFN, or, in a layer with a router, the mixture of experts (softmax gating,
+        the chosen weights renormalised unless ``moe_norm_w`` is off) plus a shared expert if any."""
+        if layer.ffn_gate_inp is None:
+            return g.ffn_of(layer, cur, FFNOp.SILU, il)
+        out = g.moe_ffn(cur, layer, FFNOp.SILU, self.moe_norm_w, g.hp.expert_weights_scale, Gating.SOFTMAX, il)
+        if layer.ffn_up_shexp is not None:
+            shexp = g.cb(g.ffn(cur, layer.ffn_up_shexp, layer.ffn_gate_shexp, layer.ffn_down_shexp, FFNOp.SILU, il),
+                         "ffn_shexp", il)
+            out = B.add(g.ctx, out, shexp)
+        return out
 
     def embed(self, g: GraphBuilder) -> Tensor:
         """The token embeddings entering the first block (granite scales them)."""
@@ -79,8 +96,6 @@ class Llama(LlamaLike):
     def load_hparams(self, hp: HParams, kv: KV) -> None:
         super().load_hparams(hp, kv)
         require(hp.n_rot == hp.n_embd_head_k, f"invalid n_rot: {hp.n_rot}, expected {hp.n_embd_head_k}")
-        if hp.n_expert:
-            raise_moe(hp)
 
     def load_tensors(self, m: Model) -> None:
         super().load_tensors(m)
@@ -97,10 +112,3 @@ def load_rope_factors(m: Model, il: int) -> None:
         layer.rope_short = m.create_tensor(T.ROPE_FACTORS_SHORT, (hp.n_rot // 2,), required=False)
     else:
         layer.rope_freqs = m.create_tensor(T.ROPE_FREQS, (hp.n_rot // 2,), required=False)
-
-
-def raise_moe(hp: HParams) -> None:
-    """Mixture-of-experts files of a dense architecture (Mixtral is llama with experts) need the MoE
-    FFN, which pyggml does not run yet."""
-    raise ModelLoadError(f"{hp.arch} with {hp.n_expert} experts ({Keys.arch(Keys.EXPERT_COUNT, hp.arch)}) "
-                         "needs the mixture-of-experts FFN, which pyggml does not run yet")
