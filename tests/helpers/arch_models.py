@@ -46,6 +46,7 @@ class Spec:
     tied: bool = False
     n_layer: int = N_LAYER
     n_head_kv: int = N_HEAD_KV
+    quant: str = "q8_0"  #: the quantized variant's llama-quantize type
 
 
 def _attn(il: int, bias: bool = False, qk_norm: int = 0, fused: bool = False) -> dict[str, tuple[int, ...]]:
@@ -129,6 +130,17 @@ def _olmoe(il: int) -> dict[str, tuple[int, ...]]:
             p + "attn_q_norm.weight": (N_EMBD,), p + "attn_k_norm.weight": (N_EMBD,)} | _moe(il)
 
 
+def _gpt_oss(il: int) -> dict[str, tuple[int, ...]]:
+    """gpt-oss: biased attention with sinks, a norm after attention feeding a biased mixture of experts."""
+    p = f"blk.{il}."
+    t = _attn(il, bias=True) | _moe(il)
+    del t[p + "ffn_norm.weight"]
+    return t | {p + "post_attention_norm.weight": (N_EMBD,), p + "attn_output.bias": (N_EMBD,),
+                p + "attn_sinks.weight": (N_HEAD,), p + "ffn_gate_inp.bias": (N_EXPERT,),
+                p + "ffn_gate_exps.bias": (N_FF_EXP, N_EXPERT), p + "ffn_up_exps.bias": (N_FF_EXP, N_EXPERT),
+                p + "ffn_down_exps.bias": (N_EMBD, N_EXPERT)}
+
+
 def _post_norms(il: int) -> dict[str, tuple[int, ...]]:
     return {f"blk.{il}.post_attention_norm.weight": (N_EMBD,), f"blk.{il}.post_ffw_norm.weight": (N_EMBD,)}
 
@@ -167,6 +179,8 @@ SPECS: dict[str, Spec] = {
                                                  "expert_shared_feed_forward_length": 32},
                        lambda il: _attn(il) | _moe(il, shared=32), tied=True),
     "mixtral": Spec("llama", MOE_KEYS | {"feed_forward_length": N_FF_EXP}, lambda il: _attn(il) | _moe(il)),
+    "gpt-oss": Spec("gpt-oss", MOE_KEYS | {"expert_feed_forward_length": N_FF_EXP, "attention.sliding_window": 8,
+                                           "rope.freq_base": 150000.0}, _gpt_oss, quant="mxfp4_moe"),
 }
 
 

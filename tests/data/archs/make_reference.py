@@ -7,10 +7,10 @@ llama-cpp-python 0.3.36 sdist that vendors it:
     PYTHONPATH=tests:<sdist>/llama_cpp_python-0.3.36:<diskcache> LLAMA_CPP_LIB_PATH=<llama.cpp>/build/bin \\
         python tests/data/archs/make_reference.py [ARCH ...]
 
-For each architecture: ``<arch>.gguf`` (F32, from tests/helpers/arch_models.py) and ``<arch>-q8_0.gguf``
-(quantized by ``pyggml quantize``, whose bytes equal llama-quantize's), then, for each file, llama.cpp's
-logits at every position of a 24-token prompt (one batch, n_ctx 64, F16 KV cache, no flash attention,
-2 threads) and 8 greedy tokens decoded one at a time after it, into ``reference.npz``.
+For each model: ``<name>.gguf`` (F32, from tests/helpers/arch_models.py) and ``<name>-<type>.gguf``
+(Q8_0, or the type its spec names, quantized by ``pyggml quantize``, whose bytes equal llama-quantize's),
+then, for each file, llama.cpp's logits at every position of a 24-token prompt (one batch, n_ctx 64,
+F16 KV cache, no flash attention, 2 threads) and 8 greedy tokens decoded one at a time after it, into ``reference.npz``.
 """
 
 from __future__ import annotations
@@ -78,10 +78,11 @@ def main(archs: list[str]) -> None:
     out["tokens"] = np.array(toks, dtype=np.int32)
     for arch in archs:
         f32 = arch_models.write(arch, HERE / f"{arch}.gguf")
-        q8 = HERE / f"{arch}-q8_0.gguf"
-        subprocess.run([sys.executable, "-m", "pyggml.cli.main", "quantize", str(f32), str(q8), "q8_0"], check=True,
+        quant = arch_models.SPECS[arch].quant
+        qfile = HERE / f"{arch}-{quant}.gguf"
+        subprocess.run([sys.executable, "-m", "pyggml.cli.main", "quantize", str(f32), str(qfile), quant], check=True,
                        stdout=subprocess.DEVNULL)
-        for kind, path in (("f32", f32), ("q8_0", q8)):
+        for kind, path in (("f32", f32), (quant, qfile)):
             logits, greedy = run_llamacpp(path, toks)
             out[f"{arch}-{kind}-logits"] = logits.astype(np.float32)
             out[f"{arch}-{kind}-greedy"] = np.array(greedy, dtype=np.int32)
