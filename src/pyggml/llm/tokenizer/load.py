@@ -153,9 +153,6 @@ VOCAB_TYPES = {"llama": "SPM", "gpt2": "BPE", "gemma4": "BPE", "bert": "WPM", "t
 #: models llama.cpp knows that pyggml does not tokenize (yet)
 _NOT_IMPLEMENTED = ("no_vocab", "none", "plamo2", "hybriddna", "whitespace", "test")
 
-PRECOMPILED_CHARSMAP = "tokenizer.ggml.precompiled_charsmap"
-NORMALIZER_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"
-NORMALIZER_STRIP_ACCENTS = "tokenizer.ggml.normalizer.strip_accents"
 
 
 def _model_defaults(model: str, pre_name: str) -> tuple[str, dict[str, int], dict[str, bool], PreTokenizer | None]:
@@ -326,15 +323,16 @@ def _add_flags(md: Mapping[str, Any], data: VocabData) -> None:
 
 def _normalizer_opts(md: Mapping[str, Any], data: VocabData) -> None:
     """BertNormalizer options: strip_accents follows lowercase unless stored itself."""
-    if (v := _bool(md, NORMALIZER_LOWERCASE)) is not None:
+    if (v := _bool(md, Keys.TOKENIZER_NORMALIZER_LOWERCASE)) is not None:
         data.lowercase = v
     data.strip_accents = data.lowercase
-    if (v := _bool(md, NORMALIZER_STRIP_ACCENTS)) is not None:
+    if (v := _bool(md, Keys.TOKENIZER_NORMALIZER_STRIP_ACCENTS)) is not None:
         data.strip_accents = v
 
 
 def _charsmap(md: Mapping[str, Any]) -> bytes:
-    raw = md.get(PRECOMPILED_CHARSMAP)
+    key = Keys.TOKENIZER_PRECOMPILED_CHARSMAP
+    raw = md.get(key)
     if raw is None:
         return b""
     if isinstance(raw, bytes | bytearray):
@@ -342,13 +340,13 @@ def _charsmap(md: Mapping[str, Any]) -> bytes:
     else:
         arr = np.asarray(raw)
         if arr.dtype not in (np.int8, np.uint8):  # llama.cpp accepts only GGUF INT8/UINT8 arrays here
-            raise VocabError(f"{PRECOMPILED_CHARSMAP} must be an int8 or uint8 array, not {arr.dtype}")
+            raise VocabError(f"{key} must be an int8 or uint8 array, not {arr.dtype}")
         blob = arr.astype(np.uint8).tobytes()
     if len(blob) < 4:
-        raise VocabError(f"{PRECOMPILED_CHARSMAP} is too small ({len(blob)} bytes) for its 4-byte header")
+        raise VocabError(f"{key} is too small ({len(blob)} bytes) for its 4-byte header")
     trie_size = int.from_bytes(blob[:4], "little")
     if trie_size + 4 >= len(blob):
-        raise VocabError(f"{PRECOMPILED_CHARSMAP}: its trie of {trie_size} bytes overruns the {len(blob)}-byte blob")
+        raise VocabError(f"{key}: its trie of {trie_size} bytes overruns the {len(blob)}-byte blob")
     return blob
 
 
