@@ -207,6 +207,22 @@ def test_quantized_mat_vec_over_planes_of_src1() -> None:
     exact(*both(B.mul_mat(c.ctx, w, x)))
 
 
+@pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.IQ4_NL, GGMLType.Q4_K,
+                                GGMLType.Q5_K, GGMLType.Q6_K])
+@pytest.mark.parametrize(("n_b", "n_tok"), [(1, 1), (1, 5), (2, 1), (2, 7)])
+def test_quantized_mul_mat_id_is_the_numpy_paths_bits(ty: GGMLType, n_b: int, n_tok: int) -> None:
+    """The experts' product (one src1 row per token shared by its experts, or one per chosen expert): each
+    routed row through the expert's weight with the mat-vec kernels' bits; experts nobody chose, and an
+    expert chosen by several tokens, included."""
+    c = OpCase()
+    n_expert, n_used = 5, 2
+    w = c.tensor(ty, 512, 70, n_expert)
+    x = c.tensor(F32, 512, n_b, n_tok, lo=-3, hi=3)
+    ids = np.array([[(t + s) % 3 if t % 2 else 4 - s for s in range(n_used)] for t in range(n_tok)])
+    out = B.mul_mat_id(c.ctx, w, x, c.ints(I32, n_used, n_tok, data=ids))
+    exact(*both(out))
+
+
 @pytest.mark.parametrize("n_tok", [1, 3, 40])
 @pytest.mark.parametrize("wt", [F16, F32])
 def test_float_mat_mul_like_attention(wt: GGMLType, n_tok: int) -> None:
