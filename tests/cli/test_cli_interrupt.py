@@ -71,7 +71,8 @@ def test_ctrl_c_exits_130_with_one_line(cmd: str, tmp_path: Path) -> None:
     elif cmd == "perplexity":
         text = tmp_path / "text.txt"
         text.write_text("The quick brown fox jumps over the lazy dog. " * 600)
-        p = _start(["perplexity", "-f", str(text), "-c", "128"])
+        # -b 128: one chunk per pass, so the first score comes after one chunk, not after a pass of 16 (~20 s)
+        p = _start(["perplexity", "-f", str(text), "-c", "128", "-b", "128"])
         _wait_for_stdout(p, 3)  # the first chunk's score
     else:
         # bench prints a test's speed to stderr once its repetitions are done: a 1-token test first, whose
