@@ -180,6 +180,7 @@ def test_bench_parallel_sequences_json(capsys):
         assert "is_pp_shared = 1" in out and f"|     8 |      2 |    2 | {n_kv:6d} |" in out
 
 
+@pytest.mark.slow  # three loads of the model before each refusal
 def test_bench_parallel_sequences_bad_counts(capsys):
     assert main(["bench", "-npl", "65", "-q"]) == 1
     assert "-npl" in capsys.readouterr().err
