@@ -8,6 +8,7 @@ chunk score) before interrupting, so the interrupt lands during decoding, not du
 from __future__ import annotations
 
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -80,7 +81,8 @@ def test_ctrl_c_exits_130_with_one_line(cmd: str, tmp_path: Path) -> None:
         # bench prints a test's speed to stderr once its repetitions are done: a 1-token test first, whose
         # line says the 64-token test (50 repetitions, far longer) has started
         p = _start(["bench", "-p", "0", "-n", "1,64", "-r", "50"])
-        err_read = _wait_for(p, "stderr", lambda got: "tg1:" in got)
+        # the whole line: a SIGINT between print's text and its newline would glue the error line to it
+        err_read = _wait_for(p, "stderr", lambda got: re.search(r"tg1: [^\n]*\n", got) is not None)
     rc, err = _interrupted(p, err_read)
     assert rc == 130, err
     assert "Traceback" not in err
