@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -178,6 +179,7 @@ class CappedCPU(CPUBufferType):
         return self.cap
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(recipes(), st.sampled_from([None, 64, 160, 512, "multi"]))
 def test_random_graphs_plan_safely_and_compute_identically(recipe, cap):

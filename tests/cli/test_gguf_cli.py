@@ -52,6 +52,7 @@ def test_text(model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "q4_K" in line and "[256, 2]" in line and line.split()[-1] == "288"
 
 
+@pytest.mark.subprocess
 def test_malformed_file_is_one_error_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + (4).to_bytes(4, "little") + bytes(16))

@@ -159,6 +159,7 @@ def test_show_statistics(capsys: pytest.CaptureFixture[str]) -> None:
     assert "Computing statistics (126 tensors)" in out and "weighted average statistics per layer (18 layers)" in out
 
 
+@pytest.mark.slow
 def test_gemma_imatrix_matches_llama_imatrix(tmp_path: Path, gemma_path: Path) -> None:
     """Same entries, counts and metadata as llama-imatrix; the sums of layer 0's attention inputs are equal
     (its Q5_0/Q8_0 products, RoPE, softmax and F16 attention take llama.cpp's x86 float steps), the deeper
@@ -245,6 +246,7 @@ def test_imatrix_cli_matches_llama_imatrix_on_a_small_model(tmp_path: Path,
         assert needle in err and err.count("\n") == 1, err
 
 
+@pytest.mark.slow
 def test_quantize_with_a_collected_imatrix(small: Path, tmp_path: Path) -> None:
     """An imatrix from the collector drives IQ2_XXS (which refuses without one) and records its keys."""
     ctx = LlamaContext(Model(small, progress=False), ContextParams(n_ctx=64, n_ubatch=64, n_threads=1))

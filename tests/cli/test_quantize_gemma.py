@@ -16,6 +16,8 @@ from pyggml.cli.main import main
 
 REF = load_json("quantize", "gemma-requant.json")
 
+pytestmark = pytest.mark.slow  # requantizes all of Gemma 3 270M
+
 
 @pytest.fixture(scope="module")
 def gemma(gemma_path: Path) -> Path:

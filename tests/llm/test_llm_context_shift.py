@@ -100,18 +100,35 @@ def test_generate_refuses_negative_counts(tiny_model: Path, capsys: pytest.Captu
     assert err.startswith("error: ") and err.count("\n") == 1
 
 
-def test_gemma_generates_past_its_sliding_window_cache(capsys: pytest.CaptureFixture) -> None:
-    """Gemma 3's sliding-window cache holds n_swa + n_ubatch cells (512 + 32 -> 768 here): generating past
-    that wraps its ring (this used to fail with an IndexError at the wrap)."""
-    assert main(["generate", "-p", "Once upon a time", "-c", "1024", "-b", "32", "-ub", "32", "-n", "800",
-                 "--temp", "0", "--ignore-eos", "-t", "2"]) == 0
+@pytest.fixture(scope="module")
+def tiny_gemma(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer Gemma 3 (one sliding-window layer of window 8, one global layer: both of Gemma 3's caches)
+    with a BPE vocabulary: the cache logic of Gemma 3 270M at a thousandth of its decode time."""
+    import transformers
+
+    fixture = train("llama3")
+    hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=fixture.hf, bos_token="<|begin_of_text|>",
+                                                  eos_token="<|end_of_text|>")
+    model, config = build("gemma3", vocab=len(hf_tok), seed=9)
+    return convert(tmp_path_factory.mktemp("gemma3"), model, config, tokenizer=hf_tok)
+
+
+def test_gemma_generates_past_its_sliding_window_cache(tiny_gemma: Path, capsys: pytest.CaptureFixture) -> None:
+    """Gemma 3's sliding-window cache holds n_swa + n_ubatch cells, padded to 256 (8 + 32 -> 256 here; 512 + 32
+    -> 768 in Gemma 3 270M): generating past that wraps its ring (this used to fail with an IndexError at the
+    wrap), twice over here."""
+    ctx = LlamaContext(Model(tiny_gemma, progress=False), ContextParams(n_ctx=1024, n_batch=32, n_ubatch=32))
+    assert ctx.caches["swa"].size == 256 and ctx.caches["base"].size == 1024
+    assert main(["generate", "-m", str(tiny_gemma), "-p", "Once upon a time", "-c", "1024", "-b", "32", "-ub", "32",
+                 "-n", "600", "--temp", "0", "--ignore-eos", "-t", "2"]) == 0
     err = capsys.readouterr().err
-    assert "generation: 800 tokens" in err and "stop: n_predict" in err
+    assert "generation: 600 tokens" in err and "stop: n_predict" in err
 
 
-def test_gemma_shifts_its_context(capsys: pytest.CaptureFixture) -> None:
+def test_gemma_shifts_its_context(tiny_gemma: Path, capsys: pytest.CaptureFixture) -> None:
     """Gemma 3 (both caches: sliding-window and global layers) past a full context with --context-shift."""
-    args = ["generate", "-p", "Once upon a time", "-c", "256", "-n", "300", "--temp", "0", "--ignore-eos", "-t", "2"]
+    args = ["generate", "-m", str(tiny_gemma), "-p", "Once upon a time", "-c", "256", "-n", "300", "--temp", "0",
+            "--ignore-eos", "-t", "2"]
     assert main(args) == 0
     assert "stop: context full" in capsys.readouterr().err
     assert main([*args, "--context-shift"]) == 0

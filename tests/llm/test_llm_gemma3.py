@@ -52,6 +52,7 @@ def test_prompt_logits_and_greedy(gemma_model, i):
         assert ctx.n_reused >= n_safe - 2  # every generation step after the first reused the graph
 
 
+@pytest.mark.slow
 def test_offloaded_layers_give_the_same_greedy_text(gemma_path: Path):
     """-ngl 10 onto the torch device: layers 9..17 and the output head leave the CPU, the scheduler
     splits the graph, and the greedy continuation is unchanged."""

@@ -23,6 +23,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+pytestmark = pytest.mark.subprocess
+
+
 def _start(*args: str) -> tuple[subprocess.Popen, list[str]]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "pyggml.cli.main", "rpc-server", *args], stdout=subprocess.PIPE,

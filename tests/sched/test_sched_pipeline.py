@@ -1,12 +1,9 @@
 """Pipeline mode (parallel: GGML_SCHED_MAX_COPIES rotating input copies and events) and the eval
-callback protocol, on the torch backend + CPU."""
+callback protocol, on a GPU-like device (TWIN, or torch; see conftest) + CPU."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
-pytest.importorskip("torch", reason="these scheduler tests use the optional torch backend as the second device")
 
 import pyggml as g
 from helpers.backend_run import from_bytes, read
@@ -16,7 +13,6 @@ from helpers.sched_world import World, reference
 from pyggml import sched as S
 from pyggml.backend import api
 from pyggml.backend.cpu.backend import backend_cpu_init
-from pyggml.backend.torch import backend_torch_init
 from pyggml.ops.enums import VIEW_OPS
 from pyggml.types import GGMLType as T
 
@@ -29,17 +25,17 @@ WEIGHTS = {"w1": (T.Q4_K, [256, 32], _r(32, 256)), "w2": (T.F32, [32, 16], _r(16
 
 
 def build(ctx, t):
-    """torch -> CPU -> torch: three splits, each with inputs from the previous one."""
+    """device -> CPU -> device: three splits, each with inputs from the previous one."""
     h = g.mul_mat(ctx, t["w1"], t["x"]).set_name("h")
     h = g.rms_norm(ctx, h, 1e-6).set_name("hn")
     o = g.mul_mat(ctx, t["w2"], h).set_name("o")
-    o = g.unary(ctx, o, g.UnaryOp.HARDSWISH).set_name("os")  # not on torch: stays on the CPU
+    o = g.unary(ctx, o, g.UnaryOp.HARDSWISH).set_name("os")  # not on the device: stays on the CPU
     z = g.mul_mat(ctx, t["w3"], g.scale(ctx, o, 0.5).set_name("oz")).set_name("z")
     return g.add(ctx, z, t["bias"]).set_name("out")
 
 
-def _world():
-    tb, cpu = backend_torch_init("cpu"), backend_cpu_init()
+def _world(tb):
+    cpu = backend_cpu_init()
     return tb, cpu, World(WEIGHTS, {"w1": tb, "w2": cpu, "w3": tb})
 
 
@@ -47,11 +43,11 @@ def _inputs(n: int) -> dict:
     return {"x": (T.F32, [256, n], _r(n, 256)), "bias": (T.F32, [8, n], _r(n, 8))}
 
 
-def test_pipeline_parallel_repeated_runs() -> None:
-    tb, cpu, world = _world()
+def test_pipeline_parallel_repeated_runs(second) -> None:
+    tb, cpu, world = _world(second)
     sched = S.backend_sched_new([tb, cpu], None, 256, True, True)
     assert S.backend_sched_get_n_copies(sched) == 4
-    assert all(ev is not None for ev in sched.events[0])  # torch has events
+    assert all(ev is not None for ev in sched.events[0])  # the device has events
     assert all(ev is None for ev in sched.events[1])  # the CPU has none: synchronize instead
     copies = []
     for run in range(6):
@@ -59,7 +55,7 @@ def test_pipeline_parallel_repeated_runs() -> None:
         gf, _, out = world.build(sched, build, inputs)
         copies.append(sched.cur_copy)
         if run == 0:
-            assert [sched.backends[s.backend_id].name() for s in sched.splits] == ["TORCH_CPU", "CPU", "TORCH_CPU"]
+            assert [sched.backends[s.backend_id].name() for s in sched.splits] == [tb.name(), "CPU", tb.name()]
             # user inputs get one copy per slot, and so does every split input
             assert len(sched.graph_inputs) == 2
             assert {t.name for t in sched.splits[0].inputs} == {"x"}
@@ -70,8 +66,8 @@ def test_pipeline_parallel_repeated_runs() -> None:
     assert all(ev.recorded for ev in sched.events[0])
 
 
-def test_eval_callback_sees_every_node_once() -> None:
-    tb, cpu, world = _world()
+def test_eval_callback_sees_every_node_once(second) -> None:
+    tb, cpu, world = _world(second)
     sched = S.backend_sched_new([tb, cpu], None, 256, False, True)
     inputs = _inputs(2)
     asked: list[str] = []
@@ -98,8 +94,8 @@ def test_eval_callback_sees_every_node_once() -> None:
     assert_close(seen["hn"], read(hn))
 
 
-def test_eval_callback_false_stops_the_split_only() -> None:
-    tb, cpu, world = _world()
+def test_eval_callback_false_stops_the_split_only(second) -> None:
+    tb, cpu, world = _world(second)
     sched = S.backend_sched_new([tb, cpu], None, 256, False, True)
     asked: list[str] = []
 
@@ -121,10 +117,8 @@ def test_eval_callback_false_stops_the_split_only() -> None:
     assert "z" in asked and "out" in asked  # ... but the next split still ran
 
 
-def test_offloaded_moe_weights_copy_only_the_used_experts(monkeypatch) -> None:
-    from pyggml.backend.torch.backend import TorchBackend
-
-    tb, cpu = backend_torch_init("cpu"), backend_cpu_init()
+def test_offloaded_moe_weights_copy_only_the_used_experts(second, monkeypatch) -> None:
+    tb, cpu = second, backend_cpu_init()
     n_expert, m, k = 8, 16, 64
     weights = {"experts": (T.F32, [k, m, n_expert], _r(n_expert, m, k))}
     ids = np.array([[1, 2], [2, 6], [1, 6]], dtype=np.int32)  # experts 1, 2 and 6 of 8
@@ -136,20 +130,21 @@ def test_offloaded_moe_weights_copy_only_the_used_experts(monkeypatch) -> None:
         return g.scale(ctx, made["moe"], 2.0).set_name("out")
 
     uploads: list[tuple[str, int, int]] = []
-    original = TorchBackend.set_tensor_async
+    original = type(tb).set_tensor_async
 
     def spy(self, tensor, data, offset, size):
         uploads.append((tensor.name, offset, size))
         original(self, tensor, data, offset, size)
 
-    monkeypatch.setattr(TorchBackend, "set_tensor_async", spy)
+    monkeypatch.setattr(type(tb), "set_tensor_async", spy)
     world = World(weights, {"experts": cpu})
     sched = S.backend_sched_new([tb, cpu], None, 64, False, True)
     gf, _, out = world.build(sched, build, inputs,
                              before_alloc=lambda s, ts: S.backend_sched_set_tensor_backend(s, made["moe"], tb))
-    assert sched.splits[0].inputs[0].name == "experts"  # host weights copied to the torch split
+    assert sched.splits[0].inputs[0].name == "experts"  # host weights copied to the device's split
     assert sched.graph_compute(gf) == 0
     size = k * m * 4  # one expert
-    assert uploads == [("TORCH_CPU#experts#0", 1 * size, 2 * size + 512),  # experts 1-2, plus padding
-                       ("TORCH_CPU#experts#0", 6 * size, size + 512)]  # expert 6
+    copy = f"{tb.name()}#experts#0"
+    assert uploads == [(copy, 1 * size, 2 * size + 512),  # experts 1-2, plus padding
+                       (copy, 6 * size, size + 512)]  # expert 6
     assert_close(read(out), reference(weights, build, inputs), NMSE_MATMUL)

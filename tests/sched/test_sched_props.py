@@ -1,23 +1,20 @@
-"""Property tests: random small graphs with weights on random backends (torch, a subset backend
+"""Property tests: random small graphs with weights on random backends (TWIN, a subset backend
 sharing host memory, the CPU) compute what a CPU-only run computes, and every split only reads
 tensors its backend can reach."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-pytest.importorskip("torch", reason="these scheduler tests use the optional torch backend as the second device")
 
 import pyggml as g
 from helpers.backend_run import read
 from helpers.opcheck import NMSE_MATMUL, assert_close
 from helpers.sched_world import World, plugin_module, reference
+from helpers.twin import twin_init
 from pyggml import sched as S
 from pyggml.backend.cpu.backend import backend_cpu_init
-from pyggml.backend.torch import backend_torch_init
 from pyggml.ops.enums import VIEW_OPS, Op
 from pyggml.types import GGMLType as T
 
@@ -57,7 +54,7 @@ def _build(steps: list[tuple[str, int]]):
        seed=st.integers(0, 1000), with_subset=st.booleans())
 def test_random_graphs_split_correctly(steps, places, seed, with_subset) -> None:
     rng = np.random.default_rng(seed)
-    tb, cpu = backend_torch_init("cpu"), backend_cpu_init()
+    tb, cpu = twin_init(), backend_cpu_init()
     sub = plugin_module().SubsetDevice(None, "SUBSET", frozenset({Op.MUL_MAT, Op.ADD})).init_backend()
     backends = [tb, sub, cpu] if with_subset else [tb, cpu]
     weights = {f"w{k}": (T.F16 if k % 2 else T.F32, [N, N], rng.standard_normal((N, N)).astype(np.float32))

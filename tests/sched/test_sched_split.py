@@ -1,4 +1,4 @@
-"""The scheduler with the torch backend (a GPU-like device with its own memory) and the CPU:
+"""The scheduler with a GPU-like device with memory of its own (TWIN, or torch; see conftest) and the CPU:
 placements, causes and splits derived by hand from ggml's five passes, and results equal to a
 CPU-only run."""
 
@@ -7,15 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("torch", reason="these scheduler tests use the optional torch backend as the second device")
-
 import pyggml as g
 from helpers.data import normal_f32
 from helpers.opcheck import NMSE_MATMUL, NMSE_SOFTMAX, assert_close
 from helpers.sched_world import World, reference
 from pyggml import sched as S
 from pyggml.backend.cpu.backend import backend_cpu_init
-from pyggml.backend.torch import backend_torch_init
 from pyggml.types import GGMLType as T
 
 rng = np.random.default_rng(7)
@@ -23,8 +20,8 @@ _r = normal_f32(rng)
 
 
 @pytest.fixture
-def backends():
-    return backend_torch_init("cpu"), backend_cpu_init()
+def backends(second):
+    return second, backend_cpu_init()
 
 
 def _split_summary(sched: S.BackendSched) -> list[tuple[str, list[str]]]:
@@ -49,17 +46,17 @@ def test_weights_pull_ops_and_gpu_expands(backends) -> None:
     nodes = {n.name: n for n in gf.nodes}
     place = {name: (sched.get_tensor_backend(n).name(), sched.cause(n)) for name, n in nodes.items()}
     assert place == {
-        "x0": ("TORCH_CPU", "2.sup"),  # GPU expansion upwards from h
-        "h": ("TORCH_CPU", "1.wgt0"),  # the weight pulls the op
-        "h2": ("TORCH_CPU", "2.sup"),  # GPU expansion downwards
+        "x0": (tb.name(), "2.sup"),  # GPU expansion upwards from h
+        "h": (tb.name(), "1.wgt0"),  # the weight pulls the op
+        "h2": (tb.name(), "2.sup"),  # GPU expansion downwards
         "o": ("CPU", "1.wgt0"),
         "o2": ("CPU", "2.sup"),  # the rest expansion from a CPU node
     }
     assert sched.get_tensor_backend(ts["x"]) is cpu and sched.cause(ts["x"]) == "1.inp"
     assert S.backend_sched_get_n_splits(sched) == 2
-    assert _split_summary(sched) == [("TORCH_CPU", ["x"]), ("CPU", ["h2"])]
+    assert _split_summary(sched) == [(tb.name(), ["x"]), ("CPU", ["h2"])]
     # the consumer now reads the copy in its split's memory
-    assert nodes["x0"].src[0].name == "TORCH_CPU#x#0"
+    assert nodes["x0"].src[0].name == f"{tb.name()}#x#0"
     assert S.backend_sched_get_buffer_size(sched, tb) > 0 and S.backend_sched_get_buffer_size(sched, cpu) > 0
     assert sched.graph_compute(gf) == 0
     from helpers.backend_run import read
@@ -80,7 +77,7 @@ def test_rope_is_not_pulled_by_its_freq_factors(backends) -> None:
     sched = S.backend_sched_new([tb, cpu], None, 256, False, True)
     gf, _, out = world.build(sched, build, inputs)
     r = gf.nodes[-1]
-    # without the ROPE exception this would be ("TORCH_CPU", "1.wgt2")
+    # without the ROPE exception this would be (tb, "1.wgt2")
     assert (sched.get_tensor_backend(r), sched.cause(r)) == (cpu, "3.best")
     assert _split_summary(sched) == [("CPU", ["ff"])]
     assert sched.graph_compute(gf) == 0
@@ -97,7 +94,7 @@ def test_unsupported_op_goes_where_its_inputs_are(backends) -> None:
     def build(ctx, t):
         h = g.mul_mat(ctx, t["w"], t["x"]).set_name("h")
         s = g.soft_max_ext(ctx, h, None, 0.25, 0.0).set_name("s")
-        g.soft_max_add_sinks(s, t["sinks"])  # the torch backend has no sinks: CPU only
+        g.soft_max_add_sinks(s, t["sinks"])  # the second device has no sinks: CPU only
         return g.scale(ctx, s, 3.0).set_name("o")
 
     world = World(weights, {"w": tb})
@@ -106,7 +103,7 @@ def test_unsupported_op_goes_where_its_inputs_are(backends) -> None:
     nodes = {n.name: n for n in gf.nodes}
     assert (sched.get_tensor_backend(nodes["s"]), sched.cause(nodes["s"])) == (cpu, "3.best")
     assert sched.cause(nodes["o"]) == "2.sup" and sched.get_tensor_backend(nodes["o"]) is tb
-    assert _split_summary(sched) == [("TORCH_CPU", ["x"]), ("CPU", ["h"]), ("TORCH_CPU", ["s"])]
+    assert _split_summary(sched) == [(tb.name(), ["x"]), ("CPU", ["h"]), (tb.name(), ["s"])]
     assert sched.graph_compute(gf) == 0
     from helpers.backend_run import read
 
@@ -114,7 +111,7 @@ def test_unsupported_op_goes_where_its_inputs_are(backends) -> None:
 
 
 @pytest.mark.parametrize(("op_offload", "n_tokens", "expected"), [
-    (True, 32, ("TORCH_CPU", "1.off")),  # big batch, host weights: the GPU asks for it
+    (True, 32, ("2nd", "1.off")),  # big batch, host weights: the GPU asks for it
     (False, 32, ("CPU", "1.wgt0")),
     (True, 4, ("CPU", "1.wgt0")),  # too small for the device to want it
 ])
@@ -130,7 +127,7 @@ def test_op_offload(backends, op_offload: bool, n_tokens: int, expected: tuple[s
     sched = S.backend_sched_new([tb, cpu], None, 256, False, op_offload)
     gf, _, out = world.build(sched, build, inputs)
     mm = gf.nodes[-1]
-    assert (sched.get_tensor_backend(mm).name(), sched.cause(mm)) == expected
+    assert (sched.get_tensor_backend(mm), sched.cause(mm)) == ({"2nd": tb, "CPU": cpu}[expected[0]], expected[1])
     assert sched.graph_compute(gf) == 0
     from helpers.backend_run import read
 
@@ -171,9 +168,10 @@ def test_debug_table(backends, monkeypatch, capsys) -> None:
     world.build(sched, lambda ctx, t: g.mul_mat(ctx, t["w"], t["x"]).set_name("mm"),
                 {"x": (T.F32, [16, 2], _r(2, 16))})
     err = capsys.readouterr().err
-    assert "## SPLIT #0: TORCH_CPU # 1 inputs: [x (   0K)]" in err
-    assert "node #  0 (   MUL_MAT):                   mm (   0K) [TORCH   1.wgt0]" in err
-    assert "TORCH_CPU#x#0 (   0K) [TORCH    4.cpy]" in err
+    name, short = tb.name(), f"{tb.name()[:5]:>5}"  # the table shows 5 characters of a backend's name
+    assert f"## SPLIT #0: {name} # 1 inputs: [x (   0K)]" in err
+    assert f"node #  0 (   MUL_MAT):                   mm (   0K) [{short}   1.wgt0]" in err
+    assert f"{name}#x#0 (   0K) [{short}    4.cpy]" in err
 
 
 def test_reserve_sizes_buffers_for_later_graphs(backends) -> None:
@@ -228,7 +226,7 @@ def test_preallocated_tensor_nobody_can_run(backends) -> None:
     tb, cpu = backends
     weights = {"a": (T.F32, [8, 2], _r(2, 8))}
     world = World(weights, {"a": tb})
-    sched = S.backend_sched_new([cpu], None, 64, False, True)  # nobody here can use torch memory
+    sched = S.backend_sched_new([cpu], None, 64, False, True)  # nobody here can use the second device's memory
     with pytest.raises(S.SchedAssignError, match="pre-allocated tensor"):
         world.build(sched, lambda ctx, t: g.scale(ctx, t["a"], 2.0), {})
 

@@ -30,6 +30,8 @@ PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", 
            "1, 2, 3, 4,", "My favourite food is", "import numpy as np\n", "Water boils at"]
 N_PREDICT = 6
 
+pytestmark = [pytest.mark.model, pytest.mark.subprocess]  # one live server, Gemma 3 270M
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
@@ -56,6 +58,7 @@ def generate_greedy(prompt: str, n: int) -> str:
     return text[:-1]
 
 
+@pytest.mark.slow
 def test_eight_streams_on_four_slots_match_generate(server: str, http: httpx.Client) -> None:
     """8 concurrent streaming clients on 4 slots all finish, each with `pyggml generate`'s greedy text,
     and the decodes really were shared (more than one busy slot per decode on average)."""
@@ -290,3 +293,4 @@ def test_default_chat_model_serves_chat_like_pyggml_chat(tmp_path) -> None:
                                            max_tokens=8, temperature=0)
         assert r.choices[0].message.content == expected and expected.strip()
         assert "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" in client.models.list().data[0].id
+

@@ -83,6 +83,7 @@ def test_registry_assembles_parts_and_checks_them(monkeypatch: pytest.MonkeyPatc
     assert not (tmp_path / "cache" / "pyggml" / "bad.gguf").exists()
 
 
+@pytest.mark.model
 def test_chat_model_from_the_registry_when_installed() -> None:
     """With the chat extra installed, -m's short name gives the file whose SHA-256 the issue names."""
     try:
@@ -103,6 +104,7 @@ def test_serve_help_explains_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert "127.0.0.1" in out and "8080" in out and "qwen2.5-coder-0.5b-instruct-q4_k_m" in out
 
 
+@pytest.mark.model  # the flags are checked once the default model is loaded
 def test_serve_refuses_bad_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--port", "70000"]) == 1
     assert "--port" in capsys.readouterr().err
