@@ -1,4 +1,5 @@
-"""Tiny random Hugging Face models (Llama, Qwen2, Gemma3) and their conversion to GGUF by pyggml.
+"""Tiny random Hugging Face models (Llama, Qwen2, Gemma3, Qwen3, OLMo2, Granite, SmolLM3) and their
+conversion to GGUF by pyggml.
 
 Needs torch and transformers: a test module imports this after ``pytest.importorskip`` of both.
 """
@@ -17,6 +18,10 @@ CLASSES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM"),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
+    "granite": ("GraniteConfig", "GraniteForCausalLM"),
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"),
 }
 
 

@@ -70,8 +70,13 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         ("qwen2", {}),
         ("qwen2", {"tie_word_embeddings": True}),
         ("gemma3", {"final_logit_softcapping": 30.0}),
+        ("qwen3", {"head_dim": 16}),
+        ("olmo2", {}),
+        ("granite", {"embedding_multiplier": 6.0, "residual_multiplier": 0.4, "attention_multiplier": 0.5,
+                     "logits_scaling": 2.5}),
+        ("smollm3", {"num_hidden_layers": 4, "pad_token_id": None}),
     ],
-    ids=["llama", "llama-bias-tied", "qwen2", "qwen2-tied", "gemma3"],
+    ids=["llama", "llama-bias-tied", "qwen2", "qwen2-tied", "gemma3", "qwen3", "olmo2", "granite", "smollm3"],
 )
 def test_f32_logits_match_transformers(tmp_path: Path, arch: str, extra: dict[str, Any]) -> None:
     model, config = build(arch, **extra)

@@ -1,8 +1,8 @@
 """What llama.cpp's converter does per architecture: hyper-parameter keys, tensor names, weight fixes.
 
-Three HF classes are known: ``LlamaForCausalLM`` (arch ``llama``), ``Qwen2ForCausalLM`` (``qwen2``)
-and ``Gemma3ForCausalLM`` (``gemma3``). The facts follow convert_hf_to_gguf's ``TextModel``,
-``LlamaModel``, ``Qwen2Model`` and ``Gemma3Model``:
+One ``ConvertSpec`` per architecture (``SPECS``): llama, qwen2, qwen3, gemma3, olmo2, granite and smollm3,
+the ones whose llama.cpp converter class (convert_hf_to_gguf's ``TextModel`` children) does no more than
+rename tensors, permute Q/K, shift norms and write a few keys:
 
 * llama's Q/K rows are permuted per head so that ggml's adjacent-pair (NORM) RoPE computes what
   HF's rotate-half RoPE computes on the original rows; qwen2 and gemma3 use NEOX RoPE and keep them.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,34 +24,105 @@ import numpy as np
 from ...gguf.constants import Keys
 from .vocab import ConversionError
 
-HF_CLASSES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Gemma3ForCausalLM": "gemma3"}
-MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "gemma3_text": "gemma3"}
-
-# HF names inside ``model.layers.N.`` -> GGUF names inside ``blk.N.``
+# HF names inside ``model.layers.N.`` -> GGUF names inside ``blk.N.`` (post_attention_layernorm is the FFN's
+# pre-norm except where a spec says otherwise)
 _LAYER_NAMES = {
     "input_layernorm": "attn_norm",
     "self_attn.q_proj": "attn_q",
     "self_attn.k_proj": "attn_k",
     "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output",
+    "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
+    "post_attention_layernorm": "ffn_norm",
     "mlp.gate_proj": "ffn_gate",
     "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down",
 }
-_LAYER_NAMES_ARCH = {
-    "gemma3": {
-        "post_attention_layernorm": "post_attention_norm",
-        "pre_feedforward_layernorm": "ffn_norm",
-        "post_feedforward_layernorm": "post_ffw_norm",
-        "self_attn.q_norm": "attn_q_norm",
-        "self_attn.k_norm": "attn_k_norm",
-    },
-}
+_POST_NORMS = {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"}
+_BASE_LAYER = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"]
+
+
+@dataclass(frozen=True)
+class ConvertSpec:
+    """What llama.cpp's converter class for one architecture does beyond renaming (conversion/*.py)."""
+
+    arch: str
+    hf_classes: tuple[str, ...]
+    model_types: tuple[str, ...]
+    #: HF module names that differ from _LAYER_NAMES
+    layer_names: dict[str, str] = field(default_factory=dict)
+    #: per-layer GGUF tensors the runner cannot do without
+    required: tuple[str, ...] = tuple(_BASE_LAYER)
+    #: NORM RoPE: Q/K rows permuted per head from HF's halves to ggml's pairs (LlamaModel and its children)
+    permute_qk: bool = False
+    #: norms stored as 1 + w (Gemma's RMSNorm multiplies by 1 + w)
+    norm_shift: bool = False
+    #: gemma3: lm_head always dropped, the vocabulary (and embedding rows) cut to the tokenizer's
+    gemma_vocab: bool = False
+    #: the arch's own keys (and refusals) from the config
+    extra: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+
+def _llama_extra(config: dict[str, Any]) -> dict[str, Any]:
+    return {Keys.arch(Keys.VOCAB_SIZE, "llama"): int(_req(config, "vocab_size")),
+            Keys.arch(Keys.ROPE_DIMENSION_COUNT, "llama"): head_dim(config)}
+
+
+def _qwen2_extra(config: dict[str, Any]) -> dict[str, Any]:
+    if config.get("use_sliding_window"):
+        raise ConversionError("qwen2 with use_sliding_window=True: llama.cpp's qwen2 graph has no sliding window")
+    return {}
+
+
+def _granite_extra(config: dict[str, Any]) -> dict[str, Any]:
+    """GraniteModel: the four multipliers as keys (a missing logits_scaling is llama.cpp's required key)."""
+    a = "granite"
+    md = {Keys.arch(Keys.LOGIT_SCALE, a): float(_req(config, "logits_scaling"))}
+    for hf, key in (("embedding_multiplier", Keys.EMBEDDING_SCALE), ("residual_multiplier", Keys.RESIDUAL_SCALE),
+                    ("attention_multiplier", Keys.ATTENTION_SCALE)):
+        if config.get(hf) is not None:
+            md[Keys.arch(key, a)] = float(config[hf])
+    return md
+
+
+def _smollm3_extra(config: dict[str, Any]) -> dict[str, Any]:
+    """llama.cpp's smollm3 graph skips RoPE on every 4th layer, whatever the file says: refuse other patterns."""
+    n_layer = int(_req(config, "num_hidden_layers"))
+    flags = config.get("no_rope_layers")
+    expected = [int((il + 1) % 4 != 0) for il in range(n_layer)]
+    if flags is not None and [int(f) for f in flags] != expected:
+        raise ConversionError(f"smollm3: no_rope_layers={list(flags)} but llama.cpp's graph uses RoPE on {expected}")
+    return {}
+
+
+SPECS: dict[str, ConvertSpec] = {s.arch: s for s in (
+    ConvertSpec("llama", ("LlamaForCausalLM",), ("llama",), permute_qk=True, extra=_llama_extra),
+    ConvertSpec("qwen2", ("Qwen2ForCausalLM",), ("qwen2",), extra=_qwen2_extra),
+    ConvertSpec("qwen3", ("Qwen3ForCausalLM",), ("qwen3",), required=(*_BASE_LAYER, "attn_q_norm", "attn_k_norm")),
+    ConvertSpec("gemma3", ("Gemma3ForCausalLM",), ("gemma3_text",),
+                layer_names={**_POST_NORMS, "pre_feedforward_layernorm": "ffn_norm"},
+                required=(*_BASE_LAYER, "attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"),
+                norm_shift=True, gemma_vocab=True, extra=lambda c: _gemma3_metadata(c)),
+    ConvertSpec("olmo2", ("Olmo2ForCausalLM",), ("olmo2",), layer_names=_POST_NORMS,
+                required=("attn_q", "attn_k", "attn_v", "attn_output", "attn_q_norm", "attn_k_norm",
+                          "post_attention_norm", "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm")),
+    ConvertSpec("granite", ("GraniteForCausalLM",), ("granite",), permute_qk=True, extra=_granite_extra),
+    ConvertSpec("smollm3", ("SmolLM3ForCausalLM",), ("smollm3",), permute_qk=True, extra=_smollm3_extra),
+)}
+HF_CLASSES = {c: s.arch for s in SPECS.values() for c in s.hf_classes}
+MODEL_TYPES = {t: s.arch for s in SPECS.values() for t in s.model_types}
 _GLOBAL_NAMES = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
 _LAYER_RE = re.compile(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)$")
 _GLOBAL_RE = re.compile(r"(.+)\.(weight|bias)$")
 # buffers HF keeps in state dicts that carry no weights
 _SKIPPED_SUFFIXES = (".rotary_emb.inv_freq", ".attention.masked_bias", ".attention.bias")
+
+
+def spec_of(arch: str) -> ConvertSpec:
+    if arch not in SPECS:
+        raise ConversionError(f"unsupported architecture {arch!r} (the converter knows {', '.join(SPECS)})")
+    return SPECS[arch]
 
 
 def detect_arch(model: Any, config: dict[str, Any]) -> str:
@@ -103,24 +174,20 @@ def hparams_metadata(arch: str, config: dict[str, Any]) -> dict[str, Any]:
         Keys.arch(Keys.ATTENTION_HEAD_COUNT_KV, a): int(config.get("num_key_value_heads") or n_head),
         Keys.arch(Keys.ATTENTION_LAYERNORM_RMS_EPS, a): float(_req(config, "rms_norm_eps")),
     }
-    if config.get("head_dim") is not None or arch == "gemma3":
+    spec = spec_of(arch)
+    if config.get("head_dim") is not None or spec.gemma_vocab:
         md[Keys.arch(Keys.ATTENTION_KEY_LENGTH, a)] = head_dim(config)
         md[Keys.arch(Keys.ATTENTION_VALUE_LENGTH, a)] = head_dim(config)
-    rope = _rope(config, "full_attention" if arch == "gemma3" else None)
+    rope = _rope(config, "full_attention" if spec.gemma_vocab else None)
     md[Keys.arch(Keys.ROPE_FREQ_BASE, a)] = float(rope["rope_theta"])
     rope_type = str(rope.get("rope_type") or rope.get("type") or "default").lower()
     if rope_type == "linear":
         md[Keys.arch(Keys.ROPE_SCALING_TYPE, a)] = "linear"
         md[Keys.arch(Keys.ROPE_SCALING_FACTOR, a)] = float(rope["factor"])
-    elif rope_type not in ("default", "llama3") or (rope_type == "llama3" and arch != "llama"):
+    elif rope_type not in ("default", "llama3") or (rope_type == "llama3" and not spec.permute_qk):
         raise ConversionError(f"{arch}: RoPE scaling type {rope_type!r} is not supported by this converter")
-    if arch == "llama":
-        md[Keys.arch(Keys.VOCAB_SIZE, "llama")] = int(_req(config, "vocab_size"))
-        md[Keys.arch(Keys.ROPE_DIMENSION_COUNT, "llama")] = head_dim(config)
-    elif arch == "qwen2" and config.get("use_sliding_window"):
-        raise ConversionError("qwen2 with use_sliding_window=True: llama.cpp's qwen2 graph has no sliding window")
-    elif arch == "gemma3":
-        md.update(_gemma3_metadata(config))
+    if spec.extra is not None:
+        md.update(spec.extra(config))
     return md
 
 
@@ -188,14 +255,13 @@ class MappedTensor:
 def map_tensors(arch: str, config: dict[str, Any], items: Iterator[tuple[str, np.ndarray]],
                 n_vocab_real: int | None = None) -> Iterator[MappedTensor]:
     """HF (name, float32 array) pairs -> GGUF tensors with llama.cpp's names and fixes, in HF order."""
-    tied = bool(config.get("tie_word_embeddings", arch == "gemma3"))
+    spec = spec_of(arch)
+    tied = bool(config.get("tie_word_embeddings", spec.gemma_vocab))
     n_head = int(config["num_attention_heads"])
     n_head_kv = int(config.get("num_key_value_heads") or n_head)
-    layer_names = {**_LAYER_NAMES, **_LAYER_NAMES_ARCH.get(arch, {})}
-    if arch != "gemma3":
-        layer_names["post_attention_layernorm"] = "ffn_norm"
+    layer_names = {**_LAYER_NAMES, **spec.layer_names}
     fixes: list[Callable[[str, np.ndarray], np.ndarray]] = []
-    if arch == "llama":
+    if spec.permute_qk:
         def permute_qk(gname: str, x: np.ndarray) -> np.ndarray:
             if ".attn_q." in gname:
                 return llama_permute(x, n_head)
@@ -203,20 +269,20 @@ def map_tensors(arch: str, config: dict[str, Any], items: Iterator[tuple[str, np
                 return llama_permute(x, n_head_kv)
             return x
         fixes.append(permute_qk)
-    if arch == "gemma3":
+    if spec.norm_shift:
         fixes.append(lambda g, x: x + np.float32(1.0) if g.endswith("norm.weight") else x)
-    factors = llama3_rope_factors(config) if arch == "llama" else None
+    factors = llama3_rope_factors(config) if spec.permute_qk else None
     if factors is not None:
         yield MappedTensor("rope_freqs.weight", factors)
     for hf_name, data in items:
         if hf_name.endswith(_SKIPPED_SUFFIXES):
             continue
-        if hf_name.startswith("lm_head.") and (tied or arch == "gemma3"):
+        if hf_name.startswith("lm_head.") and (tied or spec.gemma_vocab):
             continue  # tied: the runner reuses token_embd (llama.cpp's gemma3 converter always drops lm_head)
         gname = _gguf_name(hf_name, layer_names)
         if gname is None:
             raise ConversionError(f"{arch}: cannot map tensor {hf_name!r} to a GGUF name")
-        if gname == "token_embd.weight" and n_vocab_real is not None and arch == "gemma3":
+        if gname == "token_embd.weight" and n_vocab_real is not None and spec.gemma_vocab:
             data = data[:n_vocab_real]  # gemma3 drops the embedding rows past the tokenizer's vocabulary
         for fix in fixes:
             data = fix(gname, data)
@@ -225,10 +291,7 @@ def map_tensors(arch: str, config: dict[str, Any], items: Iterator[tuple[str, np
 
 def required_tensors(arch: str, config: dict[str, Any]) -> list[str]:
     """The tensors the runner cannot load a model without (its ``_build_layers``), in GGUF names."""
-    per_layer = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
-                 "ffn_down"]
-    if arch == "gemma3":
-        per_layer += ["attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"]
+    per_layer = spec_of(arch).required
     names = ["token_embd.weight", "output_norm.weight"]
     for il in range(int(config["num_hidden_layers"])):
         names += [f"blk.{il}.{n}.weight" for n in per_layer]

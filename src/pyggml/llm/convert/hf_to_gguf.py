@@ -27,7 +27,7 @@ from ...gguf import GGUFValueType, GGUFWriter
 from ...gguf.constants import Keys
 from ...tensor_data import f32_to_rows
 from ...types import GGMLType
-from .arch import detect_arch, hparams_metadata, map_tensors, required_tensors
+from .arch import detect_arch, hparams_metadata, map_tensors, required_tensors, spec_of
 from .vocab import ConversionError, tokenizer_metadata
 
 #: output type name -> (tensor type of 2-d weights, llama_ftype written as general.file_type)
@@ -133,8 +133,8 @@ def convert_hf_model(
     cfg = _config_dict(config)
     if arch is None:
         arch = detect_arch(model_or_state_dict, cfg)
-    elif arch not in ("llama", "qwen2", "gemma3"):
-        raise ConversionError(f"unsupported architecture {arch!r}")
+    else:
+        spec_of(arch)  # an unknown name is refused here
     w = GGUFWriter()
     w.set_str(Keys.GENERAL_ARCHITECTURE, arch)
     if name:
@@ -146,7 +146,7 @@ def convert_hf_model(
     n_vocab_real = None
     if tokenizer is not None:
         md = tokenizer_metadata(tokenizer, arch, int(cfg.get("vocab_size") or 0), tokenizer_pre, special_token_ids)
-        if arch == "gemma3":  # gemma3's converter cuts the vocabulary (and embeddings) to the real tokens
+        if spec_of(arch).gemma_vocab:  # gemma3's converter cuts the vocabulary (and embeddings) to the real tokens
             n_vocab_real = sum(1 for t in md[Keys.TOKENIZER_LIST] if not t.startswith("[PAD"))
             md[Keys.TOKENIZER_LIST] = md[Keys.TOKENIZER_LIST][:n_vocab_real]
             md[Keys.TOKENIZER_TOKEN_TYPE] = md[Keys.TOKENIZER_TOKEN_TYPE][:n_vocab_real]
