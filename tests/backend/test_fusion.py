@@ -223,3 +223,23 @@ def test_rope_into_the_kv_cache_with_a_bad_index_is_the_set_rows_error(monkeypat
     assert plan_mod.GraphPlan(g, _resolve).n_compiled == 1
     with pytest.raises(PyGGMLError, match="out of range"):
         graph_compute(g, 2)
+
+
+def test_a_fused_output_over_an_input_row_of_another_thread_is_not_fused() -> None:
+    """The graph allocator may put a later node's output over an earlier node's input once its last reader
+    has run; fused with no barrier, one thread's output rows would overwrite input rows another thread has
+    yet to read. Here the MUL's output sits one row past the ADD's first input: no fusion, three records."""
+    c = OpCase()
+    rows = 6
+    big = c.tensor(GGMLType.F32, 896, rows + 1, lo=-3, hi=3)
+    x = B.view_2d(c.ctx, big, 896, rows, big.nb[1], 0)
+    s = B.add(c.ctx, x, c.tensor(GGMLType.F32, 896, rows, lo=-3, hi=3))
+    norm = B.rms_norm(c.ctx, s, 1e-6)
+    out = B.mul(c.ctx, norm, c.tensor(GGMLType.F32, 896, lo=-2, hi=2))
+    g = Graph()
+    g.build_forward_expand(out)
+    assert plan_mod.GraphPlan(g, _resolve).n_compiled == 1  # where it lies, the chain is one record
+    out.data = big.data + big.nb[1]  # now its rows start at x's second row
+    assert plan_mod.GraphPlan(g, _resolve).n_compiled == 3
+    out.data = big.data  # exactly over x, row for row: each thread writes only rows it has read
+    assert plan_mod.GraphPlan(g, _resolve).n_compiled == 1
