@@ -131,12 +131,21 @@ def make_context(args: argparse.Namespace, model: Any, n_ctx: int | None = None,
     ctx = LlamaContext(model, params)
     if not args.quiet:
         hp = model.hparams
+        n_ctx_text = f"n_ctx {ctx.n_ctx}"
+        if 0 < params.n_ctx < ctx.n_ctx:
+            n_ctx_text = f"n_ctx {params.n_ctx} (in a KV cache of {ctx.n_ctx} cells: it holds whole pages of 256)"
         print(f"model: {hp.arch}, {hp.n_layer} layers, n_embd {hp.n_embd}, vocab {hp.n_vocab}, "
-              f"{model.size_bytes() / 2**20:.1f} MiB of weights; n_ctx {ctx.n_ctx}", file=sys.stderr)
+              f"{model.size_bytes() / 2**20:.1f} MiB of weights; {n_ctx_text}", file=sys.stderr)
         if model.devices:
             print(f"offloaded to: {', '.join(f'{d.name()} ({d.description()})' for d in model.devices)}",
                   file=sys.stderr)
     return ctx
+
+
+def usable_ctx(args: argparse.Namespace, ctx: Any) -> int:
+    """The context a generation may fill: -c as given, though the KV cache was rounded up to whole
+    pages of 256 cells (llama.cpp silently makes -c 10 a context of 256; -c is honoured here)."""
+    return args.ctx_size if 0 < args.ctx_size < ctx.n_ctx else ctx.n_ctx
 
 
 def load_model_and_context(args: argparse.Namespace, default: str | None = None) -> tuple[Any, Any, Any]:
