@@ -9,7 +9,7 @@ import pytest
 from helpers.opcheck import OpCase, values
 from pyggml.backend.cpu.compute import graph_compute
 from pyggml.backend.cpu.native import HAVE_FUTEX
-from pyggml.backend.cpu.threads import BARRIER_SPINS, IDLE_SPINS, get_pool
+from pyggml.backend.cpu.threads import BARRIER_SPINS, C_IDLE_SPIN, C_SPIN, C_SPIN_NOW, IDLE_SPINS, MIN_SPINS, get_pool
 from pyggml.graph import Graph
 from pyggml.ops import builders as B
 from pyggml.tensor import Tensor
@@ -56,8 +56,25 @@ def test_spins_are_set_per_pool() -> None:
     pool = get_pool()
     try:
         pool.set_spins(7, -3)
-        from pyggml.backend.cpu.threads import C_IDLE_SPIN, C_SPIN
+        assert (pool.ctrl[C_SPIN], pool.ctrl[C_SPIN_NOW], pool.ctrl[C_IDLE_SPIN]) == (7, 7, 0)
+    finally:
+        pool.set_spins(BARRIER_SPINS, IDLE_SPINS)
 
-        assert (pool.ctrl[C_SPIN], pool.ctrl[C_IDLE_SPIN]) == (7, 0)
+
+def test_the_barrier_budget_stays_within_its_bounds() -> None:
+    """The adaptive budget moves between MIN_SPINS and the configured spins; a configuration below MIN_SPINS
+    (--poll 0 among them) is kept as it is."""
+    pool = get_pool()
+    g, _ = _graph()
+    try:
+        pool.set_spins(4 * MIN_SPINS, 0)
+        for _ in range(20):
+            graph_compute(g, 2)
+            assert MIN_SPINS <= pool.ctrl[C_SPIN_NOW] <= 4 * MIN_SPINS
+        for low in (MIN_SPINS // 2, 0):
+            pool.set_spins(low, 0)
+            for _ in range(5):
+                graph_compute(g, 2)
+                assert pool.ctrl[C_SPIN_NOW] == low
     finally:
         pool.set_spins(BARRIER_SPINS, IDLE_SPINS)

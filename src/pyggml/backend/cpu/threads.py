@@ -16,7 +16,8 @@ This module does the same with Python threads that spend their life inside numba
 * **Waiting backs off** as ggml's threadpool (and the OpenMP runtime llama.cpp builds with) does:
   a waiting thread spins with the CPU's pause hint for a bounded number of polls, then sleeps on a
   futex until the thread it waits for wakes it (elsewhere than Linux: it yields the core). A
-  barrier spins ``BARRIER_SPINS`` polls, an idle worker ``IDLE_SPINS``. Spinning costs nothing
+  barrier spins up to ``BARRIER_SPINS`` polls, an idle worker up to ``IDLE_SPINS``, budgets that
+  shrink while waits keep outlasting them (see :func:`barrier`). Spinning costs nothing
   while every thread has a core of its own, but on a core shared with another busy process a
   spinning thread burns the time slices it gets, and is then descheduled while it holds work the
   others wait for. A thread that sleeps instead gives the core to the other process and, woken,
@@ -75,6 +76,8 @@ C_SLEEPERS = 64
 C_IDLERS = 65
 #: times a thread went to sleep in a wait, for diagnostics and tests (written only by sleepers)
 C_NAPS = 66
+#: the barrier's current spin budget, between MIN_SPINS and C_SPIN (see barrier); written only when it moves
+C_SPIN_NOW = 67
 #: per-worker words from here on: state and last seen sequence number, one line per worker
 C_WORKERS = 72
 W_STATE = 0
@@ -100,6 +103,8 @@ IDLE_SPINS = 1 << 16
 #: barrier polls before the waiting thread sleeps: tens of microseconds, several times the usual
 #: imbalance between threads at a node's end, so an uncontended graph almost never sleeps
 BARRIER_SPINS = 1 << 11
+#: the least the adaptive budget shrinks to (when the configured C_SPIN is not below it)
+MIN_SPINS = 1 << 8
 #: bytes of one node record (plan.NODE_WORDS int64 words); kept here so run_nodes needs no import
 NODE_BYTES = 64 * 8
 
@@ -109,7 +114,15 @@ def barrier(ctrl: int, nth: int) -> None:  # pragma: no cover - compiled
     """Wait until all ``nth`` threads have arrived (ggml_barrier: arrivals counter + generation).
 
     The last thread to arrive bumps the generation and wakes the threads that went to sleep; the
-    others spin up to C_SPIN polls on the generation, then sleep on it (see :func:`wait_change`).
+    others spin up to C_SPIN_NOW polls on the generation, then sleep on it (see :func:`wait_change`).
+
+    The budget adapts: a wait that had to sleep halves it (down to MIN_SPINS), one that ended while
+    spinning doubles it (up to C_SPIN), and each command starts with all of it (seq_end). Unloaded,
+    nearly every wait ends within a few hundred polls (a Gemma 3 decode step: under one sleep in its
+    580 barriers), so the budget stays whole. With a thread's core shared by a busy process most
+    waits outlast any spin (the thread waited for is descheduled), and spinning them out only burns
+    the CPU share the scheduler would otherwise give the waiting thread's own work; the budget then
+    falls and the threads sleep almost at once.
     """
     if nth <= 1:
         return
@@ -120,12 +133,20 @@ def barrier(ctrl: int, nth: int) -> None:  # pragma: no cover - compiled
         if HAVE_FUTEX and atomic_load(ctrl + 8 * C_SLEEPERS) != 0:
             futex_wake(ctrl + 8 * C_PASSED)
         return
-    wait_change(ctrl, C_PASSED, gen, atomic_load(ctrl + 8 * C_SPIN), C_SLEEPERS)
+    budget = atomic_load(ctrl + 8 * C_SPIN_NOW)
+    if wait_change(ctrl, C_PASSED, gen, budget, C_SLEEPERS):
+        if budget > MIN_SPINS:
+            atomic_store(ctrl + 8 * C_SPIN_NOW, max(budget >> 1, MIN_SPINS))
+    else:
+        top = atomic_load(ctrl + 8 * C_SPIN)
+        if budget < top:
+            atomic_store(ctrl + 8 * C_SPIN_NOW, min(max(budget << 1, MIN_SPINS), top))
 
 
 @numba.njit(nogil=True, cache=True)
-def wait_change(ctrl: int, word: int, old: int, spins: int, sleepers: int) -> None:  # pragma: no cover
+def wait_change(ctrl: int, word: int, old: int, spins: int, sleepers: int) -> bool:  # pragma: no cover
     """Return once control word ``word`` is no longer ``old``: poll it ``spins`` times, then sleep.
+    True when the wait slept (or yielded).
 
     Sleeping is a futex wait on the word, announced in the ``sleepers`` word first. The thread
     that changes the word reads that counter after its change (both sequentially consistent), so
@@ -134,11 +155,14 @@ def wait_change(ctrl: int, word: int, old: int, spins: int, sleepers: int) -> No
     """
     addr = ctrl + 8 * word
     n = 0
+    slept = False
     while atomic_load(addr) == old:
         if n < spins:
             cpu_relax()
             n += 1
-        elif HAVE_FUTEX:
+            continue
+        slept = True
+        if HAVE_FUTEX:
             atomic_add(ctrl + 8 * sleepers, 1)
             if atomic_load(addr) == old:
                 atomic_add(ctrl + 8 * C_NAPS, 1)
@@ -146,6 +170,15 @@ def wait_change(ctrl: int, word: int, old: int, spins: int, sleepers: int) -> No
             atomic_add(ctrl + 8 * sleepers, -1)
         else:
             sched_yield()
+    return slept
+
+
+@numba.njit(nogil=True, cache=True)
+def idle_budget(ctrl: int) -> int:  # pragma: no cover - compiled
+    """Polls an idle worker spins before it sleeps: C_IDLE_SPIN, scaled down as the barrier's budget is."""
+    top = atomic_load(ctrl + 8 * C_SPIN)
+    idle = atomic_load(ctrl + 8 * C_IDLE_SPIN)
+    return idle if top <= 0 else idle * atomic_load(ctrl + 8 * C_SPIN_NOW) // top
 
 
 @numba.njit(nogil=True, cache=True)
@@ -177,13 +210,14 @@ def worker_loop(ctrl: int, ith: int) -> int:  # pragma: no cover - compiled
     C_SEQ is a sequence lock: odd while thread 0 writes a command, even once it is complete. A
     worker acts on an even value it has not seen, and only if the value did not move while it read
     the command (a command this worker takes no part in may be replaced at any moment). After
-    C_IDLE_SPIN idle polls it sleeps on C_SEQ until :func:`seq_end` wakes it (a futex wait, in
+    :func:`idle_budget` idle polls it sleeps on C_SEQ until :func:`seq_end` wakes it (a futex wait, in
     here); without futexes it returns R_IDLE and sleeps in Python on an Event instead.
     """
     me = ctrl + 8 * (C_WORKERS + 8 * (ith - 1))
     atomic_store(me + 8 * W_STATE, S_SPINNING)
     seen = atomic_load(me + 8 * W_SEEN)
     spins = 0
+    budget = idle_budget(ctrl)
     while True:
         seq = atomic_load(ctrl + 8 * C_SEQ)
         if seq != seen and seq % 2 == 0:
@@ -194,6 +228,7 @@ def worker_loop(ctrl: int, ith: int) -> int:  # pragma: no cover - compiled
             seen = seq
             atomic_store(me + 8 * W_SEEN, seq)
             spins = 0
+            budget = idle_budget(ctrl)
             if kind == K_EXIT:
                 return R_EXIT
             if ith >= nth:
@@ -202,7 +237,7 @@ def worker_loop(ctrl: int, ith: int) -> int:  # pragma: no cover - compiled
                 return R_PYTHON
             run_nodes(ctrl, ith)
             continue
-        if spins < atomic_load(ctrl + 8 * C_IDLE_SPIN):
+        if spins < budget:
             cpu_relax()
             spins += 1
             continue
@@ -225,10 +260,12 @@ def seq_begin(ctrl: int) -> None:  # pragma: no cover - compiled
 
 @numba.njit(nogil=True, cache=True)
 def seq_end(ctrl: int) -> None:  # pragma: no cover - compiled
-    """The command is written: clear the error words, make C_SEQ even (workers may act), and wake
-    the workers asleep on C_SEQ, if any."""
+    """The command is written: clear the error words, give the barrier its full spin budget back
+    (each graph starts from C_SPIN, so a budget that shrank in a loaded moment does not stay small
+    once the load is gone), make C_SEQ even (workers may act), and wake the workers asleep on C_SEQ."""
     atomic_store(ctrl + 8 * C_ERR, 0)
     atomic_store(ctrl + 8 * C_ABORT, 0)
+    atomic_store(ctrl + 8 * C_SPIN_NOW, atomic_load(ctrl + 8 * C_SPIN))
     atomic_add(ctrl + 8 * C_SEQ, 1)
     if HAVE_FUTEX and atomic_load(ctrl + 8 * C_IDLERS) != 0:
         futex_wake(ctrl + 8 * C_SEQ)
@@ -267,7 +304,7 @@ class ThreadPool:
         """Polls before a barrier wait sleeps, and before an idle worker sleeps (0: sleep at once).
 
         Read by the threads at each wait, so a change applies to the next one."""
-        self.ctrl[C_SPIN] = max(0, int(barrier))
+        self.ctrl[C_SPIN] = self.ctrl[C_SPIN_NOW] = max(0, int(barrier))
         self.ctrl[C_IDLE_SPIN] = max(0, int(idle))
 
     def naps(self) -> int:
