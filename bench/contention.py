@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -64,13 +65,13 @@ def main() -> int:
     ap.add_argument("--no-busy", action="store_true", help="no busy loop: measure the uncontended speed")
     ap.add_argument("--pyggml", action="append", default=[], metavar="[LABEL=]CMD",
                     help="pyggml command (default: the one next to this Python); repeatable, each labelled, to "
-                         "compare builds, e.g. --pyggml before=/tmp/old/pyggml --pyggml after=pyggml")
+                         "compare builds or flags, e.g. --pyggml old=/tmp/old/pyggml --pyggml 'poll0=pyggml --poll 0'")
     args = ap.parse_args()
     threads = [int(t) for t in args.threads.split(",") if t.strip()]
     progs: list[tuple[str, list[str]]] = []
     for spec in args.pyggml:
         label, sep, cmd = spec.partition("=")
-        progs.append((label, [cmd]) if sep else ("pyggml", [spec]))
+        progs.append((label, shlex.split(cmd)) if sep else ("pyggml", shlex.split(spec)))
     if not progs:
         pyggml = shutil.which("pyggml", path=os.path.dirname(sys.executable)) or shutil.which("pyggml")
         if pyggml is None:
@@ -82,7 +83,7 @@ def main() -> int:
         args.model = str(resolve(None))
     if not Path(args.model).is_file():
         ap.error(f"model not found: {args.model}")
-    progs = [(label, [*cmd, "bench"]) for label, cmd in progs]
+    progs = [(label, [cmd[0], "bench", *cmd[1:]]) for label, cmd in progs]  # CMD's own flags after "bench"
     if args.llama_bench:
         if not Path(args.llama_bench).is_file():
             ap.error(f"llama-bench not found at {args.llama_bench}")

@@ -121,6 +121,22 @@ def test_generate_warns_for_threads_above_the_core_count(capsys: pytest.CaptureF
     assert "warning" not in capsys.readouterr().err
 
 
+def test_poll_scales_the_spins_before_a_wait_sleeps(capsys: pytest.CaptureFixture[str]) -> None:
+    """--poll as llama.cpp's: 0 sleeps at once, 50 (the default) keeps threads.py's counts, 100 doubles them."""
+    from pyggml.backend.cpu.threads import BARRIER_SPINS, C_IDLE_SPIN, C_SPIN, IDLE_SPINS, get_pool
+    from pyggml.cli.common import apply_poll
+
+    pool = get_pool()
+    try:
+        for level, factor in ((0, 0), (100, 2), (50, 1)):
+            apply_poll(argparse.Namespace(poll=level))
+            assert (pool.ctrl[C_SPIN], pool.ctrl[C_IDLE_SPIN]) == (BARRIER_SPINS * factor, IDLE_SPINS * factor)
+    finally:
+        pool.set_spins(BARRIER_SPINS, IDLE_SPINS)
+    assert main(["generate", "-p", "x", "--poll", "101"]) == 1
+    assert capsys.readouterr().err.startswith("error: --poll 101 is out of range")
+
+
 # ---------------------------------------------------------------------------------------- timings
 class _Vocab:
     def is_eog(self, tok: int) -> bool:

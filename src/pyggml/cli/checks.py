@@ -30,6 +30,7 @@ RULES: dict[str, Rule] = {
     "batch_size": ("-b/--batch-size", _between(1, _INT32), "a token count >= 1"),
     "ubatch_size": ("-ub/--ubatch-size", _between(1, _INT32), "a token count >= 1"),
     "threads": ("-t/--threads", _between(0, 1024), "0 (all cores) to 1024"),
+    "poll": ("--poll", _between(0, 100), "a polling level of 0 to 100"),
     "n_gpu_layers": ("-ngl/--n-gpu-layers", _between(-1, _INT32), "-1 (all) or a layer count >= 0"),
     "n_predict": ("-n/--n-predict", _between(-1, _INT32), "-1 (no limit) or a token count >= 0"),
     "keep": ("--keep", _between(-1, _INT32), "-1 (the whole prompt) or a token count >= 0"),
