@@ -20,7 +20,7 @@ from ..llm.context import ContextParams, LlamaContext
 from ..llm.model import Model
 from ..llm.packaged import resolve
 from ..llm.tokenizer import Vocab
-from .common import add_kv_unified_arg, add_model_args, load_model, make_context, placement_from_args
+from .common import add_kv_unified_arg, add_model_args, apply_poll, load_model, make_context, placement_from_args
 from .main import CLIError
 
 
@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     if args.repetitions < 1:
         raise CLIError("-r must be at least 1")
     path = resolve(args.model)
+    apply_poll(args)
     model = Model(path, progress=not args.quiet, **placement_from_args(args))
     vocab = Vocab.from_metadata(model.reader)
     hp = model.hparams

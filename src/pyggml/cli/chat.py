@@ -10,9 +10,9 @@ import argparse
 import sys
 
 from ..llm.chat import template_for
-from ..llm.generate import generate
+from ..llm.generate import GenerationInterrupted, generate
 from ..llm.packaged import CHAT_MODEL
-from .common import add_model_args, add_sampling_args, load_model_and_context, sampler_from_args
+from .common import add_model_args, add_sampling_args, load_model_and_context, sampler_from_args, usable_ctx
 from .main import CLIError
 
 
@@ -37,7 +37,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.n_predict < -1:
         raise CLIError(f"-n/--n-predict must be -1 (no limit) or a count >= 0, got {args.n_predict}")
+    if args.prompt == "":
+        raise CLIError('the prompt is empty (-p ""): give the message to answer, or leave -p out to chat')
     model, vocab, ctx = load_model_and_context(args, CHAT_MODEL)
+    n_ctx = usable_ctx(args, ctx)
     template = template_for(model.reader, vocab, args.chat_template)
     sampler = sampler_from_args(args)
     messages: list[dict[str, str]] = []
@@ -70,8 +73,10 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
 
         try:
-            out = generate(ctx, vocab, tokens[keep:], sampler, args.n_predict, on_text=show)
-        except KeyboardInterrupt:
+            out = generate(ctx, vocab, tokens[keep:], sampler, args.n_predict, on_text=show, n_ctx=n_ctx)
+        except KeyboardInterrupt as e:
+            if isinstance(e, GenerationInterrupted) and not args.quiet:
+                print(f"\n{e.generation.timings.summary()}", file=sys.stderr)
             if not interactive:
                 raise
             # as llama-cli: Ctrl-C stops the reply, the conversation goes on with what was said so far

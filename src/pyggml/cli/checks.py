@@ -30,6 +30,7 @@ RULES: dict[str, Rule] = {
     "batch_size": ("-b/--batch-size", _between(1, _INT32), "a token count >= 1"),
     "ubatch_size": ("-ub/--ubatch-size", _between(1, _INT32), "a token count >= 1"),
     "threads": ("-t/--threads", _between(0, 1024), "0 (all cores) to 1024"),
+    "poll": ("--poll", _between(0, 100), "a polling level of 0 to 100"),
     "n_gpu_layers": ("-ngl/--n-gpu-layers", _between(-1, _INT32), "-1 (all) or a layer count >= 0"),
     "n_predict": ("-n/--n-predict", _between(-1, _INT32), "-1 (no limit) or a token count >= 0"),
     "keep": ("--keep", _between(-1, _INT32), "-1 (the whole prompt) or a token count >= 0"),
@@ -73,8 +74,28 @@ def check(args: argparse.Namespace, error: Callable[[str], Exception]) -> None:
                     raise error(f"{flag} {v!r} is out of range: expected {good}")
     for dest, flag in FILES.items():
         path = ns.get(dest)
-        if isinstance(path, str) and not (dest == "model" and _is_model_name(path)):
-            _check_file(path, "FILE" if ns.get("command") == "dump" else flag, error)
+        dump = ns.get("command") == "dump"  # dump's FILE, like -m, may name a packaged model
+        if isinstance(path, str) and not ((dest == "model" or dump) and _is_model_name(path)):
+            _check_file(path, "FILE" if dump else flag, error)
+
+
+def thread_warning(args: argparse.Namespace) -> str | None:
+    """A warning when -t asks for more threads than this process has cores, else None.
+
+    The threads meet at a barrier after every graph node, so a thread without a core of its own
+    holds all the others up whenever it waits for one: -t above the core count is slower, not
+    faster, which a new user does not expect."""
+    threads = vars(args).get("threads")
+    if not isinstance(threads, int) or threads <= 0:
+        return None
+    try:
+        cores = max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        cores = max(1, os.cpu_count() or 1)
+    if threads <= cores:
+        return None
+    return (f"warning: -t {threads} is more threads than the {cores} cores this process may run on: the extra "
+            f"threads wait for a core and hold the others up, so it runs slower, not faster (-t 0: all {cores})")
 
 
 def _is_model_name(path: str) -> bool:

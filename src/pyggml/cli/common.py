@@ -28,6 +28,9 @@ def add_model_args(p: argparse.ArgumentParser, ctx_size: int = 4096, model_help:
     p.add_argument("-b", "--batch-size", type=int, default=2048, help="logical batch size (default 2048)")
     p.add_argument("-ub", "--ubatch-size", type=int, default=512, help="physical batch size (default 512)")
     p.add_argument("-t", "--threads", type=int, default=0, help=f"CPU threads (default: all {os.cpu_count()})")
+    p.add_argument("--poll", type=int, default=50, metavar="<0...100>",
+                   help="how long a waiting thread spins before it sleeps, as llama.cpp's --poll: 0 sleeps at once "
+                        "(kindest to other busy processes), 100 spins twice the default (default 50)")
     p.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="off",
                    help="flash attention (default off, which keeps V transposed in the cache as llama.cpp does)")
     p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0,
@@ -109,11 +112,20 @@ def placement_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "use_extra_bufts": not getattr(args, "no_repack", False)}
 
 
+def apply_poll(args: argparse.Namespace) -> None:
+    """--poll: scale the thread pool's spins before a wait sleeps (the default 50 keeps threads.py's counts)."""
+    from ..backend.cpu.threads import BARRIER_SPINS, IDLE_SPINS, get_pool
+
+    level = getattr(args, "poll", 50)
+    get_pool().set_spins(BARRIER_SPINS * level // 50, IDLE_SPINS * level // 50)
+
+
 def load_model(args: argparse.Namespace, default: str | None = None) -> tuple[Any, Any]:
     """Load the model (-m: a file or a packaged model's name; ``default``, a registry name, if absent)
     and its vocabulary."""
 
     path = resolve(args.model, default or DEFAULT_MODEL_PACKAGE)
+    apply_poll(args)
     if not args.quiet:
         print(f"loading model {path}", file=sys.stderr)
     model = Model(path, progress=not args.quiet, **placement_from_args(args))
@@ -131,12 +143,21 @@ def make_context(args: argparse.Namespace, model: Any, n_ctx: int | None = None,
     ctx = LlamaContext(model, params)
     if not args.quiet:
         hp = model.hparams
+        n_ctx_text = f"n_ctx {ctx.n_ctx}"
+        if 0 < params.n_ctx < ctx.n_ctx:
+            n_ctx_text = f"n_ctx {params.n_ctx} (in a KV cache of {ctx.n_ctx} cells: it holds whole pages of 256)"
         print(f"model: {hp.arch}, {hp.n_layer} layers, n_embd {hp.n_embd}, vocab {hp.n_vocab}, "
-              f"{model.size_bytes() / 2**20:.1f} MiB of weights; n_ctx {ctx.n_ctx}", file=sys.stderr)
+              f"{model.size_bytes() / 2**20:.1f} MiB of weights; {n_ctx_text}", file=sys.stderr)
         if model.devices:
             print(f"offloaded to: {', '.join(f'{d.name()} ({d.description()})' for d in model.devices)}",
                   file=sys.stderr)
     return ctx
+
+
+def usable_ctx(args: argparse.Namespace, ctx: Any) -> int:
+    """The context a generation may fill: -c as given, though the KV cache was rounded up to whole
+    pages of 256 cells (llama.cpp silently makes -c 10 a context of 256; -c is honoured here)."""
+    return args.ctx_size if 0 < args.ctx_size < ctx.n_ctx else ctx.n_ctx
 
 
 def load_model_and_context(args: argparse.Namespace, default: str | None = None) -> tuple[Any, Any, Any]:

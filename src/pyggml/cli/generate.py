@@ -9,9 +9,10 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
-from ..llm.generate import generate
-from .common import add_model_args, add_sampling_args, load_model_and_context, sampler_from_args
+from ..llm.generate import Generation, GenerationInterrupted, generate
+from .common import add_model_args, add_sampling_args, load_model_and_context, sampler_from_args, usable_ctx
 from .main import CLIError
 
 
@@ -46,10 +47,14 @@ def run(args: argparse.Namespace) -> int:
             prompt = Path(args.file).read_text(encoding="utf-8")
         except OSError as e:
             raise CLIError(f"cannot read prompt file {args.file}: {e.strerror}") from e
-    else:
-        prompt = args.prompt if args.prompt is not None else ""
-    if not prompt:
+        if not prompt:
+            raise CLIError(f"the prompt is empty: the file {args.file} has no text")
+    elif args.prompt is None:
         raise CLIError("no prompt: give one with -p TEXT or -f FILE")
+    elif not args.prompt:
+        raise CLIError('the prompt is empty (-p ""): give the text to continue')
+    else:
+        prompt = args.prompt
     if args.n_predict < -1:
         raise CLIError(f"-n/--n-predict must be -1 (no limit) or a count >= 0, got {args.n_predict}")
     if args.keep < -1:
@@ -63,18 +68,31 @@ def run(args: argparse.Namespace) -> int:
     sampler = sampler_from_args(args)
     if args.echo:
         sys.stdout.write(prompt)
-    out = generate(ctx, vocab, tokens, sampler, args.n_predict,
-                   on_text=lambda s: (sys.stdout.write(s), sys.stdout.flush()),
-                   context_shift=args.context_shift, n_keep=min(n_keep, ctx.n_ctx // 2), ignore_eos=args.ignore_eos)
+    n_ctx = usable_ctx(args, ctx)
+    try:
+        out = generate(ctx, vocab, tokens, sampler, args.n_predict,
+                       on_text=lambda s: (sys.stdout.write(s), sys.stdout.flush()),
+                       context_shift=args.context_shift, n_keep=min(n_keep, n_ctx // 2), ignore_eos=args.ignore_eos,
+                       n_ctx=n_ctx)
+    except GenerationInterrupted as e:  # Ctrl-C: what was done so far, then main's "error: interrupted"
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        if not args.quiet:
+            _report(e.generation, ctx, sampler.seed)
+        raise
     sys.stdout.write("\n")
     sys.stdout.flush()
     if out.stop_reason == "context full" and not args.quiet:
-        print(f"\ncontext full ({ctx.n_ctx} tokens) and context shift is off: stopping "
+        print(f"\ncontext full ({n_ctx} tokens) and context shift is off: stopping "
               "(use --context-shift to go on, or a larger -c)", file=sys.stderr)
     if not args.quiet:
-        print(f"\n{out.timings.summary()}", file=sys.stderr)
-        shifts = f"; {out.n_shifts} context shifts" if out.n_shifts else ""
-        print(f"stop: {out.stop_reason}{shifts}; seed {sampler.seed}; graph reused {ctx.n_reused} times "
-              f"({ctx.n_graph_builds} builds); threads {ctx.backend.n_threads} of {os.cpu_count()}",
-              file=sys.stderr)
+        _report(out, ctx, sampler.seed)
     return 0
+
+
+def _report(out: Generation, ctx: Any, seed: int) -> None:
+    """The timings and the stop reason, on stderr (after a normal end or a Ctrl-C)."""
+    print(f"\n{out.timings.summary()}", file=sys.stderr)
+    shifts = f"; {out.n_shifts} context shifts" if out.n_shifts else ""
+    print(f"stop: {out.stop_reason}{shifts}; seed {seed}; graph reused {ctx.n_reused} times "
+          f"({ctx.n_graph_builds} builds); threads {ctx.backend.n_threads} of {os.cpu_count()}", file=sys.stderr)

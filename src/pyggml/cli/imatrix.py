@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -151,6 +152,15 @@ def save(args: argparse.Namespace, col: Any, path: str) -> None:
         save_imatrix(im, path)
 
 
+def _same_destination(a: Any, b: Any) -> bool:
+    """True when the two streams write to the same file or terminal (e.g. both to a terminal, or 2>&1)."""
+    try:
+        sa, sb = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (AttributeError, OSError, ValueError):  # not backed by a file descriptor (a test's capture)
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
 def _due(last: int, step: int, freq: int) -> bool:
     """llama-imatrix's test after the chunk count rose by ``step`` to ``last``: a multiple of ``freq`` was
     reached within the step (``(last % freq) / step == 0`` in integers)."""
@@ -207,6 +217,10 @@ def compute(args: argparse.Namespace, col: Any, text: str) -> int:
         from tqdm import tqdm
 
         bar = tqdm(total=n_chunk, desc="imatrix", unit="chunk", file=sys.stderr, leave=False)
+    # llama-imatrix prints "[1]9.1234,[2]..." on stdout as chunks finish. When stdout and the bar's stderr go
+    # to one place (a terminal, or 2>&1), the two would be mixed on one line: the running figure is shown in
+    # the bar instead, and the line printed whole once the bar is gone.
+    held: list[str] | None = [] if bar is not None and _same_destination(sys.stdout, sys.stderr) else None
     nll = nll2 = 0.0
     count = 0
     first = n_ctx // 2
@@ -221,12 +235,19 @@ def compute(args: argparse.Namespace, col: Any, text: str) -> int:
                     nll += float(v.sum())
                     nll2 += float((v * v).sum())
                     count += len(v)
-                    print(f"[{c + 1}]{math.exp(nll / count):.4f},", end="", flush=True)
+                    figure = f"[{c + 1}]{math.exp(nll / count):.4f},"
+                    if held is None:
+                        print(figure, end="", flush=True)
+                    else:
+                        held.append(figure)
+                        bar.set_postfix_str(f"PPL {math.exp(nll / count):.4f}", refresh=False)
                 if bar is not None:
                     bar.update(1)
     finally:
         if bar is not None:
             bar.close()
+        if held:
+            print("".join(held), end="", flush=True)
     if args.ppl and count:
         print()
         ppl = math.exp(nll / count)

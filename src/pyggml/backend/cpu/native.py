@@ -8,13 +8,16 @@ That needs a few things numba does not offer on its own, written here as LLVM in
 * a tensor's ``data`` (an integer address) as a typed pointer, so a kernel reads any buffer
   through ``numba.carray(f32p(addr), n)`` without numpy views;
 * sequentially consistent atomics on int64 words (barrier counters, work-chunk counters);
-* the CPU's spin-wait hint and ``sched_yield``, for a barrier that stays polite on a busy machine;
+* the CPU's spin-wait hint, ``sched_yield`` and Linux's futex wait/wake, for a barrier and an idle
+  wait that spin a bounded time and then sleep, so a thread whose core is shared with another busy
+  process gives the core up instead of burning its time slices;
 * a call through a function address (each op kernel is a ``cfunc`` compiled on first use).
 """
 
 from __future__ import annotations
 
 import platform
+import sys
 
 from llvmlite import ir
 from numba import types
@@ -115,6 +118,50 @@ def sched_yield(typingctx):
     def codegen(context, builder, sig, args):
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, []), "sched_yield")
         return builder.call(fn, [])
+
+    return sig, codegen
+
+
+#: Linux's futex system call number on the architectures where it is known (None: no futex; the waits
+#: then fall back to sched_yield). The futex word is the low half of an int64 control word, so the
+#: byte order must put it first.
+_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower())
+HAVE_FUTEX = sys.platform.startswith("linux") and sys.byteorder == "little" and _SYS_FUTEX is not None
+_FUTEX_WAIT_PRIVATE = 0 | 128  # FUTEX_WAIT | FUTEX_PRIVATE_FLAG: the waiters are threads of this process
+_FUTEX_WAKE_PRIVATE = 1 | 128
+
+
+def _syscall(builder: ir.IRBuilder, args: list[ir.Value]) -> ir.Value:
+    fnty = ir.FunctionType(_I64, [_I64], var_arg=True)
+    fn = cgutils.get_or_insert_function(builder.module, fnty, "syscall")
+    return builder.call(fn, args)
+
+
+@intrinsic
+def futex_wait(typingctx, addr, expected):
+    """Sleep while the 32-bit word at ``addr`` (the low half of an int64) equals ``expected``'s low half.
+
+    The kernel compares and sleeps in one step, so a wake-up that comes between the caller's last
+    check and this call is not lost: the call returns at once. It may also return spuriously; the
+    caller re-checks its condition. Only call when :data:`HAVE_FUTEX`."""
+    sig = types.int64(types.int64, types.int64)
+
+    def codegen(context, builder, sig, args):
+        val = builder.and_(args[1], ir.Constant(_I64, 0xFFFFFFFF))
+        return _syscall(builder, [ir.Constant(_I64, _SYS_FUTEX or 0), args[0],
+                                  ir.Constant(_I64, _FUTEX_WAIT_PRIVATE), val, ir.Constant(_I64, 0)])
+
+    return sig, codegen
+
+
+@intrinsic
+def futex_wake(typingctx, addr):
+    """Wake every thread sleeping in :func:`futex_wait` on ``addr``. Only call when :data:`HAVE_FUTEX`."""
+    sig = types.int64(types.int64)
+
+    def codegen(context, builder, sig, args):
+        return _syscall(builder, [ir.Constant(_I64, _SYS_FUTEX or 0), args[0],
+                                  ir.Constant(_I64, _FUTEX_WAKE_PRIVATE), ir.Constant(_I64, 0x7FFFFFFF)])
 
     return sig, codegen
 

@@ -10,12 +10,19 @@ This module does the same with Python threads that spend their life inside numba
 * :func:`run_nodes` walks nodes ``[n0, n1)`` of a plan (a table of kernel addresses and node
   records, see plan.py), calling each kernel and then :func:`barrier`. The caller is thread 0.
 * **Workers** (``nth - 1`` Python threads) sit in :func:`worker_loop`, a compiled spin-wait on the
-  command sequence number, so starting a graph costs a store, not a thread wake-up. After
-  ``IDLE_SPINS`` idle polls a worker goes to sleep on a ``threading.Event`` and is woken by the
-  next command. A worker can also be asked to run a Python callable (``run_python``): the numba
-  kernels and BLAS calls such callables make release the GIL, so both threads compute at once.
-* The barrier spins with the CPU's pause hint, and yields the core (``sched_yield``) once it has
-  waited a while, so an oversubscribed machine (more threads than free cores) still progresses.
+  command sequence number, so starting a graph costs a store, not a thread wake-up. A worker can
+  also be asked to run a Python callable (``run_python``): the numba kernels and BLAS calls such
+  callables make release the GIL, so both threads compute at once.
+* **Waiting backs off** as ggml's threadpool (and the OpenMP runtime llama.cpp builds with) does:
+  a waiting thread spins with the CPU's pause hint for a bounded number of polls, then sleeps on a
+  futex until the thread it waits for wakes it (elsewhere than Linux: it yields the core). A
+  barrier spins up to ``BARRIER_SPINS`` polls, an idle worker up to ``IDLE_SPINS``, budgets that
+  shrink while waits keep outlasting them (see :func:`barrier`). Spinning costs nothing
+  while every thread has a core of its own, but on a core shared with another busy process a
+  spinning thread burns the time slices it gets, and is then descheduled while it holds work the
+  others wait for. A thread that sleeps instead gives the core to the other process and, woken,
+  is scheduled ahead of it (it has used less CPU time), so a busy core slows a graph down no more
+  than it slows one thread down.
 
 There is one pool per process (:func:`get_pool`). A graph computed while another thread holds the
 pool runs on its caller alone (``nth = 1``), as it would have with one thread.
@@ -30,7 +37,18 @@ from collections.abc import Callable
 import numba
 import numpy as np
 
-from .native import atomic_add, atomic_load, atomic_store, call_kernel, cpu_relax, i64p, sched_yield
+from .native import (
+    HAVE_FUTEX,
+    atomic_add,
+    atomic_load,
+    atomic_store,
+    call_kernel,
+    cpu_relax,
+    futex_wait,
+    futex_wake,
+    i64p,
+    sched_yield,
+)
 
 # ------------------------------------------------------------------------------ control block
 #: int64 word offsets; each line of 8 words (64 bytes) holds one hot word
@@ -49,8 +67,19 @@ C_N1 = 52
 C_NTH = 53
 C_WDATA = 54  # address of the shared work buffer (activation quantization etc.)
 C_WSIZE = 55
+#: read-mostly settings: polls before a barrier wait sleeps, and before an idle worker sleeps
+C_SPIN = 56
+C_IDLE_SPIN = 57
+#: threads asleep in a barrier, and idle workers asleep on C_SEQ: a thread that releases them makes
+#: the futex_wake system call only when one of these is non-zero (written only by sleepers)
+C_SLEEPERS = 64
+C_IDLERS = 65
+#: times a thread went to sleep in a wait, for diagnostics and tests (written only by sleepers)
+C_NAPS = 66
+#: the barrier's current spin budget, between MIN_SPINS and C_SPIN (see barrier); written only when it moves
+C_SPIN_NOW = 67
 #: per-worker words from here on: state and last seen sequence number, one line per worker
-C_WORKERS = 64
+C_WORKERS = 72
 W_STATE = 0
 W_SEEN = 1
 MAX_THREADS = 64
@@ -69,31 +98,87 @@ R_EXIT = 1
 R_PYTHON = 2
 
 #: idle polls (each a pause, ~10-40 ns) before a worker sleeps: about a millisecond, longer than
-#: the Python work between two decode steps, so back-to-back graphs never wait for a wake-up
+#: the Python work between two decode steps, so back-to-back graphs rarely wait for a wake-up
 IDLE_SPINS = 1 << 16
-#: barrier polls between two sched_yield calls once the barrier has waited a while
-_YIELD_EVERY = 64
-_SPIN_BEFORE_YIELD = 1 << 12
+#: barrier polls before the waiting thread sleeps: tens of microseconds, several times the usual
+#: imbalance between threads at a node's end, so an uncontended graph almost never sleeps
+BARRIER_SPINS = 1 << 11
+#: the least the adaptive budget shrinks to (when the configured C_SPIN is not below it)
+MIN_SPINS = 1 << 8
 #: bytes of one node record (plan.NODE_WORDS int64 words); kept here so run_nodes needs no import
 NODE_BYTES = 64 * 8
 
 
 @numba.njit(nogil=True, cache=True)
 def barrier(ctrl: int, nth: int) -> None:  # pragma: no cover - compiled
-    """Wait until all ``nth`` threads have arrived (ggml_barrier: arrivals counter + generation)."""
+    """Wait until all ``nth`` threads have arrived (ggml_barrier: arrivals counter + generation).
+
+    The last thread to arrive bumps the generation and wakes the threads that went to sleep; the
+    others spin up to C_SPIN_NOW polls on the generation, then sleep on it (see :func:`wait_change`).
+
+    The budget adapts: a wait that had to sleep halves it (down to MIN_SPINS), one that ended while
+    spinning doubles it (up to C_SPIN), and each command starts with all of it (seq_end). Unloaded,
+    nearly every wait ends within a few hundred polls (a Gemma 3 decode step: under one sleep in its
+    580 barriers), so the budget stays whole. With a thread's core shared by a busy process most
+    waits outlast any spin (the thread waited for is descheduled), and spinning them out only burns
+    the CPU share the scheduler would otherwise give the waiting thread's own work; the budget then
+    falls and the threads sleep almost at once.
+    """
     if nth <= 1:
         return
     gen = atomic_load(ctrl + 8 * C_PASSED)
     if atomic_add(ctrl + 8 * C_ARRIVED, 1) == nth - 1:
         atomic_store(ctrl + 8 * C_ARRIVED, 0)
         atomic_add(ctrl + 8 * C_PASSED, 1)
+        if HAVE_FUTEX and atomic_load(ctrl + 8 * C_SLEEPERS) != 0:
+            futex_wake(ctrl + 8 * C_PASSED)
         return
-    spins = 0
-    while atomic_load(ctrl + 8 * C_PASSED) == gen:
-        cpu_relax()
-        spins += 1
-        if spins >= _SPIN_BEFORE_YIELD and spins % _YIELD_EVERY == 0:
+    budget = atomic_load(ctrl + 8 * C_SPIN_NOW)
+    if wait_change(ctrl, C_PASSED, gen, budget, C_SLEEPERS):
+        if budget > MIN_SPINS:
+            atomic_store(ctrl + 8 * C_SPIN_NOW, max(budget >> 1, MIN_SPINS))
+    else:
+        top = atomic_load(ctrl + 8 * C_SPIN)
+        if budget < top:
+            atomic_store(ctrl + 8 * C_SPIN_NOW, min(max(budget << 1, MIN_SPINS), top))
+
+
+@numba.njit(nogil=True, cache=True)
+def wait_change(ctrl: int, word: int, old: int, spins: int, sleepers: int) -> bool:  # pragma: no cover
+    """Return once control word ``word`` is no longer ``old``: poll it ``spins`` times, then sleep.
+    True when the wait slept (or yielded).
+
+    Sleeping is a futex wait on the word, announced in the ``sleepers`` word first. The thread
+    that changes the word reads that counter after its change (both sequentially consistent), so
+    either it sees the sleeper and wakes it, or the sleeper's futex call sees the new value and
+    returns at once: no wake-up is lost. Without futexes the wait yields the core between polls.
+    """
+    addr = ctrl + 8 * word
+    n = 0
+    slept = False
+    while atomic_load(addr) == old:
+        if n < spins:
+            cpu_relax()
+            n += 1
+            continue
+        slept = True
+        if HAVE_FUTEX:
+            atomic_add(ctrl + 8 * sleepers, 1)
+            if atomic_load(addr) == old:
+                atomic_add(ctrl + 8 * C_NAPS, 1)
+                futex_wait(addr, old)
+            atomic_add(ctrl + 8 * sleepers, -1)
+        else:
             sched_yield()
+    return slept
+
+
+@numba.njit(nogil=True, cache=True)
+def idle_budget(ctrl: int) -> int:  # pragma: no cover - compiled
+    """Polls an idle worker spins before it sleeps: C_IDLE_SPIN, scaled down as the barrier's budget is."""
+    top = atomic_load(ctrl + 8 * C_SPIN)
+    idle = atomic_load(ctrl + 8 * C_IDLE_SPIN)
+    return idle if top <= 0 else idle * atomic_load(ctrl + 8 * C_SPIN_NOW) // top
 
 
 @numba.njit(nogil=True, cache=True)
@@ -119,17 +204,20 @@ def run_nodes(ctrl: int, ith: int) -> int:  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, cache=True)
-def worker_loop(ctrl: int, ith: int, idle_spins: int) -> int:  # pragma: no cover - compiled
+def worker_loop(ctrl: int, ith: int) -> int:  # pragma: no cover - compiled
     """A worker's life between commands: poll C_SEQ, run node commands, hand Python ones back.
 
     C_SEQ is a sequence lock: odd while thread 0 writes a command, even once it is complete. A
     worker acts on an even value it has not seen, and only if the value did not move while it read
-    the command (a command this worker takes no part in may be replaced at any moment).
+    the command (a command this worker takes no part in may be replaced at any moment). After
+    :func:`idle_budget` idle polls it sleeps on C_SEQ until :func:`seq_end` wakes it (a futex wait, in
+    here); without futexes it returns R_IDLE and sleeps in Python on an Event instead.
     """
     me = ctrl + 8 * (C_WORKERS + 8 * (ith - 1))
     atomic_store(me + 8 * W_STATE, S_SPINNING)
     seen = atomic_load(me + 8 * W_SEEN)
     spins = 0
+    budget = idle_budget(ctrl)
     while True:
         seq = atomic_load(ctrl + 8 * C_SEQ)
         if seq != seen and seq % 2 == 0:
@@ -140,6 +228,7 @@ def worker_loop(ctrl: int, ith: int, idle_spins: int) -> int:  # pragma: no cove
             seen = seq
             atomic_store(me + 8 * W_SEEN, seq)
             spins = 0
+            budget = idle_budget(ctrl)
             if kind == K_EXIT:
                 return R_EXIT
             if ith >= nth:
@@ -148,15 +237,19 @@ def worker_loop(ctrl: int, ith: int, idle_spins: int) -> int:  # pragma: no cove
                 return R_PYTHON
             run_nodes(ctrl, ith)
             continue
-        cpu_relax()
-        spins += 1
-        if spins >= idle_spins:
-            atomic_store(me + 8 * W_STATE, S_SLEEPING)
-            if atomic_load(ctrl + 8 * C_SEQ) != seen:  # a command raced in: take it
-                atomic_store(me + 8 * W_STATE, S_SPINNING)
-                spins = 0
-                continue
-            return R_IDLE
+        if spins < budget:
+            cpu_relax()
+            spins += 1
+            continue
+        if HAVE_FUTEX:
+            wait_change(ctrl, C_SEQ, seq, 0, C_IDLERS)
+            continue
+        atomic_store(me + 8 * W_STATE, S_SLEEPING)
+        if atomic_load(ctrl + 8 * C_SEQ) != seen:  # a command raced in: take it
+            atomic_store(me + 8 * W_STATE, S_SPINNING)
+            spins = 0
+            continue
+        return R_IDLE
 
 
 @numba.njit(nogil=True, cache=True)
@@ -167,10 +260,15 @@ def seq_begin(ctrl: int) -> None:  # pragma: no cover - compiled
 
 @numba.njit(nogil=True, cache=True)
 def seq_end(ctrl: int) -> None:  # pragma: no cover - compiled
-    """The command is written: clear the error words, make C_SEQ even (workers may act)."""
+    """The command is written: clear the error words, give the barrier its full spin budget back
+    (each graph starts from C_SPIN, so a budget that shrank in a loaded moment does not stay small
+    once the load is gone), make C_SEQ even (workers may act), and wake the workers asleep on C_SEQ."""
     atomic_store(ctrl + 8 * C_ERR, 0)
     atomic_store(ctrl + 8 * C_ABORT, 0)
+    atomic_store(ctrl + 8 * C_SPIN_NOW, atomic_load(ctrl + 8 * C_SPIN))
     atomic_add(ctrl + 8 * C_SEQ, 1)
+    if HAVE_FUTEX and atomic_load(ctrl + 8 * C_IDLERS) != 0:
+        futex_wake(ctrl + 8 * C_SEQ)
 
 
 def available_cores() -> int:
@@ -200,7 +298,18 @@ class ThreadPool:
         self._owner: int | None = None
         self._depth = 0
         self._task: Callable[[], None] | None = None
-        self.idle_spins = IDLE_SPINS
+        self.set_spins(BARRIER_SPINS, IDLE_SPINS)
+
+    def set_spins(self, barrier: int, idle: int) -> None:
+        """Polls before a barrier wait sleeps, and before an idle worker sleeps (0: sleep at once).
+
+        Read by the threads at each wait, so a change applies to the next one."""
+        self.ctrl[C_SPIN] = self.ctrl[C_SPIN_NOW] = max(0, int(barrier))
+        self.ctrl[C_IDLE_SPIN] = max(0, int(idle))
+
+    def naps(self) -> int:
+        """How many times a thread of this pool has gone to sleep in a wait so far."""
+        return int(self.ctrl[C_NAPS])
 
     # ------------------------------------------------------------------ ownership
     def acquire(self) -> bool:
@@ -243,7 +352,7 @@ class ThreadPool:
             wake.wait()
             wake.clear()
             while True:
-                rc = worker_loop(self.addr, ith, self.idle_spins)
+                rc = worker_loop(self.addr, ith)
                 if rc == R_PYTHON:
                     task = self._task
                     if task is not None:

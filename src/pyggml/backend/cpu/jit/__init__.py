@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from numba import types
 
+from ....notice import first_run_time
 from ....ops.enums import Op
 from ....tensor import Tensor
 from ..registry import op_registrar
@@ -117,6 +118,12 @@ def prepare(kernels: Iterable[JitKernel]) -> None:
     if not todo:
         return
     _notice()
+    with first_run_time():  # timings (prompt eval) leave the compile out
+        _compile(todo)
+
+
+def _compile(todo: list[JitKernel]) -> None:
+    """Compile the kernels that were not in the cache: here and in helper processes (see prepare)."""
     todo.sort(key=lambda k: not k.key.startswith(_SLOW))  # the longest compiles first, for an even finish
     n_proc = min(len(todo), _cores()) - 1
     if n_proc <= 0 or os.environ.get("PYGGML_JIT_PROCESSES") == "1":

@@ -1,0 +1,80 @@
+"""The CPU thread pool's waits: a thread that sleeps (futex) instead of spinning still meets the others
+at every barrier and takes every command, so results do not depend on how long the threads spin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers.opcheck import OpCase, values
+from pyggml.backend.cpu.compute import graph_compute
+from pyggml.backend.cpu.native import HAVE_FUTEX
+from pyggml.backend.cpu.threads import BARRIER_SPINS, C_IDLE_SPIN, C_SPIN, C_SPIN_NOW, IDLE_SPINS, MIN_SPINS, get_pool
+from pyggml.graph import Graph
+from pyggml.ops import builders as B
+from pyggml.tensor import Tensor
+from pyggml.types import GGMLType
+
+
+def _graph() -> tuple[Graph, Tensor]:
+    """A mat-vec between two row-parallel ops: three barriers per compute, and chunks handed out."""
+    c = OpCase()
+    w = c.tensor(GGMLType.Q4_K, 512, 300)
+    x = c.tensor(GGMLType.F32, 512, 1)
+    out = B.soft_max(c.ctx, B.scale(c.ctx, B.mul_mat(c.ctx, w, B.rms_norm(c.ctx, x, 1e-5)), 0.1))
+    g = Graph()
+    g.build_forward_expand(out)
+    return g, out
+
+
+@pytest.fixture
+def pool_that_sleeps_at_once():
+    """The process's pool with no spinning at all: every wait that is not over at once goes to sleep."""
+    pool = get_pool()
+    pool.set_spins(0, 0)
+    try:
+        yield pool
+    finally:
+        pool.set_spins(BARRIER_SPINS, IDLE_SPINS)
+
+
+@pytest.mark.parametrize("n_threads", [2, 3])
+def test_sleeping_waits_give_the_same_results(pool_that_sleeps_at_once, n_threads: int) -> None:
+    """3 threads on a 2-core machine as well: more threads than cores must still make progress."""
+    g, out = _graph()
+    graph_compute(g, 1)
+    one = values(out)
+    naps = pool_that_sleeps_at_once.naps()
+    for _ in range(30):
+        graph_compute(g, n_threads)
+        np.testing.assert_array_equal(values(out), one)
+    if HAVE_FUTEX:  # the threads really slept (and were woken: the computes above finished)
+        assert pool_that_sleeps_at_once.naps() > naps
+
+
+def test_spins_are_set_per_pool() -> None:
+    pool = get_pool()
+    try:
+        pool.set_spins(7, -3)
+        assert (pool.ctrl[C_SPIN], pool.ctrl[C_SPIN_NOW], pool.ctrl[C_IDLE_SPIN]) == (7, 7, 0)
+    finally:
+        pool.set_spins(BARRIER_SPINS, IDLE_SPINS)
+
+
+def test_the_barrier_budget_stays_within_its_bounds() -> None:
+    """The adaptive budget moves between MIN_SPINS and the configured spins; a configuration below MIN_SPINS
+    (--poll 0 among them) is kept as it is."""
+    pool = get_pool()
+    g, _ = _graph()
+    try:
+        pool.set_spins(4 * MIN_SPINS, 0)
+        for _ in range(20):
+            graph_compute(g, 2)
+            assert MIN_SPINS <= pool.ctrl[C_SPIN_NOW] <= 4 * MIN_SPINS
+        for low in (MIN_SPINS // 2, 0):
+            pool.set_spins(low, 0)
+            for _ in range(5):
+                graph_compute(g, 2)
+                assert pool.ctrl[C_SPIN_NOW] == low
+    finally:
+        pool.set_spins(BARRIER_SPINS, IDLE_SPINS)
