@@ -187,6 +187,25 @@ def test_cont_of_a_permuted_tensor(src_type: GGMLType, dst_type: GGMLType) -> No
     exact(*both(out))
 
 
+# ----------------------------------------------------------------------------- the MoE router's ops
+def test_sum_rows_in_double() -> None:
+    c = OpCase()
+    close(*both(B.sum_rows(c.ctx, c.tensor(F32, 37, 5, 2, lo=-3, hi=3))))
+
+
+def test_clamp() -> None:
+    c = OpCase()
+    exact(*both(B.clamp(c.ctx, c.tensor(F32, 19, 6, lo=-3, hi=3), -1.0, 0.5)))
+
+
+@pytest.mark.parametrize("order", [B.SortOrder.ASC, B.SortOrder.DESC])
+def test_argsort_is_stable(order: B.SortOrder) -> None:
+    """Rows with ties (the lower index first, as the numpy kernel), of a router's width and longer."""
+    c = OpCase()
+    x = np.round(np.random.default_rng(3).normal(size=(7, 130)), 1).astype(np.float32)
+    exact(*both(B.argsort(c.ctx, c.tensor(F32, 130, 7, data=x), order)))
+
+
 # ---------------------------------------------------------------------------------------- mul_mat
 @pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.IQ4_NL, GGMLType.Q4_K,
                                 GGMLType.Q5_K, GGMLType.Q6_K])

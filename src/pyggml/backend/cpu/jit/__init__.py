@@ -236,7 +236,7 @@ def select(node: Tensor) -> Choice | None:
 
 
 # importing the kernel modules registers their selectors
-from . import elementwise, fusion, matmul, matmul_id, nn, rows  # noqa: E402
+from . import elementwise, fusion, matmul, matmul_id, nn, reduce, rows  # noqa: E402
 
 __all__ = ["SELECTORS", "Choice", "JitKernel", "elementwise", "enabled", "fusion", "fusion_mode", "jit_kernel",
            "lean_unless_ready", "matmul", "nn", "prepare", "ready_or_wanted", "rows", "select", "selector"]
