@@ -1,5 +1,5 @@
 """starcoder2 (src/models/starcoder2.cpp): LayerNorm with biases everywhere, biased projections, NEOX
-RoPE and a plain (ungated) GELU FFN."""
+RoPE and a plain (ungated) GELU FFN; gpt2 is this block with learned positions instead of RoPE."""
 
 from __future__ import annotations
 
@@ -43,12 +43,11 @@ class StarCoder2(Arch):
 
     def build_graph(self, g: GraphBuilder) -> Tensor:
         m, hp, ctx = g.model, g.hp, g.ctx
-        inp = g.inp_embd()
+        inp = self.embed(g)
         for il, layer in enumerate(m.layers):
             cur = g.norm(inp, layer.attn_norm, "attn_norm", il, layer.attn_norm_b, LN)
             q, k, v = g.qkv(layer, cur, il)
-            q = g.cb(g.rope(q, il), "Qcur", il)
-            k = g.cb(g.rope(k, il), "Kcur", il)
+            q, k = self.rope_qk(g, q, k, il)
             cur = g.attn(layer, q, k, v, 1.0 / math.sqrt(hp.n_embd_head_k), il)
             cur, inp = g.last_layer_rows(il, cur, inp)
             ffn_inp = g.cb(B.add(ctx, cur, inp), "ffn_inp", il)
@@ -56,3 +55,11 @@ class StarCoder2(Arch):
             cur = g.cb(g.ffn_of(layer, cur, FFNOp.GELU, il, parallel=False), "ffn_out", il)
             inp = g.cb(B.add(ctx, cur, ffn_inp), "l_out", il)
         return g.finish(inp, LN)
+
+    def embed(self, g: GraphBuilder) -> Tensor:
+        """The token embeddings entering the first block (gpt2 adds learned positions)."""
+        return g.inp_embd()
+
+    def rope_qk(self, g: GraphBuilder, q: Tensor, k: Tensor, il: int) -> tuple[Tensor, Tensor]:
+        """RoPE on Q and K (gpt2 has none)."""
+        return g.cb(g.rope(q, il), "Qcur", il), g.cb(g.rope(k, il), "Kcur", il)
