@@ -75,8 +75,12 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         ("granite", {"embedding_multiplier": 6.0, "residual_multiplier": 0.4, "attention_multiplier": 0.5,
                      "logits_scaling": 2.5}),
         ("smollm3", {"num_hidden_layers": 4, "pad_token_id": None}),
+        ("gemma", {}),
+        ("gemma2", {"attn_logit_softcapping": 1.0, "final_logit_softcapping": 2.0}),
+        ("starcoder2", {"bos_token_id": None, "eos_token_id": None}),
     ],
-    ids=["llama", "llama-bias-tied", "qwen2", "qwen2-tied", "gemma3", "qwen3", "olmo2", "granite", "smollm3"],
+    ids=["llama", "llama-bias-tied", "qwen2", "qwen2-tied", "gemma3", "qwen3", "olmo2", "granite", "smollm3", "gemma",
+         "gemma2", "starcoder2"],
 )
 def test_f32_logits_match_transformers(tmp_path: Path, arch: str, extra: dict[str, Any]) -> None:
     model, config = build(arch, **extra)

@@ -1,6 +1,7 @@
 """What llama.cpp's converter does per architecture: hyper-parameter keys, tensor names, weight fixes.
 
-One ``ConvertSpec`` per architecture (``SPECS``): llama, qwen2, qwen3, gemma3, olmo2, granite and smollm3,
+One ``ConvertSpec`` per architecture (``SPECS``): llama, qwen2, qwen3, gemma, gemma2, gemma3, olmo2, granite,
+smollm3 and starcoder2,
 the ones whose llama.cpp converter class (convert_hf_to_gguf's ``TextModel`` children) does no more than
 rename tensors, permute Q/K, shift norms and write a few keys:
 
@@ -58,8 +59,12 @@ class ConvertSpec:
     permute_qk: bool = False
     #: norms stored as 1 + w (Gemma's RMSNorm multiplies by 1 + w)
     norm_shift: bool = False
-    #: gemma3: lm_head always dropped, the vocabulary (and embedding rows) cut to the tokenizer's
-    gemma_vocab: bool = False
+    #: Gemma: lm_head always dropped (the output is the token embeddings), head sizes always written
+    gemma: bool = False
+    #: gemma3: the vocabulary (and embedding rows) cut to the tokenizer's, RoPE read per layer type
+    trim_vocab: bool = False
+    #: LayerNorm (with biases; the eps key is layer_norm_epsilon) instead of RMSNorm
+    layer_norm: bool = False
     #: the arch's own keys (and refusals) from the config
     extra: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
@@ -103,7 +108,16 @@ SPECS: dict[str, ConvertSpec] = {s.arch: s for s in (
     ConvertSpec("gemma3", ("Gemma3ForCausalLM",), ("gemma3_text",),
                 layer_names={**_POST_NORMS, "pre_feedforward_layernorm": "ffn_norm"},
                 required=(*_BASE_LAYER, "attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"),
-                norm_shift=True, gemma_vocab=True, extra=lambda c: _gemma3_metadata(c)),
+                norm_shift=True, gemma=True, trim_vocab=True, extra=lambda c: _gemma3_metadata(c)),
+    ConvertSpec("gemma", ("GemmaForCausalLM",), ("gemma",), norm_shift=True, gemma=True),
+    ConvertSpec("gemma2", ("Gemma2ForCausalLM",), ("gemma2",),
+                layer_names={**_POST_NORMS, "pre_feedforward_layernorm": "ffn_norm"},
+                required=(*_BASE_LAYER, "post_attention_norm", "post_ffw_norm"),
+                norm_shift=True, gemma=True, extra=lambda c: _gemma2_metadata(c)),
+    ConvertSpec("starcoder2", ("Starcoder2ForCausalLM",), ("starcoder2",),
+                layer_names={"mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"},
+                required=("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_up", "ffn_down"),
+                layer_norm=True),
     ConvertSpec("olmo2", ("Olmo2ForCausalLM",), ("olmo2",), layer_names=_POST_NORMS,
                 required=("attn_q", "attn_k", "attn_v", "attn_output", "attn_q_norm", "attn_k_norm",
                           "post_attention_norm", "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm")),
@@ -172,13 +186,16 @@ def hparams_metadata(arch: str, config: dict[str, Any]) -> dict[str, Any]:
         Keys.arch(Keys.FEED_FORWARD_LENGTH, a): int(_req(config, "intermediate_size")),
         Keys.arch(Keys.ATTENTION_HEAD_COUNT, a): n_head,
         Keys.arch(Keys.ATTENTION_HEAD_COUNT_KV, a): int(config.get("num_key_value_heads") or n_head),
-        Keys.arch(Keys.ATTENTION_LAYERNORM_RMS_EPS, a): float(_req(config, "rms_norm_eps")),
     }
+    if spec_of(arch).layer_norm:
+        md[Keys.arch(Keys.ATTENTION_LAYERNORM_EPS, a)] = float(_req(config, "norm_epsilon"))
+    else:
+        md[Keys.arch(Keys.ATTENTION_LAYERNORM_RMS_EPS, a)] = float(_req(config, "rms_norm_eps"))
     spec = spec_of(arch)
-    if config.get("head_dim") is not None or spec.gemma_vocab:
+    if config.get("head_dim") is not None or spec.gemma:
         md[Keys.arch(Keys.ATTENTION_KEY_LENGTH, a)] = head_dim(config)
         md[Keys.arch(Keys.ATTENTION_VALUE_LENGTH, a)] = head_dim(config)
-    rope = _rope(config, "full_attention" if spec.gemma_vocab else None)
+    rope = _rope(config, "full_attention" if spec.trim_vocab else None)
     md[Keys.arch(Keys.ROPE_FREQ_BASE, a)] = float(rope["rope_theta"])
     rope_type = str(rope.get("rope_type") or rope.get("type") or "default").lower()
     if rope_type == "linear":
@@ -191,16 +208,37 @@ def hparams_metadata(arch: str, config: dict[str, Any]) -> dict[str, Any]:
     return md
 
 
+def _check_query_scalar(arch: str, config: dict[str, Any], n_layer_27b: int) -> None:
+    """llama.cpp does not store query_pre_attn_scalar: it assumes head_dim (n_embd/n_head for the 27B)."""
+    n_layer = int(config["num_hidden_layers"])
+    scalar = config.get("query_pre_attn_scalar")
+    assumed = config["hidden_size"] / config["num_attention_heads"] if n_layer == n_layer_27b else head_dim(config)
+    if scalar is not None and not math.isclose(float(scalar), float(assumed)):
+        raise ConversionError(
+            f"{arch}: query_pre_attn_scalar={scalar} but llama.cpp's {arch} graph scales queries by 1/sqrt({assumed})"
+        )
+
+
+def _gemma2_metadata(config: dict[str, Any]) -> dict[str, Any]:
+    """Gemma2Model: both soft-caps and the window (every other layer slides, llama.cpp's fixed pattern)."""
+    _check_query_scalar("gemma2", config, 46)
+    types = config.get("layer_types")
+    if types and [t == "sliding_attention" for t in types] != [il % 2 == 0 for il in range(len(types))]:
+        raise ConversionError("gemma2: llama.cpp slides every other layer, starting with the first; this config "
+                              f"has layer_types={types}")
+    a = "gemma2"
+    md = {Keys.arch(Keys.ATTENTION_SLIDING_WINDOW, a): int(_req(config, "sliding_window"))}
+    if config.get("attn_logit_softcapping") is not None:
+        md[Keys.arch(Keys.ATTN_LOGIT_SOFTCAPPING, a)] = float(config["attn_logit_softcapping"])
+    if config.get("final_logit_softcapping") is not None:
+        md[Keys.arch(Keys.FINAL_LOGIT_SOFTCAPPING, a)] = float(config["final_logit_softcapping"])
+    return md
+
+
 def _gemma3_metadata(config: dict[str, Any]) -> dict[str, Any]:
     md: dict[str, Any] = {}
     n_layer = int(config["num_hidden_layers"])
-    scalar = config.get("query_pre_attn_scalar")
-    # llama.cpp does not store query_pre_attn_scalar: it assumes head_dim (n_embd/n_head for the 27B)
-    assumed = config["hidden_size"] / config["num_attention_heads"] if n_layer == 62 else head_dim(config)
-    if scalar is not None and not math.isclose(float(scalar), float(assumed)):
-        raise ConversionError(
-            f"gemma3: query_pre_attn_scalar={scalar} but llama.cpp's gemma3 graph scales queries by 1/sqrt({assumed})"
-        )
+    _check_query_scalar("gemma3", config, 62)
     if config.get("attn_logit_softcapping") is not None:
         raise ConversionError("gemma3: attn_logit_softcapping is not supported (Gemma 3 does not use it)")
     if config.get("final_logit_softcapping"):
@@ -256,7 +294,7 @@ def map_tensors(arch: str, config: dict[str, Any], items: Iterator[tuple[str, np
                 n_vocab_real: int | None = None) -> Iterator[MappedTensor]:
     """HF (name, float32 array) pairs -> GGUF tensors with llama.cpp's names and fixes, in HF order."""
     spec = spec_of(arch)
-    tied = bool(config.get("tie_word_embeddings", spec.gemma_vocab))
+    tied = bool(config.get("tie_word_embeddings", spec.gemma))
     n_head = int(config["num_attention_heads"])
     n_head_kv = int(config.get("num_key_value_heads") or n_head)
     layer_names = {**_LAYER_NAMES, **spec.layer_names}
@@ -277,12 +315,12 @@ def map_tensors(arch: str, config: dict[str, Any], items: Iterator[tuple[str, np
     for hf_name, data in items:
         if hf_name.endswith(_SKIPPED_SUFFIXES):
             continue
-        if hf_name.startswith("lm_head.") and (tied or spec.gemma_vocab):
+        if hf_name.startswith("lm_head.") and (tied or spec.gemma):
             continue  # tied: the runner reuses token_embd (llama.cpp's gemma3 converter always drops lm_head)
         gname = _gguf_name(hf_name, layer_names)
         if gname is None:
             raise ConversionError(f"{arch}: cannot map tensor {hf_name!r} to a GGUF name")
-        if gname == "token_embd.weight" and n_vocab_real is not None and spec.gemma_vocab:
+        if gname == "token_embd.weight" and n_vocab_real is not None and spec.trim_vocab:
             data = data[:n_vocab_real]  # gemma3 drops the embedding rows past the tokenizer's vocabulary
         for fix in fixes:
             data = fix(gname, data)

@@ -146,7 +146,7 @@ def convert_hf_model(
     n_vocab_real = None
     if tokenizer is not None:
         md = tokenizer_metadata(tokenizer, arch, int(cfg.get("vocab_size") or 0), tokenizer_pre, special_token_ids)
-        if spec_of(arch).gemma_vocab:  # gemma3's converter cuts the vocabulary (and embeddings) to the real tokens
+        if spec_of(arch).trim_vocab:  # gemma3's converter cuts the vocabulary (and embeddings) to the real tokens
             n_vocab_real = sum(1 for t in md[Keys.TOKENIZER_LIST] if not t.startswith("[PAD"))
             md[Keys.TOKENIZER_LIST] = md[Keys.TOKENIZER_LIST][:n_vocab_real]
             md[Keys.TOKENIZER_TOKEN_TYPE] = md[Keys.TOKENIZER_TOKEN_TYPE][:n_vocab_real]
