@@ -1,13 +1,12 @@
 """What llama.cpp's converter does per architecture: hyper-parameter keys, tensor names, weight fixes.
 
 One ``ConvertSpec`` per architecture (``SPECS``): llama, qwen2, qwen3, gemma, gemma2, gemma3, olmo2, granite,
-smollm3 and starcoder2,
-the ones whose llama.cpp converter class (convert_hf_to_gguf's ``TextModel`` children) does no more than
-rename tensors, permute Q/K, shift norms and write a few keys:
+smollm3 and starcoder2, the ones whose llama.cpp converter class (convert_hf_to_gguf's ``TextModel``
+children) does no more than rename tensors, permute Q/K, shift norms and write a few keys:
 
 * llama's Q/K rows are permuted per head so that ggml's adjacent-pair (NORM) RoPE computes what
   HF's rotate-half RoPE computes on the original rows; qwen2 and gemma3 use NEOX RoPE and keep them.
-* gemma3's RMSNorm multiplies by ``1 + w``; the converter stores ``w + 1`` so the runner multiplies
+* Gemma's RMSNorm multiplies by ``1 + w``; the converter stores ``w + 1`` so the runner multiplies
   by the stored weight directly.
 * llama3-style RoPE scaling is not a key but a precomputed ``rope_freqs`` tensor of per-pair factors.
 """
