@@ -20,7 +20,6 @@ The model defaults to the packaged Gemma 3 270M Q4_K_M (its assembled GGUF file 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import shutil
@@ -30,16 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-
-def _run_json(cmd: list[str]) -> list[dict]:
-    """Run a benchmark with -o json; its rows (llama-bench's and pyggml bench's have the same fields)."""
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
-    start = out.stdout.find("[")
-    if start < 0:
-        raise RuntimeError(f"no JSON from {' '.join(cmd)}:\n{out.stdout}\n{out.stderr}")
-    return json.loads(out.stdout[start:])
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script, with or without -P
+from vs_llamacpp import _run_json
 
 
 def _tests(rows: list[dict]) -> dict[str, float]:

@@ -20,20 +20,14 @@ import numpy as np
 
 from pyggml import quants
 from pyggml.gguf import GGUFWriter
+from pyggml.llm.tokenizer.unicode import BYTE_TO_CHAR
 from pyggml.types import GGMLType
 
 
 def _tokens() -> list[str]:
-    keep = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
-    out, n = [], 0
-    for b in range(256):
-        if b in keep:
-            out.append(chr(b))
-        else:
-            out.append(chr(256 + n))
-            n += 1
-    out[-1] = "ĠĠ"
-    return out
+    """The 256 byte-level tokens of GPT-2's map, the last one replaced by a merged token (a merge list
+    may not be empty)."""
+    return [*BYTE_TO_CHAR[:-1], "ĠĠ"]
 
 
 def write(path: Path, moe: bool, n_embd: int, n_layer: int, n_expert: int, n_used: int, n_ff_exp: int,

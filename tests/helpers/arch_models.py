@@ -18,21 +18,10 @@ from typing import Any
 import gguf
 import numpy as np
 
+from pyggml.llm.tokenizer.unicode import BYTE_TO_CHAR
+
 N_EMBD, N_HEAD, N_HEAD_KV, HEAD, N_FF, N_VOCAB, N_LAYER, N_CTX = 64, 4, 2, 16, 96, 256, 2, 256
 Q, KV = N_HEAD * HEAD, N_HEAD_KV * HEAD
-
-
-def _byte_tokens() -> list[str]:
-    """GPT-2's byte-to-unicode map: the 256 one-byte tokens of a byte-level BPE vocabulary."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    chars, n = {}, 0
-    for b in range(256):
-        if b in keep:
-            chars[b] = chr(b)
-        else:
-            chars[b] = chr(256 + n)
-            n += 1
-    return [chars[b] for b in range(256)]
 
 
 @dataclass
@@ -232,8 +221,7 @@ def write(name: str, path: Path, seed: int = 0) -> Path:
             w.add_string(full, value)
         else:
             w.add_uint32(full, value)
-    tokens = _byte_tokens()
-    tokens[-1] = "ĠĠ"  # one merged token, so that the merge list is not empty
+    tokens = [*BYTE_TO_CHAR[:-1], "ĠĠ"]  # GPT-2's byte tokens; one merged token, so the merge list is not empty
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
