@@ -206,6 +206,13 @@ def test_argsort_is_stable(order: B.SortOrder) -> None:
     exact(*both(B.argsort(c.ctx, c.tensor(F32, 130, 7, data=x), order)))
 
 
+def test_add_id_adds_the_chosen_experts_biases() -> None:
+    c = OpCase()
+    ids = np.array([[(t * 3 + s) % 5 for s in range(2)] for t in range(4)])
+    out = B.add_id(c.ctx, c.tensor(F32, 24, 2, 4), c.tensor(F32, 24, 5), c.ints(I32, 2, 4, data=ids))
+    exact(*both(out))
+
+
 # ---------------------------------------------------------------------------------------- mul_mat
 @pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.IQ4_NL, GGMLType.Q4_K,
                                 GGMLType.Q5_K, GGMLType.Q6_K])

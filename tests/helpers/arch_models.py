@@ -10,6 +10,7 @@ files, never regenerate them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,16 @@ import numpy as np
 
 from pyggml.llm.tokenizer.unicode import BYTE_TO_CHAR
 
-N_EMBD, N_HEAD, N_HEAD_KV, HEAD, N_FF, N_VOCAB, N_LAYER, N_CTX = 64, 4, 2, 16, 96, 256, 2, 256
+
+def _dims() -> tuple[int, ...]:
+    """The models' sizes: the tiny ones of the test data, or, for speed runs (bench/arch_speed.py), the ones
+    PYGGML_ARCH_MODEL_DIMS gives as "n_embd,n_head,n_head_kv,head,n_ff,n_layer,n_ff_exp"."""
+    spec = os.environ.get("PYGGML_ARCH_MODEL_DIMS")
+    return tuple(int(v) for v in spec.split(",")) if spec else (64, 4, 2, 16, 96, 2, 64)
+
+
+N_EMBD, N_HEAD, N_HEAD_KV, HEAD, N_FF, N_LAYER, N_FF_EXP = _dims()
+N_VOCAB, N_CTX = 256, 256
 Q, KV = N_HEAD * HEAD, N_HEAD_KV * HEAD
 
 
@@ -94,7 +104,7 @@ def _stablelm(il: int) -> dict[str, tuple[int, ...]]:
     return t | {p + "attn_q_norm.weight": (HEAD, N_HEAD), p + "attn_k_norm.weight": (HEAD, N_HEAD_KV)}
 
 
-N_EXPERT, N_EXPERT_USED, N_FF_EXP = 4, 2, 64
+N_EXPERT, N_EXPERT_USED = 4, 2
 MOE_KEYS = {"expert_count": N_EXPERT, "expert_used_count": N_EXPERT_USED}
 
 
@@ -143,7 +153,8 @@ SPECS: dict[str, Spec] = {
     "gemma2": Spec("gemma2", {"attention.sliding_window": 8, "attn_logit_softcapping": 1.0,
                               "final_logit_softcapping": 2.0},
                    lambda il: _attn(il) | _ffn(il) | _post_norms(il), tied=True),
-    "gemma3": Spec("gemma3", {"attention.sliding_window": 8, "attention.sliding_window_pattern": [True, False],
+    "gemma3": Spec("gemma3", {"attention.sliding_window": 8,
+                              "attention.sliding_window_pattern": [il % 2 == 0 for il in range(N_LAYER)],
                               "rope.freq_base": 1000000.0},
                    lambda il: _attn(il, qk_norm=HEAD) | _ffn(il) | _post_norms(il), tied=True),
     "granite": Spec("granite", {"logit_scale": 2.5, "residual_scale": 0.4, "embedding_scale": 6.0,

@@ -1,4 +1,5 @@
-"""Compiled row reductions and the small ops of the mixture-of-experts router: SUM_ROWS, CLAMP, ARGSORT.
+"""Compiled row reductions and the small ops of the mixture-of-experts router: SUM_ROWS, CLAMP, ARGSORT, and
+ADD_ID (the chosen experts' biases).
 
 Each is a handful of values per token, but in a numpy kernel each would end the compiled run it sits in
 (a Python step between runs, three per MoE layer); compiled, the router stays inside the plan's run. The
@@ -17,7 +18,7 @@ from ....types import GGMLType
 from ..native import f32p, i32p
 from . import Choice, jit_kernel, selector
 from .elementwise import _row_index, all_f32, rows_contiguous
-from .record import T_DST, T_SRC0, params_f32, params_i32, rec, span
+from .record import T_DST, T_SRC0, T_SRC1, T_SRC2, params_f32, params_i32, rec, span
 
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
 
@@ -95,3 +96,29 @@ def _sel_argsort(node: Tensor) -> Choice | None:
     if node.type != GGMLType.I32 or node.get_op_params_i32(0) not in (0, 1):
         return None  # a bad order goes to the numpy kernel, which names it
     return Choice(k_argsort) if _rowwise(node, node.src[0].ne[0]) else None
+
+
+@jit_kernel
+def k_add_id(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    """dst[:, i1, i2] = a[:, i1, i2] + b[:, ids[i1, i2]]: the chosen experts' biases (gpt-oss)."""
+    r = rec(node)
+    ne0, ne1, ne2 = r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
+    ir0, ir1 = span(ne1 * ne2, ith, nth)
+    for ir in range(ir0, ir1):
+        i1, i2 = ir % ne1, ir // ne1
+        e = numba.carray(i32p(r[T_SRC2] + i1 * r[T_SRC2 + 5] + i2 * r[T_SRC2 + 6]), 1)[0]
+        a = numba.carray(f32p(r[T_SRC0] + i1 * r[T_SRC0 + 6] + i2 * r[T_SRC0 + 7]), ne0)
+        b = numba.carray(f32p(r[T_SRC1] + e * r[T_SRC1 + 6]), ne0)
+        y = numba.carray(f32p(r[T_DST] + i1 * r[T_DST + 6] + i2 * r[T_DST + 7]), ne0)
+        for i in range(ne0):
+            y[i] = a[i] + b[i]
+
+
+@selector(Op.ADD_ID)
+def _sel_add_id(node: Tensor) -> Choice | None:
+    a, b, ids = node.src[0], node.src[1], node.src[2]
+    if not all_f32(node, a, b) or ids.type != GGMLType.I32 or not rows_contiguous(node, a, b, ids):
+        return None
+    if node.ne[3] != 1 or a.ne != node.ne or b.ne[0] != a.ne[0] or list(ids.ne[:2]) != list(a.ne[1:3]):
+        return None
+    return Choice(k_add_id)
