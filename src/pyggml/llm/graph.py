@@ -85,7 +85,6 @@ class FFNOp(Enum):
 
     SILU = "silu"
     GELU = "gelu"
-    RELU = "relu"
     SWIGLU = "swiglu"  # one fused gate-and-up projection, SiLU over its first half (phi3)
     SWIGLU_OAI = "swiglu_oai"
 
@@ -94,7 +93,6 @@ class Gating(Enum):
     """llama_expert_gating_func_type: how router logits become expert probabilities."""
 
     SOFTMAX = "softmax"
-    SIGMOID = "sigmoid"
     SOFTMAX_WEIGHT = "softmax_weight"  # softmax over the selected experts' logits only
 
 
@@ -257,9 +255,6 @@ class GraphBuilder:
                 B.gelu(ctx, g), "ffn_gelu", il)
         elif op is FFNOp.SWIGLU:
             cur = self.cb(B.swiglu(ctx, g), "ffn_swiglu", il)
-        elif op is FFNOp.RELU:
-            cur = self.cb(B.reglu_split(ctx, g, tmp), "ffn_reglu", il) if gated else self.cb(
-                B.relu(ctx, g), "ffn_relu", il)
         else:  # SWIGLU_OAI: gpt-oss's clamped SwiGLU, alpha 1.702 and limit 7 (llama-graph.cpp)
             cur = self.cb(B.swiglu_oai(ctx, g, tmp, 1.702, 7.0), "ffn_swiglu_oai", il)
         if down is not None:
@@ -272,9 +267,9 @@ class GraphBuilder:
                         layer.ffn_gate_b, layer.ffn_down_b, parallel)
 
     def moe_ffn(self, cur: Tensor, layer: Layer, op: FFNOp, norm_w: bool, w_scale: float, gating: Gating,
-                il: int, exp_probs_b: Tensor | None = None) -> Tensor:
-        """build_moe_ffn: the router picks n_expert_used experts per token (top-k of its probabilities,
-        plus ``exp_probs_b`` for the choice only), their FFNs run through MUL_MAT_ID, and their outputs
+                il: int) -> Tensor:
+        """build_moe_ffn: the router picks n_expert_used experts per token (top-k of its probabilities),
+        their FFNs run through MUL_MAT_ID, and their outputs
         are summed with the chosen probabilities as weights (renormalised with ``norm_w``, then scaled)."""
         ctx, hp = self.ctx, self.hp
         n_expert, n_used = hp.n_expert, hp.n_expert_used
@@ -282,17 +277,8 @@ class GraphBuilder:
         logits = self.cb(B.mul_mat(ctx, layer.ffn_gate_inp, cur), "ffn_moe_logits", il)
         if layer.ffn_gate_inp_b is not None:
             logits = self.cb(B.add(ctx, logits, layer.ffn_gate_inp_b), "ffn_moe_logits_biased", il)
-        if gating is Gating.SOFTMAX:
-            probs = B.soft_max(ctx, logits)
-        elif gating is Gating.SIGMOID:
-            probs = B.sigmoid(ctx, logits)
-        else:
-            probs = logits
-        self.cb(probs, "ffn_moe_probs", il)
-        selection = probs
-        if exp_probs_b is not None:
-            selection = self.cb(B.add(ctx, probs, exp_probs_b), "ffn_moe_probs_biased", il)
-        ranked = self.cb(B.argsort(ctx, selection, B.SortOrder.DESC), "ffn_moe_argsort", il)
+        probs = self.cb(B.soft_max(ctx, logits) if gating is Gating.SOFTMAX else logits, "ffn_moe_probs", il)
+        ranked = self.cb(B.argsort(ctx, probs, B.SortOrder.DESC), "ffn_moe_argsort", il)
         selected = self.cb(B.view_4d(ctx, ranked, n_used, ranked.ne[1], ranked.ne[2], ranked.ne[3], ranked.nb[1],
                                      ranked.nb[2], ranked.nb[3], 0), "ffn_moe_topk", il)
         weights = self.cb(B.get_rows(ctx, B.reshape_3d(ctx, probs, 1, n_expert, n_tokens), selected),
@@ -322,8 +308,6 @@ class GraphBuilder:
         gated = layer.ffn_gate_exps is not None
         if op is FFNOp.SWIGLU_OAI:
             act = self.cb(B.swiglu_oai(ctx, gate, up, 1.702, 7.0), "ffn_moe_swiglu_oai", il)
-        elif op is FFNOp.GELU:
-            act = self.cb(B.geglu_split(ctx, gate, up) if gated else B.gelu(ctx, gate), "ffn_moe_geglu", il)
         else:
             act = self.cb(B.swiglu_split(ctx, gate, up) if gated else B.silu(ctx, gate), "ffn_moe_swiglu", il)
         out = experts(layer.ffn_down_exps, act, layer.ffn_down_exps_b, "ffn_moe_down")

@@ -35,9 +35,6 @@ class KV:
         self.md = md
         self.arch = arch
 
-    def __contains__(self, key: str) -> bool:
-        return Keys.arch(key, self.arch) in self.md
-
     def get(self, key: str, default: Any = _REQUIRED) -> Any:
         """The value of ``key`` (a ``Keys`` format like ``"{arch}.block_count"``); without a default a
         missing key is a ModelLoadError naming it."""
@@ -93,7 +90,6 @@ class HParams:
     f_embedding_scale: float = 0.0
     f_residual_scale: float = 0.0
     f_logit_scale: float = 0.0
-    use_kq_norm: bool = False
     # mixture of experts
     n_expert: int = 0
     n_expert_used: int = 0
@@ -133,14 +129,8 @@ class HParams:
             self.set_swa_pattern(int(pattern), dense_first)
 
     @classmethod
-    def from_metadata(cls, md: Mapping[str, Any]) -> HParams:
-        """``md`` maps GGUF keys to values (a GGUFReader works)."""
-        if Keys.GENERAL_ARCHITECTURE not in md:
-            raise ModelLoadError(f"model metadata is missing the required key {Keys.GENERAL_ARCHITECTURE!r}")
-        return cls.load(md, _arch_of(str(md[Keys.GENERAL_ARCHITECTURE])))
-
-    @classmethod
     def load(cls, md: Mapping[str, Any], arch: Arch) -> HParams:
+        """The hyper-parameters of ``arch`` from ``md`` (GGUF keys to values; a GGUFReader works)."""
         kv = KV(md, arch.name)
         n_layer = int(kv.get(Keys.BLOCK_COUNT))
         if not 0 < n_layer <= 512:
@@ -184,7 +174,11 @@ class HParams:
         return hp
 
 
-def _arch_of(name: str) -> Arch:
+def arch_of(md: Mapping[str, Any]) -> Arch:
+    """The architecture a file names in ``general.architecture`` (a missing key or an unknown name is a
+    ModelLoadError naming it)."""
     from .arch import get_arch  # deferred: the architecture modules import this one
 
-    return get_arch(name)
+    if Keys.GENERAL_ARCHITECTURE not in md:
+        raise ModelLoadError(f"model metadata is missing the required key {Keys.GENERAL_ARCHITECTURE!r}")
+    return get_arch(str(md[Keys.GENERAL_ARCHITECTURE]))

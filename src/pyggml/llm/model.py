@@ -28,11 +28,10 @@ from ..backend.base import Buffer, BufferType, BufferUsage, Device, DeviceType
 from ..backend.registry import backend_dev_by_type, backend_devices
 from ..context import Context, tensor_overhead
 from ..gguf import GGUFReader
-from ..gguf.constants import Keys
 from ..tensor import Tensor, ggml_pad
 from ..types import GGMLType
-from .arch import Arch, get_arch
-from .hparams import HParams, ModelLoadError
+from .arch import Arch
+from .hparams import HParams, ModelLoadError, arch_of
 from .tensors import LLMTensor
 
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")
@@ -103,7 +102,7 @@ class Model:
         if not self.path.is_file():
             raise ModelLoadError(f"model file not found: {self.path}")
         self.reader = GGUFReader(self.path)
-        self.arch: Arch = get_arch(str(self.reader.get(Keys.GENERAL_ARCHITECTURE, "")))
+        self.arch: Arch = arch_of(self.reader)
         self.hparams = HParams.load(self.reader, self.arch)
         infos = self.reader.tensors
         self.ctx = Context((len(infos) + 2) * tensor_overhead(), no_alloc=True)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 class LlamaLike(Arch):
     """The llama block, which many architectures share with small changes: the graph is here, and
-    the hooks (``embed``, ``rope_qk``, ``residual``, ``ffn_block``) are where those architectures differ.
+    the hooks (``rope_qk``, ``residual``, ``ffn_block``) are where those architectures differ.
     A file with experts (``{arch}.expert_count``) gets the mixture-of-experts FFN in every layer."""
 
     #: build_moe_ffn's norm_w: renormalise the chosen experts' probabilities to sum to 1
@@ -44,7 +44,7 @@ class LlamaLike(Arch):
 
     def build_graph(self, g: GraphBuilder) -> Tensor:
         m, hp = g.model, g.hp
-        inp = g.cb(self.embed(g), "inp_embd")
+        inp = g.cb(g.inp_embd(), "inp_embd")
         kq_scale = hp.f_attention_scale or 1.0 / math.sqrt(hp.n_embd_head_k)
         for il, layer in enumerate(m.layers):
             cur = g.norm(inp, layer.attn_norm, "attn_norm", il)
@@ -70,19 +70,9 @@ class LlamaLike(Arch):
             out = B.add(g.ctx, out, shexp)
         return out
 
-    def embed(self, g: GraphBuilder) -> Tensor:
-        """The token embeddings entering the first block (granite scales them)."""
-        return g.inp_embd()
-
     def rope_qk(self, g: GraphBuilder, layer: Layer, q: Tensor, k: Tensor, il: int) -> tuple[Tensor, Tensor]:
         """RoPE on Q and K (qwen3 and others first normalise each head)."""
-        hp = g.hp
-        q = g.cb(g.rope(q, il), "Qcur", il)
-        k = g.cb(g.rope(k, il), "Kcur", il)
-        if hp.use_kq_norm:
-            q = g.cb(B.rms_norm(g.ctx, q, hp.f_norm_rms_eps), "Qcur_normed", il)
-            k = g.cb(B.rms_norm(g.ctx, k, hp.f_norm_rms_eps), "Kcur_normed", il)
-        return q, k
+        return g.cb(g.rope(q, il), "Qcur", il), g.cb(g.rope(k, il), "Kcur", il)
 
     def residual(self, g: GraphBuilder, branch: Tensor, stream: Tensor) -> Tensor:
         """The residual add (granite scales the branch first)."""
