@@ -21,8 +21,9 @@ def fuse(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Cho
     for rule in _RULES:
         fused = rule(prev, prev_choice, node, choice)
         if fused is not None:
-            group = [n for n, _ in (*fused.parts, *fused.pending)]
-            return fused if memory_safe([*group, node] if node not in group else group) else None
+            # a pending fusion lists its nodes, this one last; a complete one lists the parts before this one
+            group = [n for n, _ in fused.pending] if fused.pending else [*(n for n, _ in fused.parts), node]
+            return fused if memory_safe(group) else None
     return None
 
 
