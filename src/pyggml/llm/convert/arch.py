@@ -40,7 +40,7 @@ _LAYER_NAMES = {
     "mlp.down_proj": "ffn_down",
 }
 _POST_NORMS = {"post_attention_layernorm": "post_attention_norm", "post_feedforward_layernorm": "post_ffw_norm"}
-_BASE_LAYER = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"]
+_BASE_LAYER = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class ConvertSpec:
     #: HF module names that differ from _LAYER_NAMES
     layer_names: dict[str, str] = field(default_factory=dict)
     #: per-layer GGUF tensors the runner cannot do without
-    required: tuple[str, ...] = tuple(_BASE_LAYER)
+    required: tuple[str, ...] = _BASE_LAYER
     #: NORM RoPE: Q/K rows permuted per head from HF's halves to ggml's pairs (LlamaModel and its children)
     permute_qk: bool = False
     #: norms stored as 1 + w (Gemma's RMSNorm multiplies by 1 + w)
@@ -176,7 +176,7 @@ def head_dim(config: dict[str, Any]) -> int:
 
 def hparams_metadata(arch: str, config: dict[str, Any]) -> dict[str, Any]:
     """The ``{arch}.*`` keys (TextModel.set_gguf_parameters plus the arch's additions)."""
-    a = arch
+    a, spec = arch, spec_of(arch)
     n_head = int(_req(config, "num_attention_heads"))
     md: dict[str, Any] = {
         Keys.arch(Keys.BLOCK_COUNT, a): int(_req(config, "num_hidden_layers")),
@@ -186,11 +186,10 @@ def hparams_metadata(arch: str, config: dict[str, Any]) -> dict[str, Any]:
         Keys.arch(Keys.ATTENTION_HEAD_COUNT, a): n_head,
         Keys.arch(Keys.ATTENTION_HEAD_COUNT_KV, a): int(config.get("num_key_value_heads") or n_head),
     }
-    if spec_of(arch).layer_norm:
+    if spec.layer_norm:
         md[Keys.arch(Keys.ATTENTION_LAYERNORM_EPS, a)] = float(_req(config, "norm_epsilon"))
     else:
         md[Keys.arch(Keys.ATTENTION_LAYERNORM_RMS_EPS, a)] = float(_req(config, "rms_norm_eps"))
-    spec = spec_of(arch)
     if config.get("head_dim") is not None or spec.gemma:
         md[Keys.arch(Keys.ATTENTION_KEY_LENGTH, a)] = head_dim(config)
         md[Keys.arch(Keys.ATTENTION_VALUE_LENGTH, a)] = head_dim(config)
