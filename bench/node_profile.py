@@ -23,7 +23,7 @@ from pyggml.backend.cpu.plan import GraphPlan
 from pyggml.llm.batch import Batch
 from pyggml.llm.context import ContextParams, LlamaContext
 from pyggml.llm.model import Model
-from pyggml.llm.models import default_model_path
+from pyggml.llm.packaged import default_model_path
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ import json
 import time
 from pathlib import Path
 
-from pyggml.llm.models import default_model_path
+from pyggml.llm.packaged import default_model_path
 from pyggml.llm.tokenizer import Vocab
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "gemma3"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from pyggml.llm.models import ModelNotFoundError, default_model_path
+from pyggml.llm.packaged import ModelNotFoundError, default_model_path
 
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:

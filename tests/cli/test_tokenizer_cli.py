@@ -14,8 +14,8 @@ from helpers.bpe_build import train
 from helpers.data import load_json
 from pyggml.cli.main import main
 from pyggml.gguf import GGUFReader, GGUFValueType, GGUFWriter
-from pyggml.llm import models
-from pyggml.llm.models import ModelNotFoundError, default_model_path
+from pyggml.llm import packaged as models
+from pyggml.llm.packaged import ModelNotFoundError, default_model_path
 from pyggml.llm.tokenizer import Vocab
 
 REFERENCE = load_json("gemma3", "reference.json")

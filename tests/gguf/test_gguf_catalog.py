@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyggml.gguf.context import Catalog
+from pyggml.gguf.catalog import Catalog
 from pyggml.gguf.errors import GGUFKeyError
 
 

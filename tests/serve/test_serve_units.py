@@ -9,7 +9,7 @@ import pytest
 
 from pyggml.cli.main import main
 from pyggml.llm import packaged
-from pyggml.llm.models import ModelNotFoundError
+from pyggml.llm.packaged import ModelNotFoundError
 
 
 def test_stop_matcher_holds_back_partial_stop_strings() -> None:

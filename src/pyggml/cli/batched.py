@@ -20,7 +20,7 @@ import time
 from ..llm.batch import Batch
 from ..llm.sampling import Sampler
 from .common import add_kv_unified_arg, add_model_args, add_sampling_args, load_model, make_context, sampler_from_args
-from .main import CLIError
+from .errors import CLIError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

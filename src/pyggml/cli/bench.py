@@ -21,7 +21,7 @@ from ..llm.model import Model
 from ..llm.packaged import resolve
 from ..llm.tokenizer import Vocab
 from .common import add_kv_unified_arg, add_model_args, apply_poll, load_model, make_context, placement_from_args
-from .main import CLIError
+from .errors import CLIError
 
 
 def glibc_rand(n: int, seed: int = 1) -> list[int]:

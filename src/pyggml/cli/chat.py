@@ -13,7 +13,7 @@ from ..llm.chat import template_for
 from ..llm.generate import GenerationInterrupted, generate
 from ..llm.packaged import CHAT_MODEL
 from .common import add_model_args, add_sampling_args, load_model_and_context, sampler_from_args, usable_ctx
-from .main import CLIError
+from .errors import CLIError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -10,12 +10,11 @@ from typing import Any
 from ..backend.registry import backend_dev_by_name, backend_devices
 from ..llm.context import ContextParams, LlamaContext
 from ..llm.model import Model
-from ..llm.models import DEFAULT_MODEL_PACKAGE
-from ..llm.packaged import resolve
+from ..llm.packaged import DEFAULT_MODEL_PACKAGE, resolve
 from ..llm.sampling import LLAMA_DEFAULT_SEED, Sampler, SamplingParams
 from ..llm.tokenizer import Vocab
 from ..rpc.client import parse_rpc_servers
-from .main import CLIError
+from .errors import CLIError
 
 
 def add_model_args(p: argparse.ArgumentParser, ctx_size: int = 4096, model_help: str | None = None) -> None:

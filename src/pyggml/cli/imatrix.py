@@ -73,7 +73,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _check_args(args: argparse.Namespace) -> None:
     """llama-imatrix's limits, as errors naming the flag (it asserts, divides by zero or ignores instead)."""
-    from .main import CLIError
+    from .errors import CLIError
 
     if args.ctx_size <= 0:
         raise CLIError("-c/--ctx-size must be > 0 for imatrix")
@@ -99,7 +99,7 @@ def _in_files(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from ..quantize import IMatrixCollector, load_imatrix
-    from .main import CLIError
+    from .errors import CLIError
 
     in_files = _in_files(args)
     if args.show_statistics:
@@ -172,7 +172,7 @@ def compute(args: argparse.Namespace, col: Any, text: str) -> int:
     every token an output, print the running perplexity, write the imatrix at --output-frequency and copies
     at --save-frequency. Returns the number of chunks processed."""
     from .common import load_model, make_context
-    from .main import CLIError
+    from .errors import CLIError
     from .perplexity import decode_chunk_groups, neg_log_probs
 
     n_ctx = args.ctx_size

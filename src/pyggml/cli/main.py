@@ -15,14 +15,11 @@ from importlib.metadata import PackageNotFoundError, version
 
 from ..errors import PyGGMLError
 from .checks import check, thread_warning
+from .errors import CLIError
 
 #: sub-command modules, in the order ``--help`` lists them
 COMMANDS = ["generate", "chat", "serve", "batched", "bench", "perplexity", "tokenize", "dump", "devices", "rpc_server",
             "quantize", "imatrix"]
-
-
-class CLIError(Exception):
-    """A user-facing error: printed as ``error: <message>`` with exit status 1."""
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..llm.batch import Batch
 from .common import add_kv_unified_arg, add_model_args, load_model, make_context
-from .main import CLIError
+from .errors import CLIError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -20,7 +20,7 @@ from ..quantize import (
     quantize_model,
 )
 from ..quantize.ftypes import QUANT_OPTIONS, QuantOption
-from .main import CLIError
+from .errors import CLIError
 
 
 def _types_epilog() -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from ..backend.base import DeviceType
 from ..backend.registry import backend_dev_by_name, backend_dev_by_type, backend_devices
 from ..rpc.server import RPCServer, default_cache_dir, print_log, security_warning
-from .main import CLIError
+from .errors import CLIError
 
 
 def add_parser(subparsers: Any) -> None:

