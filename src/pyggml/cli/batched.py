@@ -19,7 +19,8 @@ import time
 
 from ..llm.batch import Batch
 from ..llm.sampling import Sampler
-from .common import add_kv_unified_arg, add_model_args, add_sampling_args, load_model, make_context, sampler_from_args
+from .common import (add_grammar_args, add_kv_unified_arg, add_model_args, add_sampling_args, load_model, make_context,
+                     sampler_from_args)
 from .errors import CLIError
 
 
@@ -35,6 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-np", "--parallel", type=int, default=4, help="sequences to generate (default 4, at most 64)")
     p.add_argument("-n", "--n-predict", type=int, default=32, help="tokens to generate per sequence (default 32)")
     add_sampling_args(p)
+    add_grammar_args(p)
     p.set_defaults(func=run)
 
 
@@ -58,8 +60,9 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"the sequences need {n_kv_req} cells (prompts + {n_pred} tokens x {n_par}) but -c is {n_ctx}")
     n_batch = max(n_par, sum(len(p) for p in prompts))
     ctx = make_context(args, model, n_ctx=n_ctx, n_seq_max=n_par, n_batch=n_batch)
-    base = sampler_from_args(args)
-    samplers = [Sampler(dataclasses.replace(base.params, seed=(base.seed + i) & 0xFFFFFFFF)) for i in range(n_par)]
+    base = sampler_from_args(args, vocab)
+    samplers = [Sampler(dataclasses.replace(base.params, seed=(base.seed + i) & 0xFFFFFFFF),
+                        grammar=base.grammar.clone() if base.grammar is not None else None) for i in range(n_par)]
     t0 = time.perf_counter()
     # prompts: the first sequence of each prompt decodes it, the others share its cells
     owner = {k: seq_prompt.index(k) for k in range(len(prompts)) if k in seq_prompt}
@@ -78,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     logits = {s: last_row[seq_prompt[s]] for s in range(n_par)}
     for s in range(n_par):
         for t in prompts[seq_prompt[s]]:
-            samplers[s].accept(t)
+            samplers[s].accept(t, is_generated=False)
     decoders = [codecs.getincrementaldecoder("utf-8")(errors="replace") for _ in range(n_par)]
     texts = [[] for _ in range(n_par)]
     active = list(range(n_par))

@@ -12,7 +12,7 @@ import sys
 from ..llm.chat import template_for
 from ..llm.generate import GenerationInterrupted, generate
 from ..llm.packaged import CHAT_MODEL
-from .common import add_model_args, add_sampling_args, load_model_and_context, sampler_from_args, usable_ctx
+from .common import add_grammar_args, add_model_args, add_sampling_args, load_model_and_context, sampler_from_args, usable_ctx
 from .errors import CLIError
 
 
@@ -31,6 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="use this template instead of the model's: a built-in name (chatml, gemma) or jinja "
                         "source; models without a template are refused otherwise")
     add_sampling_args(p)
+    add_grammar_args(p)
     p.set_defaults(func=run)
 
 
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     model, vocab, ctx = load_model_and_context(args, CHAT_MODEL)
     n_ctx = usable_ctx(args, ctx)
     template = template_for(model.reader, vocab, args.chat_template)
-    sampler = sampler_from_args(args)
+    sampler = sampler_from_args(args, vocab)
     messages: list[dict[str, str]] = []
     if args.system_prompt:
         messages.append({"role": "system", "content": args.system_prompt})
@@ -72,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
             sys.stdout.flush()
 
+        if sampler.grammar is not None:
+            sampler.grammar.reset()  # each reply follows the grammar from its start
         try:
             out = generate(ctx, vocab, tokens[keep:], sampler, args.n_predict, on_text=show, n_ctx=n_ctx)
         except KeyboardInterrupt as e:

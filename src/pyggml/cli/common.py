@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import Any
@@ -79,10 +80,73 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-s", "--seed", type=int, default=-1, help="random seed; -1 = random (default -1)")
 
 
-def sampler_from_args(args: argparse.Namespace) -> Sampler:
+def sampler_from_args(args: argparse.Namespace, vocab: Any = None) -> Sampler:
+    """The sampler chain of the sampling flags; with ``vocab``, the grammar of the grammar flags too."""
     seed = LLAMA_DEFAULT_SEED if args.seed < 0 else args.seed
+    grammar = grammar_from_args(args, vocab) if vocab is not None else None
     return Sampler(SamplingParams(seed=seed, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, temp=args.temp,
-                                  penalty_repeat=args.repeat_penalty, penalty_last_n=args.repeat_last_n))
+                                  penalty_repeat=args.repeat_penalty, penalty_last_n=args.repeat_last_n),
+                   grammar=grammar)
+
+
+def add_grammar_args(p: argparse.ArgumentParser) -> None:
+    """llama.cpp's --grammar, --grammar-file, -j/--json-schema, -jf/--json-schema-file (one of them)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--grammar", default=None, metavar="GRAMMAR",
+                   help="GBNF grammar the generated text must follow (llama.cpp's format, e.g. 'root ::= \"yes\" | "
+                        "\"no\"')")
+    g.add_argument("--grammar-file", default=None, metavar="FNAME", help="read the GBNF grammar from this file")
+    g.add_argument("-j", "--json-schema", default=None, metavar="SCHEMA",
+                   help="JSON schema the generated text must follow, e.g. '{\"type\": \"object\"}' for any JSON "
+                        "object (turned into a grammar as llama.cpp's json-schema-to-grammar)")
+    g.add_argument("-jf", "--json-schema-file", default=None, metavar="FILE", help="read the JSON schema from this file")
+
+
+def grammar_text_from_args(args: argparse.Namespace) -> str | None:
+    """The GBNF text the grammar flags ask for (a JSON schema converted), or None without them."""
+    if getattr(args, "grammar", None) is not None:
+        return args.grammar
+    if getattr(args, "grammar_file", None) is not None:
+        return _read_text(args.grammar_file, "--grammar-file")
+    schema_text = getattr(args, "json_schema", None)
+    flag = "--json-schema"
+    if getattr(args, "json_schema_file", None) is not None:
+        schema_text, flag = _read_text(args.json_schema_file, "--json-schema-file"), "--json-schema-file"
+    if schema_text is None:
+        return None
+    from ..llm.grammar import GrammarError
+    from ..llm.grammar.json_schema import json_schema_to_grammar
+
+    try:
+        schema = json.loads(schema_text)
+    except json.JSONDecodeError as e:
+        raise CLIError(f"{flag}: the schema is not valid JSON: {e}") from e
+    try:
+        return json_schema_to_grammar(schema)
+    except GrammarError as e:
+        raise CLIError(f"{flag}: {e}") from e
+
+
+def grammar_from_args(args: argparse.Namespace, vocab: Any) -> Any:
+    """The GrammarSampler of the grammar flags over ``vocab`` (None without them, or for an empty grammar,
+    which llama.cpp takes as no grammar)."""
+    from ..llm.grammar import GrammarError, GrammarSampler
+
+    text = grammar_text_from_args(args)
+    if not text:
+        return None
+    try:
+        return GrammarSampler(vocab, text)
+    except GrammarError as e:
+        raise CLIError(f"bad grammar: {e}") from e
+
+
+def _read_text(path: str, flag: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise CLIError(f"{flag}: cannot read {path}: {e.strerror}") from e
 
 
 def placement_from_args(args: argparse.Namespace) -> dict[str, Any]:

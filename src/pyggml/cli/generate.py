@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..llm.generate import Generation, GenerationInterrupted, generate
-from .common import add_model_args, add_sampling_args, load_model_and_context, sampler_from_args, usable_ctx
+from .common import add_grammar_args, add_model_args, add_sampling_args, load_model_and_context, sampler_from_args, usable_ctx
 from .errors import CLIError
 
 
@@ -38,6 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="keep generating after an end-of-generation token (llama.cpp's --ignore-eos)")
     p.add_argument("--echo", action="store_true", help="also print the prompt before the generated text")
     add_sampling_args(p)
+    add_grammar_args(p)
     p.set_defaults(func=run)
 
 
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     bos = 1 if add_bos and vocab.add_bos and tokens and tokens[0] == vocab.bos else 0
     # llama.cpp: -1 (or more than the prompt) keeps the whole prompt, otherwise the BOS token is kept too
     n_keep = len(tokens) if args.keep < 0 or args.keep > len(tokens) else args.keep + bos
-    sampler = sampler_from_args(args)
+    sampler = sampler_from_args(args, vocab)
     if args.echo:
         sys.stdout.write(prompt)
     n_ctx = usable_ctx(args, ctx)

@@ -93,7 +93,7 @@ def generate(ctx: LlamaContext, vocab: object, prompt_tokens: list[int], sampler
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     pieces: list[str] = []
     for t in prompt_tokens:
-        sampler.accept(t)
+        sampler.accept(t, is_generated=False)
     clock = _Clock(tm)
     generating = False
     try:

@@ -14,8 +14,12 @@ import math
 import random
 from collections import Counter, deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .grammar import GrammarSampler
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 
@@ -174,8 +178,9 @@ def dist(c: Candidates, rng: MT19937) -> int:
 class Sampler:
     """The common sampler chain; ``sample(logits)`` picks a token, ``accept(token)`` records it."""
 
-    def __init__(self, params: SamplingParams | None = None) -> None:
+    def __init__(self, params: SamplingParams | None = None, grammar: GrammarSampler | None = None) -> None:
         self.params = p = params or SamplingParams()
+        self.grammar = grammar  # llama.cpp's grmr: kept apart from the chain, see sample()
         seed = p.seed if p.seed != LLAMA_DEFAULT_SEED else random.SystemRandom().getrandbits(32)
         self.seed = seed
         self.rng = MT19937(seed)
@@ -185,11 +190,25 @@ class Sampler:
         p = self.params
         return p.penalty_last_n != 0 and (p.penalty_repeat != 1.0 or p.penalty_freq != 0.0 or p.penalty_present != 0.0)
 
-    def accept(self, token: int) -> None:
+    def accept(self, token: int, is_generated: bool = True) -> None:
+        """Record a token: a prompt token (``is_generated=False``) feeds the penalties but not the
+        grammar, as common_sampler_accept."""
+        if self.grammar is not None and is_generated:
+            self.grammar.accept(token)
         if self.params.penalty_last_n != 0:
             self.history.append(int(token))
 
     def sample(self, logits: np.ndarray) -> int:
+        """Pick the next token. With a grammar, as common_sampler_sample: the chain samples first and
+        the grammar checks only that token; if it refuses it, the grammar filters every candidate
+        and the chain samples again (a second draw of the RNG, as in llama.cpp)."""
+        tok = self._sample_chain(logits)
+        g = self.grammar
+        if g is None or g.allows(tok):
+            return tok
+        return self._sample_chain(g.apply(logits))
+
+    def _sample_chain(self, logits: np.ndarray) -> int:
         p = self.params
         if p.temp <= 0.0 and not self._penalizes():
             # the chain ends in "keep the first maximum": truncations before it cannot change that

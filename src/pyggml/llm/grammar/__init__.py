@@ -6,5 +6,8 @@ from __future__ import annotations
 
 from .engine import LlamaGrammar, decode_utf8
 from .parser import GrammarError, GrammarParser, GreType
+from .sampler import GrammarSampler, GrammarTrigger
+from .vocab_filter import VocabFilter, VocabTable, vocab_table
 
-__all__ = ["GrammarError", "GrammarParser", "GreType", "LlamaGrammar", "decode_utf8"]
+__all__ = ["GrammarError", "GrammarParser", "GrammarSampler", "GrammarTrigger", "GreType", "LlamaGrammar",
+           "VocabFilter", "VocabTable", "decode_utf8", "vocab_table"]

@@ -1,0 +1,192 @@
+"""The grammar's candidate filter over a whole vocabulary (llama_grammar_apply_impl), vectorized.
+
+llama.cpp checks each candidate token by walking its code points down the grammar stacks
+(llama_grammar_reject_candidates_for_stack). Done token by token in Python that is seconds for a
+262k vocabulary, so here the tokens walk together: at each code point depth, the tokens that
+reached the same set of stacks form a group, each stack's char class is matched against the
+group's next code points at once (numpy), and the tokens that matched the same stacks move on as
+one group to the union of those stacks' successors. The verdicts are llama.cpp's, token for token:
+a token passes if some stack takes all its code points (a complete end passes; an unfinished UTF-8
+end must be able to complete at a char class; a token element matches on the token id).
+
+The vocabulary's pieces (``token_to_piece(special=True)``, llama.cpp's piece cache) are decoded
+once per vocabulary, and a verdict is kept per grammar state, since constrained generation keeps
+coming back to the same states (inside a string, between JSON values).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from .engine import NO_PARTIAL, LlamaGrammar, Partial, Stack, _TOKEN, _TOKEN_NOT, decode_utf8
+
+#: grammar states whose vocabulary verdicts are kept
+_MASK_CACHE_SIZE = 64
+
+
+class _Tokens:
+    """Candidate tokens as ragged code point arrays: token t's code points are
+    ``flat[offs[i]:offs[i] + lens[i]]`` for ``ids[i] == t``, then its unfinished UTF-8 end."""
+
+    def __init__(self, ids: list[int], decoded: list[tuple[list[int], Partial]]) -> None:
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self.lens = np.array([len(c) for c, _ in decoded], dtype=np.int64)
+        self.offs = np.zeros(len(decoded), dtype=np.int64)
+        if len(decoded) > 1:
+            np.cumsum(self.lens[:-1], out=self.offs[1:])
+        flat = [cp for c, _ in decoded for cp in c]
+        self.flat = np.asarray(flat + [0], dtype=np.int64)  # one pad for empty vocabularies
+        self.pval = np.array([p[0] for _, p in decoded], dtype=np.int64)
+        self.prem = np.array([p[1] for _, p in decoded], dtype=np.int64)
+
+
+class VocabTable:
+    """A vocabulary's pieces, decoded for the grammar filter (built once per vocabulary)."""
+
+    def __init__(self, vocab: Any) -> None:
+        n = vocab.n_tokens
+        self.n_vocab = n
+        self.pieces: list[bytes] = [vocab.token_to_piece(t, special=True) for t in range(n)]
+        self.eog = np.zeros(n, dtype=bool)
+        for t in vocab.eog_ids:
+            if 0 <= t < n:
+                self.eog[t] = True
+        ids: list[int] = []
+        decoded: list[tuple[list[int], Partial]] = []
+        cont_first: list[int] = []
+        for t, piece in enumerate(self.pieces):
+            if self.eog[t] or not piece or piece[0] == 0:
+                continue  # EOG is decided apart; an empty piece is always refused
+            if piece[0] >> 6 == 2:
+                cont_first.append(t)  # invalid from a clean start, may continue a partial character
+                continue
+            cps, partial = decode_utf8(piece)
+            if partial[1] < 0:
+                continue  # invalid UTF-8 is refused by every stack
+            ids.append(t)
+            decoded.append((cps, partial))
+        self.fresh = _Tokens(ids, decoded)
+        self.cont_first = cont_first
+
+
+#: id(vocab) -> (a weak reference to it, its table); vocabularies are dataclasses, so unhashable
+_tables: dict[int, tuple[weakref.ref[Any], VocabTable]] = {}
+
+
+def vocab_table(vocab: Any) -> VocabTable:
+    """The VocabTable of ``vocab``, built on first use and kept while the vocabulary lives."""
+    entry = _tables.get(id(vocab))
+    if entry is not None and entry[0]() is vocab:
+        return entry[1]
+    table = VocabTable(vocab)
+    key = id(vocab)
+    _tables[key] = (weakref.ref(vocab, lambda _ref: _tables.pop(key, None)), table)
+    return table
+
+
+class VocabFilter:
+    """Which tokens of a vocabulary a grammar allows next, with verdicts cached per grammar state."""
+
+    def __init__(self, table: VocabTable) -> None:
+        self.table = table
+        self._cache: OrderedDict[tuple[tuple[Stack, ...], Partial], np.ndarray] = OrderedDict()
+
+    def allowed(self, grammar: LlamaGrammar) -> np.ndarray:
+        """A bool mask over the vocabulary: the tokens llama_grammar_apply_impl leaves alone."""
+        key = (tuple(grammar.stacks), grammar.partial)
+        mask = self._cache.get(key)
+        if mask is not None:
+            self._cache.move_to_end(key)
+            return mask
+        t = self.table
+        mask = np.zeros(t.n_vocab, dtype=bool)
+        if grammar.partial[1] > 0:  # only tokens starting with continuation bytes can go on
+            ids, decoded = [], []
+            for tok in t.cont_first:
+                cps, partial = decode_utf8(t.pieces[tok], grammar.partial)
+                if partial[1] >= 0:
+                    ids.append(tok)
+                    decoded.append((cps, partial))
+            tokens = _Tokens(ids, decoded)
+        else:
+            tokens = t.fresh
+        mask[tokens.ids[_walk(grammar, grammar.stacks, tokens)]] = True
+        mask[t.eog] = grammar.can_end()
+        self._cache[key] = mask
+        if len(self._cache) > _MASK_CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return mask
+
+
+def _walk(grammar: LlamaGrammar, stacks: list[Stack], tk: _Tokens) -> np.ndarray:
+    """The tokens (positions in ``tk``) that some stack takes whole: llama_grammar_reject_candidates
+    inverted, for all tokens at once (see the module docstring)."""
+    n = tk.ids.size
+    ok = np.zeros(n, dtype=bool)
+    if n == 0 or not stacks:
+        return ok
+    types, values = grammar.types, grammar.values
+    work: list[tuple[tuple[Stack, ...], np.ndarray, int]] = [(tuple(stacks), np.arange(n), 0)]
+    while work:
+        state, idx, depth = work.pop()
+        ended = tk.lens[idx] == depth
+        if ended.any():
+            done = idx[ended]
+            rem = tk.prem[done]
+            ok[done[rem == 0]] = True  # all code points taken by a live stack: passes
+            part = done[rem > 0]
+            if part.size:  # an unfinished character: a char class must be able to take it
+                for s in state:
+                    if s and types[s[-1]] not in (_TOKEN, _TOKEN_NOT):
+                        ok[part[grammar.classes[s[-1]].match_partial_many(tk.pval[part], tk.prem[part])]] = True
+            idx = idx[~ended]
+        idx = idx[~ok[idx]]
+        if idx.size == 0:
+            continue
+        char_stacks: list[Stack] = []
+        for s in state:
+            if not s:
+                continue  # an empty stack takes no more code points
+            p = s[-1]
+            if types[p] in (_TOKEN, _TOKEN_NOT):  # a token element: decided by the token's id
+                same = tk.ids[idx] == values[p]
+                ok[idx[same if types[p] == _TOKEN else ~same]] = True
+            else:
+                char_stacks.append(s)
+        if not char_stacks:
+            continue
+        idx = idx[~ok[idx]]
+        if idx.size == 0:
+            continue
+        cps = tk.flat[tk.offs[idx] + depth]
+        if len(char_stacks) == 1:
+            s = char_stacks[0]
+            m = grammar.classes[s[-1]].match_many(cps)
+            if m.any():
+                work.append((grammar.after_match(s), idx[m], depth + 1))
+            continue
+        matches = np.stack([grammar.classes[s[-1]].match_many(cps) for s in char_stacks])
+        packed = np.ascontiguousarray(np.packbits(matches, axis=0).T)
+        keys = packed.view(np.dtype((np.void, packed.shape[1]))).ravel()
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        for g, f in enumerate(first):
+            which = matches[:, f]
+            if not which.any():
+                continue
+            nxt: list[Stack] = []
+            seen: set[Stack] = set()
+            for j in np.flatnonzero(which):
+                for s2 in grammar.after_match(char_stacks[j]):
+                    if s2 not in seen:
+                        seen.add(s2)
+                        nxt.append(s2)
+            work.append((tuple(nxt), idx[inverse == g], depth + 1))
+    return ok
+
+
+__all__ = ["NO_PARTIAL", "VocabFilter", "VocabTable", "vocab_table"]
