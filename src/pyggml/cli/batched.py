@@ -19,8 +19,15 @@ import time
 
 from ..llm.batch import Batch
 from ..llm.sampling import Sampler
-from .common import (add_grammar_args, add_kv_unified_arg, add_model_args, add_sampling_args, load_model, make_context,
-                     sampler_from_args)
+from .common import (
+    add_grammar_args,
+    add_kv_unified_arg,
+    add_model_args,
+    add_sampling_args,
+    load_model,
+    make_context,
+    sampler_from_args,
+)
 from .errors import CLIError
 
 

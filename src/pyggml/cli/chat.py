@@ -12,7 +12,14 @@ import sys
 from ..llm.chat import template_for
 from ..llm.generate import GenerationInterrupted, generate
 from ..llm.packaged import CHAT_MODEL
-from .common import add_grammar_args, add_model_args, add_sampling_args, load_model_and_context, sampler_from_args, usable_ctx
+from .common import (
+    add_grammar_args,
+    add_model_args,
+    add_sampling_args,
+    load_model_and_context,
+    sampler_from_args,
+    usable_ctx,
+)
 from .errors import CLIError
 
 

@@ -99,7 +99,8 @@ def add_grammar_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("-j", "--json-schema", default=None, metavar="SCHEMA",
                    help="JSON schema the generated text must follow, e.g. '{\"type\": \"object\"}' for any JSON "
                         "object (turned into a grammar as llama.cpp's json-schema-to-grammar)")
-    g.add_argument("-jf", "--json-schema-file", default=None, metavar="FILE", help="read the JSON schema from this file")
+    g.add_argument("-jf", "--json-schema-file", default=None, metavar="FILE",
+                   help="read the JSON schema from this file")
 
 
 def grammar_text_from_args(args: argparse.Namespace) -> str | None:

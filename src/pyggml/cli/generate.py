@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from ..llm.generate import Generation, GenerationInterrupted, generate
-from .common import add_grammar_args, add_model_args, add_sampling_args, load_model_and_context, sampler_from_args, usable_ctx
+from .common import (
+    add_grammar_args,
+    add_model_args,
+    add_sampling_args,
+    load_model_and_context,
+    sampler_from_args,
+    usable_ctx,
+)
 from .errors import CLIError
 
 

@@ -124,7 +124,7 @@ def main() -> None:
         if "init_error" in results[0]:
             entry["init_error"] = results[0]["init_error"]
         else:
-            entry["strings"] = [{"text": s, **r} for s, r in zip(strings, results)]
+            entry["strings"] = [{"text": s, **r} for s, r in zip(strings, results, strict=True)]
         out.append(entry)
     dest = HERE / "gbnf_validator.json"
     dest.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -43,7 +43,8 @@ class GrammarTrigger:
 
     def __post_init__(self) -> None:
         if self.kind not in TRIGGER_KINDS:
-            raise GrammarError(f"unknown grammar trigger kind {self.kind!r} (expected one of {', '.join(TRIGGER_KINDS)})")
+            raise GrammarError(f"unknown grammar trigger kind {self.kind!r} "
+                               f"(expected one of {', '.join(TRIGGER_KINDS)})")
 
 
 class _TriggerPattern:
@@ -87,7 +88,8 @@ class GrammarSampler:
                 patterns.append(t.value)
             elif t.kind == "pattern_full":
                 p = t.value
-                patterns.append(("" if p.startswith("^") else "^") + p + ("" if p.endswith("$") else "$") if p else "^$")
+                anchored = ("" if p.startswith("^") else "^") + p + ("" if p.endswith("$") else "$")
+                patterns.append(anchored if p else "^$")
             else:
                 tokens.append(int(t.token))
         if lazy and not patterns and not tokens:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .engine import NO_PARTIAL, LlamaGrammar, Partial, Stack, _TOKEN, _TOKEN_NOT, decode_utf8
+from .engine import _TOKEN, _TOKEN_NOT, NO_PARTIAL, LlamaGrammar, Partial, Stack, decode_utf8
 
 #: grammar states whose vocabulary verdicts are kept
 _MASK_CACHE_SIZE = 64
@@ -39,7 +39,7 @@ class _Tokens:
         if len(decoded) > 1:
             np.cumsum(self.lens[:-1], out=self.offs[1:])
         flat = [cp for c, _ in decoded for cp in c]
-        self.flat = np.asarray(flat + [0], dtype=np.int64)  # one pad for empty vocabularies
+        self.flat = np.asarray([*flat, 0], dtype=np.int64)  # one pad for empty vocabularies
         self.pval = np.array([p[0] for _, p in decoded], dtype=np.int64)
         self.prem = np.array([p[1] for _, p in decoded], dtype=np.int64)
 
