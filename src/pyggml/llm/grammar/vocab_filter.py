@@ -169,24 +169,40 @@ def _walk(grammar: LlamaGrammar, stacks: list[Stack], tk: _Tokens) -> np.ndarray
             if m.any():
                 work.append((grammar.after_match(s), idx[m], depth + 1))
             continue
-        matches = np.stack([grammar.classes[s[-1]].match_many(cps) for s in char_stacks])
-        packed = np.ascontiguousarray(np.packbits(matches, axis=0).T)
-        keys = packed.view(np.dtype((np.void, packed.shape[1]))).ravel()
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        for g, f in enumerate(first):
-            which = matches[:, f]
-            if not which.any():
-                continue
+        for which, members in _group_by_matches(grammar, char_stacks, cps):
             nxt: list[Stack] = []
             seen: set[Stack] = set()
-            for j in np.flatnonzero(which):
+            for j in which:
                 for s2 in grammar.after_match(char_stacks[j]):
                     if s2 not in seen:
                         seen.add(s2)
                         nxt.append(s2)
-            work.append((tuple(nxt), idx[inverse == g], depth + 1))
+            work.append((tuple(nxt), idx[members], depth + 1))
     return ok
+
+
+def _group_by_matches(grammar: LlamaGrammar, char_stacks: list[Stack],
+                      cps: np.ndarray) -> list[tuple[list[int], np.ndarray]]:
+    """Split code points by the set of stacks whose char class matches them: (the stacks' indices,
+    the code points' positions) for each non-empty set."""
+    matches = [grammar.classes[s[-1]].match_many(cps) for s in char_stacks]
+    if len(matches) <= 62:  # the set as the bits of an int64, grouped by counting
+        key = np.zeros(cps.shape, dtype=np.int64)
+        for j, m in enumerate(matches):
+            key |= m.astype(np.int64) << j
+        if len(matches) <= 16:
+            present = np.flatnonzero(np.bincount(key, minlength=1))
+        else:
+            present = np.unique(key)
+        return [([j for j in range(len(matches)) if (int(v) >> j) & 1], np.flatnonzero(key == v))
+                for v in present if v]
+    mat = np.stack(matches)
+    packed = np.ascontiguousarray(np.packbits(mat, axis=0).T)
+    keys = packed.view(np.dtype((np.void, packed.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    return [(list(np.flatnonzero(mat[:, f])), np.flatnonzero(inverse == g))
+            for g, f in enumerate(first) if mat[:, f].any()]
 
 
 __all__ = ["NO_PARTIAL", "VocabFilter", "VocabTable", "vocab_table"]

@@ -1,0 +1,117 @@
+"""Cost of a grammar-constrained decode step against an unconstrained one (issue #30: at most +10%).
+
+    python bench/grammar_step.py [-m MODEL] [-n TOKENS]
+
+For the default Gemma 3 270M (and the packaged Qwen2.5-Coder chat model when installed), generates
+greedily after the same prompt: unconstrained (-n tokens, end-of-generation ignored), then under a
+JSON schema, a GBNF JSON grammar and a list grammar. Prints ms per generated token for each, the
+sampling time per token (the chain plus the grammar check, accept and any full-vocabulary filter),
+how many sampled tokens the grammar refused (each costs a filter over the whole vocabulary, as
+llama.cpp's resampling), and the one-off cost of decoding the vocabulary for the filter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pyggml.llm.context import ContextParams, LlamaContext
+from pyggml.llm.generate import generate
+from pyggml.llm.grammar import GrammarSampler, vocab_table
+from pyggml.llm.grammar.json_schema import json_schema_to_grammar
+from pyggml.llm.model import Model
+from pyggml.llm.packaged import CHAT_MODEL, DEFAULT_MODEL_PACKAGE, resolve
+from pyggml.llm.sampling import Sampler, SamplingParams
+from pyggml.llm.tokenizer import Vocab
+
+SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
+    "email": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 4}},
+    "required": ["name", "age", "email", "tags"], "additionalProperties": False}
+JSON_GBNF = r'''root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
+array  ::= "[" ws ( value ("," ws value)* )? "]" ws
+string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" ws
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9]{1,15})? ws
+ws     ::= | " " | "\n" [ \t]{0,20}
+'''
+LIST_GBNF = 'root ::= ("- " [^\\r\\n]+ "\\n"){3,6}\n'
+CASES = [("unconstrained", None, "Write a JSON record for a person named Ann:"),
+         ("json-schema", json_schema_to_grammar(SCHEMA), "Write a JSON record for a person named Ann:"),
+         ("json.gbnf", JSON_GBNF, "Write a JSON record for a person named Ann:"),
+         ("list", LIST_GBNF, "Shopping list:\n")]
+
+
+class TimedSampler(Sampler):
+    """Times sample() and accept() (the grammar's share of a step) and counts refusals."""
+
+    def __init__(self, params: SamplingParams, grammar: GrammarSampler | None) -> None:
+        super().__init__(params, grammar)
+        self.t_sample = 0.0
+        self.n_refused = 0
+
+    def sample(self, logits: np.ndarray) -> int:
+        t = time.perf_counter()
+        tok = self._sample_chain(logits)
+        if self.grammar is not None and not self.grammar.allows(tok):
+            self.n_refused += 1
+            tok = self._sample_chain(self.grammar.apply(logits))
+        self.t_sample += time.perf_counter() - t
+        return tok
+
+    def accept(self, token: int, is_generated: bool = True) -> None:
+        t = time.perf_counter()
+        super().accept(token, is_generated)
+        if is_generated:
+            self.t_sample += time.perf_counter() - t
+
+
+def bench_model(path: Path, n: int) -> None:
+    model = Model(path, progress=False)
+    vocab = Vocab.from_metadata(model.reader)
+    t = time.perf_counter()
+    vocab_table(vocab)
+    print(f"\n{path.name}: vocabulary {vocab.n_tokens} tokens, decoded for the grammar filter in "
+          f"{time.perf_counter() - t:.2f} s (once per vocabulary)")
+    ctx = LlamaContext(model, ContextParams(n_ctx=1024))
+    prompt = vocab.tokenize("warm up", add_special=True, parse_special=True)
+    generate(ctx, vocab, prompt, Sampler(SamplingParams(temp=0.0)), 4)  # compile the kernels first
+    base = None
+    for name, grammar, text in CASES:
+        ctx.seq_rm(0, 0)
+        g = GrammarSampler(vocab, grammar) if grammar else None
+        s = TimedSampler(SamplingParams(temp=0.0), g)
+        tokens = vocab.tokenize(text, add_special=True, parse_special=True)
+        out = generate(ctx, vocab, tokens, s, n, ignore_eos=g is None)
+        n_gen = max(out.timings.n_gen, 1)
+        per_tok = out.timings.t_gen / n_gen * 1e3
+        samp = s.t_sample / n_gen * 1e3
+        if base is None:
+            base = per_tok
+        print(f"  {name:14s} {n_gen:4d} tokens  {per_tok:7.2f} ms/token ({per_tok / base * 100 - 100:+5.1f}%)  "
+              f"sampling {samp:6.3f} ms/token  refused {s.n_refused:3d}  stop {out.stop_reason}")
+        if g is not None:
+            print(f"  {'':14s} output: {out.text[:90]!r}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-m", "--model", action="append", default=None, help="GGUF model(s) (default: Gemma, + chat model)")
+    ap.add_argument("-n", type=int, default=64, help="tokens per generation (default 64)")
+    args = ap.parse_args()
+    paths = [Path(p) for p in args.model] if args.model else [resolve(None, DEFAULT_MODEL_PACKAGE)]
+    if not args.model:
+        try:
+            paths.append(resolve(None, CHAT_MODEL))
+        except Exception as e:  # not installed: say so, bench the rest
+            print(f"(chat model skipped: {e})")
+    for p in paths:
+        bench_model(p, args.n)
+
+
+if __name__ == "__main__":
+    main()
