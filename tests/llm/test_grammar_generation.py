@@ -96,16 +96,30 @@ def test_grammar_filters_all_candidates_only_after_a_refusal(tiny: tuple[Model, 
     _, vocab = tiny
     word = vocab.tokenize("the", add_special=False)
     assert len(word) == 1
-    g = _CountingGrammar(vocab, 'root ::= "the" [a-z ]*')
-    s = Sampler(SamplingParams(temp=0.0), grammar=g)
-    logits = np.zeros(vocab.n_tokens, dtype=np.float32)
-    logits[word[0]] = 5.0  # the sampled token fits: no filter
-    assert s.sample(logits) == word[0] and g.n_apply == 0
-    logits[word[0]], logits[vocab.eog_ids and min(vocab.eog_ids)] = 0.0, 9.0  # EOG refused before "the"
-    tok = s.sample(logits)
-    assert g.n_apply == 1 and g.allows(tok) and not vocab.is_eog(tok)
-    assert vocab.token_to_piece(tok, special=True).startswith(b"t") or b"the".startswith(
-        vocab.token_to_piece(tok, special=True))
+    eog = min(vocab.eog_ids)
+    for temp, n_filters in ((0.8, 1), (0.0, 0)):  # greedy finds the best allowed token without the filter
+        g = _CountingGrammar(vocab, 'root ::= "the" [a-z ]*')
+        s = Sampler(SamplingParams(temp=temp, seed=3), grammar=g)
+        logits = np.zeros(vocab.n_tokens, dtype=np.float32)
+        logits[word[0]] = 50.0  # the sampled token fits: no filter
+        assert s.sample(logits) == word[0] and g.n_apply == 0
+        logits[word[0]], logits[eog] = 0.0, 50.0  # EOG refused before "the": resampled
+        tok = s.sample(logits)
+        assert g.n_apply == n_filters and g.allows(tok) and not vocab.is_eog(tok)
+
+
+def test_greedy_best_allowed_equals_filter_then_argmax(tiny: tuple[Model, Vocab]) -> None:
+    _, vocab = tiny
+    rng = np.random.default_rng(5)
+    g = GrammarSampler(vocab, json_schema_to_grammar({"type": "object", "properties": {"a": {"type": "string"}}}))
+    for piece in ["{", ' "a"', ": ", '"x', "yz", '"']:
+        for scale in (1.0, 8.0):
+            logits = (rng.standard_normal(vocab.n_tokens) * scale).astype(np.float32)
+            logits[rng.integers(0, vocab.n_tokens, 5)] = logits.max()  # ties at the top
+            assert g.best_allowed(logits) == int(np.argmax(g.apply(logits)))
+            assert g.best_allowed(logits, n_scan=1) == int(np.argmax(g.apply(logits)))
+        for t in vocab.tokenize(piece, add_special=False):
+            g.accept(t)
 
 
 def test_prompt_tokens_do_not_feed_the_grammar(tiny: tuple[Model, Vocab]) -> None:

@@ -206,12 +206,18 @@ class Sampler:
         g = self.grammar
         if g is None or g.allows(tok):
             return tok
+        if self._greedy_only():  # the same token as filtering every candidate, then greedy: see best_allowed
+            return g.best_allowed(logits)
         return self._sample_chain(g.apply(logits))
+
+    def _greedy_only(self) -> bool:
+        """The chain ends in "keep the first maximum" and nothing before it moves a logit: it picks
+        the first maximum of the raw logits (truncations cannot change that)."""
+        return self.params.temp <= 0.0 and not self._penalizes()
 
     def _sample_chain(self, logits: np.ndarray) -> int:
         p = self.params
-        if p.temp <= 0.0 and not self._penalizes():
-            # the chain ends in "keep the first maximum": truncations before it cannot change that
+        if self._greedy_only():
             return greedy(logits)
         c = Candidates(logits)
         penalties(c, self.history, p)

@@ -30,6 +30,9 @@ _TERMINALS = frozenset({_CHAR, _CHAR_NOT, _ANY, _TOKEN, _TOKEN_NOT})
 #: stacks memoized by advance() before the memo is dropped (deeply nested grammars make many)
 _ADVANCE_MEMO_MAX = 200_000
 
+#: code points below this are matched through a table per char class
+_LUT_SIZE = 0x10000
+
 _UTF8_LEN = (1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 3, 4)  # by the high nibble of a first byte
 
 
@@ -112,12 +115,26 @@ class CharClass:
         return self.positive if overlap else not self.positive
 
     def match_many(self, cps: np.ndarray) -> np.ndarray:
-        """match() over an array of code points."""
+        """match() over an array of code points (through a table of the BMP, built on first use)."""
         if self.any:
             return np.ones(cps.shape, dtype=bool)
-        i = np.searchsorted(self.starts, cps, side="right") - 1
-        found = (i >= 0) & (cps <= self.ends[np.maximum(i, 0)])
-        return found if self.positive else ~found
+        lut = self.__dict__.get("_lut")
+        if lut is None:
+            lut = np.zeros(_LUT_SIZE + 1, dtype=bool)
+            for lo, hi in zip(self.starts.tolist(), self.ends.tolist(), strict=True):
+                if lo < _LUT_SIZE:
+                    lut[lo:min(hi, _LUT_SIZE - 1) + 1] = True
+            if not self.positive:
+                lut = ~lut
+            object.__setattr__(self, "_lut", lut)
+        out = lut[np.minimum(cps, _LUT_SIZE)]
+        big = cps >= _LUT_SIZE
+        if big.any():  # past the BMP: the intervals
+            c = cps[big]
+            i = np.searchsorted(self.starts, c, side="right") - 1
+            found = (i >= 0) & (c <= self.ends[np.maximum(i, 0)])
+            out[big] = found if self.positive else ~found
+        return out
 
     def match_partial_many(self, values: np.ndarray, n_remain: np.ndarray) -> np.ndarray:
         """match_partial() over arrays of partial sequences (n_remain > 0)."""

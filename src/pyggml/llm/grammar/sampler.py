@@ -149,6 +149,21 @@ class GrammarSampler:
         out[n:] = -np.inf  # rows past the vocabulary (padded output layers) are never tokens
         return out
 
+    def best_allowed(self, logits: np.ndarray, n_scan: int = 64) -> int:
+        """The first maximum of ``logits`` among the tokens the grammar allows: what greedy sampling
+        picks after :meth:`apply`, found by checking the best tokens one by one (the allowed one is
+        nearly always among them) before falling back to the filter over the whole vocabulary."""
+        flat = np.asarray(logits, dtype=np.float32).reshape(-1)[: self._filter.table.n_vocab]
+        k = min(n_scan, flat.size)
+        if k > 0:
+            top = np.argpartition(-flat, k - 1)[:k]
+            cand = np.flatnonzero(flat >= flat[top].min())  # ties at the edge included
+            if cand.size <= 4 * n_scan:
+                for t in cand[np.lexsort((cand, -flat[cand]))]:  # by logit, then by index (first maximum)
+                    if self.allows(int(t)):
+                        return int(t)
+        return int(np.argmax(self.apply(logits)))
+
     # ---- accepting ----------------------------------------------------------------------------
 
     def accept(self, token: int) -> None:

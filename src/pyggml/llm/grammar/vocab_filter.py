@@ -32,7 +32,11 @@ class _Tokens:
     """Candidate tokens as ragged code point arrays: token t's code points are
     ``flat[offs[i]:offs[i] + lens[i]]`` for ``ids[i] == t``, then its unfinished UTF-8 end."""
 
-    def __init__(self, ids: list[int], decoded: list[tuple[list[int], Partial]]) -> None:
+    def __init__(self, ids: list[int], decoded: list[tuple[list[int], Partial]], by_first: bool = False) -> None:
+        if by_first:  # ordered by first code point (-1: none), so that each first code point is one run
+            order = sorted(range(len(ids)), key=lambda i: decoded[i][0][0] if decoded[i][0] else -1)
+            ids = [ids[i] for i in order]
+            decoded = [decoded[i] for i in order]
         self.ids = np.asarray(ids, dtype=np.int64)
         self.lens = np.array([len(c) for c, _ in decoded], dtype=np.int64)
         self.offs = np.zeros(len(decoded), dtype=np.int64)
@@ -42,6 +46,11 @@ class _Tokens:
         self.flat = np.asarray([*flat, 0], dtype=np.int64)  # one pad for empty vocabularies
         self.pval = np.array([p[0] for _, p in decoded], dtype=np.int64)
         self.prem = np.array([p[1] for _, p in decoded], dtype=np.int64)
+        self.first_cps: np.ndarray | None = None
+        if by_first:
+            first = np.array([c[0] if c else -1 for c, _ in decoded], dtype=np.int64)
+            self.first_cps, self.first_start, counts = np.unique(first, return_index=True, return_counts=True)
+            self.first_end = self.first_start + counts
 
 
 class VocabTable:
@@ -69,7 +78,7 @@ class VocabTable:
                 continue  # invalid UTF-8 is refused by every stack
             ids.append(t)
             decoded.append((cps, partial))
-        self.fresh = _Tokens(ids, decoded)
+        self.fresh = _Tokens(ids, decoded, by_first=True)
         self.cont_first = cont_first
 
 
@@ -122,18 +131,30 @@ class VocabFilter:
         return mask
 
 
+Work = list[tuple[tuple[Stack, ...], np.ndarray, np.ndarray, np.ndarray]]
+
+
 def _walk(grammar: LlamaGrammar, stacks: list[Stack], tk: _Tokens) -> np.ndarray:
     """The tokens (positions in ``tk``) that some stack takes whole: llama_grammar_reject_candidates
-    inverted, for all tokens at once (see the module docstring)."""
+    inverted, for all tokens at once (see the module docstring).
+
+    A work item is (the stacks, the tokens, where each token's next code point is in ``tk.flat``,
+    how many code points each has left); each token is in one item at a time.
+    """
     n = tk.ids.size
     ok = np.zeros(n, dtype=bool)
     if n == 0 or not stacks:
         return ok
     types, values = grammar.types, grammar.values
-    work: list[tuple[tuple[Stack, ...], np.ndarray, int]] = [(tuple(stacks), np.arange(n), 0)]
+    work: Work = []
+    if tk.first_cps is not None:
+        _first_step(grammar, tuple(stacks), tk, ok, work)
+    else:
+        idx = np.arange(n)
+        work.append((tuple(stacks), idx, tk.offs.copy(), tk.lens.copy()))
     while work:
-        state, idx, depth = work.pop()
-        ended = tk.lens[idx] == depth
+        state, idx, pos, left = work.pop()
+        ended = left == 0
         if ended.any():
             done = idx[ended]
             rem = tk.prem[done]
@@ -143,42 +164,102 @@ def _walk(grammar: LlamaGrammar, stacks: list[Stack], tk: _Tokens) -> np.ndarray
                 for s in state:
                     if s and types[s[-1]] not in (_TOKEN, _TOKEN_NOT):
                         ok[part[grammar.classes[s[-1]].match_partial_many(tk.pval[part], tk.prem[part])]] = True
-            idx = idx[~ended]
-        idx = idx[~ok[idx]]
-        if idx.size == 0:
-            continue
+            keep = ~ended
+            idx, pos, left = idx[keep], pos[keep], left[keep]
+            if idx.size == 0:
+                continue
         char_stacks: list[Stack] = []
+        taken = None
         for s in state:
             if not s:
                 continue  # an empty stack takes no more code points
             p = s[-1]
             if types[p] in (_TOKEN, _TOKEN_NOT):  # a token element: decided by the token's id
                 same = tk.ids[idx] == values[p]
-                ok[idx[same if types[p] == _TOKEN else ~same]] = True
+                hit = same if types[p] == _TOKEN else ~same
+                ok[idx[hit]] = True
+                taken = hit if taken is None else taken | hit
             else:
                 char_stacks.append(s)
         if not char_stacks:
             continue
-        idx = idx[~ok[idx]]
-        if idx.size == 0:
-            continue
-        cps = tk.flat[tk.offs[idx] + depth]
+        if taken is not None:
+            keep = ~taken
+            idx, pos, left = idx[keep], pos[keep], left[keep]
+            if idx.size == 0:
+                continue
+        cps = tk.flat[pos]
         if len(char_stacks) == 1:
             s = char_stacks[0]
             m = grammar.classes[s[-1]].match_many(cps)
-            if m.any():
-                work.append((grammar.after_match(s), idx[m], depth + 1))
+            if m.all():
+                work.append((grammar.after_match(s), idx, pos + 1, left - 1))
+            elif m.any():
+                work.append((grammar.after_match(s), idx[m], pos[m] + 1, left[m] - 1))
             continue
         for which, members in _group_by_matches(grammar, char_stacks, cps):
-            nxt: list[Stack] = []
-            seen: set[Stack] = set()
-            for j in which:
-                for s2 in grammar.after_match(char_stacks[j]):
-                    if s2 not in seen:
-                        seen.add(s2)
-                        nxt.append(s2)
-            work.append((tuple(nxt), idx[members], depth + 1))
+            work.append((_union_after(grammar, char_stacks, which), idx[members], pos[members] + 1,
+                         left[members] - 1))
     return ok
+
+
+def _union_after(grammar: LlamaGrammar, char_stacks: list[Stack], which: list[int]) -> tuple[Stack, ...]:
+    """The stacks after a code point matched by the char classes of ``char_stacks[which]``."""
+    if len(which) == 1:
+        return grammar.after_match(char_stacks[which[0]])
+    nxt: list[Stack] = []
+    seen: set[Stack] = set()
+    for j in which:
+        for s2 in grammar.after_match(char_stacks[j]):
+            if s2 not in seen:
+                seen.add(s2)
+                nxt.append(s2)
+    return tuple(nxt)
+
+
+def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The positions of the runs [starts[i], ends[i]) concatenated."""
+    lengths = ends - starts
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    return np.arange(total, dtype=np.int64) + offsets
+
+
+def _first_step(grammar: LlamaGrammar, state: tuple[Stack, ...], tk: _Tokens, ok: np.ndarray, work: Work) -> None:
+    """Depth 0 of _walk over the whole vocabulary, done per distinct first code point: the char
+    classes are matched against those (tens of thousands) rather than every token, and the tokens
+    of each first code point are one run of ``tk`` (the vocabulary is ordered by first code point)."""
+    assert tk.first_cps is not None
+    types, values = grammar.types, grammar.values
+    firsts, starts, ends = tk.first_cps, tk.first_start, tk.first_end
+    has_cp = firsts >= 0
+    if not has_cp[0]:  # the tokens without a whole code point: an unfinished character only
+        part = np.arange(starts[0], ends[0])
+        part = part[tk.prem[part] > 0]
+        for s in state:
+            if s and types[s[-1]] not in (_TOKEN, _TOKEN_NOT):
+                ok[part[grammar.classes[s[-1]].match_partial_many(tk.pval[part], tk.prem[part])]] = True
+        firsts, starts, ends = firsts[1:], starts[1:], ends[1:]
+    if firsts.size == 0:
+        return
+    char_stacks: list[Stack] = []
+    lo = int(starts[0])
+    for s in state:
+        if not s:
+            continue
+        p = s[-1]
+        if types[p] in (_TOKEN, _TOKEN_NOT):
+            same = tk.ids[lo:] == values[p]
+            ok[lo:][same if types[p] == _TOKEN else ~same] = True
+        else:
+            char_stacks.append(s)
+    for which, runs in _group_by_matches(grammar, char_stacks, firsts):
+        members = _ranges(starts[runs], ends[runs])
+        members = members[~ok[members]]  # taken already by a token element
+        work.append((_union_after(grammar, char_stacks, which), members, tk.offs[members] + 1,
+                     tk.lens[members] - 1))
 
 
 def _group_by_matches(grammar: LlamaGrammar, char_stacks: list[Stack],
