@@ -100,10 +100,10 @@ def test_grammar_filters_all_candidates_only_after_a_refusal(tiny: tuple[Model, 
     for temp, n_filters in ((0.8, 1), (0.0, 0)):  # greedy finds the best allowed token without the filter
         g = _CountingGrammar(vocab, 'root ::= "the" [a-z ]*')
         s = Sampler(SamplingParams(temp=temp, seed=3), grammar=g)
-        logits = np.zeros(vocab.n_tokens, dtype=np.float32)
+        logits = np.random.default_rng(1).standard_normal(vocab.n_tokens).astype(np.float32)
         logits[word[0]] = 50.0  # the sampled token fits: no filter
         assert s.sample(logits) == word[0] and g.n_apply == 0
-        logits[word[0]], logits[eog] = 0.0, 50.0  # EOG refused before "the": resampled
+        logits[word[0]], logits[eog] = -5.0, 50.0  # EOG refused before "the": resampled
         tok = s.sample(logits)
         assert g.n_apply == n_filters and g.allows(tok) and not vocab.is_eog(tok)
 
