@@ -103,9 +103,11 @@ def test_grammar_filters_all_candidates_only_after_a_refusal(tiny: tuple[Model, 
         logits = np.random.default_rng(1).standard_normal(vocab.n_tokens).astype(np.float32)
         logits[word[0]] = 50.0  # the sampled token fits: no filter
         assert s.sample(logits) == word[0] and g.n_apply == 0
-        logits[word[0]], logits[eog] = -5.0, 50.0  # EOG refused before "the": resampled
+        t = vocab.tokenize("t", add_special=False)[0]
+        logits[word[0]], logits[eog], logits[t] = -5.0, 50.0, 3.0  # EOG refused before "the": resampled
         tok = s.sample(logits)
         assert g.n_apply == n_filters and g.allows(tok) and not vocab.is_eog(tok)
+        assert temp > 0 or tok == t  # the best allowed token
 
 
 def test_greedy_best_allowed_equals_filter_then_argmax(tiny: tuple[Model, Vocab]) -> None:
