@@ -20,7 +20,8 @@ def _valid(grammar: str, text: str) -> bool:
     return LlamaGrammar.from_text(grammar).validate(text)[0]
 
 
-def test_generate_follows_grammar_and_schema(tiny_chat_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_generate_follows_grammar_and_schema(tiny_chat_path: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture) -> None:
     m = ["-m", str(tiny_chat_path), "-q", *COMMON]
     assert main(["generate", "-p", "hello", "-n", "40", "--grammar", WORDS, *m]) == 0
     out = capsys.readouterr().out.rstrip("\n")
