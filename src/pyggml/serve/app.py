@@ -25,6 +25,8 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ..llm.chat import ChatTemplateError
+from ..llm.grammar import GrammarError, GrammarSampler
+from ..llm.grammar.json_schema import json_schema_to_grammar
 from ..llm.sampling import LLAMA_DEFAULT_SEED, SamplingParams
 from . import metrics, oai
 from .engine import DoneEvent, Engine, ErrorEvent, Task, TaskParams, TokenEvent
@@ -206,6 +208,56 @@ def task_params(req: GenerationParams, n_probs: int, defaults: dict[str, Any] | 
                       cache_prompt=req.cache_prompt, ignore_eos=req.ignore_eos)
 
 
+def grammar_text(req: GenerationParams) -> str | None:
+    """The GBNF a request asks for, as llama-server reads it: "grammar", or "json_schema" converted (an
+    empty schema is any object; on /v1/completions it wins over "grammar", on chat both are refused),
+    and on chat requests OpenAI's "response_format" ("json_object", with an optional "schema", or
+    "json_schema": {"schema": ...})."""
+    schema: Any = req.json_schema
+    grammar = req.grammar or ""
+    if isinstance(req, ChatCompletionRequest):  # llama-server's oaicompat_chat_params_parse
+        if schema is not None and grammar:
+            raise APIError("Cannot use both json_schema and grammar")
+    fmt = getattr(req, "response_format", None)
+    if fmt is not None:
+        kind = fmt.get("type", "")
+        kind = kind if isinstance(kind, str) else ""
+        if kind == "json_object":
+            if "schema" in fmt or not schema:
+                schema = fmt.get("schema", {})
+        elif kind == "json_schema":
+            wrapper = fmt.get("json_schema", {})
+            schema = wrapper.get("schema", {}) if isinstance(wrapper, dict) else {}
+        elif kind and kind != "text":
+            raise APIError(f'response_format type must be one of "text" or "json_object", but got: {kind}')
+        if schema is not None and grammar:
+            raise APIError("Cannot use both json_schema and grammar")
+    if schema is not None and not grammar:
+        if isinstance(schema, dict) and not schema:
+            schema = {"type": "object"}  # an empty schema means any object
+        try:
+            return json_schema_to_grammar(schema, warn=lambda _msg: None)
+        except GrammarError as e:
+            raise APIError(f'"json_schema": {e}') from None
+    return grammar or None
+
+
+async def _grammar_sampler(state: ServerState, req: GenerationParams) -> GrammarSampler | None:
+    """The request's grammar over the model's vocabulary (parsed before the task is queued, so a bad
+    grammar is a 400 error)."""
+    text = grammar_text(req)
+    if text is None:
+        return None
+
+    def build() -> GrammarSampler:
+        try:
+            return GrammarSampler(state.vocab, text)
+        except GrammarError as e:
+            raise APIError(f"failed to parse grammar: {e}") from None
+
+    return await anyio.to_thread.run_sync(build)
+
+
 async def completions(request: Request, state: ServerState) -> Response:
     req = parse(await read_body(request, state.max_body), CompletionRequest)
     prompt = req.prompt
@@ -245,7 +297,9 @@ async def chat_completions(request: Request, state: ServerState) -> Response:
 
 async def _run(request: Request, state: ServerState, req: GenerationParams, tokens: list[int], n_probs: int,
                chat: bool) -> Response:
-    task = Task(tokens, task_params(req, n_probs, state.defaults))
+    params = task_params(req, n_probs, state.defaults)
+    params.grammar = await _grammar_sampler(state, req)
+    task = Task(tokens, params)
     state.engine.submit(task)
     fmt = oai.Formatter(chat, req.model or state.model_name)
     if req.stream:

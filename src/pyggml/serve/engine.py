@@ -33,6 +33,7 @@ import numpy as np
 
 from ..llm.batch import Batch, DecodeError
 from ..llm.generate import Timings
+from ..llm.grammar import GrammarSampler
 from ..llm.sampling import Sampler, SamplingParams
 from .errors import APIError, ErrorType
 from .textstop import StopMatcher
@@ -48,6 +49,7 @@ class TaskParams:
     n_probs: int = 0
     cache_prompt: bool = True
     ignore_eos: bool = False
+    grammar: GrammarSampler | None = None  # the request's grammar (json_schema, grammar, response_format)
 
 
 @dataclass
@@ -340,9 +342,9 @@ class Engine:
         s.cached = task.tokens[:n_keep]
         s.n_cached = n_keep
         self.stats.n_prompt_cached += n_keep
-        s.sampler = Sampler(task.params.sampling)
+        s.sampler = Sampler(task.params.sampling, grammar=task.params.grammar)
         for t in task.tokens:
-            s.sampler.accept(t)
+            s.sampler.accept(t, is_generated=False)
         s.stop = StopMatcher(task.params.stop)
 
     def _release(self, s: Slot) -> None:

@@ -47,6 +47,8 @@ class GenerationParams(BaseModel):
     n: Annotated[int, Field(ge=1)] = 1
     cache_prompt: bool = True
     ignore_eos: bool = False
+    grammar: str | None = None  # GBNF (llama-server's "grammar")
+    json_schema: dict[str, Any] | None = None  # a JSON schema the output must follow (llama-server's "json_schema")
 
     def n_predict_value(self, default: int = -1) -> int:
         """max_completion_tokens, max_tokens or n_predict (the first given); -1 = no limit."""
@@ -89,6 +91,7 @@ class ChatCompletionRequest(GenerationParams):
     messages: Annotated[list[Message], Field(min_length=1)]
     logprobs: bool = False
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    response_format: dict[str, Any] | None = None  # OpenAI's {"type": "text" | "json_object" | "json_schema", ...}
 
     def n_probs_value(self) -> int:
         """OpenAI's logprobs/top_logprobs in llama-server's terms (n_probs >= 1 when logprobs is on)."""
