@@ -215,9 +215,8 @@ def grammar_text(req: GenerationParams) -> str | None:
     "json_schema": {"schema": ...})."""
     schema: Any = req.json_schema
     grammar = req.grammar or ""
-    if isinstance(req, ChatCompletionRequest):  # llama-server's oaicompat_chat_params_parse
-        if schema is not None and grammar:
-            raise APIError("Cannot use both json_schema and grammar")
+    if isinstance(req, ChatCompletionRequest) and schema is not None and grammar:  # oaicompat_chat_params_parse
+        raise APIError("Cannot use both json_schema and grammar")
     fmt = getattr(req, "response_format", None)
     if fmt is not None:
         kind = fmt.get("type", "")
