@@ -11,6 +11,7 @@ token) or for a whole vocabulary at once (:mod:`.vocab_filter`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -183,9 +184,11 @@ class LlamaGrammar:
         self.partial: Partial = NO_PARTIAL
 
     @classmethod
-    def from_text(cls, text: str, root: str = "root", tokenize: object = None) -> LlamaGrammar:
-        """llama_grammar_init_impl from GBNF text: parse, find ``root``, check, build the stacks."""
-        parser = GrammarParser(tokenize)  # type: ignore[arg-type]
+    def from_text(cls, text: str, root: str = "root",
+                  tokenize: Callable[[str], list[int]] | None = None) -> LlamaGrammar:
+        """llama_grammar_init_impl from GBNF text: parse, find ``root``, check, build the stacks
+        (``tokenize`` turns ``<name>`` token references into ids)."""
+        parser = GrammarParser(tokenize)
         parser.parse(text)
         if not parser.rules:
             raise GrammarError("failed to parse grammar (it has no rules)")

@@ -15,7 +15,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from .parser import GrammarError
 
@@ -110,7 +110,7 @@ class _Builder:
         self.pending: list[Node] = []
 
     @staticmethod
-    def fail(path: str, msg: str) -> None:
+    def fail(path: str, msg: str) -> NoReturn:
         raise JsonSchemaError(f"JSON schema error at {path}: {msg}")
 
     def get_count(self, schema: dict, key: str, path: str, default: int) -> int:
@@ -289,7 +289,6 @@ class _Builder:
         if type_name in ("number", "boolean", "null"):
             return Node(type_name)
         self.fail(path, f"unrecognized type {type_name}")
-        raise AssertionError  # unreachable
 
     def build(self) -> Node:
         root = self.build_node(self.root, "#")
