@@ -188,3 +188,20 @@ def test_vocabulary_filter_matches_the_one_token_check(tiny: tuple[Model, Vocab]
         assert (mask == one).all()
         for t in vocab.tokenize(piece, add_special=False):
             g.accept(t)
+
+
+def test_token_elements_match_token_ids(tiny: tuple[Model, Vocab]) -> None:
+    _, vocab = tiny
+    special = vocab.tokenize("<|im_start|>", add_special=False, parse_special=True)[0]
+    a = vocab.tokenize("a", add_special=False)[0]
+    g = GrammarSampler(vocab, 'root ::= <|im_start|> "a" !<[%d]>' % a)  # a token by its text, then one by id
+    mask = g.allowed_mask()
+    assert np.flatnonzero(mask).tolist() == [special]
+    g.accept(special)
+    assert g.allows(a) and not g.allows(special)
+    g.accept(a)
+    mask = g.allowed_mask()
+    assert not mask[a] and mask[special] and not any(mask[t] for t in vocab.eog_ids)
+    assert mask.sum() > vocab.n_tokens // 2
+    g.accept(special)
+    assert g.grammar.can_end() and g.allows(min(vocab.eog_ids))
