@@ -90,7 +90,7 @@ def main() -> None:
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    from pyggml.backend.cpu import matmul as qmatmul
+    from pyggml.backend.cpu.ops import mat_q as qmatmul
 
     rng = np.random.default_rng(0)
     counts, sample = model_weights()

@@ -24,8 +24,8 @@ import numpy as np
 
 import pyggml as gg
 from pyggml import quants
-from pyggml.backend.cpu import matmul as qmatmul
 from pyggml.backend.cpu.compute import graph_compute
+from pyggml.backend.cpu.ops import mat_q as qmatmul
 
 
 def gops(ty: gg.GGMLType, rows: int, k: int, cols: int, n_threads: int, jit: bool, reps: int) -> float:

@@ -26,7 +26,7 @@ import numpy as np
 
 import pyggml as gg
 from pyggml import quants
-from pyggml.backend.cpu.jit import repacked
+from pyggml.backend.cpu.quants import repacked
 from pyggml.backend.cpu.repack import repack_buffer_type
 from pyggml.types import GGMLType
 

@@ -19,7 +19,7 @@ import pytest
 import pyggml
 from helpers.data import TESTS
 from helpers.opcheck import OpCase
-from pyggml.backend.cpu.registry import KERNELS
+from pyggml.backend.cpu.kernel_table import KERNELS
 from pyggml.errors import PyGGMLError
 from pyggml.ops import builders as B
 from pyggml.ops.enums import EMPTY_OPS, GluOp, Op, UnaryOp

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from pyggml import quants
-from pyggml.backend.cpu import matmul as qmatmul
-from pyggml.backend.cpu.matmul import actquant
+from pyggml.backend.cpu.ops import mat_q as qmatmul
+from pyggml.backend.cpu.quants import actquant, dots
 from pyggml.tensor_data import bf16_to_f32, f32_to_bf16
 from pyggml.types import GGMLType
 
@@ -278,7 +278,7 @@ def test_successive_products_do_not_share_results() -> None:
 def test_weight_product_float_weights(ty: GGMLType, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """kernels_mat.weight_product's float branch (attention with an F16 K/V cache): x rounded to
     the weight's type, split over threads, identical for any thread count, into a scratch result."""
-    from pyggml.backend.cpu.kernels import mat as kernels_mat
+    from pyggml.backend.cpu.ops import mat as kernels_mat
 
     rng = np.random.default_rng(19)
     k, m = 96, 70
@@ -301,10 +301,10 @@ def test_weight_product_float_weights(ty: GGMLType, n: int, monkeypatch: pytest.
 def test_widen_f16_matches_numpy_for_every_value_and_strides() -> None:
     every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(256, 256)
     want = every.astype(np.float32)
-    got = qmatmul.widen_f16(every, np.empty((256, 256), np.float32))
+    got = dots.widen_f16(every, np.empty((256, 256), np.float32))
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # NaN payloads too
     view = every.T[::3, 5:200]  # transposed, strided both ways (like the V cache's rows)
-    got = qmatmul.widen_f16(view, np.empty(view.shape, np.float32))
+    got = dots.widen_f16(view, np.empty(view.shape, np.float32))
     np.testing.assert_array_equal(got.view(np.uint32), view.astype(np.float32).view(np.uint32))
 
 
@@ -318,7 +318,8 @@ def _flat_weights(ty: GGMLType, m: int, k: int, rng: np.random.Generator) -> tup
 def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(kind: int, ty: GGMLType) -> None:
     """A decode's mat-vec runs ROWDOT_ROWS rows per call (rows a quarter of the range apart); each output
     must be bit for bit the one-row dot, for every range length (remainder rows included)."""
-    from pyggml.backend.cpu.matmul import intrinsics, kernels
+    from pyggml.backend.cpu.quants import dots as kernels
+    from pyggml.backend.cpu.quants import intrinsics
 
     rng = np.random.default_rng(7)
     m, k = 23, 256
@@ -349,7 +350,7 @@ def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(kind: int, ty:
 def test_k_quant_decode_rows_match_the_prompt_path_bits(ty: GGMLType) -> None:
     """A lone activation row (a decode) goes four weight rows at a time; a prompt's rows go four columns
     at a time. The same activation row must get the same bits either way, for every row range."""
-    from pyggml.backend.cpu.matmul import kernels
+    from pyggml.backend.cpu.quants import dots as kernels
 
     rng = np.random.default_rng(11)
     m, k = 21, 512

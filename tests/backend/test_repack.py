@@ -9,8 +9,8 @@ import pyggml as gg
 from pyggml import quants
 from pyggml.backend.cpu import repack
 from pyggml.backend.cpu.backend import backend_cpu_reg
-from pyggml.backend.cpu.jit import repacked
-from pyggml.backend.cpu.matmul import MATVEC_MAX_COLS
+from pyggml.backend.cpu.ops.mat_q import MATVEC_MAX_COLS
+from pyggml.backend.cpu.quants import repacked
 from pyggml.backend.errors import NotSupportedError
 from pyggml.types import GGMLType
 

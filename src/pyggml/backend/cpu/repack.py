@@ -166,7 +166,7 @@ def unpack(ty: GGMLType, packed: np.ndarray, ne0: int, ne1: int) -> np.ndarray:
 # ----------------------------------------------------------------------------- buffer type
 def _has_layout(t: Tensor) -> bool:
     """Whether this CPU's kernels have a repacked layout for weight ``t`` (type, 2-D, rows)."""
-    from .jit import repacked  # the kernels decide what this CPU runs
+    from .quants import repacked  # the kernels decide what this CPU runs
 
     return (t.type in repacked.TYPES and t.ne[2] == 1 and t.ne[3] == 1 and t.ne[1] % ROW_MULTIPLE == 0
             and t.ne[0] % t.type.blck_size == 0)
@@ -174,7 +174,7 @@ def _has_layout(t: Tensor) -> bool:
 
 def repackable(t: Tensor) -> bool:
     """Whether weight ``t`` can be repacked now: a layout, and the compiled kernels on (not PYGGML_JIT=0)."""
-    from .jit import repacked
+    from .quants import repacked
 
     return _has_layout(t) and repacked.enabled()
 
@@ -278,7 +278,7 @@ class CPURepackBufferType(BufferType):
 
 def available() -> bool:
     """Whether this CPU has any repacked kernel and the compiled kernels are on."""
-    from .jit import repacked
+    from .quants import repacked
 
     return bool(repacked.TYPES) and repacked.enabled()
 

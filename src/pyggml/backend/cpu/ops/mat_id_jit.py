@@ -17,15 +17,16 @@ import numba
 from ....ops.enums import Op
 from ....tensor import Tensor
 from ....types import GGMLType
-from ..matmul.kernels import _mv1_q4_0, _mv1_q4_k, _mv1_q5_0, _mv1_q5_k, _mv1_q6_k, _mv1_q8_0, _mv_iq4_nl
-from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
+from ..jit import Choice, jit_kernel, selector
+from ..jit.mathf import LANES
+from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, rec
 from ..native import atomic_add, f32p, i8p, i32p, u8p
+from ..quants import gemm
+from ..quants.dots import _mv1_q4_0, _mv1_q4_k, _mv1_q5_0, _mv1_q5_k, _mv1_q6_k, _mv1_q8_0, _mv_iq4_nl
+from ..quants.quantize import _quantize_q8_0, _quantize_q8_k
 from ..threads import C_CHUNK
-from . import Choice, gemm, jit_kernel, selector
-from .mathf import LANES
-from .matmul import _MV_CHUNK_BYTES
-from .matmul_f import _CHUNK_ROWS, TAB_ADDR, chunk_bounds
-from .record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, rec
+from .mat_f_jit import _CHUNK_ROWS, TAB_ADDR, chunk_bounds
+from .mat_jit import _MV_CHUNK_BYTES
 
 F32, I32 = GGMLType.F32, GGMLType.I32
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}

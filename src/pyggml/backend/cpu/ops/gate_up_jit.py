@@ -17,17 +17,15 @@ import numba
 
 from ....ops.enums import GluOp, Op
 from ....tensor import Tensor
-from ..matmul.intrinsics import ROWDOT_COLS
-from ..matmul.kernels import _mv1_q4_0, _mv1_q4_k, _mv1_q5_0, _mv1_q5_k, _mv1_q6_k, _mv1_q8_0
-from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
+from ..jit import Choice, jit_kernel, ready_or_wanted
+from ..jit.record import AUX, T_DST, T_SRC0, rec
 from ..native import atomic_add, f32p
-from ..threads import C_CHUNK
-from . import Choice, jit_kernel, matmul, ready_or_wanted, repacked
-from .elementwise import _TABLE_ADDR, _gelu_row, _relu_row, _silu_row, gated_row
-from .gemm import quantize_src1
-from .matmul import _mv_chunks, mv_run
-from .record import AUX, T_DST, T_SRC0, rec
-from .repacked import (
+from ..quants import repacked
+from ..quants.dots import _mv1_q4_0, _mv1_q4_k, _mv1_q5_0, _mv1_q5_k, _mv1_q6_k, _mv1_q8_0
+from ..quants.gemm import quantize_src1
+from ..quants.intrinsics import ROWDOT_COLS
+from ..quants.quantize import _quantize_q8_0, _quantize_q8_k
+from ..quants.repacked import (
     _iq4_nl_chunks,
     _iq4_nl_run,
     _q4_0_chunks,
@@ -37,6 +35,10 @@ from .repacked import (
     _q8_0_chunks,
     _q8_0_run,
 )
+from ..threads import C_CHUNK
+from . import mat_jit as matmul
+from .elementwise_jit import _TABLE_ADDR, _gelu_row, _relu_row, _silu_row, gated_row
+from .mat_jit import _mv_chunks, mv_run
 
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
 _GEGLU, _SWIGLU, _REGLU = int(GluOp.GEGLU), int(GluOp.SWIGLU), int(GluOp.REGLU)

@@ -14,9 +14,9 @@ import numpy as np
 
 from ....ops.enums import GluOp, Op, UnaryOp
 from ....tensor import Tensor
-from .. import activations as act
 from .._common import F16, F32, FLOAT_TYPES, load_f32, require_f32, require_types, shape4, store, unsupported
-from ..registry import kernel
+from ..kernel_table import kernel
+from . import activations as act
 
 
 @kernel(Op.UNARY)

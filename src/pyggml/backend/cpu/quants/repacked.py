@@ -29,7 +29,16 @@ from ....quants.iq4 import KVALUES_IQ4NL
 from ....quants.jitcache import variant
 from ....tensor import Tensor
 from ....types import GGMLType
-from ..matmul.intrinsics import (
+from ..jit import Choice, jit_kernel
+from ..jit import enabled as jit_enabled
+from ..jit.mathf import LANES
+from ..jit.record import AUX, T_DST, T_SRC0, rec
+from ..ops.mat_f_jit import chunk_bounds
+from ..repack import Q4K_GROUP_BYTES
+from ..threads import available_cores
+from . import gemm
+from .gemm import _F32, _I8, _I32, _I64, _at, _opts, _splat_f32, act_bytes
+from .intrinsics import (
     _COL_BLOCK_BYTES,
     _F16C,
     _VNNI,
@@ -42,15 +51,7 @@ from ..matmul.intrinsics import (
     _vec,
     _x86,
 )
-from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
-from ..repack import Q4K_GROUP_BYTES
-from ..threads import available_cores
-from . import Choice, gemm, jit_kernel
-from . import enabled as jit_enabled
-from .gemm import _F32, _I8, _I32, _I64, _at, _opts, _splat_f32, act_bytes
-from .mathf import LANES
-from .matmul_f import chunk_bounds
-from .record import AUX, T_DST, T_SRC0, rec
+from .quantize import _quantize_q8_0, _quantize_q8_k
 
 Q4_K, Q8_0, Q4_0, IQ4_NL = GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.IQ4_NL
 

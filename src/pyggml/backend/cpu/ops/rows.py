@@ -29,7 +29,7 @@ from .._common import (
     to_type,
     unsupported,
 )
-from ..registry import kernel
+from ..kernel_table import kernel
 from .mat import _check_rows_index, _weight_rows_f32
 
 

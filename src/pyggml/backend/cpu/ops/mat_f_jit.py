@@ -21,13 +21,13 @@ from numba.extending import intrinsic
 from ....quants.jitcache import variant
 from ....tensor import Tensor
 from ....types import GGMLType
-from ..matmul.actquant import F16_TO_F32, f16_bits
-from ..matmul.intrinsics import _AVX512, _F16C, _fma, _hsum8, f16_round8
+from ..jit import Choice, jit_kernel, lean_unless_ready
+from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, rec, span
 from ..native import atomic_add, atomic_store, f32p, i64p, u16p, u32p
+from ..quants.actquant import F16_TO_F32, f16_bits
+from ..quants.intrinsics import _AVX512, _F16C, _fma, _hsum8, f16_round8
 from ..threads import C_CHUNK, C_WDATA, available_cores, barrier
-from . import Choice, jit_kernel, lean_unless_ready
-from .elementwise import _row_index
-from .record import AUX, T_DST, T_SRC0, T_SRC1, rec, span
+from .elementwise_jit import _row_index
 
 F32, F16 = GGMLType.F32, GGMLType.F16
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}

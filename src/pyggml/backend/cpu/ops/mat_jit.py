@@ -20,9 +20,12 @@ import numba
 from ....ops.enums import Op
 from ....tensor import Tensor
 from ....types import GGMLType
-from ..matmul import MATVEC_MAX_COLS
-from ..matmul.intrinsics import _COL_BLOCK_BYTES, ROWDOT_COLS
-from ..matmul.kernels import (
+from ..jit import Choice, jit_kernel, lean_unless_ready, selector
+from ..jit.mathf import LANES
+from ..jit.record import AUX, T_DST, T_SRC0, rec
+from ..native import f32p, i8p, u8p
+from ..quants import gemm, q0tiles, repacked
+from ..quants.dots import (
     _mv1_q4_0,
     _mv1_q4_k,
     _mv1_q5_0,
@@ -37,15 +40,13 @@ from ..matmul.kernels import (
     _mv_q6_k,
     _mv_q8_0,
 )
-from ..matmul.quantize import _quantize_q8_0, _quantize_q8_k
-from ..native import f32p, i8p, u8p
+from ..quants.intrinsics import _COL_BLOCK_BYTES, ROWDOT_COLS
+from ..quants.quantize import _quantize_q8_0, _quantize_q8_k
 from ..repack import is_repacked
 from ..repack import supports_op as repack_supports_op
 from ..threads import available_cores
-from . import Choice, gemm, jit_kernel, lean_unless_ready, q0tiles, repacked, selector
-from .mathf import LANES
-from .matmul_f import _CHUNK_ROWS, TAB_ADDR, _n_chunks, chunk_bounds, float_choice
-from .record import AUX, T_DST, T_SRC0, rec
+from .mat_f_jit import _CHUNK_ROWS, TAB_ADDR, _n_chunks, chunk_bounds, float_choice
+from .mat_q import MATVEC_MAX_COLS
 
 F32, F16 = GGMLType.F32, GGMLType.F16
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}

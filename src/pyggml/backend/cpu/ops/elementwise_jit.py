@@ -14,12 +14,12 @@ import numpy as np
 from ....ops.enums import GluOp, Op, UnaryOp
 from ....tensor import Tensor
 from ....types import GGMLType
-from ..activations import _GELU_TABLE_F32
-from ..matmul.actquant import f16_bits
+from ..jit import Choice, jit_kernel, selector
+from ..jit.mathf import LANES, libm_expf, v_expf
+from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, aux_f32, params_f32, rec, span
 from ..native import f32p, u32p
-from . import Choice, jit_kernel, selector
-from .mathf import LANES, libm_expf, v_expf
-from .record import AUX, T_DST, T_SRC0, T_SRC1, aux_f32, params_f32, rec, span
+from ..quants.actquant import f16_bits
+from .activations import _GELU_TABLE_F32
 
 F32 = GGMLType.F32
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}

@@ -13,7 +13,7 @@ import numpy as np
 from ....ops.enums import Op
 from ....tensor import Tensor
 from .._common import require_f32
-from ..registry import kernel
+from ..kernel_table import kernel
 
 
 @kernel(Op.CROSS_ENTROPY_LOSS)

@@ -15,7 +15,7 @@ import numpy as np
 from ....ops.enums import Op
 from ....tensor import Tensor
 from .._common import I32, KernelInputError, require_f32, require_types
-from ..registry import kernel
+from ..kernel_table import kernel
 
 
 def _f32(node: Tensor, *ts: Tensor | None) -> None:

@@ -15,10 +15,10 @@ import numpy as np
 from ....ops.enums import Op
 from ....tensor import Tensor
 from ....types import GGMLType
+from ..jit import Choice, jit_kernel, selector
+from ..jit.record import T_DST, T_SRC0, T_SRC1, T_SRC2, params_f32, params_i32, rec, span
 from ..native import f32p, i32p
-from . import Choice, jit_kernel, selector
-from .elementwise import _row_index, all_f32, rows_contiguous
-from .record import T_DST, T_SRC0, T_SRC1, T_SRC2, params_f32, params_i32, rec, span
+from .elementwise_jit import _row_index, all_f32, rows_contiguous
 
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
 

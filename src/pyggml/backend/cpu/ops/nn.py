@@ -35,8 +35,8 @@ from .._common import (
     tile_to,
     unsupported,
 )
-from ..matmul.actquant import fake_quant
-from ..registry import kernel
+from ..kernel_table import kernel
+from ..quants.actquant import fake_quant
 
 
 # ------------------------------------------------------------------------------------------ norms

@@ -26,7 +26,7 @@ from .._common import (
     store,
     unsupported,
 )
-from ..registry import kernel
+from ..kernel_table import kernel
 
 
 @kernel(Op.REPEAT)

@@ -14,14 +14,14 @@ from ....ops.enums import Op
 from ....quants.jitcache import variant
 from ....tensor import Tensor
 from ....types import GGMLType
-from ..matmul.actquant import F16_TO_F32, f16_bits
-from ..matmul.intrinsics import _F16C, f16_store8
-from ..matmul.kernels import _dq_q4_0, _dq_q4_k, _dq_q5_0, _dq_q6_k, _dq_q8_0
+from ..jit import Choice, jit_kernel, selector
+from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, rec, row_at, span
 from ..native import atomic_store, f32p, i8p, i32p, i64p, u8p, u16p, u32p
+from ..quants.actquant import F16_TO_F32, f16_bits
+from ..quants.dots import _dq_q4_0, _dq_q4_k, _dq_q5_0, _dq_q6_k, _dq_q8_0
+from ..quants.intrinsics import _F16C, f16_store8
 from ..threads import C_ERR
-from . import Choice, jit_kernel, selector
-from .elementwise import _row_index, rows_contiguous
-from .record import AUX, T_DST, T_SRC0, T_SRC1, rec, row_at, span
+from .elementwise_jit import _row_index, rows_contiguous
 
 F32, F16, I32, I64 = GGMLType.F32, GGMLType.F16, GGMLType.I32, GGMLType.I64
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}

@@ -19,15 +19,16 @@ from ....ops.enums import Op
 from ....quants.jitcache import variant
 from ....tensor import Tensor
 from ....types import GGMLType
-from ..kernels.nn import GGML_ROPE_TYPE_NEOX, alibi_slopes, rope_yarn_corr_dims
+from ..jit import Choice, jit_kernel, ready_or_wanted, selector
+from ..jit.mathf import LANES, libm_expf, v_expf
+from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_f32, params_i32, rec, row_at, span
 from ..native import f32p, fmaf, i32p, u16p
 from ..threads import C_ERR
-from . import Choice, jit_kernel, ready_or_wanted, rows, selector
-from .elementwise import _row_index, all_f32, k_add, k_mul, rows_contiguous
-from .mathf import LANES, libm_expf, v_expf
-from .matmul_f import DOUBLE_MAX_COLS
-from .record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_f32, params_i32, rec, row_at, span
-from .rows import put_row, set_rows_at
+from . import rows_jit as rows
+from .elementwise_jit import _row_index, all_f32, k_add, k_mul, rows_contiguous
+from .mat_f_jit import DOUBLE_MAX_COLS
+from .nn import GGML_ROPE_TYPE_NEOX, alibi_slopes, rope_yarn_corr_dims
+from .rows_jit import put_row, set_rows_at
 
 F32, F16, I32 = GGMLType.F32, GGMLType.F16, GGMLType.I32
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
@@ -262,7 +263,7 @@ def k_soft_max_mf16(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 @selector(Op.SOFT_MAX)
 def _sel_soft_max(node: Tensor) -> Choice | None:
-    from ..matmul.actquant import F16_TO_F32
+    from ..quants.actquant import F16_TO_F32
 
     a, mask, sinks = node.src[0], node.src[1], node.src[2]
     if sinks is not None or not all_f32(node, a) or a.ne != node.ne or not rows_contiguous(node, a, mask):

@@ -16,7 +16,7 @@ from typing import Any
 from ....ops.enums import Op
 from ....tensor import Tensor
 from .._common import KernelInputError
-from ..registry import kernel
+from ..kernel_table import kernel
 
 GGML_N_TASKS_MAX = -1
 

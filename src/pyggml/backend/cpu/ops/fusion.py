@@ -13,7 +13,9 @@ completes (Choice.pending) goes back to its records when none does. The gate/up 
 from __future__ import annotations
 
 from ....tensor import Tensor
-from . import Choice, gate_up, nn
+from ..jit import Choice
+from . import gate_up_jit as gate_up
+from . import nn_jit as nn
 
 
 def fuse(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Choice | None:

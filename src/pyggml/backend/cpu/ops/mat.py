@@ -17,10 +17,12 @@ from .... import quants
 from ....ops.enums import Op
 from ....tensor import Tensor
 from ....types import GGMLType
-from .. import blas, matmul
+from .. import blas
 from .._common import F16, F32, FLOAT_TYPES, I32, KernelInputError, load_f32, require_types, shape4, unsupported
-from ..matmul.actquant import F16_TO_F32, _round_to_f16, fake_quant
-from ..registry import kernel
+from ..kernel_table import kernel
+from ..quants.actquant import F16_TO_F32, _round_to_f16, fake_quant
+from ..quants.dots import widen_f16
+from . import mat_q
 
 #: floats of dequantized weight per tile
 _TILE_FLOATS = 1 << 20
@@ -70,29 +72,29 @@ def weight_product(w: np.ndarray, ty: GGMLType, x: np.ndarray, n_threads: int) -
     big products (attention's KQ and KQV with an F16 cache) the rounding and fixed blocks of x's
     rows are shared between our threads, each running a one-thread sgemm into the result.
 
-    The result is this thread's scratch buffer (matmul.scratch), overwritten by the next call:
+    The result is this thread's scratch buffer (mat_q.scratch), overwritten by the next call:
     callers copy it into the destination right away. Reusing it (and the rounded activations and
     widened weight below) saves the page faults of fresh multi-MB arrays on every product.
     """
     n, k = x.shape
     m = w.shape[0]
-    out = matmul.scratch("wp_out", (n, m))
+    out = mat_q.scratch("wp_out", (n, m))
     if ty.is_quantized:
-        return matmul.mul_mat_q(w, ty, x, out, n_threads)
+        return mat_q.mul_mat_q(w, ty, x, out, n_threads)
     matvec = n <= _MATVEC_ROWS
-    # big products: x's rows split between our threads (matmul.parallel_ranges), one-thread
+    # big products: x's rows split between our threads (mat_q.parallel_ranges), one-thread
     # sgemm each, as the quantized tiles do; OpenBLAS's own threads wait for each other at every
     # call and lost to one thread whenever the other core was busy
-    nt = 1 if matvec or 2 * n * m * k < matmul.BLAS_PARALLEL_MIN_FLOPS else n_threads
+    nt = 1 if matvec or 2 * n * m * k < mat_q.BLAS_PARALLEL_MIN_FLOPS else n_threads
     vdt = _vec_dot_type(ty)
     if vdt == F16:  # ggml rounds src1 to fp16: same as actquant.round_to_f16, into scratch
         src = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-        x = matmul.scratch("wp_x", (n, k))
+        x = mat_q.scratch("wp_x", (n, k))
 
         def round_rows(i0: int, i1: int) -> None:
             _round_to_f16(src[i0:i1].reshape(-1), F16_TO_F32, x[i0:i1].reshape(-1))
 
-        matmul.parallel_ranges(round_rows, n, nt, nt)
+        mat_q.parallel_ranges(round_rows, n, nt, nt)
     elif vdt != F32:
         x = fake_quant(np.ascontiguousarray(x), vdt)
     else:
@@ -105,7 +107,7 @@ def weight_product(w: np.ndarray, ty: GGMLType, x: np.ndarray, n_threads: int) -
         r1 = min(m, r0 + tile)
         rows = w[r0:r1]
         if ty == F16 and rows.dtype == np.float16:
-            wf = matmul.widen_f16(rows, matmul.scratch("wp_w", (r1 - r0, k)))
+            wf = widen_f16(rows, mat_q.scratch("wp_w", (r1 - r0, k)))
         else:
             wf = _weight_rows_f32(rows, ty)
 
@@ -118,7 +120,7 @@ def weight_product(w: np.ndarray, ty: GGMLType, x: np.ndarray, n_threads: int) -
                 np.matmul(x[i0:i1], wf.T, out=out[i0:i1, r0:r1])
 
         nblk = (n + _X_BLOCK_ROWS - 1) // _X_BLOCK_ROWS
-        matmul.parallel_ranges(blocks, nblk, nt, nblk)
+        mat_q.parallel_ranges(blocks, nblk, nt, nblk)
     return out
 
 

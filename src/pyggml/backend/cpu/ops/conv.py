@@ -16,7 +16,7 @@ from ....ops.enums import Op
 from ....tensor import Tensor
 from ....types import GGMLType
 from .._common import F16, F32, KernelInputError, load_f32, require_f32, require_types, shape4, store
-from ..registry import kernel
+from ..kernel_table import kernel
 
 GGML_OP_POOL_MAX = 0
 GGML_OP_POOL_AVG = 1

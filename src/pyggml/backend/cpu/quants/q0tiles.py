@@ -13,7 +13,11 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ....quants.jitcache import variant
-from ..matmul.intrinsics import (
+from ..jit.record import AUX, T_DST, T_SRC0, rec
+from ..native import atomic_add
+from ..threads import C_CHUNK
+from .gemm import _F32, _I8, _I16, _I32, _I64, _at, _opts, _splat_f32, quantize_src1
+from .intrinsics import (
     _VNNI,
     _decode_q4_0,
     _decode_q5_0,
@@ -27,11 +31,7 @@ from ..matmul.intrinsics import (
     _vec,
     _x86,
 )
-from ..matmul.quantize import _quantize_q8_0
-from ..native import atomic_add
-from ..threads import C_CHUNK
-from .gemm import _F32, _I8, _I16, _I32, _I64, _at, _opts, _splat_f32, quantize_src1
-from .record import AUX, T_DST, T_SRC0, rec
+from .quantize import _quantize_q8_0
 
 # ------------------------------------------------------------------------ Q8_0 / Q4_0 / Q5_0 tiles
 # ggml's AVX2 vec_dot and llamafile's tinyBLAS_Q0_AVX (what llama.cpp runs for these types' prompts

@@ -16,7 +16,7 @@ import numpy as np
 from ....ops.enums import Op
 from ....tensor import Tensor
 from .._common import BF16, F32, FLOAT_TYPES, load_f32, require_types, shape4, store, tile_to, unsupported
-from ..registry import kernel
+from ..kernel_table import kernel
 
 _BINARY: dict[Op, Callable[..., np.ndarray]] = {
     Op.ADD: np.add,

@@ -12,7 +12,7 @@ import numpy as np
 from ....ops.enums import Op
 from ....tensor import Tensor
 from .._common import FLOAT_TYPES, I32, KernelInputError, load_f32, require_f32, require_types, store
-from ..registry import kernel
+from ..kernel_table import kernel
 
 GGML_SORT_ORDER_ASC = 0
 GGML_SORT_ORDER_DESC = 1
