@@ -10,7 +10,7 @@ import pytest
 import pyggml as gg
 from helpers.opcheck import OpCase
 from pyggml import quants
-from pyggml.backend.cpu import repack
+from pyggml.backend.cpu import repack_buffer as repack
 from pyggml.backend.cpu.compute import graph_compute, new_plan
 from pyggml.backend.cpu.jit import JitKernel
 from pyggml.backend.cpu.ops import mat_jit as jit_matmul

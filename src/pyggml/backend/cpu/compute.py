@@ -16,19 +16,18 @@ from ...errors import UnsupportedOpError
 from ...graph import Graph
 from ...ops.enums import EMPTY_OPS
 from ...tensor import Tensor
-from . import blas, jit, repack
+from . import blas, jit, repack_buffer
 from ._common import KernelInputError, types_of
 from .kernel_table import KERNELS, Kernel, kernel, required_srcs
 from .ops import fusion  # importing ops registers every kernel and selector
 from .plan import Fuse, GraphPlan, plan_for
-from .repack import in_repack_buffer
 
 
 def supports_op(node: Tensor) -> bool:
     """Whether an op has a CPU kernel at all (type support is checked when the kernel runs); an op reading
     a CPU_REPACK tensor only when the repacked kernels compute it (ggml's extra buffer type supports_op)."""
-    if any(in_repack_buffer(s) for s in node.src):
-        return repack.supports_op(node)
+    if any(repack_buffer.in_repack_buffer(s) for s in node.src):
+        return repack_buffer.supports_op(node)
     return node.op in EMPTY_OPS or node.op in KERNELS
 
 
@@ -41,7 +40,7 @@ def _resolve(node: Tensor) -> Kernel:
     missing = [i for i in range(need) if node.src[i] is None]
     if missing:
         raise KernelInputError(f"{node.op.name} node {node.name!r} is missing src{missing[0]} (needs {need} operands)")
-    repack.check_op(node)
+    repack_buffer.check_op(node)
     return fn
 
 

@@ -42,8 +42,8 @@ from ..quants.dots import (
 )
 from ..quants.intrinsics import _COL_BLOCK_BYTES, ROWDOT_COLS
 from ..quants.quantize import _quantize_q8_0, _quantize_q8_k
-from ..repack import is_repacked
-from ..repack import supports_op as repack_supports_op
+from ..repack_buffer import is_repacked
+from ..repack_buffer import supports_op as repack_supports_op
 from ..threads import available_cores
 from .mat_f_jit import _CHUNK_ROWS, TAB_ADDR, _n_chunks, chunk_bounds, float_choice
 from .mat_q import MATVEC_MAX_COLS

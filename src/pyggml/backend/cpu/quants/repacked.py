@@ -300,7 +300,7 @@ _KERNELS = {Q4_K: k_rep_q4_k, Q8_0: k_rep_q8_0, Q4_0: k_rep_q4_0, IQ4_NL: k_rep_
 
 
 def choice(node: Tensor, a: Tensor, b: Tensor) -> Choice:
-    """The kernel for a MUL_MAT whose weight ``a`` is repacked (repack.supports_op has accepted it)."""
+    """The kernel for a MUL_MAT whose weight ``a`` is repacked (repack_buffer.supports_op has accepted it)."""
     n, k = b.ne[1] * b.ne[2] * b.ne[3], a.ne[0]
     if a.type == Q4_K:
         return Choice(k_rep_q4_k, wsize=act_bytes(n, k, 256, 16))
