@@ -16,7 +16,7 @@ from ....tensor import Tensor
 from ....types import GGMLType
 from ..jit import Choice, jit_kernel, selector
 from ..jit.mathf import LANES, libm_expf, v_expf
-from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, aux_f32, params_f32, rec, span
+from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, aux_f32, params_f32, rec, row_index, span
 from ..native import f32p, u32p
 from ..quants.actquant import f16_bits
 from .activations import _GELU_TABLE_F32
@@ -46,13 +46,6 @@ def _div(a, b):  # pragma: no cover - compiled
 
 
 @numba.njit(**_opts)
-def _row_index(ir, ne1, ne2):  # pragma: no cover - compiled
-    i3 = ir // (ne1 * ne2)
-    i2 = (ir - i3 * ne1 * ne2) // ne1
-    return ir - i3 * ne1 * ne2 - i2 * ne1, i2, i3
-
-
-@numba.njit(**_opts)
 def _binary(node, ith, nth, op):  # pragma: no cover - compiled
     r = rec(node)
     d, ne0, ne1, ne2 = r[T_DST], r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
@@ -62,7 +55,7 @@ def _binary(node, ith, nth, op):  # pragma: no cover - compiled
     nb10, nb11, nb12, nb13 = r[T_SRC1 + 5], r[T_SRC1 + 6], r[T_SRC1 + 7], r[T_SRC1 + 8]
     ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
     for ir in range(ir0, ir1):
-        i1, i2, i3 = _row_index(ir, ne1, ne2)
+        i1, i2, i3 = row_index(ir, ne1, ne2)
         dp = d + i1 * nb1 + i2 * nb2 + i3 * nb3
         ap = a + i1 * na1 + i2 * na2 + i3 * na3
         bp = b + (i1 % ne11) * nb11 + (i2 % ne12) * nb12 + (i3 % ne13) * nb13
@@ -134,7 +127,7 @@ def k_scale(node, ith, nth, ctrl):  # pragma: no cover - compiled
     a, na1, na2, na3 = r[T_SRC0], r[T_SRC0 + 6], r[T_SRC0 + 7], r[T_SRC0 + 8]
     ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
     for ir in range(ir0, ir1):
-        i1, i2, i3 = _row_index(ir, ne1, ne2)
+        i1, i2, i3 = row_index(ir, ne1, ne2)
         dv = numba.carray(f32p(d + i1 * nb1 + i2 * nb2 + i3 * nb3), ne0)
         av = numba.carray(f32p(a + i1 * na1 + i2 * na2 + i3 * na3), ne0)
         if c == 0:
@@ -213,7 +206,7 @@ def _activation_rows(node, ith, nth, act_row, gated):  # pragma: no cover - comp
     swapped = r[AUX + 1]
     ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
     for ir in range(ir0, ir1):
-        i1, i2, i3 = _row_index(ir, ne1, ne2)
+        i1, i2, i3 = row_index(ir, ne1, ne2)
         dv = numba.carray(f32p(d + i1 * nb1 + i2 * nb2 + i3 * nb3), ne0)
         ap = a + i1 * na1 + i2 * na2 + i3 * na3
         if not gated:

@@ -22,12 +22,11 @@ from ....quants.jitcache import variant
 from ....tensor import Tensor
 from ....types import GGMLType
 from ..jit import Choice, jit_kernel, lean_unless_ready
-from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, rec, span
+from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, n_chunks, rec, row_index, span
 from ..native import atomic_add, atomic_store, f32p, i64p, u16p, u32p
 from ..quants.actquant import F16_TO_F32, f16_bits
 from ..quants.intrinsics import _AVX512, _F16C, _fma, _hsum8, f16_round8
 from ..threads import C_CHUNK, C_WDATA, available_cores, barrier
-from .elementwise_jit import _row_index
 
 F32, F16 = GGMLType.F32, GGMLType.F16
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
@@ -264,26 +263,6 @@ def _group_rows_kernel(half: bool):
 _group_f16, _group_f32 = _group_rows_kernel(True), _group_rows_kernel(False)
 
 
-#: rows of the weight per work chunk (ggml's chunk_size for a one-column product)
-_CHUNK_ROWS = 64
-
-
-@numba.njit(**_opts)
-def _n_chunks(rows, nth, chunk_rows=_CHUNK_ROWS):  # pragma: no cover - compiled
-    """ggml's rule: chunks of chunk_rows rows, or one per thread when that makes fewer than 4*nth."""
-    n = (rows + chunk_rows - 1) // chunk_rows
-    return nth if n < 4 * nth else n
-
-
-@numba.njit(**_opts)
-def chunk_bounds(n_units, c, n_chunks, align):  # pragma: no cover - compiled
-    """Chunk c's units [u0, u1) of n_units split n_chunks ways, its bounds multiples of ``align`` (or the end):
-    an even split, rounded down."""
-    u0 = n_units * c // n_chunks // align * align
-    u1 = n_units if c + 1 == n_chunks else n_units * (c + 1) // n_chunks // align * align
-    return u0, u1
-
-
 # ------------------------------------------------------------------------------ F16 / F32
 def _matmul_f_kernel(half: bool, tiles: bool):
     """dst[i01, i11, i12, i13] = dot(src0 row (i01, i12/r2, i13/r3), src1 row (i11, i12, i13)), fp16 weights
@@ -313,7 +292,7 @@ def _matmul_f_kernel(half: bool, tiles: bool):
             j0, j1 = span(n, ith, nth)
             k8 = k - k % 8 if _F16C else 0
             for j in range(j0, j1):
-                i1, i2, i3 = _row_index(j, ne11, ne12)
+                i1, i2, i3 = row_index(j, ne11, ne12)
                 sa, da = x + i1 * nx1 + i2 * nx2 + i3 * nx3, xq + 4 * k * j
                 for i in range(0, k8, 8):
                     f16_round8(sa + 4 * i, da + 4 * i)
@@ -332,7 +311,7 @@ def _matmul_f_kernel(half: bool, tiles: bool):
         exact = ne11 <= DOUBLE_MAX_COLS
         tiled = r[AUX + 1] != 0 and not exact
         n_tiles = ne01 // TILE_M
-        nrc = min(_n_chunks(ne01, nth), n_tiles) if tiled else _n_chunks(ne01, nth)
+        nrc = min(n_chunks(ne01, nth), n_tiles) if tiled else n_chunks(ne01, nth)
         nchunk = nrc * ne12 * ne13
         xs = 4 * k if half else nx1
         c = ith

@@ -19,13 +19,13 @@ from ....tensor import Tensor
 from ....types import GGMLType
 from ..jit import Choice, jit_kernel, selector
 from ..jit.mathf import LANES
-from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, rec
+from ..jit.record import AUX, CHUNK_ROWS, T_DST, T_SRC0, T_SRC1, T_SRC2, chunk_bounds, rec
 from ..native import atomic_add, f32p, i8p, i32p, u8p
 from ..quants import gemm
 from ..quants.dots import _mv1_q4_0, _mv1_q4_k, _mv1_q5_0, _mv1_q5_k, _mv1_q6_k, _mv1_q8_0, _mv_iq4_nl
 from ..quants.quantize import _quantize_q8_0, _quantize_q8_k
 from ..threads import C_CHUNK
-from .mat_f_jit import _CHUNK_ROWS, TAB_ADDR, chunk_bounds
+from .mat_f_jit import TAB_ADDR
 from .mat_jit import _MV_CHUNK_BYTES
 
 F32, I32 = GGMLType.F32, GGMLType.I32
@@ -41,7 +41,7 @@ def _mul_mat_id(node, ith, nth, ctrl, quantize, bs, es, mv):  # pragma: no cover
     ne11 = r[T_SRC1 + 2]
     ids_at, n_used, n_tok, ids_nb1 = r[T_SRC2], r[T_SRC2 + 1], r[T_SRC2 + 2], r[T_SRC2 + 6]
     dst, d_nb1, d_nb2 = r[T_DST], r[T_DST + 6], r[T_DST + 7]
-    rows = max(_CHUNK_ROWS, _MV_CHUNK_BYTES // rs)
+    rows = max(CHUNK_ROWS, _MV_CHUNK_BYTES // rs)
     per_expert = (m + rows - 1) // rows
     n_chunks = n_expert * per_expert
     c = ith

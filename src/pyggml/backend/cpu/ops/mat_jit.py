@@ -22,7 +22,7 @@ from ....tensor import Tensor
 from ....types import GGMLType
 from ..jit import Choice, jit_kernel, lean_unless_ready, selector
 from ..jit.mathf import LANES
-from ..jit.record import AUX, T_DST, T_SRC0, rec
+from ..jit.record import AUX, CHUNK_ROWS, T_DST, T_SRC0, chunk_bounds, n_chunks, rec
 from ..native import f32p, i8p, u8p
 from ..quants import gemm, q0tiles, repacked
 from ..quants.dots import (
@@ -45,7 +45,7 @@ from ..quants.quantize import _quantize_q8_0, _quantize_q8_k
 from ..repack_buffer import is_repacked
 from ..repack_buffer import supports_op as repack_supports_op
 from ..threads import available_cores
-from .mat_f_jit import _CHUNK_ROWS, TAB_ADDR, _n_chunks, chunk_bounds, float_choice
+from .mat_f_jit import TAB_ADDR, float_choice
 from .mat_q import MATVEC_MAX_COLS
 
 F32, F16 = GGMLType.F32, GGMLType.F16
@@ -66,7 +66,7 @@ _MV_CHUNK_BYTES = 1 << 20
 def _mv_chunks(node, n, nth):  # pragma: no cover - compiled
     """Work chunks of a mat-vec: about _MV_CHUNK_BYTES of weight rows each (ggml's rule below 4 a thread)."""
     r = rec(node)
-    return _n_chunks(r[T_SRC0 + 2], nth, max(_CHUNK_ROWS, _MV_CHUNK_BYTES // r[T_SRC0 + 6]))
+    return n_chunks(r[T_SRC0 + 2], nth, max(CHUNK_ROWS, _MV_CHUNK_BYTES // r[T_SRC0 + 6]))
 
 
 @numba.njit(**_opts)

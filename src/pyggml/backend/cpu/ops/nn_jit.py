@@ -21,11 +21,24 @@ from ....tensor import Tensor
 from ....types import GGMLType
 from ..jit import Choice, jit_kernel, ready_or_wanted, selector
 from ..jit.mathf import LANES, libm_expf, v_expf
-from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_f32, params_i32, rec, row_at, span
+from ..jit.record import (
+    AUX,
+    T_DST,
+    T_SRC0,
+    T_SRC1,
+    T_SRC2,
+    aux_f32,
+    params_f32,
+    params_i32,
+    rec,
+    row_at,
+    row_index,
+    span,
+)
 from ..native import f32p, fmaf, i32p, u16p
 from ..threads import C_ERR
 from . import rows_jit as rows
-from .elementwise_jit import _row_index, all_f32, k_add, k_mul, rows_contiguous
+from .elementwise_jit import all_f32, k_add, k_mul, rows_contiguous
 from .mat_f_jit import DOUBLE_MAX_COLS
 from .nn import GGML_ROPE_TYPE_NEOX, alibi_slopes, rope_yarn_corr_dims
 from .rows_jit import put_row, set_rows_at
@@ -62,7 +75,7 @@ def k_rms_norm(node, ith, nth, ctrl):  # pragma: no cover - compiled
     a, na1, na2, na3 = r[T_SRC0], r[T_SRC0 + 6], r[T_SRC0 + 7], r[T_SRC0 + 8]
     ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
     for ir in range(ir0, ir1):
-        i1, i2, i3 = _row_index(ir, ne1, ne2)
+        i1, i2, i3 = row_index(ir, ne1, ne2)
         x = numba.carray(f32p(a + i1 * na1 + i2 * na2 + i3 * na3), ne0)
         y = numba.carray(f32p(d + i1 * nb1 + i2 * nb2 + i3 * nb3), ne0)
         scale = _rms_scale(x, ne0, eps)
@@ -93,7 +106,7 @@ def k_rms_norm_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
     ne0, ne1, ne2, ne10 = rn[T_DST + 1], rn[T_DST + 2], rn[T_DST + 3], r[T_SRC1 + 1]
     ir0, ir1 = span(ne1 * ne2 * rn[T_DST + 4], ith, nth)
     for ir in range(ir0, ir1):
-        i1, i2, i3 = _row_index(ir, ne1, ne2)
+        i1, i2, i3 = row_index(ir, ne1, ne2)
         x = numba.carray(f32p(row_at(rn, T_SRC0, i1, i2, i3)), ne0)
         if add:
             a = numba.carray(f32p(row_at(ra, T_SRC0, i1, i2, i3)), ne0)
@@ -231,7 +244,7 @@ def _soft_max(node, ith, nth, add_mask):  # pragma: no cover - compiled
     dlanes = np.empty(_LANES, np.float64)
     ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
     for ir in range(ir0, ir1):
-        i1, i2, i3 = _row_index(ir, ne1, ne2)
+        i1, i2, i3 = row_index(ir, ne1, ne2)
         x = numba.carray(f32p(a + i1 * na1 + i2 * na2 + i3 * na3), ne0)
         y = numba.carray(f32p(d + i1 * nb1 + i2 * nb2 + i3 * nb3), ne0)
         for i in range(ne0):
@@ -338,7 +351,7 @@ def _rope(node, ith, nth, neox, back):  # pragma: no cover - compiled
     cached = -1
     ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
     for ir in range(ir0, ir1):
-        i1, i2, i3 = _row_index(ir, ne1, ne2)
+        i1, i2, i3 = row_index(ir, ne1, ne2)
         if i2 != cached:
             cached = i2
             _rope_angles(node, i2, cos, sin, back)
@@ -419,7 +432,7 @@ def _rope_set_rows(neox: bool, to_f16: bool):
             if dst == 0:
                 return
             for k in range(ir * per, (ir + 1) * per):
-                i1, i2, i3 = _row_index(k, ne1, ne2)
+                i1, i2, i3 = row_index(k, ne1, ne2)
                 if i2 != cached:
                     cached = i2
                     _rope_angles(rope, i2, cos, sin, False)

@@ -16,9 +16,9 @@ from ....ops.enums import Op
 from ....tensor import Tensor
 from ....types import GGMLType
 from ..jit import Choice, jit_kernel, selector
-from ..jit.record import T_DST, T_SRC0, T_SRC1, T_SRC2, params_f32, params_i32, rec, span
+from ..jit.record import T_DST, T_SRC0, T_SRC1, T_SRC2, params_f32, params_i32, rec, row_index, span
 from ..native import f32p, i32p
-from .elementwise_jit import _row_index, all_f32, rows_contiguous
+from .elementwise_jit import all_f32, rows_contiguous
 
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
 
@@ -34,7 +34,7 @@ def _rows(node, ith, nth):  # pragma: no cover - compiled
 
 @numba.njit(**_opts)
 def _at(r, slot, ir, ne1, ne2):  # pragma: no cover - compiled
-    i1, i2, i3 = _row_index(ir, ne1, ne2)
+    i1, i2, i3 = row_index(ir, ne1, ne2)
     return r[slot] + i1 * r[slot + 6] + i2 * r[slot + 7] + i3 * r[slot + 8]
 
 

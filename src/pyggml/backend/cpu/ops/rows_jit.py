@@ -15,13 +15,13 @@ from ....quants.jitcache import variant
 from ....tensor import Tensor
 from ....types import GGMLType
 from ..jit import Choice, jit_kernel, selector
-from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, rec, row_at, span
+from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, rec, row_at, row_index, span
 from ..native import atomic_store, f32p, i8p, i32p, i64p, u8p, u16p, u32p
 from ..quants.actquant import F16_TO_F32, f16_bits
 from ..quants.dots import _dq_q4_0, _dq_q4_k, _dq_q5_0, _dq_q6_k, _dq_q8_0
 from ..quants.intrinsics import _F16C, f16_store8
 from ..threads import C_ERR
-from .elementwise_jit import _row_index, rows_contiguous
+from .elementwise_jit import rows_contiguous
 
 F32, F16, I32, I64 = GGMLType.F32, GGMLType.F16, GGMLType.I32, GGMLType.I64
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
@@ -76,7 +76,7 @@ def _get_rows(node, ith, nth, ctrl, convert):  # pragma: no cover - compiled
     row_bytes = r[AUX + 1]
     ir0, ir1 = span(ne10 * ne11 * r[T_SRC1 + 3], ith, nth)
     for ir in range(ir0, ir1):
-        i10, i11, i12 = _row_index(ir, ne10, ne11)
+        i10, i11, i12 = row_index(ir, ne10, ne11)
         idx = np.int64(i32p(b + i10 * nb10 + i11 * nb11 + i12 * nb12)[0])
         if idx < 0 or idx >= ne01:
             atomic_store(ctrl + 8 * C_ERR, ERR_INDEX)
@@ -155,7 +155,7 @@ def set_rows_at(node, ctrl, ir, idx64):  # pragma: no cover - compiled
     """SET_ROWS source row ir (flat over ne01, ne02, ne03): its address and its destination row's, the index
     broadcast over the index planes; (0, 0) after flagging an index out of range in the control block."""
     r = rec(node)
-    i01, i02, i03 = _row_index(ir, r[T_SRC0 + 2], r[T_SRC0 + 3])
+    i01, i02, i03 = row_index(ir, r[T_SRC0 + 2], r[T_SRC0 + 3])
     b, ne11, ne12 = r[T_SRC1], r[T_SRC1 + 2], r[T_SRC1 + 3]
     ip = b + i01 * r[T_SRC1 + 5] + (i02 % ne11) * r[T_SRC1 + 6] + (i03 % ne12) * r[T_SRC1 + 7]
     idx = i64p(ip)[0] if idx64 else np.int64(i32p(ip)[0])
@@ -232,7 +232,7 @@ def _copy(node, ith, nth, s16, d16):  # pragma: no cover - compiled
     dsz = 2 if d16 else 4
     ir0, ir1 = span(ne01 * ne02 * r[T_SRC0 + 4], ith, nth)
     for ir in range(ir0, ir1):
-        i01, i02, i03 = _row_index(ir, ne01, ne02)
+        i01, i02, i03 = row_index(ir, ne01, ne02)
         sp = a + i01 * na1 + i02 * na2 + i03 * na3
         dp = d + ir * ne00 * dsz
         for i in range(ne00):

@@ -30,9 +30,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ....quants.jitcache import variant
-from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, rec, span
+from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, rec, row_index, span
 from ..native import atomic_add, atomic_store, f32p, i8p, i32p, i64p, u8p
-from ..ops.elementwise_jit import _row_index
 from ..repack import Q4K_CODES, Q4K_D, Q4K_DMIN, Q4K_GROUP_BYTES, Q4K_MINS, Q4K_SCALES
 from ..threads import C_CHUNK, C_WDATA, barrier
 from .dots import _h, _scale_min_k4, _u32
@@ -402,7 +401,7 @@ def quantize_src1(node, ith, nth, ctrl, quantize, blk_len, es):  # pragma: no co
     ex = numba.carray(i32p(ex_at), (n, k // es))
     j0, j1 = span(n, ith, nth)
     for j in range(j0, j1):
-        i1, i2, i3 = _row_index(j, ne11, ne12)
+        i1, i2, i3 = row_index(j, ne11, ne12)
         xr = numba.carray(f32p(x + i1 * nx1 + i2 * nx2 + i3 * nx3), (1, k))
         quantize(xr, qa[j : j + 1], da[j : j + 1], ex[j : j + 1])
     if ith == 0:

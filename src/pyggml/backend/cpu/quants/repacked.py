@@ -32,8 +32,7 @@ from ....types import GGMLType
 from ..jit import Choice, jit_kernel
 from ..jit import enabled as jit_enabled
 from ..jit.mathf import LANES
-from ..jit.record import AUX, T_DST, T_SRC0, rec
-from ..ops.mat_f_jit import chunk_bounds
+from ..jit.record import AUX, T_DST, T_SRC0, chunk_bounds, rec
 from ..repack import Q4K_GROUP_BYTES
 from ..threads import available_cores
 from . import gemm
