@@ -15,7 +15,7 @@ import numba
 import numpy as np
 
 from ....ops.enums import UnaryOp
-from ..quants.actquant import f16_bits
+from ..simd import f16_bits
 
 _SQRT_2_OVER_PI = np.float32(0.79788456080286535587989211986876)
 _GELU_COEF_A = np.float32(0.044715)

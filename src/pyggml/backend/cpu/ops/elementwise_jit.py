@@ -18,7 +18,7 @@ from ..jit import Choice, jit_kernel, selector
 from ..jit.mathf import LANES, libm_expf, v_expf
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, aux_f32, params_f32, rec, row_index, span
 from ..native import f32p, u32p
-from ..quants.actquant import f16_bits
+from ..simd import f16_bits
 from .activations import _GELU_TABLE_F32
 
 F32 = GGMLType.F32

@@ -20,8 +20,9 @@ from ....types import GGMLType
 from .. import blas
 from .._common import F16, F32, FLOAT_TYPES, I32, KernelInputError, load_f32, require_types, shape4, unsupported
 from ..kernel_table import kernel
-from ..quants.actquant import F16_TO_F32, _round_to_f16, fake_quant
+from ..quants.actquant import fake_quant
 from ..quants.dots import widen_f16
+from ..simd import F16_TO_F32, _round_to_f16
 from . import mat_q
 
 #: floats of dequantized weight per tile

@@ -24,8 +24,7 @@ from ....types import GGMLType
 from ..jit import Choice, jit_kernel, lean_unless_ready
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, n_chunks, rec, row_index, span
 from ..native import atomic_add, atomic_store, f32p, i64p, u16p, u32p
-from ..quants.actquant import F16_TO_F32, f16_bits
-from ..quants.intrinsics import _AVX512, _F16C, _fma, _hsum8, f16_round8
+from ..simd import _AVX512, _F16C, TAB_ADDR, _fma, _hsum8, f16_bits, f16_round8
 from ..threads import C_CHUNK, C_WDATA, available_cores, barrier
 
 F32, F16 = GGMLType.F32, GGMLType.F16
@@ -408,5 +407,3 @@ def float_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
     return Choice(kern, ints=(TAB_ADDR, tiled, group, src1_bytes), wsize=wsize)
 
 
-#: the fp16 -> f32 table's address, for records
-TAB_ADDR = int(F16_TO_F32.ctypes.data)

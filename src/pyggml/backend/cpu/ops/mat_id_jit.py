@@ -24,8 +24,8 @@ from ..native import atomic_add, f32p, i8p, i32p, u8p
 from ..quants import gemm
 from ..quants.dots import _mv1_q4_0, _mv1_q4_k, _mv1_q5_0, _mv1_q5_k, _mv1_q6_k, _mv1_q8_0, _mv_iq4_nl
 from ..quants.quantize import _quantize_q8_0, _quantize_q8_k
+from ..simd import TAB_ADDR
 from ..threads import C_CHUNK
-from .mat_f_jit import TAB_ADDR
 from .mat_jit import _MV_CHUNK_BYTES
 
 F32, I32 = GGMLType.F32, GGMLType.I32

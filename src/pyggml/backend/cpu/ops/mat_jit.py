@@ -44,8 +44,9 @@ from ..quants.intrinsics import _COL_BLOCK_BYTES, ROWDOT_COLS
 from ..quants.quantize import _quantize_q8_0, _quantize_q8_k
 from ..repack_buffer import is_repacked
 from ..repack_buffer import supports_op as repack_supports_op
+from ..simd import TAB_ADDR
 from ..threads import available_cores
-from .mat_f_jit import TAB_ADDR, float_choice
+from .mat_f_jit import float_choice
 from .mat_q import MATVEC_MAX_COLS
 
 F32, F16 = GGMLType.F32, GGMLType.F16

@@ -42,9 +42,10 @@ import numpy as np
 from .... import quants
 from ....types import GGMLType
 from .. import blas, threads
-from ..quants.actquant import F16_TO_F32, fake_quant
+from ..quants.actquant import fake_quant
 from ..quants.dots import _DEQUANT, _MATVEC  # widen_f16: the F16 weight path of kernels/mat.py
 from ..quants.quantize import _q8_1_sums, _quantize_q8_0, _quantize_q8_k, _scale_blocks
+from ..simd import F16_TO_F32
 
 #: fp16 bit pattern -> float32 (exact, as GGML_FP16_TO_FP32)
 _F16 = F16_TO_F32

@@ -276,7 +276,7 @@ def k_soft_max_mf16(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 @selector(Op.SOFT_MAX)
 def _sel_soft_max(node: Tensor) -> Choice | None:
-    from ..quants.actquant import F16_TO_F32
+    from ..simd import F16_TO_F32
 
     a, mask, sinks = node.src[0], node.src[1], node.src[2]
     if sinks is not None or not all_f32(node, a) or a.ne != node.ne or not rows_contiguous(node, a, mask):

@@ -17,9 +17,8 @@ from ....types import GGMLType
 from ..jit import Choice, jit_kernel, selector
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, rec, row_at, row_index, span
 from ..native import atomic_store, f32p, i8p, i32p, i64p, u8p, u16p, u32p
-from ..quants.actquant import F16_TO_F32, f16_bits
 from ..quants.dots import _dq_q4_0, _dq_q4_k, _dq_q5_0, _dq_q6_k, _dq_q8_0
-from ..quants.intrinsics import _F16C, f16_store8
+from ..simd import _F16C, F16_TO_F32, f16_bits, f16_store8
 from ..threads import C_ERR
 from .elementwise_jit import rows_contiguous
 

@@ -12,12 +12,11 @@ order, the float dot of dequantized weights with these values, which lets MUL_MA
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from ....quants.fp import bf16_bits_to_fp32, fp32_to_bf16_bits
 from ....types import GGMLType
-from ..native import f32_from_bits
+from ..simd import round_to_f16
 
 Q8_0, Q8_1, Q8_K = GGMLType.Q8_0, GGMLType.Q8_1, GGMLType.Q8_K
 _QK8 = 32
@@ -110,59 +109,3 @@ def from_float_rows(x: np.ndarray, ty: GGMLType) -> np.ndarray:
     return quants.quantize(x, ty)
 
 
-@nb.njit(cache=True, nogil=True, inline="always")
-def f16_bits(u: np.uint32) -> np.uint32:
-    """The fp16 bits nearest (ties to even) to the float32 with bits ``u``, as numpy's and ggml's
-    conversions give them: overflow to inf, NaN kept quiet with its top payload bits."""
-    sign = (u >> np.uint32(16)) & np.uint32(0x8000)
-    a = u & np.uint32(0x7FFFFFFF)
-    if a > np.uint32(0x7F800000):  # NaN
-        return sign | np.uint32(0x7E00) | ((a >> np.uint32(13)) & np.uint32(0x3FF))
-    if a >= np.uint32(0x477FF000):  # rounds past 65504
-        return sign | np.uint32(0x7C00)
-    if a >= np.uint32(0x38800000):  # normal fp16: keep 10 mantissa bits
-        r = a + np.uint32(0xFFF) + ((a >> np.uint32(13)) & np.uint32(1))
-        return sign | ((r - np.uint32(0x38000000)) >> np.uint32(13))
-    if a <= np.uint32(0x33000000):  # below half the smallest subnormal (a tie goes to even zero)
-        return sign
-    e = a >> np.uint32(23)  # subnormal: a multiple of 2^-24, ties to even
-    m = (a & np.uint32(0x007FFFFF)) | np.uint32(0x00800000)
-    shift = np.uint32(126) - e
-    q = m >> shift
-    rem = m & ((np.uint32(1) << shift) - np.uint32(1))
-    half = np.uint32(1) << (shift - np.uint32(1))
-    if rem > half or (rem == half and (q & np.uint32(1))):
-        q += np.uint32(1)
-    return sign | q
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def f16_value(h: np.uint32) -> np.float32:
-    """The float32 value of the fp16 bits ``h`` (GGML_FP16_TO_FP32, exact), without a table."""
-    sign = np.float32(-1.0) if h & np.uint32(0x8000) else np.float32(1.0)
-    e = (h >> np.uint32(10)) & np.uint32(0x1F)
-    m = h & np.uint32(0x3FF)
-    if e == 0:  # zero and subnormals: m * 2^-24
-        return sign * np.float32(m) * np.float32(5.9604644775390625e-08)
-    if e == 31:
-        return sign * np.float32(np.inf) if m == 0 else np.float32(np.nan)
-    return f32_from_bits((h & np.uint32(0x8000)) << np.uint32(16) | (e + np.uint32(112)) << np.uint32(23)
-                         | m << np.uint32(13))
-
-
-#: every fp16 bit pattern's float32 value (NaN payloads kept, as numpy widens them)
-F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
-
-
-@nb.njit(cache=True, nogil=True)
-def _round_to_f16(src: np.ndarray, table: np.ndarray, dst: np.ndarray) -> None:
-    for i in range(src.size):
-        dst[i] = table[f16_bits(src[i])]
-
-
-def round_to_f16(x: np.ndarray) -> np.ndarray:
-    """x rounded to fp16 precision (as ggml rounds src1 for an F16 weight), returned as float32."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    out = np.empty_like(x)
-    _round_to_f16(x.reshape(-1).view(np.uint32), F16_TO_F32, out.reshape(-1))
-    return out

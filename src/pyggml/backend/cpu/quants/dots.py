@@ -7,7 +7,7 @@ from numba import njit
 
 from ....quants.jitcache import variant
 from ....types import GGMLType
-from .actquant import F16_TO_F32 as _F16
+from ..simd import F16_TO_F32 as _F16
 from .intrinsics import (
     _COL_BLOCK_BYTES,
     ROWDOT_COLS,

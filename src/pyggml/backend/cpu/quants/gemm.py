@@ -33,9 +33,10 @@ from ....quants.jitcache import variant
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, rec, row_index, span
 from ..native import atomic_add, atomic_store, f32p, i8p, i32p, i64p, u8p
 from ..repack import Q4K_CODES, Q4K_D, Q4K_DMIN, Q4K_GROUP_BYTES, Q4K_MINS, Q4K_SCALES
+from ..simd import _AVX2, _AVX512, _vec
 from ..threads import C_CHUNK, C_WDATA, barrier
 from .dots import _h, _scale_min_k4, _u32
-from .intrinsics import _AVX2, _AVX512, _maddubs, _maddwd, _prefetch_ahead, _vec
+from .intrinsics import _maddubs, _maddwd, _prefetch_ahead
 
 ROWS = 8  # interleaved weight rows per tile
 COLS = 4  # activation rows per micro-kernel call

@@ -7,6 +7,8 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from ..simd import _AVX2, _F32, _I8, _I16, _I32, _I64, _VNNI, _fma, _fp16_at, _halves, _hsum8, _splat, _vec, _x86
+
 # --------------------------------------------------------------------------------------------
 # Short fixed-length integer dot products as numba intrinsics (portable LLVM vector IR).
 #
@@ -18,20 +20,6 @@ from numba.extending import intrinsic
 # target-independent: other CPUs get whatever vector code LLVM has for them. Offsets are not
 # bounds-checked, exactly like numba's own indexing. (numba's cache notices edits to the cached
 # function's own file only; quants/jitcache.py drops every cache when any of these files changes.)
-
-_I8 = ir.IntType(8)
-_I32 = ir.IntType(32)
-
-
-def _vec(n: int, t: ir.Type = _I8) -> ir.VectorType:
-    return ir.VectorType(t, n)
-
-
-def _splat(builder: ir.IRBuilder, value: ir.Value, n: int) -> ir.Value:
-    """A scalar broadcast to n lanes."""
-    v = builder.insert_element(ir.Constant(_vec(n, value.type), ir.Undefined), value, ir.Constant(_I32, 0))
-    return builder.shuffle_vector(v, ir.Constant(_vec(n, value.type), ir.Undefined),
-                                  ir.Constant(_vec(n, _I32), [0] * n))
 
 
 def _load(context, builder, arrty, arr, off, n: int) -> ir.Value:
@@ -120,9 +108,6 @@ def dot_q5_32(typingctx, w, wo, qh, a, ao):
 # them to float and accumulate ``lanes * (d_w*d_a)`` in 8 float lanes across the row, summing
 # the lanes once at the end. These intrinsics do the same, in portable vector IR.
 
-_F32 = ir.FloatType()
-_I64 = ir.IntType(64)
-
 
 def _pairs(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
     """<2n x i32> -> <n x i32> by adding adjacent lanes (with a widening multiply before it,
@@ -132,94 +117,6 @@ def _pairs(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
     even = builder.shuffle_vector(v, undef, ir.Constant(_vec(n, _I32), list(range(0, 2 * n, 2))))
     odd = builder.shuffle_vector(v, undef, ir.Constant(_vec(n, _I32), list(range(1, 2 * n, 2))))
     return builder.add(even, odd)
-
-
-def _halves(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
-    """<2n x T> -> <n x T>: low half + high half."""
-    n = v.type.count // 2
-    undef = ir.Constant(v.type, ir.Undefined)
-    lo = builder.shuffle_vector(v, undef, ir.Constant(_vec(n, _I32), list(range(n))))
-    hi = builder.shuffle_vector(v, undef, ir.Constant(_vec(n, _I32), list(range(n, 2 * n))))
-    return builder.fadd(lo, hi) if isinstance(v.type.element, ir.FloatType) else builder.add(lo, hi)
-
-
-def _host_has(feature: str) -> bool:
-    """Whether numba compiles for this host CPU and the CPU has ``feature`` (x86 names)."""
-    from llvmlite import binding
-    from numba.core import config
-
-    if config.CPU_NAME not in (None, "host") or config.CPU_FEATURES:
-        return False  # a portable build (NUMBA_CPU_NAME=generic ...): no target-specific intrinsics
-    try:
-        return bool(binding.get_host_cpu_features().get(feature, False))
-    except RuntimeError:
-        return False
-
-
-#: x86 AVX2: the block dots use pmaddubsw/pmaddwd as ggml's AVX2 kernels (u8 x s8 -> i16 pair sums,
-#: then i16 x i16 -> i32), about half the instructions of widening both operands to i16
-_AVX2 = _host_has("avx2")
-#: AVX-512BW: 64-byte pmaddubsw/pmaddwd (the K-quant mat-vec does two sub-blocks per instruction)
-_AVX512 = _AVX2 and _host_has("avx512bw")
-#: AVX-512 VNNI (with VL) or AVX-VNNI: vpdpbusd adds the 4 products of u8 x s8 byte quads into each i32
-#: lane, never saturating (the Q8_0-family prompt tiles, jit/gemm.py)
-_VNNI = _AVX2 and (_host_has("avxvnni") or (_host_has("avx512vnni") and _host_has("avx512vl")))
-#: F16C: fp16 scales widened with vcvtph2ps instead of a table lookup
-_F16C = _host_has("f16c")
-_I16 = ir.IntType(16)
-
-
-def _fp16_at(builder: ir.IRBuilder, ptr: ir.Value, tbase: ir.Value) -> ir.Value:
-    """The little-endian fp16 at byte pointer ``ptr`` as float32 (exact either way)."""
-    bits = builder.load(builder.bitcast(ptr, _I16.as_pointer()), align=1)
-    if _F16C:
-        # LLVM loads a lone i16 with vpinsrw, which merges into a register it picks freely: a false
-        # dependency on that register's last writer (in the row dots, the previous block's fma, so the
-        # block loop ran at a chain's latency). An opaque zero (vpxor, loop-invariant) is the merge base.
-        zero = builder.asm(ir.FunctionType(_vec(8, _I16), []), "vpxor $0, $0, $0", "=x", [], False)
-        v = builder.insert_element(zero, bits, ir.Constant(_I32, 0))
-        f = builder.fpext(builder.bitcast(v, _vec(8, ir.HalfType())), _vec(8, ir.FloatType()))
-        return builder.extract_element(f, ir.Constant(_I32, 0))
-    return builder.load(builder.gep(tbase, [builder.zext(bits, ir.IntType(64))]))
-
-
-def _f16_8(builder: ir.IRBuilder, src: ir.Value) -> ir.Value:
-    """<8 x half> of the 8 floats at address src (vcvtps2ph with F16C: nearest, ties to even, NaN kept quiet
-    with its top payload bits, as actquant.f16_bits)."""
-    f8 = _vec(8, ir.FloatType())
-    return builder.fptrunc(builder.load(builder.inttoptr(src, f8.as_pointer()), align=4), _vec(8, ir.HalfType()))
-
-
-@intrinsic
-def f16_round8(typingctx, src, dst):
-    """The 8 floats at src rounded to fp16 and back, stored as f32 at dst (use where _F16C)."""
-    sig = types.void(types.int64, types.int64)
-
-    def codegen(context, builder, sig, args):
-        f8 = _vec(8, ir.FloatType())
-        builder.store(builder.fpext(_f16_8(builder, args[0]), f8), builder.inttoptr(args[1], f8.as_pointer()),
-                      align=4)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def f16_store8(typingctx, src, dst):
-    """The 8 floats at src stored as fp16 at dst (use where _F16C)."""
-    sig = types.void(types.int64, types.int64)
-
-    def codegen(context, builder, sig, args):
-        h8 = _vec(8, ir.HalfType())
-        builder.store(_f16_8(builder, args[0]), builder.inttoptr(args[1], h8.as_pointer()), align=2)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-def _x86(builder: ir.IRBuilder, name: str, ret: ir.Type, *args: ir.Value) -> ir.Value:
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, [a.type for a in args]), name)
-    return builder.call(fn, list(args))
 
 
 def _maddubs(builder: ir.IRBuilder, u: ir.Value, s: ir.Value) -> ir.Value:
@@ -307,21 +204,6 @@ def _prefetch_ahead(builder: ir.IRBuilder, ptr: ir.Value, nbytes: int) -> None:
     for line in range(0, nbytes, 64):
         at = builder.gep(builder.bitcast(ptr, _I8.as_pointer()), [ir.Constant(_I64, PREFETCH_BYTES + line)])
         builder.call(fn, [at, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
-
-
-def _fma(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
-    """a*b + c over float32 (a scalar or a vector) with one rounding (llvm.fma: vfmadd on FMA CPUs)."""
-    name = f"llvm.fma.v{a.type.count}f32" if isinstance(a.type, ir.VectorType) else "llvm.fma.f32"
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(a.type, [a.type] * 3), name)
-    return builder.call(fn, [a, b, c])
-
-
-def _hsum8(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
-    """The float sum of <8 x float> lanes as ggml's hsum_float_8 and tinyBLAS's hsum take it: the two
-    halves added, then (0+2) + (1+3) of the four lanes left."""
-    v2 = _halves(builder, _halves(builder, v))
-    return builder.fadd(builder.extract_element(v2, ir.Constant(_I32, 0)),
-                        builder.extract_element(v2, ir.Constant(_I32, 1)))
 
 
 def _rowdot_blocks(builder, decode, block_bytes, wbases, nb, cols, tbase):

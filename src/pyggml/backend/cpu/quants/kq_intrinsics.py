@@ -8,24 +8,8 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from .intrinsics import (
-    _AVX2,
-    _AVX512,
-    _I16,
-    _I32,
-    _I64,
-    ROWDOT_COLS,
-    _arr1,
-    _consts,
-    _halves,
-    _i16_lanes,
-    _maddubs,
-    _maddwd,
-    _pairs,
-    _ptr_at,
-    _reduce_i32,
-    _vec,
-)
+from ..simd import _AVX2, _AVX512, _I16, _I32, _I64, _halves, _vec
+from .intrinsics import ROWDOT_COLS, _arr1, _consts, _i16_lanes, _maddubs, _maddwd, _pairs, _ptr_at, _reduce_i32
 
 
 def _scaled_lanes8(builder: ir.IRBuilder, codes: ir.Value, a: ir.Value, scales: list[ir.Value]) -> ir.Value:

@@ -15,22 +15,10 @@ from numba.extending import intrinsic
 from ....quants.jitcache import variant
 from ..jit.record import AUX, T_DST, T_SRC0, rec
 from ..native import atomic_add
+from ..simd import _F32, _I8, _I16, _I32, _I64, _VNNI, _fma, _fp16_at, _hsum8, _vec, _x86
 from ..threads import C_CHUNK
-from .gemm import _F32, _I8, _I16, _I32, _I64, _at, _opts, _splat_f32, quantize_src1
-from .intrinsics import (
-    _VNNI,
-    _decode_q4_0,
-    _decode_q5_0,
-    _decode_q8_0,
-    _dpbusd,
-    _fma,
-    _fp16_at,
-    _hsum8,
-    _maddubs,
-    _maddwd,
-    _vec,
-    _x86,
-)
+from .gemm import _at, _opts, _splat_f32, quantize_src1
+from .intrinsics import _decode_q4_0, _decode_q5_0, _decode_q8_0, _dpbusd, _maddubs, _maddwd
 from .quantize import _quantize_q8_0
 
 # ------------------------------------------------------------------------ Q8_0 / Q4_0 / Q5_0 tiles

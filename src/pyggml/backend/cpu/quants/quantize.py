@@ -6,7 +6,7 @@ import numpy as np
 from numba import njit
 
 from ..native import f32_bits
-from .actquant import f16_bits, f16_value
+from ..simd import f16_bits, f16_value
 
 # --------------------------------------------------------------------------------------------
 # activation quantizers (ggml-cpu's from_float on x86), in numba so a decode step costs microseconds

@@ -34,22 +34,11 @@ from ..jit import enabled as jit_enabled
 from ..jit.mathf import LANES
 from ..jit.record import AUX, T_DST, T_SRC0, chunk_bounds, rec
 from ..repack import Q4K_GROUP_BYTES
+from ..simd import _F16C, _F32, _I8, _I32, _I64, _VNNI, _fma, _hsum8, _vec, _x86
 from ..threads import available_cores
 from . import gemm
-from .gemm import _F32, _I8, _I32, _I64, _at, _opts, _splat_f32, act_bytes
-from .intrinsics import (
-    _COL_BLOCK_BYTES,
-    _F16C,
-    _VNNI,
-    _dpbusd,
-    _fma,
-    _hsum8,
-    _nibbles32,
-    _prefetch_ahead,
-    _reduce_i32,
-    _vec,
-    _x86,
-)
+from .gemm import _at, _opts, _splat_f32, act_bytes
+from .intrinsics import _COL_BLOCK_BYTES, _dpbusd, _nibbles32, _prefetch_ahead, _reduce_i32
 from .quantize import _quantize_q8_0, _quantize_q8_k
 
 Q4_K, Q8_0, Q4_0, IQ4_NL = GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.IQ4_NL
