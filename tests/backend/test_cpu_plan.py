@@ -18,9 +18,9 @@ import pytest
 from helpers.opcheck import OpCase, values
 from pyggml.backend.cpu import jit
 from pyggml.backend.cpu.compute import _resolve, compute_forward, graph_compute
-from pyggml.backend.cpu.ops.mat_q import MATVEC_MAX_COLS
 from pyggml.backend.cpu.plan import GraphPlan, plan_for
 from pyggml.backend.cpu.quants import gemm
+from pyggml.backend.cpu.traits import MATVEC_MAX_COLS
 from pyggml.errors import PyGGMLError
 from pyggml.graph import Graph
 from pyggml.ops import builders as B

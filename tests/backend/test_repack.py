@@ -9,8 +9,8 @@ import pyggml as gg
 from pyggml import quants
 from pyggml.backend.cpu import repack, repack_buffer
 from pyggml.backend.cpu.backend import backend_cpu_reg
-from pyggml.backend.cpu.ops.mat_q import MATVEC_MAX_COLS
 from pyggml.backend.cpu.quants import repacked
+from pyggml.backend.cpu.traits import MATVEC_MAX_COLS
 from pyggml.backend.errors import NotSupportedError
 from pyggml.types import GGMLType
 

@@ -3,7 +3,7 @@ load for the compiled tile kernels (quants/repacked.py).
 
 ggml-cpu's CPU_REPACK (cpu/repack.cpp) rewrites Q4_0/Q4_K/IQ4_NL weights as groups of 8 interleaved
 rows when they are set, so that its gemv/gemm kernels read one stream with no per-call shuffling.
-This is the same idea for pyggml's kernels (jit/repacked.py), in layouts of our own:
+This is the same idea for pyggml's kernels (quants/repacked.py), in layouts of our own:
 
 * **Q4_K**, groups of 8 rows, per superblock (``Q4K_GROUP_BYTES`` = 1184 bytes for 8 rows, 148 a row
   against 144): the 8 rows' code words interleaved a u32 at a time (the 32 bytes at step p hold bytes

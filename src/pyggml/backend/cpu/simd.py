@@ -72,7 +72,7 @@ _AVX512 = _AVX2 and _host_has("avx512bw")
 
 
 #: AVX-512 VNNI (with VL) or AVX-VNNI: vpdpbusd adds the 4 products of u8 x s8 byte quads into each i32
-#: lane, never saturating (the Q8_0-family prompt tiles, jit/gemm.py)
+#: lane, never saturating (the Q8_0-family prompt tiles, quants/gemm.py)
 _VNNI = _AVX2 and (_host_has("avxvnni") or (_host_has("avx512vnni") and _host_has("avx512vl")))
 
 
@@ -99,7 +99,7 @@ def _fp16_at(builder: ir.IRBuilder, ptr: ir.Value, tbase: ir.Value) -> ir.Value:
 
 def _f16_8(builder: ir.IRBuilder, src: ir.Value) -> ir.Value:
     """<8 x half> of the 8 floats at address src (vcvtps2ph with F16C: nearest, ties to even, NaN kept quiet
-    with its top payload bits, as actquant.f16_bits)."""
+    with its top payload bits, as simd.f16_bits)."""
     f8 = _vec(8, ir.FloatType())
     return builder.fptrunc(builder.load(builder.inttoptr(src, f8.as_pointer()), align=4), _vec(8, ir.HalfType()))
 

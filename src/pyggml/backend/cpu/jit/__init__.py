@@ -5,7 +5,7 @@ Each compiled op has a *selector* (Python, run once when a plan is built) and on
 selector checks the node's types and layout and returns a :class:`Choice` (the kernel, extra
 record words, scratch bytes), or None when the op's Python kernel should run instead (types or
 layouts the compiled kernels do not cover). The numerics are those of the Python kernels in
-``kernels/<family>.py``, which stay the reference: tests compare the two.
+``ops/<family>.py``, which stay the reference: tests compare the two.
 
 Kernels compile on first use and are cached on disk by numba, so a model only compiles what its
 graphs use; the kernels a new plan is missing compile side by side in helper processes, one per

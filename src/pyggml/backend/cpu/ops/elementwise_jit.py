@@ -1,6 +1,6 @@
 """Compiled elementwise kernels: ADD/SUB/MUL/DIV with ggml broadcasting, SCALE, GLU and UNARY (F32).
 
-Same float32 operations, one rounding each, as the numpy kernels in kernels/elementwise.py;
+Same float32 operations, one rounding each, as the numpy kernels in ops/elementwise.py;
 GELU goes through ggml's fp16 table (activations.py), SiLU is ``x / (1 + expf(-x))`` with ggml's expf (mathf.py).
 """
 

@@ -17,13 +17,14 @@ import numba
 
 from ....ops.enums import GluOp, Op
 from ....tensor import Tensor
+from ....types import GGMLType
 from ..jit import Choice, jit_kernel, ready_or_wanted
 from ..jit.record import AUX, T_DST, T_SRC0, rec
 from ..native import atomic_add, f32p
-from ..quants import repacked
 from ..quants.dots import _mv1_q4_0, _mv1_q4_k, _mv1_q5_0, _mv1_q5_k, _mv1_q6_k, _mv1_q8_0
 from ..quants.gemm import quantize_src1
 from ..quants.intrinsics import ROWDOT_COLS
+from ..quants.matvec import _mv_chunks, mv_run
 from ..quants.quantize import _quantize_q8_0, _quantize_q8_k
 from ..quants.repacked import (
     _iq4_nl_chunks,
@@ -36,9 +37,11 @@ from ..quants.repacked import (
     _q8_0_run,
 )
 from ..threads import C_CHUNK
-from . import mat_jit as matmul
+from ..traits import traits
 from .elementwise_jit import _TABLE_ADDR, _gelu_row, _relu_row, _silu_row, gated_row
-from .mat_jit import _mv_chunks, mv_run
+
+Q8_0, Q4_0, Q5_0, IQ4_NL = GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.IQ4_NL
+Q4_K, Q5_K, Q6_K = GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K
 
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
 _GEGLU, _SWIGLU, _REGLU = int(GluOp.GEGLU), int(GluOp.SWIGLU), int(GluOp.REGLU)
@@ -132,12 +135,12 @@ def k_gu_rep_iq4_nl(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 #: product kernel -> the fused kernel that computes two of them (and their GLU); a plain weight's products
 #: of fewer than ROWDOT_COLS src1 rows only (k_mm_* then gives k_mv_*'s bits, see jit.lean_unless_ready)
-_PLAIN = {matmul.k_mv_q8_0: k_gu_q8_0, matmul.k_mv_q4_0: k_gu_q4_0, matmul.k_mv_q5_0: k_gu_q5_0,
-          matmul.k_mv_q4_k: k_gu_q4_k, matmul.k_mv_q5_k: k_gu_q5_k, matmul.k_mv_q6_k: k_gu_q6_k,
-          matmul.k_mm_q8_0: k_gu_q8_0, matmul.k_mm_q4_0: k_gu_q4_0, matmul.k_mm_q5_0: k_gu_q5_0,
-          matmul.k_mm_q4_k: k_gu_q4_k, matmul.k_mm_q5_k: k_gu_q5_k, matmul.k_mm_q6_k: k_gu_q6_k}
-_REPACKED = {repacked.k_rep_q4_k: k_gu_rep_q4_k, repacked.k_rep_q8_0: k_gu_rep_q8_0,
-             repacked.k_rep_q4_0: k_gu_rep_q4_0, repacked.k_rep_iq4_nl: k_gu_rep_iq4_nl}
+#: the product kernel a gate or up projection took (traits.py) -> the fused kernel for its type
+_PLAIN = {kern: fused for ty, fused in ((Q8_0, k_gu_q8_0), (Q4_0, k_gu_q4_0), (Q5_0, k_gu_q5_0), (Q4_K, k_gu_q4_k),
+                                        (Q5_K, k_gu_q5_k), (Q6_K, k_gu_q6_k))
+          for kern in (traits(ty).mv, traits(ty).mm)}
+_REPACKED = {traits(ty).repacked: fused for ty, fused in ((Q4_K, k_gu_rep_q4_k), (Q8_0, k_gu_rep_q8_0),
+                                                          (Q4_0, k_gu_rep_q4_0), (IQ4_NL, k_gu_rep_iq4_nl))}
 _FUSED_KERNELS = {*_PLAIN.values(), *_REPACKED.values()}
 _GLUS = (_GEGLU, _SWIGLU, _REGLU)
 

@@ -88,7 +88,7 @@ def weight_product(w: np.ndarray, ty: GGMLType, x: np.ndarray, n_threads: int) -
     # call and lost to one thread whenever the other core was busy
     nt = 1 if matvec or 2 * n * m * k < mat_q.BLAS_PARALLEL_MIN_FLOPS else n_threads
     vdt = _vec_dot_type(ty)
-    if vdt == F16:  # ggml rounds src1 to fp16: same as actquant.round_to_f16, into scratch
+    if vdt == F16:  # ggml rounds src1 to fp16: same as simd.round_to_f16, into scratch
         src = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
         x = mat_q.scratch("wp_x", (n, k))
 

@@ -43,34 +43,14 @@ from .... import quants
 from ....types import GGMLType
 from .. import blas, threads
 from ..quants.actquant import fake_quant
-from ..quants.dots import _DEQUANT, _MATVEC  # widen_f16: the F16 weight path of kernels/mat.py
 from ..quants.quantize import _q8_1_sums, _quantize_q8_0, _quantize_q8_k, _scale_blocks
 from ..simd import F16_TO_F32
+from ..traits import traits
 
 #: fp16 bit pattern -> float32 (exact, as GGML_FP16_TO_FP32)
 _F16 = F16_TO_F32
 
-Q8_0_FAMILY = (GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.IQ4_NL)
-Q8_1_FAMILY = (GGMLType.Q4_1, GGMLType.Q5_1)
-Q8_K_FAMILY = (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
-#: weight types with a fused integer mat-vec kernel
-FUSED = frozenset(Q8_0_FAMILY + Q8_1_FAMILY + Q8_K_FAMILY)
 
-#: src1 rows up to which the fused kernels beat the integer GEMM (jit/gemm.py) or dequantize + BLAS,
-#: per type: the crossings measured with ``bench/gemm.py --mv`` runs on 2 threads, Qwen2.5
-#: shapes (GOPS fused/GEMM: Q5_0 4864x896 76.9/66.8 at 32 columns, 74.4/83.5 at 48; Q4_0 74.0/68.4
-#: at 48, 74.8/93.8 at 64; Q4_K 8960x1536 92.2/85.8 at 64, 75.0/110.8 at 96; Q6_K 1536x8960
-#: 82.4/82.1 at 96; Q8_0 4864x896 fused/BLAS 87.8/76.6 at 96; Q5_K fused/BLAS 73.2/54.6 at 128).
-#: The fused kernels decode each weight block once for ROWDOT_COLS activation rows.
-#: IQ4_NL/Q4_1/Q5_1 have plainer kernels (a decode per column), hence the lower limit.
-#: Q8_0/Q4_0/Q5_0 take the fused kernels at every column count: llama.cpp computes their prompts with
-#: the same per-output dot as their decode on x86 (llamafile's tinyBLAS_Q0_AVX: 8 float lanes, fma per
-#: block), so a product's bits never depend on the batch's shape, and neither do perplexity or imatrix.
-ALL_COLS = 1 << 62
-MATVEC_MAX_COLS = {
-    GGMLType.Q8_0: ALL_COLS, GGMLType.Q4_0: ALL_COLS, GGMLType.Q5_0: ALL_COLS, GGMLType.IQ4_NL: 8, GGMLType.Q4_1: 8,
-    GGMLType.Q5_1: 8, GGMLType.Q4_K: 64, GGMLType.Q5_K: 128, GGMLType.Q6_K: 96,
-}
 #: fused products reading fewer weight bytes than this (times columns) run on one thread: waking a
 #: helper thread costs 20-50 us, and Gemma's 0.4-1.1 MB layer weights (0.05-0.13 ms) measured 20-40%
 #: slower on 2 threads; the 178 MB output head is the one that gains (9.6 -> 5.8 ms)
@@ -201,7 +181,7 @@ def matvec_q(w_rows: np.ndarray, qtype: GGMLType, x: np.ndarray, out: np.ndarray
     wi = wf.view(np.int8)
     m = w_rows.shape[0]
     qa, da, extra = quantize_activations(x, vec_dot_type_of(qtype))
-    kern = _MATVEC[qtype]
+    kern = traits(qtype).row_dot
 
     def rows(r0: int, r1: int) -> None:
         kern(wf, wi, rs, m, qa, da, extra, _F16, out, r0, r1)
@@ -213,7 +193,7 @@ def matvec_q(w_rows: np.ndarray, qtype: GGMLType, x: np.ndarray, out: np.ndarray
 
 def dequantize_rows(w_rows: np.ndarray, qtype: GGMLType, r0: int, r1: int, y: np.ndarray | None = None) -> np.ndarray:
     """Weight rows r0..r1 as float32 (ggml's to_float), into ``y`` (r1-r0, K) when given."""
-    kern = _DEQUANT.get(qtype)
+    kern = traits(qtype).to_float
     if kern is not None:
         wf, rs = _flat_rows(w_rows)
         k = w_rows.shape[1] // qtype.type_size * qtype.blck_size
@@ -358,7 +338,7 @@ def mul_mat_q(w_rows: np.ndarray, qtype: GGMLType, x: np.ndarray, out: np.ndarra
         raise ValueError(f"mul_mat_q: out must be float32 {(n, m)}, got {out.dtype} {out.shape}")
     if n == 0 or m == 0:
         return out
-    if n <= MATVEC_MAX_COLS.get(qtype, 0):
+    if n <= traits(qtype).matvec_max_cols:
         target = out if out.flags.c_contiguous else np.empty((n, m), np.float32)
         matvec_q(w_rows, qtype, x, target, n_threads)
         if target is not out:

@@ -1,4 +1,4 @@
-"""Compiled RMS_NORM, SOFT_MAX and ROPE (F32), with the numerics of kernels/nn.py.
+"""Compiled RMS_NORM, SOFT_MAX and ROPE (F32), with the numerics of ops/nn.py.
 
 RMS_NORM sums the float32 squares in double and narrows the mean once; SOFT_MAX takes ggml's
 vector expf (mathf.py), sums the exponentials in double (prompt rows as ggml-cpu on AVX2 does:
@@ -401,7 +401,7 @@ def _sel_rope(node: Tensor) -> Choice | None:
         np.float32(v) for v in node.op_params_f32[5:11])
     theta_scale = np.float32(np.power(freq_base, np.float32(-2.0) / np.float32(n_dims)))
     mscale, low, span_ = attn_factor, np.float32(0), np.float32(1)
-    if ext_factor != 0:  # as rope_cache in kernels/nn.py
+    if ext_factor != 0:  # as rope_cache in ops/nn.py
         lo, hi = rope_yarn_corr_dims(n_dims, n_ctx_orig, float(freq_base), float(beta_fast), float(beta_slow))
         low, span_ = np.float32(lo), np.float32(max(0.001, hi - lo))
         mscale = mscale * (np.float32(1.0) + np.float32(0.1) * np.log(np.float32(1.0) / freq_scale))

@@ -3,7 +3,7 @@ ADD_ID (the chosen experts' biases).
 
 Each is a handful of values per token, but in a numpy kernel each would end the compiled run it sits in
 (a Python step between runs, three per MoE layer); compiled, the router stays inside the plan's run. The
-numerics are the numpy kernels' (kernels/reduce.py, kernels/elementwise.py): SUM_ROWS in double, summed in
+numerics are the numpy kernels' (ops/reduce.py, ops/elementwise.py): SUM_ROWS in double, summed in
 order as ggml's ggml_vec_sum_f32 does, then rounded; ARGSORT stable (ties: lower index first).
 """
 

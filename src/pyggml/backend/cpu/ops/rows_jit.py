@@ -1,8 +1,8 @@
 """Compiled GET_ROWS, SET_ROWS and DUP/CPY/CONT for the float types and the common weight types.
 
-GET_ROWS converts only the gathered rows, with the reference dequantizers the matmul package's BLAS tiles use
-(ggml's to_float); SET_ROWS rounds F32 rows to F16 as ggml's from_float does (RNE). An index out
-of range sets the control block's error word; the plan then lets the numpy kernel raise its error.
+GET_ROWS takes each type's kernel from traits.py (quants/to_float.py's driver); SET_ROWS rounds F32 rows to
+F16 as ggml's from_float does (RNE). An index out of range sets the control block's error word; the plan
+then lets the numpy kernel raise its error.
 """
 
 from __future__ import annotations
@@ -11,125 +11,30 @@ import numba
 import numpy as np
 
 from ....ops.enums import Op
-from ....quants.jitcache import variant
 from ....tensor import Tensor
 from ....types import GGMLType
 from ..jit import Choice, jit_kernel, selector
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, rec, row_at, row_index, span
-from ..native import atomic_store, f32p, i8p, i32p, i64p, u8p, u16p, u32p
-from ..quants.dots import _dq_q4_0, _dq_q4_k, _dq_q5_0, _dq_q6_k, _dq_q8_0
+from ..native import atomic_store, f32p, i32p, i64p, u16p, u32p
+from ..quants.to_float import ERR_INDEX
 from ..simd import _F16C, F16_TO_F32, f16_bits, f16_store8
 from ..threads import C_ERR
+from ..traits import traits
 from .elementwise_jit import rows_contiguous
 
 F32, F16, I32, I64 = GGMLType.F32, GGMLType.F16, GGMLType.I32, GGMLType.I64
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
-#: error codes a kernel leaves in the control block
-ERR_INDEX = 1
 
 # row converters: (source row address, destination row, row bytes, fp16 table)
 
 
-@numba.njit(**_opts)
-def _row_f32(src, y, rb, tab):  # pragma: no cover - compiled
-    x = numba.carray(f32p(src), y.size)
-    for i in range(y.size):
-        y[i] = x[i]
-
-
-@numba.njit(**_opts)
-def _row_f16(src, y, rb, tab):  # pragma: no cover - compiled
-    h = numba.carray(u16p(src), y.size)
-    for i in range(y.size):
-        y[i] = tab[h[i]]
-
-
-def _dequantizing(dq):
-    """A row converter running the dequantizer ``dq`` (matmul.kernels' _dq_*) on one row."""
-
-    @numba.njit(**_opts)
-    @variant(dq.__name__)
-    def row(src, y, rb, tab):  # pragma: no cover - compiled
-        dq(numba.carray(u8p(src), rb), numba.carray(i8p(src), rb), 0, 0, 1, tab, y.reshape((1, y.size)))
-
-    return row
-
-
-_row_q8_0 = _dequantizing(_dq_q8_0)
-_row_q4_0 = _dequantizing(_dq_q4_0)
-_row_q5_0 = _dequantizing(_dq_q5_0)
-_row_q4_k = _dequantizing(_dq_q4_k)
-_row_q6_k = _dequantizing(_dq_q6_k)
-
-
-@numba.njit(**_opts)
-def _get_rows(node, ith, nth, ctrl, convert):  # pragma: no cover - compiled
-    r = rec(node)
-    tab = numba.carray(f32p(r[AUX]), 65536)
-    d, ne0 = r[T_DST], r[T_DST + 1]
-    nb1, nb2, nb3 = r[T_DST + 6], r[T_DST + 7], r[T_DST + 8]
-    a, ne01 = r[T_SRC0], r[T_SRC0 + 2]
-    na1, na2, na3 = r[T_SRC0 + 6], r[T_SRC0 + 7], r[T_SRC0 + 8]
-    b, ne10, ne11 = r[T_SRC1], r[T_SRC1 + 1], r[T_SRC1 + 2]
-    nb10, nb11, nb12 = r[T_SRC1 + 5], r[T_SRC1 + 6], r[T_SRC1 + 7]
-    row_bytes = r[AUX + 1]
-    ir0, ir1 = span(ne10 * ne11 * r[T_SRC1 + 3], ith, nth)
-    for ir in range(ir0, ir1):
-        i10, i11, i12 = row_index(ir, ne10, ne11)
-        idx = np.int64(i32p(b + i10 * nb10 + i11 * nb11 + i12 * nb12)[0])
-        if idx < 0 or idx >= ne01:
-            atomic_store(ctrl + 8 * C_ERR, ERR_INDEX)
-            return
-        convert(a + idx * na1 + i11 * na2 + i12 * na3,
-                numba.carray(f32p(d + i10 * nb1 + i11 * nb2 + i12 * nb3), ne0), row_bytes, tab)
-
-
-@jit_kernel
-def k_get_rows_f32(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _get_rows(node, ith, nth, ctrl, _row_f32)
-
-
-@jit_kernel
-def k_get_rows_f16(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _get_rows(node, ith, nth, ctrl, _row_f16)
-
-
-@jit_kernel
-def k_get_rows_q8_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _get_rows(node, ith, nth, ctrl, _row_q8_0)
-
-
-@jit_kernel
-def k_get_rows_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _get_rows(node, ith, nth, ctrl, _row_q4_0)
-
-
-@jit_kernel
-def k_get_rows_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _get_rows(node, ith, nth, ctrl, _row_q5_0)
-
-
-@jit_kernel
-def k_get_rows_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _get_rows(node, ith, nth, ctrl, _row_q4_k)
-
-
-@jit_kernel
-def k_get_rows_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _get_rows(node, ith, nth, ctrl, _row_q6_k)
-
-
-_GET_ROWS = {
-    F32: k_get_rows_f32, F16: k_get_rows_f16, GGMLType.Q8_0: k_get_rows_q8_0, GGMLType.Q4_0: k_get_rows_q4_0,
-    GGMLType.Q5_0: k_get_rows_q5_0, GGMLType.Q4_K: k_get_rows_q4_k, GGMLType.Q6_K: k_get_rows_q6_k,
-}
 _TAB = int(F16_TO_F32.ctypes.data)
 
 
 @selector(Op.GET_ROWS)
 def _sel_get_rows(node: Tensor) -> Choice | None:
     a, b = node.src[0], node.src[1]
-    kern = _GET_ROWS.get(a.type)
+    kern = traits(a.type).get_rows
     if kern is None or node.type != F32 or b.type != I32 or not rows_contiguous(node, a):
         return None
     if node.ne != [a.ne[0], b.ne[0], b.ne[1], b.ne[2]] or b.ne[1] != a.ne[2] or b.ne[2] != a.ne[3]:
@@ -278,4 +183,4 @@ def _sel_copy(node: Tensor) -> Choice | None:
     return Choice(kern, ints=(_TAB,))
 
 
-__all__ = ["ERR_INDEX", "np"]
+__all__ = ["ERR_INDEX"]

@@ -6,7 +6,6 @@ import numpy as np
 from numba import njit
 
 from ....quants.jitcache import variant
-from ....types import GGMLType
 from ..simd import F16_TO_F32 as _F16
 from .intrinsics import (
     _COL_BLOCK_BYTES,
@@ -363,16 +362,3 @@ def widen_f16(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
     """
     _widen_f16(rows.view(np.uint16), _F16, out)
     return out
-
-
-#: type -> its mat-vec kernel (every one with the same signature)
-_MATVEC = {
-    GGMLType.Q8_0: _mv_q8_0, GGMLType.Q4_0: _mv_q4_0, GGMLType.Q5_0: _mv_q5_0,
-    GGMLType.IQ4_NL: _mv_iq4_nl, GGMLType.Q4_1: _mv_q4_1, GGMLType.Q5_1: _mv_q5_1,
-    GGMLType.Q4_K: _mv_q4_k, GGMLType.Q5_K: _mv_q5_k, GGMLType.Q6_K: _mv_q6_k,
-}
-_DEQUANT = {
-    GGMLType.Q8_0: _dq_q8_0, GGMLType.Q4_0: _dq_q4_0, GGMLType.Q5_0: _dq_q5_0,
-    GGMLType.Q4_K: _dq_q4_k, GGMLType.Q6_K: _dq_q6_k,
-}
-

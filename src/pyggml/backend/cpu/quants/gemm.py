@@ -12,7 +12,7 @@ Here the interleaving happens per work chunk instead of at load: a thread takes 
 unpacks them once into an interleaved scratch tile (about 2.5 KB per 256 columns, L1/L2 sized) and
 streams every activation row past it, 4 at a time. The activations are quantized to Q8_K first, as
 for every Q4_K product. Each output is the same integer superblock dots and the same float
-operations, in the same order, as the mat-vec kernel (matmul.kernels._mv_q4_k): prompt and decode give
+operations, in the same order, as the mat-vec kernel (quants.dots._mv_q4_k): prompt and decode give
 the same bits for a token. The 32-value block types cannot share lanes that way (see q0tiles.py).
 
 Scratch tile, per superblock (``SB_BYTES``): codes (64 steps of 32 bytes: rows 0..7, 4 codes each),

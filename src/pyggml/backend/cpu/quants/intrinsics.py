@@ -190,7 +190,7 @@ def _decode_q5_0(builder, blk, unsigned=False):
 _UNSIGNED_SHIFT = {_decode_q4_0: 3, _decode_q5_0: 4}
 
 
-#: bytes ahead of its loads a kernel streaming repacked weights prefetches (jit/repacked.py): a decode reads
+#: bytes ahead of its loads a kernel streaming repacked weights prefetches (quants/repacked.py): a decode reads
 #: each row group once, and a group (a few KB) is too short for the hardware prefetcher to ramp up on before
 #: the next one starts (Q4_0 8960 x 1536, 2 threads, bench/matvec_bandwidth.py --repack: 7.8 GB/s without,
 #: 20.1 with 1024 bytes, 22.8 with 2048, 21.9 with 4096; 24.1 with every line prefetched, not only the first)

@@ -105,7 +105,7 @@ def _q0_tile(rm: int, rn: int):
     bytes apart; scales nb f32 a row) times rn Q8_0 activation rows (qa int8 rows of k, da f32 rows of
     nb); out[j][i] (f32) at out + 4*i + j*ocol; prod: scratch for the tile's scale products (VNNI: rm*rn rows of
     nb rounded up to 8 floats).
-    Per output exactly matmul.intrinsics._rowdot_blocks's steps."""
+    Per output exactly quants.intrinsics._rowdot_blocks's steps."""
 
     def typer(typingctx, codes, aux, d, srow, nb, qa, k, da, out, ocol, prod):
         sig = types.void(*([types.int64] * 11))
@@ -187,7 +187,7 @@ def q0_tiles_kernel(kind: int):
     """MUL_MAT of a Q8_0/Q4_0/Q5_0 weight (kind 0/1/2) by many F32 rows: activations quantized to Q8_0
     into the work buffer, then chunks of Q0_CHUNK_ROWS weight rows from the chunk counter, each decoded
     into the thread's scratch and run against the activation rows a column block at a time. kind is a
-    closure constant, so each kernel compiles its own unpacker only (see matmul.kernels._rowdot_kernel)."""
+    closure constant, so each kernel compiles its own unpacker only (see quants.dots._rowdot_kernel)."""
 
     @numba.njit(inline="always", **_opts)
     @variant(kind)

@@ -15,7 +15,7 @@ from ..simd import f16_bits, f16_value
 @njit(cache=True, inline="always")
 def _round_fp16(v):  # pragma: no cover - compiled
     """float32 v rounded to the nearest fp16 value (ties to even), as float32: ggml stores Q8_0's d as
-    fp16 and the dot uses the rounded value. The bits come from actquant.f16_bits, the one fp32 -> fp16
+    fp16 and the dot uses the rounded value. The bits come from simd.f16_bits, the one fp32 -> fp16
     rounding of the CPU backend."""
     return f16_value(f16_bits(np.uint32(f32_bits(v))))
 

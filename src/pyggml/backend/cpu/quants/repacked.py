@@ -13,8 +13,8 @@ decoding (the scratch-tile kernels of gemm.py and q0tiles.py redo that work on e
   sum(w * a).
 
 Outputs have the bits of the kernels they replace: the same integer sums and float steps (Q4_K: the
-mat-vec's per-lane steps; Q8_0/Q4_0: 8 lanes, fma, hsum, as matmul.intrinsics._rowdot_blocks; IQ4_NL:
-a float sum per block, as matmul.kernels._mv_iq4_nl). tests/backend/test_repack.py compares them.
+mat-vec's per-lane steps; Q8_0/Q4_0: 8 lanes, fma, hsum, as quants.intrinsics._rowdot_blocks; IQ4_NL:
+a float sum per block, as quants.dots._mv_iq4_nl). tests/backend/test_repack.py compares them.
 """
 
 from __future__ import annotations
@@ -27,19 +27,15 @@ from numba.extending import intrinsic
 
 from ....quants.iq4 import KVALUES_IQ4NL
 from ....quants.jitcache import variant
-from ....tensor import Tensor
 from ....types import GGMLType
-from ..jit import Choice, jit_kernel
 from ..jit import enabled as jit_enabled
 from ..jit.mathf import LANES
 from ..jit.record import AUX, T_DST, T_SRC0, chunk_bounds, rec
 from ..repack import Q4K_GROUP_BYTES
 from ..simd import _F16C, _F32, _I8, _I32, _I64, _VNNI, _fma, _hsum8, _vec, _x86
-from ..threads import available_cores
 from . import gemm
-from .gemm import _at, _opts, _splat_f32, act_bytes
+from .gemm import _at, _opts, _splat_f32
 from .intrinsics import _COL_BLOCK_BYTES, _dpbusd, _nibbles32, _prefetch_ahead, _reduce_i32
-from .quantize import _quantize_q8_0, _quantize_q8_k
 
 Q4_K, Q8_0, Q4_0, IQ4_NL = GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.IQ4_NL
 
@@ -104,11 +100,6 @@ def _q4k_run(node, c, n_chunks, q, ith, arg):  # pragma: no cover - compiled
                            d + 4 * gemm.ROWS * t, 4 * m, _rq4k_4, _rq4k_1, _rq4k_one4, _rq4k_one1)
     rows = gemm.TILES * gemm.ROWS
     return min(m, u0 * rows), min(m, u1 * rows)
-
-
-@jit_kernel
-def k_rep_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.walk(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _q4k_chunks, _q4k_run, 0)
 
 
 # ------------------------------------------------------------------------------ Q8_0 / Q4_0 / IQ4_NL
@@ -269,32 +260,4 @@ def _q0_kernel(kind: int):
     _q0_kernel(kind) for kind in range(3))
 
 
-@jit_kernel
-def k_rep_q8_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.walk(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _q8_0_chunks, _q8_0_run, 0)
-
-
-@jit_kernel
-def k_rep_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.walk(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _q4_0_chunks, _q4_0_run, 0)
-
-
-@jit_kernel
-def k_rep_iq4_nl(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.walk(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _iq4_nl_chunks, _iq4_nl_run, 0)
-
-
-_KERNELS = {Q4_K: k_rep_q4_k, Q8_0: k_rep_q8_0, Q4_0: k_rep_q4_0, IQ4_NL: k_rep_iq4_nl}
-
-
-def choice(node: Tensor, a: Tensor, b: Tensor) -> Choice:
-    """The kernel for a MUL_MAT whose weight ``a`` is repacked (repack_buffer.supports_op has accepted it)."""
-    n, k = b.ne[1] * b.ne[2] * b.ne[3], a.ne[0]
-    if a.type == Q4_K:
-        return Choice(k_rep_q4_k, wsize=act_bytes(n, k, 256, 16))
-    act = act_bytes(n, k, 32, 32)
-    per_thread = prod_bytes(k)
-    return Choice(_KERNELS[a.type], ints=(act, per_thread), wsize=act + available_cores() * per_thread)
-
-
-__all__ = ["TYPES", "choice", "enabled"]
+__all__ = ["TYPES", "enabled", "prod_bytes"]
