@@ -87,7 +87,8 @@ def test_builder_and_kernel_share_a_family(r: OpRow) -> None:
         fn = _builder(r, name)
         assert fn is not None
         assert _family(fn) == _family(KERNELS[op]), (
-            f"{_id(r)}: builder {name} is in ops/{_family(fn)}.py, its kernel in backend/cpu/ops/{_family(KERNELS[op])}.py")
+            f"{_id(r)}: builder {name} is in ops/{_family(fn)}.py, "
+            f"its kernel in backend/cpu/ops/{_family(KERNELS[op])}.py")
 
 
 def test_why_not_is_only_given_where_something_is_missing() -> None:
