@@ -89,8 +89,10 @@ def penalties(c: Candidates, history: deque[int], p: SamplingParams) -> None:
         if i is None:
             continue
         v = c.logits[i]
-        v = v * p.penalty_repeat if v <= 0 else v / p.penalty_repeat
-        c.logits[i] = v - n * p.penalty_freq - (1.0 if n > 0 else 0.0) * p.penalty_present
+        with np.errstate(over="ignore"):  # huge penalties overflow to -inf in float32, as in llama.cpp
+            v = v * p.penalty_repeat if v <= 0 else v / p.penalty_repeat
+            f32 = np.float32
+            c.logits[i] = v - (f32(n) * f32(p.penalty_freq) + f32(n > 0) * f32(p.penalty_present))
     c.sorted = False
 
 

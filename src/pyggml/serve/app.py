@@ -26,6 +26,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..llm.chat import ChatTemplateError
 from ..llm.sampling import LLAMA_DEFAULT_SEED, SamplingParams
+from ..llm.tokenizer.errors import TokenizeError
 from . import metrics, oai
 from .engine import DoneEvent, Engine, ErrorEvent, Task, TaskParams, TokenEvent
 from .errors import APIError, ErrorType, error_body
@@ -37,6 +38,7 @@ from .schemas import (
     TokenizeRequest,
     parse,
 )
+from .textstop import StopSet
 
 PUBLIC_PATHS = {"/health", "/v1/health"}  # no API key needed (llama-server's public endpoints)
 
@@ -58,6 +60,9 @@ class ServerState:
     defaults: dict[str, Any] = field(default_factory=dict)  # request fields' values when a request omits them
     max_prompt_bytes: int = 0  # a prompt longer than this cannot fit a slot (0: no early check)
     registry: Any = None
+    #: one text tokenization at a time: each holds the GIL for up to the bound above, and many at once
+    #: would starve the decode thread (clients whose turn comes after they left are skipped)
+    tokenize_lock: anyio.Lock = field(default_factory=anyio.Lock)
 
 
 def json_error(err: APIError) -> JSONResponse:
@@ -75,6 +80,10 @@ def _guarded(state: ServerState, handler: Handler, public: bool = False) -> Call
             return await handler(request, state)
         except APIError as e:
             return json_error(e)
+        except TokenizeError as e:  # text the tokenizer cannot take is the client's error
+            return json_error(APIError(f"cannot tokenize the request's text: {e}"))
+        except ClientGone:
+            return Response(status_code=499)  # nobody reads this
         except Exception as e:  # a bug must not take the server down: a JSON 500, the server goes on
             return json_error(APIError(f"internal server error: {type(e).__name__}: {e}", ErrorType.SERVER))
 
@@ -87,6 +96,19 @@ def _authenticate(request: Request, keys: list[str]) -> None:
         given = given[len("Bearer "):]
     if given not in keys:
         raise APIError("Invalid API Key", ErrorType.AUTHENTICATION)
+
+
+class ClientGone(Exception):
+    """The client disconnected before its work started: the work is skipped."""
+
+
+async def tokenize_text(request: Request, state: ServerState, work: Callable[[], Any]) -> Any:
+    """Run ``work`` (tokenizing bounded text) in a worker thread, one at a time; skipped when the
+    client has gone while it waited for its turn."""
+    async with state.tokenize_lock:
+        if await request.is_disconnected():
+            raise ClientGone
+        return await anyio.to_thread.run_sync(work)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -147,8 +169,10 @@ async def get_slots(request: Request, state: ServerState) -> Response:
 
 async def tokenize(request: Request, state: ServerState) -> Response:
     req = parse(await read_body(request, state.max_body), TokenizeRequest)
-    toks = await anyio.to_thread.run_sync(lambda: state.vocab.tokenize(req.content, add_special=req.add_special,
-                                                                       parse_special=req.parse_special))
+    _check_text_bytes(req.content, "content", state)
+    vocab = state.vocab
+    toks = await tokenize_text(request, state, lambda: vocab.tokenize(req.content, add_special=req.add_special,
+                                                                      parse_special=req.parse_special))
     if not req.with_pieces:
         return JSONResponse({"tokens": toks})
     pieces = []
@@ -164,6 +188,10 @@ async def tokenize(request: Request, state: ServerState) -> Response:
 
 async def detokenize(request: Request, state: ServerState) -> Response:
     req = parse(await read_body(request, state.max_body), DetokenizeRequest)
+    n_ctx = state.engine.n_slot_ctx * len(state.engine.slots)
+    if len(req.tokens) > n_ctx:
+        raise APIError(f"'tokens' has {len(req.tokens)} ids, more than the context of {n_ctx} tokens this server "
+                       "holds")
     _check_ids(req.tokens, state.vocab.n_tokens)
     return JSONResponse({"content": state.vocab.detokenize(req.tokens)})
 
@@ -175,6 +203,15 @@ def _check_prompt_bytes(text: str, state: ServerState) -> None:
     if state.max_prompt_bytes and n > state.max_prompt_bytes:
         raise APIError(f"request ({n} bytes) exceeds the available context size ({state.engine.n_slot_ctx} tokens): "
                        "it cannot fit whatever its tokens, try increasing it", ErrorType.EXCEED_CONTEXT_SIZE)
+
+
+def _check_text_bytes(text: str, name: str, state: ServerState) -> None:
+    """/tokenize's bound: text no slot could hold as a prompt is refused from its byte count, so its
+    tokenizing costs at most what a prompt's does (8 MB of it took ~55 s of CPU and GBs of memory)."""
+    n = len(text.encode("utf-8", errors="replace"))
+    if state.max_prompt_bytes and n > state.max_prompt_bytes:
+        raise APIError(f"'{name}' has {n} bytes, more than the limit of {state.max_prompt_bytes} bytes: the text "
+                       f"of the longest prompt a slot ({state.engine.n_slot_ctx} tokens) can hold")
 
 
 def _check_ids(tokens: list[int], n_vocab: int) -> None:
@@ -202,7 +239,8 @@ def task_params(req: GenerationParams, n_probs: int, defaults: dict[str, Any] | 
                         penalty_repeat=pick("repeat_penalty"), penalty_freq=req.frequency_penalty,
                         penalty_present=req.presence_penalty)
     n_predict = req.n_predict_value(d.get("n_predict", -1))
-    return TaskParams(n_predict=n_predict, sampling=sp, stop=req.stop_list(), n_probs=n_probs,
+    stop = req.stop_list()
+    return TaskParams(n_predict=n_predict, sampling=sp, stop=stop, stops=StopSet(stop), n_probs=n_probs,
                       cache_prompt=req.cache_prompt, ignore_eos=req.ignore_eos)
 
 
@@ -217,8 +255,9 @@ async def completions(request: Request, state: ServerState) -> Response:
     if isinstance(prompt, str):
         text = prompt
         _check_prompt_bytes(text, state)
-        tokens = await anyio.to_thread.run_sync(lambda: state.vocab.tokenize(text, add_special=True,
-                                                                             parse_special=True))
+        vocab = state.vocab
+        tokens = await tokenize_text(request, state, lambda: vocab.tokenize(text, add_special=True,
+                                                                            parse_special=True))
     else:
         tokens = list(prompt)
         _check_ids(tokens, state.vocab.n_tokens)
@@ -239,13 +278,14 @@ async def chat_completions(request: Request, state: ServerState) -> Response:
         _check_prompt_bytes(text, state)
         return state.vocab.tokenize(text, add_special=True, parse_special=True)
 
-    tokens = await anyio.to_thread.run_sync(render)
+    tokens = await tokenize_text(request, state, render)
     return await _run(request, state, req, tokens, req.n_probs_value(), chat=True)
 
 
 async def _run(request: Request, state: ServerState, req: GenerationParams, tokens: list[int], n_probs: int,
                chat: bool) -> Response:
-    task = Task(tokens, task_params(req, n_probs, state.defaults))
+    params = await anyio.to_thread.run_sync(task_params, req, n_probs, state.defaults)  # compiles the stop list
+    task = Task(tokens, params)
     state.engine.submit(task)
     fmt = oai.Formatter(chat, req.model or state.model_name)
     if req.stream:
@@ -375,5 +415,9 @@ def create_app(state: ServerState) -> Starlette:
         route("/v1/completions", completions, "POST"), route("/completions", completions, "POST"),
         route("/v1/chat/completions", chat_completions, "POST"), route("/chat/completions", chat_completions, "POST"),
     ]
-    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+    # no 307 to the path without its trailing slash (its Location would be built from the Host header):
+    # an unknown path is a 404, as llama-server's
+    app.router.redirect_slashes = False
+    return app
 

@@ -35,7 +35,7 @@ from ..llm.batch import Batch, DecodeError
 from ..llm.generate import Timings
 from ..llm.sampling import Sampler, SamplingParams
 from .errors import APIError, ErrorType
-from .textstop import StopMatcher
+from .textstop import StopMatcher, StopSet
 
 
 @dataclass
@@ -45,6 +45,7 @@ class TaskParams:
     n_predict: int = -1
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: list[str] = field(default_factory=list)
+    stops: StopSet | None = None  # ``stop`` compiled (by the HTTP side, so the engine thread never waits on it)
     n_probs: int = 0
     cache_prompt: bool = True
     ignore_eos: bool = False
@@ -343,7 +344,7 @@ class Engine:
         s.sampler = Sampler(task.params.sampling)
         for t in task.tokens:
             s.sampler.accept(t)
-        s.stop = StopMatcher(task.params.stop)
+        s.stop = StopMatcher(task.params.stops if task.params.stops is not None else task.params.stop)
 
     def _release(self, s: Slot) -> None:
         s.last_task = s.task
