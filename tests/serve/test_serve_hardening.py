@@ -229,3 +229,57 @@ def test_trailing_slash_is_a_404_not_a_redirect(client: TestClient, path: str) -
     r = method(path, headers={"host": "evil.example"}, follow_redirects=False, **kw)
     assert "location" not in r.headers
     _error(r, 404)
+
+
+# ---------------------------------------------------------------------- the samplers' request fields (#30 item 3)
+def test_sampler_fields_map_to_the_chain_with_llama_server_limits(served: tuple[TestClient, Any]) -> None:
+    """llama-server's names and limits: xtc_* and mirostat clamped, dry_base below 1 is the default,
+    samplers as names or letters, logit_bias as pairs or an object, by id or text, false bans."""
+    from pyggml.serve.app import task_params
+    from pyggml.serve.schemas import CompletionRequest, parse
+
+    vocab = served[1].vocab
+    body = {"prompt": "a", "typical_p": 0.9, "top_n_sigma": 1.5, "xtc_probability": 3, "xtc_threshold": -1,
+            "dry_multiplier": 0.8, "dry_base": 0.5, "dry_allowed_length": 3, "dry_penalty_last_n": 32,
+            "dry_sequence_breakers": ["\n"], "mirostat": 7, "mirostat_tau": 4.0, "mirostat_eta": 0.2, "min_keep": 2,
+            "samplers": "edkt", "logit_bias": [[5, 1.5], ["hello", False]]}
+    sp = task_params(parse(json.dumps(body).encode(), CompletionRequest), 0, None, vocab).sampling
+    hello = vocab.tokenize("hello", add_special=False, parse_special=False)
+    assert (sp.typ_p, sp.top_n_sigma, sp.xtc_probability, sp.xtc_threshold) == (0.9, 1.5, 1.0, 0.0)
+    assert (sp.dry_multiplier, sp.dry_base, sp.dry_allowed_length, sp.dry_penalty_last_n) == (0.8, 1.75, 3, 32)
+    assert sp.dry_sequence_breakers == ("\n",) and (sp.mirostat, sp.mirostat_tau, sp.mirostat_eta) == (2, 4.0, 0.2)
+    assert sp.samplers == ("penalties", "dry", "top_k", "temperature") and sp.min_keep == 2
+    assert sp.logit_bias == ((5, 1.5), *((t, -math.inf) for t in hello))
+    body = {"prompt": "a", "samplers": ["Top-K", "nucleus", "temp"], "logit_bias": {"7": -2, "8": False}}
+    sp = task_params(parse(json.dumps(body).encode(), CompletionRequest), 0, None, vocab).sampling
+    assert sp.samplers == ("top_k", "top_p", "temperature") and sp.logit_bias == ((7, -2.0), (8, -math.inf))
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("samplers", ["top_k", "bogus"], "bogus"), ("samplers", "kq", "'q'"), ("samplers", ["infill"], "not supported"),
+    ("logit_bias", [[100000, 1]], "100000"), ("logit_bias", [[5, True]], "bias"), ("logit_bias", [5], "pair"),
+    ("dry_sequence_breakers", [], "dry_sequence_breakers"), ("dry_allowed_length", -1, "dry_allowed_length"),
+])
+def test_bad_sampler_fields_are_400s_naming_them(client: TestClient, field: str, value: Any, says: str) -> None:
+    msg = _error(client.post("/v1/completions", json={"prompt": "a", "max_tokens": 1, field: value}), 400)
+    assert field in msg and says in msg
+
+
+def test_logit_bias_bans_the_greedy_token_and_new_samplers_run(client: TestClient) -> None:
+    """Served end to end: banning the greedy first token changes it; DRY, XTC, top-n-sigma and mirostat
+    requests run, and a seed makes them repeat."""
+    body = {"prompt": "Once upon a time", "max_tokens": 1, "temperature": 0, "logprobs": 1}
+
+    def first(extra: dict) -> int:
+        r = client.post("/v1/completions", json={**body, **extra})
+        assert r.status_code == 200, r.text[:300]
+        return r.json()["choices"][0]["logprobs"]["content"][0]["id"]
+
+    greedy = first({})
+    assert first({"logit_bias": [[greedy, False]]}) != greedy
+    assert first({"logit_bias": {str(greedy): 0}}) == greedy
+    for extra in ({"mirostat": 2}, {"mirostat": 1, "mirostat_tau": 3}, {"dry_multiplier": 0.8, "xtc_probability": 0.5,
+                                                                      "top_n_sigma": 2, "typical_p": 0.9}):
+        req = {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0.9, "seed": 11, **extra}
+        texts = [client.post("/v1/completions", json=req).json()["choices"][0]["text"] for _ in range(2)]
+        assert texts[0] == texts[1]

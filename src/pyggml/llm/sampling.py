@@ -287,9 +287,10 @@ class Sampler:
         self.history: deque[int] = deque(maxlen=max(p.penalty_last_n, 0) or None)
         self.dry = self._make_dry(vocab)
         self.xtc_rng = MT19937(self._seed())
-        n_vocab = vocab.n_tokens if vocab is not None else 0
-        self.mirostat = (_ext.Mirostat(p.mirostat, n_vocab, p.mirostat_tau, p.mirostat_eta,
-                                       MT19937(self._seed())) if p.mirostat else None)
+        self.mirostat = None
+        if p.mirostat:  # without the vocabulary, the logits' length is its size
+            n_vocab = vocab.n_tokens if vocab is not None else 0
+            self.mirostat = _ext.Mirostat(p.mirostat, n_vocab, p.mirostat_tau, p.mirostat_eta, MT19937(self._seed()))
         self.stages: list[Stage] = [self._stage(name) for name in p.samplers]
 
     def _seed(self) -> int:

@@ -12,6 +12,8 @@ an ``http.disconnect`` cancels the task, so the engine frees the slot at its nex
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,12 +27,13 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ..llm.chat import ChatTemplateError
-from ..llm.sampling import LLAMA_DEFAULT_SEED, SamplingParams
+from ..llm.sampling import LLAMA_DEFAULT_SEED, SamplingParams, samplers_from_chars, samplers_from_names
 from ..llm.tokenizer.errors import TokenizeError
 from . import metrics, oai
 from .engine import DoneEvent, Engine, ErrorEvent, Task, TaskParams, TokenEvent
 from .errors import APIError, ErrorType, error_body
 from .schemas import (
+    FLT_MAX,
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
@@ -159,6 +162,10 @@ async def get_slots(request: Request, state: ServerState) -> Response:
                          "n_prompt_tokens_cache": s.n_cached,
                          "params": {"n_predict": p.n_predict, "temperature": p.sampling.temp,
                                     "top_k": p.sampling.top_k, "top_p": p.sampling.top_p, "min_p": p.sampling.min_p,
+                                    "typical_p": p.sampling.typ_p, "top_n_sigma": p.sampling.top_n_sigma,
+                                    "xtc_probability": p.sampling.xtc_probability,
+                                    "dry_multiplier": p.sampling.dry_multiplier, "mirostat": p.sampling.mirostat,
+                                    "samplers": list(p.sampling.samplers),
                                     "seed": p.sampling.seed, "stop": p.stop, "n_probs": p.n_probs,
                                     "cache_prompt": p.cache_prompt},
                          "next_token": [{"has_next_token": s.is_processing, "has_new_line": False,
@@ -221,9 +228,11 @@ def _check_ids(tokens: list[int], n_vocab: int) -> None:
 
 
 # ---------------------------------------------------------------------- completions
-def task_params(req: GenerationParams, n_probs: int, defaults: dict[str, Any] | None = None) -> TaskParams:
+def task_params(req: GenerationParams, n_probs: int, defaults: dict[str, Any] | None = None,
+                vocab: Any = None) -> TaskParams:
     """The task's parameters: the request's fields, and for those it leaves out the server's defaults
-    (its --temp, --top-k, ... -n flags, as llama-server's command-line sampling settings)."""
+    (its --temp, --top-k, ... -n flags, as llama-server's command-line sampling settings). ``vocab``
+    checks and tokenizes ``logit_bias`` (without it, ``logit_bias`` is refused)."""
     if req.n != 1:
         raise APIError("Only one completion choice is allowed")
     d = defaults or {}
@@ -234,14 +243,73 @@ def task_params(req: GenerationParams, n_probs: int, defaults: dict[str, Any] | 
 
     seed = pick("seed")
     seed = LLAMA_DEFAULT_SEED if seed is None or seed < 0 else seed & 0xFFFFFFFF
+    base = SamplingParams()
+    dry_base = pick("dry_base")
+    breakers = req.dry_sequence_breakers if req.dry_sequence_breakers is not None else \
+        d.get("dry_sequence_breakers", base.dry_sequence_breakers)
+    bias = _logit_bias(req.logit_bias, vocab) if req.logit_bias is not None else d.get("logit_bias", ())
     sp = SamplingParams(seed=seed, top_k=pick("top_k"), top_p=pick("top_p"), min_p=pick("min_p"),
                         temp=pick("temperature"), penalty_last_n=pick("repeat_last_n"),
-                        penalty_repeat=pick("repeat_penalty"), penalty_freq=req.frequency_penalty,
-                        penalty_present=req.presence_penalty)
+                        penalty_repeat=pick("repeat_penalty"), penalty_freq=pick("frequency_penalty"),
+                        penalty_present=pick("presence_penalty"), typ_p=pick("typical_p"),
+                        top_n_sigma=pick("top_n_sigma"), xtc_probability=pick("xtc_probability"),
+                        xtc_threshold=pick("xtc_threshold"), dry_multiplier=pick("dry_multiplier"),
+                        dry_base=dry_base if dry_base >= 1.0 else d.get("dry_base", base.dry_base),
+                        dry_allowed_length=pick("dry_allowed_length"), dry_penalty_last_n=pick("dry_penalty_last_n"),
+                        dry_sequence_breakers=tuple(breakers), mirostat=pick("mirostat"),
+                        mirostat_tau=pick("mirostat_tau"), mirostat_eta=pick("mirostat_eta"),
+                        min_keep=req.min_keep, logit_bias=tuple(bias),
+                        samplers=_samplers(req.samplers) if req.samplers is not None else
+                        d.get("samplers", base.samplers))
     n_predict = req.n_predict_value(d.get("n_predict", -1))
     stop = req.stop_list()
     return TaskParams(n_predict=n_predict, sampling=sp, stop=stop, stops=StopSet(stop), n_probs=n_probs,
                       cache_prompt=req.cache_prompt, ignore_eos=req.ignore_eos)
+
+
+def _samplers(value: list[str] | str) -> tuple[str, ...]:
+    """``samplers``: llama.cpp's names, or a string of their letters; an unknown one is a 400 naming it."""
+    try:
+        return samplers_from_chars(value) if isinstance(value, str) else samplers_from_names(value)
+    except ValueError as e:
+        raise APIError(f"'samplers': {e}") from None
+
+
+def _logit_bias(value: list[Any] | dict[str, Any], vocab: Any) -> list[tuple[int, float]]:
+    """``logit_bias`` as llama-server reads it: ``[[token, bias], ...]`` or ``{"token": bias}``, a token being
+    an id or a text (each of its tokens gets the bias), a bias a number or ``false`` (banned). Unlike
+    llama-server, which skips what it cannot read, a bad entry is a 400 naming it."""
+    if vocab is None:
+        raise APIError("'logit_bias' is not supported here", ErrorType.NOT_SUPPORTED)
+    pairs = value.items() if isinstance(value, dict) else value
+    out: list[tuple[int, float]] = []
+    for i, entry in enumerate(pairs):
+        if not isinstance(value, dict) and (not isinstance(entry, list) or len(entry) != 2):
+            raise APIError(f"'logit_bias' entry {i} must be a [token, bias] pair, got {json_preview(entry)}")
+        key, bias = entry
+        if bias is False:
+            b = -math.inf
+        elif isinstance(bias, int | float) and not isinstance(bias, bool) and math.isfinite(bias):
+            b = float(min(max(bias, -FLT_MAX), FLT_MAX))
+        else:
+            raise APIError(f"'logit_bias' entry {i}: the bias must be a finite number or false, got "
+                           f"{json_preview(bias)}")
+        if isinstance(value, dict) and key.lstrip("-").isdigit():
+            key = int(key)
+        if isinstance(key, int) and not isinstance(key, bool):
+            if not 0 <= key < vocab.n_tokens:
+                raise APIError(f"'logit_bias' entry {i}: token {key} is not in the vocabulary "
+                               f"(ids 0 to {vocab.n_tokens - 1})")
+            out.append((key, b))
+        elif isinstance(key, str):
+            out += [(t, b) for t in vocab.tokenize(key, add_special=False, parse_special=False)]
+        else:
+            raise APIError(f"'logit_bias' entry {i}: the token must be an id or a text, got {json_preview(key)}")
+    return out
+
+
+def json_preview(v: Any) -> str:
+    return json.dumps(v)[:60] if isinstance(v, str | int | float | bool | type(None)) else type(v).__name__
 
 
 async def completions(request: Request, state: ServerState) -> Response:
@@ -284,7 +352,8 @@ async def chat_completions(request: Request, state: ServerState) -> Response:
 
 async def _run(request: Request, state: ServerState, req: GenerationParams, tokens: list[int], n_probs: int,
                chat: bool) -> Response:
-    params = await anyio.to_thread.run_sync(task_params, req, n_probs, state.defaults)  # compiles the stop list
+    # compiles the stop list, tokenizes logit_bias texts
+    params = await anyio.to_thread.run_sync(task_params, req, n_probs, state.defaults, state.vocab)
     task = Task(tokens, params)
     state.engine.submit(task)
     fmt = oai.Formatter(chat, req.model or state.model_name)

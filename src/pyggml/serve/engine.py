@@ -341,7 +341,7 @@ class Engine:
         s.cached = task.tokens[:n_keep]
         s.n_cached = n_keep
         self.stats.n_prompt_cached += n_keep
-        s.sampler = Sampler(task.params.sampling)
+        s.sampler = Sampler(task.params.sampling, self.vocab)
         for t in task.tokens:
             s.sampler.accept(t)
         s.stop = StopMatcher(task.params.stops if task.params.stops is not None else task.params.stop)

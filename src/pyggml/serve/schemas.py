@@ -36,7 +36,13 @@ def _at_least(lo: float) -> AfterValidator:
     return AfterValidator(lambda v: max(v, lo))
 
 
+def _within(lo: float, hi: float) -> AfterValidator:
+    """llama-server's set_limits on both sides: clamped into [lo, hi]."""
+    return AfterValidator(lambda v: min(max(v, lo), hi))
+
+
 F32 = Annotated[float, AfterValidator(_f32)]
+Probability = Annotated[F32, _within(0.0, 1.0)]
 
 
 class StreamOptions(BaseModel):
@@ -68,6 +74,25 @@ class GenerationParams(BaseModel):
     n: Annotated[int, Field(ge=1)] = 1
     cache_prompt: bool = True
     ignore_eos: bool = False
+    # llama.cpp's other samplers, as llama-server names and limits them (server-schema.cpp)
+    typical_p: F32 = 1.0
+    top_n_sigma: F32 = -1.0
+    xtc_probability: Probability = 0.0
+    xtc_threshold: Probability = 0.1
+    dry_multiplier: F32 = 0.0
+    dry_base: F32 = 1.75  # below 1: the server's default, as llama-server
+    dry_allowed_length: Annotated[int, Field(ge=0)] = 2
+    dry_penalty_last_n: Annotated[int, Field(ge=0)] = 64
+    dry_sequence_breakers: Annotated[list[Annotated[str, Field(max_length=MAX_STOP_CHARS)]],
+                                     Field(min_length=1, max_length=MAX_STOP_WORDS)] | None = None
+    mirostat: Annotated[int, _within(0, 2)] = 0
+    mirostat_tau: F32 = 5.0
+    mirostat_eta: F32 = 0.1
+    min_keep: Annotated[int, Field(ge=0)] = 0
+    #: [[token id or text, bias or false], ...] or {"token id or text": bias or false}; false bans the token
+    logit_bias: list[Any] | dict[str, Any] | None = None
+    #: llama.cpp's sampler names in order, or one string of their letters ("edskypmxt")
+    samplers: list[str] | str | None = None
 
     @field_validator("stop")
     @classmethod
