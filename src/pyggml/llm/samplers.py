@@ -189,28 +189,18 @@ def dry_breakers(vocab: Any, breakers: Iterable[str]) -> dict[int, list[tuple[in
     """The sequence breakers as llama.cpp's get_overlapping_token_sequences makes them: for every token
     whose text holds a breaker, an empty tail (a one-token breaker); for every token whose text ends with
     a proper prefix of a breaker, the tokens of the rest of the breaker (at most 20)."""
-    key = (id(vocab), tuple(breakers))
-    hit = _BREAKERS.get(key)
-    if hit is None or hit[0] is not vocab:  # an id may be reused once its vocabulary is gone
-        if len(_BREAKERS) >= 8:
-            _BREAKERS.pop(next(iter(_BREAKERS)))
-        hit = _BREAKERS[key] = (vocab, _dry_breakers(vocab, key[1]))
-    return hit[1]
-
-
-#: the breakers of the last vocabularies seen: a server builds a DRY sampler per request, and scanning a
-#: 150k-token vocabulary takes a second
-_BREAKERS: dict[tuple[int, tuple[str, ...]], tuple[Any, dict[int, list[tuple[int, ...]]]]] = {}
-
-
-def _dry_breakers(vocab: Any, breakers: tuple[str, ...]) -> dict[int, list[tuple[int, ...]]]:
-    words = [vocab.detokenize_bytes([t], remove_special=False, unparse_special=True) for t in range(vocab.n_tokens)]
+    words, blob, starts = _vocab_texts(vocab)
     out: dict[int, list[tuple[int, ...]]] = {}
     for text in breakers:
         brk = text.encode("utf-8")[:DRY_MAX_CHAR_LEN]
         if not brk:
             continue
-        for tok, word in enumerate(words):
+        # only tokens holding the breaker's first byte can hold or begin it: find them in the joined texts
+        hits = np.frombuffer(blob, dtype=np.uint8) == brk[0]
+        toks = np.unique(np.searchsorted(starts, np.nonzero(hits)[0], side="right") - 1)
+        tails: dict[int, tuple[int, ...]] = {}  # the rest of the breaker after n bytes, tokenized once
+        for tok in toks.tolist():
+            word = words[tok]
             if brk in word:
                 out.setdefault(tok, []).append(())
                 continue
@@ -218,13 +208,33 @@ def _dry_breakers(vocab: Any, breakers: tuple[str, ...]) -> dict[int, list[tuple
             while pos >= 0:
                 n = min(len(brk), len(word) - pos)
                 if word[pos:pos + n] == brk[:n]:
-                    tail = tuple(vocab.tokenize(brk[n:].decode("utf-8", "replace"), add_special=False,
-                                                parse_special=False)[:DRY_MAX_SEQ_LEN])
+                    tail = tails.get(n)
+                    if tail is None:
+                        tail = tails[n] = tuple(vocab.tokenize(brk[n:].decode("utf-8", "replace"), add_special=False,
+                                                               parse_special=False)[:DRY_MAX_SEQ_LEN])
                     seqs = out.setdefault(tok, [])
                     if tail not in seqs:
                         seqs.append(tail)
                 pos = word.find(brk[:1], pos + 1)
     return out
+
+
+def _vocab_texts(vocab: Any) -> tuple[list[bytes], bytes, np.ndarray]:
+    """Every token's text (llama_vocab::detokenize of the token alone, specials rendered), joined, and
+    where each starts in the joined bytes; kept for the last vocabularies seen (a server builds a DRY
+    sampler per request, and detokenizing a 262k-token vocabulary takes most of a second)."""
+    hit = _TEXTS.get(id(vocab))
+    if hit is None or hit[0] is not vocab:  # an id may be reused once its vocabulary is gone
+        words = [vocab.detokenize_bytes([t], remove_special=False, unparse_special=True)
+                 for t in range(vocab.n_tokens)]
+        starts = np.cumsum([0] + [len(w) for w in words[:-1]], dtype=np.int64)
+        if len(_TEXTS) >= 4:
+            _TEXTS.pop(next(iter(_TEXTS)))
+        hit = _TEXTS[id(vocab)] = (vocab, (words, b"".join(words), starts))
+    return hit[1]
+
+
+_TEXTS: dict[int, tuple[Any, tuple[list[bytes], bytes, np.ndarray]]] = {}
 
 
 class Dry:

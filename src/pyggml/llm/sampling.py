@@ -164,22 +164,37 @@ class MT19937:
 
 
 def penalties(c: Candidates, history: deque[int], p: SamplingParams) -> None:
+    """llama_sampler_penalties: repeat, frequency and presence penalties on the tokens of ``history``."""
     if p.penalty_last_n == 0 or (p.penalty_repeat == 1.0 and p.penalty_freq == 0.0 and p.penalty_present == 0.0):
         return
     counts = Counter(history)
     if not counts:
         return
-    pos = {int(t): i for i, t in enumerate(c.ids)} if c.sorted else None
-    for tok, n in counts.items():
-        i = pos.get(tok) if pos is not None else (tok if 0 <= tok < c.logits.size else None)
-        if i is None:
-            continue
-        v = c.logits[i]
-        with np.errstate(over="ignore"):  # huge penalties overflow to -inf in float32, as in llama.cpp
-            v = v * p.penalty_repeat if v <= 0 else v / p.penalty_repeat
-            f32 = np.float32
-            c.logits[i] = v - (f32(n) * f32(p.penalty_freq) + f32(n > 0) * f32(p.penalty_present))
+    toks = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
+    n = np.fromiter(counts.values(), dtype=np.float32, count=len(counts))
+    idx = _positions(c, toks)
+    found = idx >= 0
+    idx, n = idx[found], n[found]
+    f32 = np.float32
+    with np.errstate(over="ignore"):  # huge penalties overflow to -inf in float32, as in llama.cpp
+        v = c.logits[idx]
+        v = np.where(v <= 0, v * f32(p.penalty_repeat), v / f32(p.penalty_repeat)).astype(f32)
+        c.logits[idx] = v - (n * f32(p.penalty_freq) + f32(1.0) * f32(p.penalty_present)).astype(f32)
     c.sorted = False
+
+
+def _positions(c: Candidates, toks: np.ndarray) -> np.ndarray:
+    """Where each token of ``toks`` is among the candidates (-1: not there). Candidates still in
+    vocabulary order are indexed directly, as llama.cpp's samplers do; others are searched."""
+    size = c.ids.size
+    inside = (toks >= 0) & (toks < size)
+    idx = np.where(inside, toks, 0)
+    direct = inside & (c.ids[idx] == toks) if size else inside
+    if direct.all():
+        return idx
+    where = {int(t): i for i, t in enumerate(c.ids.tolist())}
+    return np.array([i if d else where.get(int(t), -1) for i, d, t in zip(idx.tolist(), direct, toks.tolist(),
+                                                                           strict=True)], dtype=np.int64)
 
 
 def top_k(c: Candidates, k: int) -> None:
@@ -275,23 +290,31 @@ def dist(c: Candidates, rng: MT19937) -> int:
 Stage = Callable[[Candidates], None]
 
 
+def dry_enabled(p: SamplingParams) -> bool:
+    """llama_sampler_init_dry's test: otherwise DRY is an empty sampler."""
+    return p.dry_multiplier != 0.0 and p.dry_base >= 1.0 and p.dry_penalty_last_n > 0
+
+
 class Sampler:
     """The common sampler chain; ``sample(logits)`` picks a token, ``accept(token)`` records it.
 
-    ``vocab`` is needed only for DRY's sequence breakers (their tokens) and mirostat's vocabulary size."""
+    ``vocab`` is needed only for DRY's sequence breakers (their tokens) and mirostat's vocabulary size;
+    ``dry_breakers``, the breakers already tokenized (samplers.dry_breakers), spares the vocabulary scan."""
 
-    def __init__(self, params: SamplingParams | None = None, vocab: Any = None) -> None:
+    def __init__(self, params: SamplingParams | None = None, vocab: Any = None,
+                 dry_breakers: dict[int, list[tuple[int, ...]]] | None = None) -> None:
         self.params = p = params or SamplingParams()
         self.seed = self._seed()
         self.rng = MT19937(self.seed)
         self.history: deque[int] = deque(maxlen=max(p.penalty_last_n, 0) or None)
-        self.dry = self._make_dry(vocab)
+        self.dry = self._make_dry(vocab, dry_breakers)
         self.xtc_rng = MT19937(self._seed())
         self.mirostat = None
         if p.mirostat:  # without the vocabulary, the logits' length is its size
             n_vocab = vocab.n_tokens if vocab is not None else 0
             self.mirostat = _ext.Mirostat(p.mirostat, n_vocab, p.mirostat_tau, p.mirostat_eta, MT19937(self._seed()))
         self.stages: list[Stage] = [self._stage(name) for name in p.samplers]
+        self._greedy_only = self._greedy()
 
     def _seed(self) -> int:
         """The seed, or (LLAMA_DEFAULT_SEED) a random one: every RNG of the chain gets its own then, as
@@ -299,17 +322,16 @@ class Sampler:
         seed = self.params.seed
         return seed if seed != LLAMA_DEFAULT_SEED else random.SystemRandom().getrandbits(32)
 
-    def _make_dry(self, vocab: Any) -> _ext.Dry | None:
+    def _make_dry(self, vocab: Any, breakers: dict[int, list[tuple[int, ...]]] | None) -> _ext.Dry | None:
         p = self.params
-        if not (p.dry_multiplier != 0.0 and p.dry_base >= 1.0 and p.dry_penalty_last_n > 0):
+        if not dry_enabled(p):
             return None
-        breakers: dict[int, list[tuple[int, ...]]] = {}
-        if p.dry_sequence_breakers:
+        if breakers is None and p.dry_sequence_breakers:
             if vocab is None:
                 raise ValueError("DRY's sequence breakers are strings: the sampler needs the vocabulary to tokenize "
                                  "them (or give dry_sequence_breakers=())")
             breakers = _ext.dry_breakers(vocab, p.dry_sequence_breakers)
-        return _ext.Dry(p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n, breakers)
+        return _ext.Dry(p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n, breakers or {})
 
     def _stage(self, name: str) -> Stage:
         p = self.params
@@ -349,7 +371,7 @@ class Sampler:
             self.dry.accept(token)
 
     def sample(self, logits: np.ndarray) -> int:
-        if self._greedy():
+        if self._greedy_only:
             return greedy(logits)
         return self.sample_candidates(Candidates(logits))
 

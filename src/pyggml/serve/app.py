@@ -27,7 +27,14 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ..llm.chat import ChatTemplateError
-from ..llm.sampling import LLAMA_DEFAULT_SEED, SamplingParams, samplers_from_chars, samplers_from_names
+from ..llm.samplers import dry_breakers
+from ..llm.sampling import (
+    LLAMA_DEFAULT_SEED,
+    SamplingParams,
+    dry_enabled,
+    samplers_from_chars,
+    samplers_from_names,
+)
 from ..llm.tokenizer.errors import TokenizeError
 from . import metrics, oai
 from .engine import DoneEvent, Engine, ErrorEvent, Task, TaskParams, TokenEvent
@@ -263,8 +270,10 @@ def task_params(req: GenerationParams, n_probs: int, defaults: dict[str, Any] | 
                         d.get("samplers", base.samplers))
     n_predict = req.n_predict_value(d.get("n_predict", -1))
     stop = req.stop_list()
+    # DRY's breakers are tokenized here, in the request's thread, not by the engine between two decodes
+    breakers = dry_breakers(vocab, sp.dry_sequence_breakers) if dry_enabled(sp) and vocab is not None else None
     return TaskParams(n_predict=n_predict, sampling=sp, stop=stop, stops=StopSet(stop), n_probs=n_probs,
-                      cache_prompt=req.cache_prompt, ignore_eos=req.ignore_eos)
+                      cache_prompt=req.cache_prompt, ignore_eos=req.ignore_eos, dry_breakers=breakers)
 
 
 def _samplers(value: list[str] | str) -> tuple[str, ...]:

@@ -46,6 +46,7 @@ class TaskParams:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: list[str] = field(default_factory=list)
     stops: StopSet | None = None  # ``stop`` compiled (by the HTTP side, so the engine thread never waits on it)
+    dry_breakers: dict[int, list[tuple[int, ...]]] | None = None  # DRY's breakers tokenized (likewise)
     n_probs: int = 0
     cache_prompt: bool = True
     ignore_eos: bool = False
@@ -341,7 +342,7 @@ class Engine:
         s.cached = task.tokens[:n_keep]
         s.n_cached = n_keep
         self.stats.n_prompt_cached += n_keep
-        s.sampler = Sampler(task.params.sampling, self.vocab)
+        s.sampler = Sampler(task.params.sampling, self.vocab, task.params.dry_breakers)
         for t in task.tokens:
             s.sampler.accept(t)
         s.stop = StopMatcher(task.params.stops if task.params.stops is not None else task.params.stop)

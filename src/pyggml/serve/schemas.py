@@ -22,6 +22,7 @@ T = TypeVar("T", bound="BaseModel")
 #: these bounds keep under ~0.1 s (OpenAI's API allows 4 stop strings).
 MAX_STOP_WORDS = 256
 MAX_STOP_CHARS = 512
+MAX_DRY_BREAKERS = 32
 FLT_MAX = 3.4028234663852886e38  # sampling values are float32 in llama.cpp
 
 
@@ -83,8 +84,9 @@ class GenerationParams(BaseModel):
     dry_base: F32 = 1.75  # below 1: the server's default, as llama-server
     dry_allowed_length: Annotated[int, Field(ge=0)] = 2
     dry_penalty_last_n: Annotated[int, Field(ge=0)] = 64
+    #: llama.cpp cuts each to 40 bytes; each is looked for in every token's text, hence the bound on their number
     dry_sequence_breakers: Annotated[list[Annotated[str, Field(max_length=MAX_STOP_CHARS)]],
-                                     Field(min_length=1, max_length=MAX_STOP_WORDS)] | None = None
+                                     Field(min_length=1, max_length=MAX_DRY_BREAKERS)] | None = None
     mirostat: Annotated[int, _within(0, 2)] = 0
     mirostat_tau: F32 = 5.0
     mirostat_eta: F32 = 0.1
