@@ -148,7 +148,7 @@ def test_stop_matching_costs_the_new_text_whatever_the_list() -> None:
         return time.perf_counter() - t
 
     small, big = min(cost(["0001ab"]) for _ in range(3)), min(cost(words) for _ in range(3))
-    assert big < 5 * small + 0.01, (small, big)
+    assert big < 5 * small + 0.05, (small, big)  # the old matcher: ~2.7 s here
 
 
 def test_stop_matcher_agrees_with_a_plain_search() -> None:

@@ -19,7 +19,6 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..tempfiles import temp_beside
 from ..types import GGMLType, GGMLTypeError, as_type
 from .constants import (
     GGML_MAX_DIMS,
@@ -35,6 +34,7 @@ from .context import GGUFContext
 from .errors import GGUFError, GGUFTypeError
 from .reader import GGUFReader
 from .records import GGUFKV, StringArray, TensorInfo, encode_str, ggml_n_dims
+from .tempfiles import temp_beside
 
 #: tensor data: an array or bytes now, or a callable returning them / an iterable of chunks later
 TensorSource = np.ndarray | bytes | bytearray | memoryview | Callable[[], Any] | Iterable[Any]

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..backend.api import backend_tensor_get, backend_tensor_set
 from ..errors import PyGGMLError
-from ..tempfiles import temp_beside
+from ..gguf.tempfiles import temp_beside
 from ..tensor import Tensor
 from .kv_cache import KVCache, seq_bit
 

@@ -169,7 +169,7 @@ def save_imatrix_legacy(im: IMatrix, path: str | os.PathLike[str], dataset: str 
     size rounded up, and ``sum / count * ncall`` per value (1 where a matrix got no rows); then the chunk
     count and ``dataset`` (llama-imatrix writes its ``-f`` file, else the last loaded dataset).
     """
-    from ..tempfiles import temp_beside
+    from ..gguf.tempfiles import temp_beside
 
     chunk = max(1, im.chunk_size)
     parts: list[bytes] = []

@@ -5,7 +5,8 @@ over the target when complete. A writer killed with SIGKILL (or by a power cut) 
 temporary file, which for a quantized model is hundreds of MB; so each new write to the same target
 first removes the temporary files of writers whose process is gone. The process id in the name is
 what makes that safe: a temporary file of a live process (another writer of the same target right
-now) is never touched.
+now) is never touched. (In gguf/, the lowest layer that writes files: the GGUF writer, and llm's state
+files and quantize's imatrix above it, use it.)
 """
 
 from __future__ import annotations
