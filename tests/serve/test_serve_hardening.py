@@ -118,6 +118,87 @@ def test_tokenize_work_of_a_client_that_left_is_dropped(served: tuple[TestClient
     assert anyio.run(run) == 0
 
 
+def test_tokenizing_goes_by_pieces_stops_early_and_stays_exact(served: tuple[TestClient, Any]) -> None:
+    """Text is tokenized by growing prefixes: the same tokens as one call when it fits a slot; given up on
+    once a prefix has more tokens than a slot holds (never tokenizing the whole); and stopped between two
+    pieces when the client goes (the 8 MB texts' clients had left after 3 s, the server worked ~110 s)."""
+    from pyggml.serve.tokenwork import FIRST_PREFIX, ClientGone, tokenize_bounded
+
+    vocab = served[1].vocab
+    seen: list[int] = []
+
+    class Recording:
+        def tokenize(self, text: str, **kw: Any) -> list[int]:
+            seen.append(len(text))
+            return vocab.tokenize(text, **kw)
+
+    text = "The quick brown fox, naturally, jumps.\n" * (FIRST_PREFIX // 10)
+    whole = vocab.tokenize(text, add_special=True, parse_special=True)
+    assert tokenize_bounded(Recording(), text, len(whole), lambda: False, True, True) == whole
+    assert seen == [FIRST_PREFIX, len(text)]  # a piece, then the whole
+    seen.clear()
+    assert tokenize_bounded(Recording(), text, 500, lambda: False, True, True) is None
+    assert seen == [FIRST_PREFIX]  # the first prefix already has too many tokens
+    seen.clear()
+    calls = iter([False, True])
+    with pytest.raises(ClientGone):
+        tokenize_bounded(Recording(), text, len(whole), lambda: next(calls), True, True)
+    assert seen == [FIRST_PREFIX]
+
+
+def test_a_client_leaving_mid_tokenization_stops_it(served: tuple[TestClient, Any],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server side of the pieces: the disconnect watcher stops the work at its next piece (499)."""
+    import threading
+
+    import anyio
+
+    from pyggml.serve import app as app_mod
+    from pyggml.serve import tokenwork
+
+    monkeypatch.setattr(tokenwork, "FIRST_PREFIX", 64)  # pieces on a short text
+    state = served[1]
+    real, left, calls = state.vocab, threading.Event(), []
+
+    class LeavesDuringWork:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def tokenize(self, *a: Any, **k: Any) -> list[int]:
+            calls.append(1)
+            left.set()  # the client goes while this piece is tokenized
+            time.sleep(0.3)
+            return real.tokenize(*a, **k)
+
+    async def run() -> list[dict]:
+        body = json.dumps({"content": "hello world " * 100}).encode()
+        state_ = {"sent": False}
+
+        async def receive() -> dict:
+            if not state_["sent"]:
+                state_["sent"] = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            while not left.is_set():
+                await anyio.sleep(0.01)
+            return {"type": "http.disconnect"}
+
+        out: list[dict] = []
+
+        async def send(msg: dict) -> None:
+            out.append(msg)
+
+        scope = {"type": "http", "method": "POST", "path": "/tokenize", "query_string": b"", "root_path": "",
+                 "headers": [(b"content-type", b"application/json")], "scheme": "http", "server": ("t", 80),
+                 "client": ("c", 1), "http_version": "1.1", "asgi": {"version": "3.0"}}
+        monkeypatch.setattr(state, "vocab", LeavesDuringWork())
+        await app_mod.create_app(state)(scope, receive, send)
+        monkeypatch.setattr(state, "vocab", real)
+        return out
+
+    out = anyio.run(run)
+    assert len(calls) == 1 and out[0]["status"] == 499
+
+
 def test_stop_list_is_bounded_with_a_400_naming_the_field(client: TestClient) -> None:
     """10,000 stop strings of 400 characters slowed every slot fourfold; now refused, as is one huge string."""
     from pyggml.serve.schemas import MAX_STOP_CHARS, MAX_STOP_WORDS

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from .schemas import (
     parse,
 )
 from .textstop import StopSet
+from .tokenwork import ClientGone, tokenize_bounded
 
 PUBLIC_PATHS = {"/health", "/v1/health"}  # no API key needed (llama-server's public endpoints)
 
@@ -108,17 +110,40 @@ def _authenticate(request: Request, keys: list[str]) -> None:
         raise APIError("Invalid API Key", ErrorType.AUTHENTICATION)
 
 
-class ClientGone(Exception):
-    """The client disconnected before its work started: the work is skipped."""
+async def tokenize_text(request: Request, state: ServerState, work: Callable[[Callable[[], bool]], Any]) -> Any:
+    """Run ``work(cancelled)`` (tokenizing bounded text, see tokenwork.py) in a worker thread, one at a
+    time; skipped when the client has gone while it waited for its turn, stopped at its next piece when
+    the client goes during it."""
+    gone = threading.Event()
+    outcome: dict[str, Any] = {}
 
+    def run() -> None:  # the work's error is raised out here, not from inside the watcher's task group
+        try:
+            outcome["value"] = work(gone.is_set)
+        except Exception as e:
+            outcome["error"] = e
 
-async def tokenize_text(request: Request, state: ServerState, work: Callable[[], Any]) -> Any:
-    """Run ``work`` (tokenizing bounded text) in a worker thread, one at a time; skipped when the
-    client has gone while it waited for its turn."""
     async with state.tokenize_lock:
         if await request.is_disconnected():
             raise ClientGone
-        return await anyio.to_thread.run_sync(work)
+        async with _watch_disconnect(request.receive, gone.set):
+            await anyio.to_thread.run_sync(run)
+    if "error" in outcome:
+        raise outcome["error"]
+    if "value" not in outcome:  # the watcher cancelled the wait: the client is gone
+        raise ClientGone
+    return outcome["value"]
+
+
+def _prompt_tokens(vocab: Any, text: str, state: ServerState, cancelled: Callable[[], bool]) -> list[int]:
+    """A prompt's tokens, refused (as llama-server refuses them) once they prove more than a slot holds."""
+    _check_prompt_bytes(text, state)
+    limit = state.engine.n_slot_ctx - 1
+    tokens = tokenize_bounded(vocab, text, limit, cancelled, add_special=True, parse_special=True)
+    if tokens is None:
+        raise APIError(f"request (more than {limit} tokens) exceeds the available context size "
+                       f"({state.engine.n_slot_ctx} tokens), try increasing it", ErrorType.EXCEED_CONTEXT_SIZE)
+    return tokens
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -184,9 +209,16 @@ async def get_slots(request: Request, state: ServerState) -> Response:
 async def tokenize(request: Request, state: ServerState) -> Response:
     req = parse(await read_body(request, state.max_body), TokenizeRequest)
     _check_text_bytes(req.content, "content", state)
-    vocab = state.vocab
-    toks = await tokenize_text(request, state, lambda: vocab.tokenize(req.content, add_special=req.add_special,
-                                                                      parse_special=req.parse_special))
+    vocab, limit = state.vocab, state.engine.n_slot_ctx
+
+    def work(cancelled: Callable[[], bool]) -> list[int]:
+        toks = tokenize_bounded(vocab, req.content, limit, cancelled, req.add_special, req.parse_special)
+        if toks is None:
+            raise APIError(f"'content' has more than {limit} tokens, the context of a slot: this server tokenizes "
+                           "no more than it could take as a prompt")
+        return toks
+
+    toks = await tokenize_text(request, state, work)
     if not req.with_pieces:
         return JSONResponse({"tokens": toks})
     pieces = []
@@ -330,11 +362,8 @@ async def completions(request: Request, state: ServerState) -> Response:
                            ErrorType.NOT_SUPPORTED)
         prompt = prompt[0]
     if isinstance(prompt, str):
-        text = prompt
-        _check_prompt_bytes(text, state)
-        vocab = state.vocab
-        tokens = await tokenize_text(request, state, lambda: vocab.tokenize(text, add_special=True,
-                                                                            parse_special=True))
+        text, vocab = prompt, state.vocab
+        tokens = await tokenize_text(request, state, lambda cancelled: _prompt_tokens(vocab, text, state, cancelled))
     else:
         tokens = list(prompt)
         _check_ids(tokens, state.vocab.n_tokens)
@@ -347,13 +376,12 @@ async def chat_completions(request: Request, state: ServerState) -> Response:
         raise APIError(state.template_error, ErrorType.NOT_SUPPORTED)
     messages = [{"role": m.role, "content": m.text()} for m in req.messages]
 
-    def render() -> list[int]:
+    def render(cancelled: Callable[[], bool]) -> list[int]:
         try:
             text = state.template.render(messages, add_generation_prompt=True)
         except ChatTemplateError as e:
             raise APIError(str(e)) from None
-        _check_prompt_bytes(text, state)
-        return state.vocab.tokenize(text, add_special=True, parse_special=True)
+        return _prompt_tokens(state.vocab, text, state, cancelled)
 
     tokens = await tokenize_text(request, state, render)
     return await _run(request, state, req, tokens, req.n_probs_value(), chat=True)
