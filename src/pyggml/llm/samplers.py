@@ -139,8 +139,9 @@ class Mirostat:
             raise ValueError(f"mirostat version must be 1 or 2, got {version}")
         self.version = version
         self.n_vocab = n_vocab
-        self.tau, self.eta, self.m = _F32(tau), _F32(eta), m
-        self.mu = _F32(2.0) * self.tau
+        with np.errstate(over="ignore"):
+            self.tau, self.eta, self.m = _F32(tau), _F32(eta), m
+            self.mu = _F32(2.0) * self.tau
         self.rng = rng
 
     def sample(self, c: Candidates) -> int:

@@ -373,7 +373,9 @@ class Sampler:
     def sample(self, logits: np.ndarray) -> int:
         if self._greedy_only:
             return greedy(logits)
-        return self.sample_candidates(Candidates(logits))
+        # float32 as in C: extreme parameters overflow to inf (or make NaNs) silently, never a numpy warning
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            return self.sample_candidates(Candidates(logits))
 
     def sample_candidates(self, c: Candidates) -> int:
         """The whole chain on ``c``; afterwards ``c`` holds the last candidates, their probabilities and
