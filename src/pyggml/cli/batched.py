@@ -58,8 +58,9 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"the sequences need {n_kv_req} cells (prompts + {n_pred} tokens x {n_par}) but -c is {n_ctx}")
     n_batch = max(n_par, sum(len(p) for p in prompts))
     ctx = make_context(args, model, n_ctx=n_ctx, n_seq_max=n_par, n_batch=n_batch)
-    base = sampler_from_args(args)
-    samplers = [Sampler(dataclasses.replace(base.params, seed=(base.seed + i) & 0xFFFFFFFF)) for i in range(n_par)]
+    base = sampler_from_args(args, vocab)
+    samplers = [Sampler(dataclasses.replace(base.params, seed=(base.seed + i) & 0xFFFFFFFF), vocab)
+                for i in range(n_par)]
     t0 = time.perf_counter()
     # prompts: the first sequence of each prompt decodes it, the others share its cells
     owner = {k: seq_prompt.index(k) for k in range(len(prompts)) if k in seq_prompt}

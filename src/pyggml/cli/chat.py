@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     model, vocab, ctx = load_model_and_context(args, CHAT_MODEL)
     n_ctx = usable_ctx(args, ctx)
     template = template_for(model.reader, vocab, args.chat_template)
-    sampler = sampler_from_args(args)
+    sampler = sampler_from_args(args, vocab)
     messages: list[dict[str, str]] = []
     if args.system_prompt:
         messages.append({"role": "system", "content": args.system_prompt})

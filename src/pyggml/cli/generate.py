@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     bos = 1 if add_bos and vocab.add_bos and tokens and tokens[0] == vocab.bos else 0
     # llama.cpp: -1 (or more than the prompt) keeps the whole prompt, otherwise the BOS token is kept too
     n_keep = len(tokens) if args.keep < 0 or args.keep > len(tokens) else args.keep + bos
-    sampler = sampler_from_args(args)
+    sampler = sampler_from_args(args, vocab)
     if args.echo:
         sys.stdout.write(prompt)
     n_ctx = usable_ctx(args, ctx)

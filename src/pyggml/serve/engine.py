@@ -35,7 +35,7 @@ from ..llm.batch import Batch, DecodeError
 from ..llm.generate import Timings
 from ..llm.sampling import Sampler, SamplingParams
 from .errors import APIError, ErrorType
-from .textstop import StopMatcher
+from .textstop import StopMatcher, StopSet
 
 
 @dataclass
@@ -45,6 +45,8 @@ class TaskParams:
     n_predict: int = -1
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: list[str] = field(default_factory=list)
+    stops: StopSet | None = None  # ``stop`` compiled (by the HTTP side, so the engine thread never waits on it)
+    dry_breakers: dict[int, list[tuple[int, ...]]] | None = None  # DRY's breakers tokenized (likewise)
     n_probs: int = 0
     cache_prompt: bool = True
     ignore_eos: bool = False
@@ -340,10 +342,10 @@ class Engine:
         s.cached = task.tokens[:n_keep]
         s.n_cached = n_keep
         self.stats.n_prompt_cached += n_keep
-        s.sampler = Sampler(task.params.sampling)
+        s.sampler = Sampler(task.params.sampling, self.vocab, task.params.dry_breakers)
         for t in task.tokens:
             s.sampler.accept(t)
-        s.stop = StopMatcher(task.params.stop)
+        s.stop = StopMatcher(task.params.stops if task.params.stops is not None else task.params.stop)
 
     def _release(self, s: Slot) -> None:
         s.last_task = s.task
