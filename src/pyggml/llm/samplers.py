@@ -21,6 +21,20 @@ if TYPE_CHECKING:
 _F32 = np.float32
 
 
+def top_k(c: Candidates, k: int) -> None:
+    """llama_sampler_top_k: keep the k most likely candidates, sorted."""
+    if k <= 0:
+        return
+    k = min(k, c.ids.size)
+    if not c.sorted and k < c.ids.size:
+        # a partial sort, as llama.cpp's: select the k largest, then order only those
+        part = np.argpartition(-c.logits, k - 1)[:k]
+        c.ids, c.logits = c.ids[part], c.logits[part]
+    c.sort()
+    c.keep(k)
+
+
+
 def softmax(c: Candidates, do_sort: bool) -> np.ndarray:
     """llama_sampler_softmax_impl: sort (if asked), then ``p = exp(l - max) / sum`` in float32, the sum
     accumulated in candidate order; the probabilities are kept in ``c.p`` and returned."""
@@ -146,8 +160,6 @@ class Mirostat:
 
     def sample(self, c: Candidates) -> int:
         """Choose a token (its index among the candidates is ``c.selected``) and update ``mu``."""
-        from .sampling import top_k as _top_k
-
         p = softmax(c, True)
         if self.version == 1:
             s_ti_bi, s_ti_sq = _F32(0.0), _F32(0.0)
@@ -164,7 +176,7 @@ class Mirostat:
                 k = np.power(_F32(num / den), _F32(_F32(1.0) / s_hat), dtype=_F32)
             # C++'s int(k) of a NaN, an infinity or a value past INT_MAX is INT_MIN on x86: top-k then keeps 1
             k_int = int(k) if math.isfinite(float(k)) and float(k) < 2.0**31 else -(2**31)
-            _top_k(c, max(k_int, 1))
+            top_k(c, max(k_int, 1))
         else:
             with np.errstate(divide="ignore"):
                 surprise = -np.log2(p, dtype=_F32)

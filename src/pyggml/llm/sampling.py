@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import samplers as _ext
+from .samplers import top_k
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 
@@ -195,18 +196,6 @@ def _positions(c: Candidates, toks: np.ndarray) -> np.ndarray:
     where = {int(t): i for i, t in enumerate(c.ids.tolist())}
     return np.array([i if d else where.get(int(t), -1) for i, d, t in zip(idx.tolist(), direct, toks.tolist(),
                                                                            strict=True)], dtype=np.int64)
-
-
-def top_k(c: Candidates, k: int) -> None:
-    if k <= 0:
-        return
-    k = min(k, c.ids.size)
-    if not c.sorted and k < c.ids.size:
-        # a partial sort, as llama.cpp's: select the k largest, then order only those
-        part = np.argpartition(-c.logits, k - 1)[:k]
-        c.ids, c.logits = c.ids[part], c.logits[part]
-    c.sort()
-    c.keep(k)
 
 
 def typical(c: Candidates, p: float, min_keep: int) -> None:
