@@ -24,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pyggml import quants
+from pyggml.backend.cpu import traits
 from pyggml.types import GGMLType
 
 T = GGMLType
@@ -90,7 +91,7 @@ def main() -> None:
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    from pyggml.backend.cpu import matmul as qmatmul
+    from pyggml.backend.cpu.ops import mat_q as qmatmul
 
     rng = np.random.default_rng(0)
     counts, sample = model_weights()
@@ -99,7 +100,7 @@ def main() -> None:
         k = 256 if ty.blck_size == 256 else 64
         w = quants.quantize(rng.standard_normal((2, k)).astype(np.float32), ty)
         qmatmul.mul_mat_q(w, ty, rng.standard_normal((1, k)).astype(np.float32))
-        qmatmul.mul_mat_q(w, ty, rng.standard_normal((qmatmul.MATVEC_MAX_COLS.get(ty, 0) + 1, k)).astype(np.float32))
+        qmatmul.mul_mat_q(w, ty, rng.standard_normal((traits.MATVEC_MAX_COLS.get(ty, 0) + 1, k)).astype(np.float32))
     print(f"import + first calls (numba cache load or compile): {time.perf_counter() - t0:.2f} s")
     print(f"threads={args.threads}  weights: {'real Gemma 3 270M GGUF' if sample else 'synthetic'}\n")
 
@@ -143,7 +144,7 @@ def main() -> None:
                 b, _ = best(lambda w=w, x=x, out=out, ty=ty: qmatmul.matmul_tiles(w, ty, x, out, args.threads), 3)
                 cells.append(f"{f * 1e3:5.2f}/{b * 1e3:5.2f}{'*' if b < f else ' '}")
             print(f"{ty.name:6} {k:5d} {m:5d} | " + " ".join(f"{c:>13}" for c in cells)
-                  + f"   (mul_mat_q: BLAS above {qmatmul.MATVEC_MAX_COLS.get(ty, 0)})")
+                  + f"   (mul_mat_q: BLAS above {traits.MATVEC_MAX_COLS.get(ty, 0)})")
         print("(fused/BLAS ms; * = BLAS faster)")
 
     decode = sum(counts[key] * mv[key] for key in counts)

@@ -1,4 +1,4 @@
-"""Prompt-size MUL_MAT speed per weight type: the integer GEMM (jit/gemm.py) against the numpy kernel's
+"""Prompt-size MUL_MAT speed per weight type: the integer GEMM (quants/gemm.py) against the numpy kernel's
 dequantized tiles + BLAS sgemm, in GOPS (2 * rows * K * activation rows per second).
 
     python bench/gemm.py [-t 2] [--shape 8960x1536] [--cols 512] [--types q4_K,q6_K,q4_0,q5_0]
@@ -8,7 +8,7 @@ dequantized tiles + BLAS sgemm, in GOPS (2 * rows * K * activation rows per seco
 
 ``--mv`` instead compares the fused mat-vec kernels (several activation rows per weight decode)
 with what larger products take (the GEMM, or dequantize + BLAS for types without one): where the
-two cross is qmatmul.MATVEC_MAX_COLS.
+two cross is traits.MATVEC_MAX_COLS.
 
 The default shape is Qwen2.5 1.5B's ffn_up (8960 rows of 1536); ``--shape 1536x8960`` is its ffn_down.
 """
@@ -24,7 +24,7 @@ import numpy as np
 
 import pyggml as gg
 from pyggml import quants
-from pyggml.backend.cpu import matmul as qmatmul
+from pyggml.backend.cpu import traits
 from pyggml.backend.cpu.compute import graph_compute
 
 
@@ -68,12 +68,12 @@ def main() -> None:
         ty = gg.GGMLType[name.upper()]
         for cols in (int(c) for c in args.cols.split(",")):
             if args.mv:
-                limit = qmatmul.MATVEC_MAX_COLS[ty]
-                qmatmul.MATVEC_MAX_COLS[ty] = cols
+                limit = traits.MATVEC_MAX_COLS[ty]
+                traits.MATVEC_MAX_COLS[ty] = cols
                 a = gops(ty, rows, k, cols, args.threads, True, args.reps)
-                qmatmul.MATVEC_MAX_COLS[ty] = 0
+                traits.MATVEC_MAX_COLS[ty] = 0
                 b = gops(ty, rows, k, cols, args.threads, True, args.reps)
-                qmatmul.MATVEC_MAX_COLS[ty] = limit
+                traits.MATVEC_MAX_COLS[ty] = limit
             else:
                 a = gops(ty, rows, k, cols, args.threads, True, args.reps)
                 b = gops(ty, rows, k, cols, args.threads, False, args.reps)

@@ -26,8 +26,8 @@ import numpy as np
 
 import pyggml as gg
 from pyggml import quants
-from pyggml.backend.cpu.jit import repacked
-from pyggml.backend.cpu.repack import repack_buffer_type
+from pyggml.backend.cpu.quants import repacked
+from pyggml.backend.cpu.repack_buffer import repack_buffer_type
 from pyggml.types import GGMLType
 
 DEFAULT_TYPES = "q8_0,q4_0,q5_0,iq4_nl,q4_K,q5_K,q6_K,f16"

@@ -1,7 +1,10 @@
 """The layer contract of docs/architecture.md, checked on the source with ``ast`` (no import runs).
 
 Every module under src/pyggml maps to one layer; a module may import (at module level, inside a
-function, or under TYPE_CHECKING alike) only from its own layer or the layers below it. Private
+function, or under TYPE_CHECKING alike) only from its own layer or the layers below it, and no module
+imports itself through others (a loop), at module level or inside a function: a loop means two
+modules that cannot be understood, tested or moved one without the other. Imports under
+``if TYPE_CHECKING:`` do not count for loops (they are type names only, ggml's forward declarations). Private
 names (``_x``) and private modules (``_x.py``) are not imported across packages: a package's
 private parts serve that package and its subpackages only (backend/cpu/ and backend/torch/ count
 as separate packages, as two backends that share only backend/'s public interfaces).
@@ -77,12 +80,26 @@ def room_of(mod: str) -> str:
     return ".".join(parts[:2])
 
 
-def imports_of(path: Path) -> list[tuple[int, str, str | None]]:
-    """(line, imported module, imported name or None) for every pyggml import in the file."""
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the import statements under ``if TYPE_CHECKING:``."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return out
+
+
+def imports_of(path: Path, runtime_only: bool = False) -> list[tuple[int, str, str | None]]:
+    """(line, imported module, imported name or None) for every pyggml import in the file (``runtime_only``:
+    leaving out those under TYPE_CHECKING)."""
     mod = module_name(path)
     package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
     out: list[tuple[int, str, str | None]] = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    skip = _type_checking_nodes(tree) if runtime_only else set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name, None) for a in node.names if a.name.split(".")[0] == "pyggml"]
         elif isinstance(node, ast.ImportFrom):
@@ -117,6 +134,62 @@ def violations(root: Path = PKG) -> list[str]:
     return found
 
 
+def import_graph(root: Path = PKG) -> dict[str, set[str]]:
+    """module -> the pyggml modules it imports at run time (a name imported from a package counts as the
+    package, a submodule as the submodule)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        src = module_name(path)
+        graph.setdefault(src, set()).update(t for _, t, _ in imports_of(path, runtime_only=True) if t != src)
+    return graph
+
+
+def loops(root: Path = PKG) -> list[list[str]]:
+    """The import loops between modules: each strongly connected set of two or more modules, sorted
+    (Tarjan's algorithm, iteratively)."""
+    graph = import_graph(root)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in graph:
+                    continue
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                scc = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    scc.append(w)
+                    if w == v:
+                        break
+                if len(scc) > 1:
+                    found.append(sorted(scc))
+    return sorted(found)
+
+
 def test_every_module_has_a_layer() -> None:
     for path in PKG.rglob("*.py"):
         assert layer_of(module_name(path)) in RANK
@@ -125,6 +198,11 @@ def test_every_module_has_a_layer() -> None:
 def test_imports_go_down_the_layers() -> None:
     found = violations()
     assert not found, "imports against docs/architecture.md's layers:\n" + "\n".join(found)
+
+
+def test_no_import_loops() -> None:
+    found = loops()
+    assert not found, "modules that import each other (at run time):\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
 @pytest.mark.parametrize(("line", "expect"), [
@@ -142,3 +220,20 @@ def test_the_checker_catches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, li
     monkeypatch.setattr(sys.modules[__name__], "SRC", src)
     found = violations(src / "pyggml")
     assert len(found) == 1 and expect in found[0], found
+
+
+@pytest.mark.parametrize("line", ["from .writer import GGUFWriter", "def f():\n    from . import writer\n"])
+def test_the_checker_catches_a_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str) -> None:
+    """A copy of the tree where gguf/constants.py imports gguf/writer.py (which imports constants) has one loop,
+    through those two modules; the same import under TYPE_CHECKING makes none."""
+    src = tmp_path / "src"
+    shutil.copytree(PKG, src / "pyggml", ignore=shutil.ignore_patterns("__pycache__", "*.nb*"))
+    victim = src / "pyggml" / "gguf" / "constants.py"
+    original = victim.read_text(encoding="utf-8")
+    victim.write_text(original + "\n" + line + "\n", encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", src)
+    found = loops(src / "pyggml")
+    assert len(found) == 1 and {"pyggml.gguf.constants", "pyggml.gguf.writer"} <= set(found[0]), found
+    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .writer import GGUFWriter\n"
+    victim.write_text(original + "\n" + typed, encoding="utf-8")
+    assert loops(src / "pyggml") == []

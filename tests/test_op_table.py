@@ -3,7 +3,7 @@
 Fails when an Op/UnaryOp/GluOp has no row, a row names a builder that does not exist (in
 ``pyggml.ops.builders`` and the flat ``pyggml.*``), an op lacks a builder or a CPU kernel without
 saying why, an op's builder and CPU kernel sit in families of different names
-(``ops/<family>.py`` beside ``backend/cpu/kernels/<family>.py``), the CPU or torch column disagrees
+(``ops/<family>.py`` beside ``backend/cpu/ops/<family>.py``), the CPU or torch column disagrees
 with what the backends really do, or a listed test module is missing or never mentions the op.
 """
 
@@ -19,7 +19,7 @@ import pytest
 import pyggml
 from helpers.data import TESTS
 from helpers.opcheck import OpCase
-from pyggml.backend.cpu.registry import KERNELS
+from pyggml.backend.cpu.kernel_table import KERNELS
 from pyggml.errors import PyGGMLError
 from pyggml.ops import builders as B
 from pyggml.ops.enums import EMPTY_OPS, GluOp, Op, UnaryOp
@@ -81,13 +81,14 @@ def _family(fn: Callable[..., object]) -> str:
 
 @pytest.mark.parametrize("r", [r for r in ROWS if r.builders and r.cpu], ids=_id)
 def test_builder_and_kernel_share_a_family(r: OpRow) -> None:
-    """PAD's builder is in ops/conv.py and its kernel in backend/cpu/kernels/conv.py: one family name."""
+    """PAD's builder is in ops/conv.py and its kernel in backend/cpu/ops/conv.py: one family name."""
     op = r.op if isinstance(r.op, Op) else (Op.UNARY if isinstance(r.op, UnaryOp) else Op.GLU)
     for name in r.builders:
         fn = _builder(r, name)
         assert fn is not None
         assert _family(fn) == _family(KERNELS[op]), (
-            f"{_id(r)}: builder {name} is in ops/{_family(fn)}.py, its kernel in kernels/{_family(KERNELS[op])}.py")
+            f"{_id(r)}: builder {name} is in ops/{_family(fn)}.py, "
+            f"its kernel in backend/cpu/ops/{_family(KERNELS[op])}.py")
 
 
 def test_why_not_is_only_given_where_something_is_missing() -> None:

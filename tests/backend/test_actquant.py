@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from pyggml.backend.cpu.matmul.actquant import round_to_f16
+from pyggml.backend.cpu.simd import round_to_f16
 
 
 def _same(ref: np.ndarray, got: np.ndarray) -> bool:
@@ -33,8 +33,8 @@ def test_f16_value_and_the_quantizers_rounding() -> None:
     f16_bits) rounds as numpy's float16 does, subnormals, ties and overflow included."""
     import numba
 
-    from pyggml.backend.cpu.matmul.actquant import F16_TO_F32, f16_value
-    from pyggml.backend.cpu.matmul.quantize import _round_fp16
+    from pyggml.backend.cpu.quants.quantize import _round_fp16
+    from pyggml.backend.cpu.simd import F16_TO_F32, f16_value
 
     @numba.njit
     def values() -> np.ndarray:

@@ -18,8 +18,9 @@ import pytest
 from helpers.opcheck import OpCase, values
 from pyggml.backend.cpu import jit
 from pyggml.backend.cpu.compute import _resolve, compute_forward, graph_compute
-from pyggml.backend.cpu.matmul import MATVEC_MAX_COLS
 from pyggml.backend.cpu.plan import GraphPlan, plan_for
+from pyggml.backend.cpu.quants import gemm
+from pyggml.backend.cpu.traits import MATVEC_MAX_COLS
 from pyggml.errors import PyGGMLError
 from pyggml.graph import Graph
 from pyggml.ops import builders as B
@@ -391,7 +392,7 @@ def test_prompt_size_q8_0_family_gives_each_columns_bits(ty: GGMLType) -> None:
     w = c.tensor(ty, 8192, 9)
     x = c.tensor(F32, 8192, 70, lo=-3, hi=3)
     out = B.mul_mat(c.ctx, w, x)
-    if jit.matmul.gemm.AVAILABLE:  # x86 AVX2: the register tiles over decoded rows
+    if gemm.AVAILABLE:  # x86 AVX2: the register tiles over decoded rows
         assert jit.select(out).kernel.name == f"k_tiles_{ty.name.lower()}"
     exact(c.compute(out)[0, 0], _one_column_at_a_time(c, w, x))
 
@@ -402,7 +403,7 @@ def test_integer_gemm_gives_the_mat_vec_results(ty: GGMLType, rows: int, extra: 
     """Prompt-size products (AVX2 integer GEMM over interleaved 8-row tiles) against the one-column kernel:
     exactly its bits (same integer dots, same float steps). Rows past the last whole tile and activation
     rows past the last group of 4 are covered by the odd sizes."""
-    from pyggml.backend.cpu.jit import gemm
+    from pyggml.backend.cpu.quants import gemm
 
     if not gemm.AVAILABLE:
         pytest.skip("the integer GEMM needs AVX2 (this CPU takes the numpy kernel)")

@@ -10,11 +10,11 @@ import pytest
 import pyggml as gg
 from helpers.opcheck import OpCase
 from pyggml import quants
-from pyggml.backend.cpu import plan as plan_mod
-from pyggml.backend.cpu import repack
-from pyggml.backend.cpu.compute import _resolve, graph_compute
-from pyggml.backend.cpu.jit import JitKernel, repacked
-from pyggml.backend.cpu.jit import matmul as jit_matmul
+from pyggml.backend.cpu import repack_buffer as repack
+from pyggml.backend.cpu.compute import graph_compute, new_plan
+from pyggml.backend.cpu.jit import JitKernel
+from pyggml.backend.cpu.ops import mat_jit as jit_matmul
+from pyggml.backend.cpu.quants import repacked
 from pyggml.errors import PyGGMLError
 from pyggml.graph import Graph
 from pyggml.ops import builders as B
@@ -40,14 +40,14 @@ def _fused_vs_unfused(monkeypatch: pytest.MonkeyPatch, build: Build, n_fused: in
     bits with fusions off."""
     g, nodes = _graph(build)
     n_nodes = len(g.nodes)
-    plan = plan_mod.GraphPlan(g, _resolve)
+    plan = new_plan(g)
     assert plan.n_compiled == n_fused
     graph_compute(g, n_threads)
     assert len(g.nodes) == n_nodes  # the graph itself is unchanged
     got = [t.numpy().copy() for t in nodes]
-    monkeypatch.setattr(plan_mod, "_FUSION", False)
+    monkeypatch.setenv("PYGGML_FUSION", "0")
     g2, nodes2 = _graph(build)
-    assert plan_mod.GraphPlan(g2, _resolve).n_compiled > n_fused
+    assert new_plan(g2).n_compiled > n_fused
     graph_compute(g2, n_threads)
     for a, t in zip(got, nodes2, strict=True):
         np.testing.assert_array_equal(a.view(np.uint32), t.numpy().view(np.uint32), err_msg=t.name)
@@ -83,7 +83,7 @@ def test_residual_add_then_rms_norm_and_its_mul(monkeypatch: pytest.MonkeyPatch,
 def test_a_residual_add_and_a_norm_without_its_mul_stay_two_records() -> None:
     """ADD + RMS_NORM waits for the MUL (Choice.pending); with none, the plan runs the two as they were."""
     g, (s, norm) = _graph(_residual_norm(3, False))
-    plan = plan_mod.GraphPlan(g, _resolve)
+    plan = new_plan(g)
     assert plan.nodes == [s, norm]
     graph_compute(g, 2)
     expect = s.numpy() / np.sqrt(np.mean(s.numpy().astype(np.float64) ** 2, axis=-1, keepdims=True) + 1e-6)
@@ -107,7 +107,7 @@ def test_a_mul_of_something_else_is_not_fused() -> None:
     g = Graph()
     g.build_forward_expand(norm)
     g.build_forward_expand(other)
-    assert plan_mod.GraphPlan(g, _resolve).n_compiled == 2
+    assert new_plan(g).n_compiled == 2
 
 
 def _ffn(ty: GGMLType, use_repack: bool, k: int, m: int, n: int, glu: GluOp | None, up_first: bool
@@ -135,9 +135,9 @@ def _ffn_case(monkeypatch: pytest.MonkeyPatch, ty: GGMLType, use_repack: bool, n
     monkeypatch.setenv("PYGGML_FUSION", "all")  # compile the fused kernel if it is not cached (jit.ready_or_wanted)
     got = []
     for fusion in (True, False):
-        monkeypatch.setattr(plan_mod, "_FUSION", fusion)
+        monkeypatch.setenv("PYGGML_FUSION", "all" if fusion else "0")
         graph, nodes, buf = _ffn(ty, use_repack, k, m, n, glu, up_first)
-        assert plan_mod.GraphPlan(graph, _resolve).n_compiled == (1 if fusion else len(nodes))
+        assert new_plan(graph).n_compiled == (1 if fusion else len(nodes))
         graph_compute(graph, 2)
         got.append([t.numpy().copy() for t in nodes])
         buf.free()
@@ -163,7 +163,7 @@ def test_gate_and_up_products_and_their_glu_repacked(monkeypatch: pytest.MonkeyP
 def test_gate_and_up_without_a_glu_stay_two_records(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYGGML_FUSION", "all")
     graph, nodes, buf = _ffn(GGMLType.Q5_0, False, 256, 64, 1, None, False)
-    assert plan_mod.GraphPlan(graph, _resolve).nodes == nodes
+    assert new_plan(graph).nodes == nodes
     graph_compute(graph, 2)
     assert np.isfinite(nodes[0].numpy()).all() and not np.array_equal(nodes[0].numpy(), nodes[1].numpy())
     buf.free()
@@ -177,7 +177,7 @@ def test_products_of_different_activations_are_not_fused() -> None:
     graph = Graph()
     for t in (g, u, glu_split(c.ctx, g, u, GluOp.SWIGLU)):
         graph.build_forward_expand(t)
-    assert plan_mod.GraphPlan(graph, _resolve).n_compiled == 3
+    assert new_plan(graph).n_compiled == 3
 
 
 def test_gate_and_up_fuse_with_the_column_group_kernel_too(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -211,16 +211,16 @@ def test_costly_fusions_wait_for_their_kernel_unless_asked(monkeypatch: pytest.M
     monkeypatch.delenv("PYGGML_FUSION", raising=False)
     monkeypatch.setattr(JitKernel, "load_cached", lambda self: False)
     g, _ = _graph(_rope_into_cache(2, GGMLType.F16))
-    assert plan_mod.GraphPlan(g, _resolve).n_compiled == 2
+    assert new_plan(g).n_compiled == 2
     graph, nodes, buf = _ffn(GGMLType.Q5_0, False, 256, 64, 1, GluOp.GEGLU, False)
-    assert plan_mod.GraphPlan(graph, _resolve).nodes == nodes
+    assert new_plan(graph).nodes == nodes
     buf.free()
 
 
 def test_rope_into_the_kv_cache_with_a_bad_index_is_the_set_rows_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYGGML_FUSION", "all")
     g, _ = _graph(_rope_into_cache(2, GGMLType.F16, bad_index=True))
-    assert plan_mod.GraphPlan(g, _resolve).n_compiled == 1
+    assert new_plan(g).n_compiled == 1
     with pytest.raises(PyGGMLError, match="out of range"):
         graph_compute(g, 2)
 
@@ -238,8 +238,8 @@ def test_a_fused_output_over_an_input_row_of_another_thread_is_not_fused() -> No
     out = B.mul(c.ctx, norm, c.tensor(GGMLType.F32, 896, lo=-2, hi=2))
     g = Graph()
     g.build_forward_expand(out)
-    assert plan_mod.GraphPlan(g, _resolve).n_compiled == 1  # where it lies, the chain is one record
+    assert new_plan(g).n_compiled == 1  # where it lies, the chain is one record
     out.data = big.data + big.nb[1]  # now its rows start at x's second row
-    assert plan_mod.GraphPlan(g, _resolve).n_compiled == 3
+    assert new_plan(g).n_compiled == 3
     out.data = big.data  # exactly over x, row for row: each thread writes only rows it has read
-    assert plan_mod.GraphPlan(g, _resolve).n_compiled == 1
+    assert new_plan(g).n_compiled == 1

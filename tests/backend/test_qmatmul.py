@@ -17,15 +17,16 @@ import numpy as np
 import pytest
 
 from pyggml import quants
-from pyggml.backend.cpu import matmul as qmatmul
-from pyggml.backend.cpu.matmul import actquant
+from pyggml.backend.cpu import simd, traits
+from pyggml.backend.cpu.ops import mat_q as qmatmul
+from pyggml.backend.cpu.quants import actquant, dots
 from pyggml.tensor_data import bf16_to_f32, f32_to_bf16
 from pyggml.types import GGMLType
 
 T = GGMLType
 NMSE_MATMUL = 5e-4
 #: every type with a fused kernel, plus types that only take the BLAS path
-TYPES = [*sorted(qmatmul.FUSED, key=int), T.Q2_K, T.Q3_K, T.IQ4_XS, T.F16, T.BF16, T.F32]
+TYPES = [*sorted(traits.FUSED, key=int), T.Q2_K, T.Q3_K, T.IQ4_XS, T.F16, T.BF16, T.F32]
 #: 1: decode; 3: fused small batch; 40: BLAS tiles (test_crossover_boundaries covers the edges)
 COLS = [1, 3, 40]
 
@@ -78,11 +79,11 @@ def test_against_float_reference(ty: GGMLType, n: int) -> None:
 
 
 @pytest.mark.parametrize("side", [0, 1], ids=["fused", "blas"])
-@pytest.mark.parametrize("ty", sorted((t for t in qmatmul.FUSED if qmatmul.MATVEC_MAX_COLS[t] < qmatmul.ALL_COLS),
+@pytest.mark.parametrize("ty", sorted((t for t in traits.FUSED if traits.MATVEC_MAX_COLS[t] < traits.ALL_COLS),
                                       key=int), ids=lambda t: t.name)
 def test_crossover_boundaries(ty: GGMLType, side: int) -> None:
     """The last column count of the fused path and the first of the BLAS path."""
-    _check(ty, qmatmul.MATVEC_MAX_COLS[ty] + side)
+    _check(ty, traits.MATVEC_MAX_COLS[ty] + side)
 
 
 @pytest.mark.parametrize("ty", [T.Q8_0, T.Q5_0, T.Q4_K, T.Q6_K, T.Q2_K], ids=lambda t: t.name)
@@ -104,8 +105,8 @@ def test_strided_rows_need_no_copy_and_match(ty: GGMLType, n: int) -> None:
 
 
 def test_every_fused_type_has_a_crossover() -> None:
-    assert set(qmatmul.MATVEC_MAX_COLS) == qmatmul.FUSED
-    assert all(n >= 1 for n in qmatmul.MATVEC_MAX_COLS.values())
+    assert set(traits.MATVEC_MAX_COLS) == traits.FUSED
+    assert all(n >= 1 for n in traits.MATVEC_MAX_COLS.values())
 
 
 def test_read_only_weights() -> None:
@@ -126,7 +127,7 @@ def test_flat_rows_is_a_view_for_strided_rows() -> None:
     assert flat[rs * 2 + 5] == rows[2, 5]
 
 
-@pytest.mark.parametrize("ty", sorted(qmatmul.FUSED, key=int), ids=lambda t: t.name)
+@pytest.mark.parametrize("ty", sorted(traits.FUSED, key=int), ids=lambda t: t.name)
 def test_fused_and_blas_paths_agree(ty: GGMLType) -> None:
     rng = np.random.default_rng(int(ty))
     k = _k_for(ty)
@@ -278,7 +279,7 @@ def test_successive_products_do_not_share_results() -> None:
 def test_weight_product_float_weights(ty: GGMLType, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """kernels_mat.weight_product's float branch (attention with an F16 K/V cache): x rounded to
     the weight's type, split over threads, identical for any thread count, into a scratch result."""
-    from pyggml.backend.cpu.kernels import mat as kernels_mat
+    from pyggml.backend.cpu.ops import mat as kernels_mat
 
     rng = np.random.default_rng(19)
     k, m = 96, 70
@@ -301,10 +302,10 @@ def test_weight_product_float_weights(ty: GGMLType, n: int, monkeypatch: pytest.
 def test_widen_f16_matches_numpy_for_every_value_and_strides() -> None:
     every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(256, 256)
     want = every.astype(np.float32)
-    got = qmatmul.widen_f16(every, np.empty((256, 256), np.float32))
+    got = dots.widen_f16(every, np.empty((256, 256), np.float32))
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))  # NaN payloads too
     view = every.T[::3, 5:200]  # transposed, strided both ways (like the V cache's rows)
-    got = qmatmul.widen_f16(view, np.empty(view.shape, np.float32))
+    got = dots.widen_f16(view, np.empty(view.shape, np.float32))
     np.testing.assert_array_equal(got.view(np.uint32), view.astype(np.float32).view(np.uint32))
 
 
@@ -318,7 +319,8 @@ def _flat_weights(ty: GGMLType, m: int, k: int, rng: np.random.Generator) -> tup
 def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(kind: int, ty: GGMLType) -> None:
     """A decode's mat-vec runs ROWDOT_ROWS rows per call (rows a quarter of the range apart); each output
     must be bit for bit the one-row dot, for every range length (remainder rows included)."""
-    from pyggml.backend.cpu.matmul import intrinsics, kernels
+    from pyggml.backend.cpu.quants import dots as kernels
+    from pyggml.backend.cpu.quants import intrinsics
 
     rng = np.random.default_rng(7)
     m, k = 23, 256
@@ -331,7 +333,7 @@ def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(kind: int, ty:
     @numba.njit
     def single(wi, out):  # pragma: no cover - compiled
         for r in range(m):
-            out[r] = one(wi, r * rs, k // 32, qa[0], 0, da[0], 0, actquant.F16_TO_F32)
+            out[r] = one(wi, r * rs, k // 32, qa[0], 0, da[0], 0, simd.F16_TO_F32)
 
     want = np.zeros(m, np.float32)
     single(wu.view(np.int8), want)
@@ -340,7 +342,7 @@ def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(kind: int, ty:
     for fn in (getattr(kernels, f"_mv_{name}"), getattr(kernels, f"_mv1_{name}")):  # with/without column groups
         for r0, r1 in [(0, m), (0, 4), (3, 10), (5, 6), (2, 23), (0, 0)]:
             out = np.full((1, m), np.nan, np.float32)
-            fn(wu, wu.view(np.int8), rs, m, qa, da, asum, actquant.F16_TO_F32, out, r0, r1)
+            fn(wu, wu.view(np.int8), rs, m, qa, da, asum, simd.F16_TO_F32, out, r0, r1)
             np.testing.assert_array_equal(out[0, r0:r1], want[r0:r1])
             assert np.isnan(out[0, :r0]).all() and np.isnan(out[0, r1:]).all()
 
@@ -349,7 +351,7 @@ def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(kind: int, ty:
 def test_k_quant_decode_rows_match_the_prompt_path_bits(ty: GGMLType) -> None:
     """A lone activation row (a decode) goes four weight rows at a time; a prompt's rows go four columns
     at a time. The same activation row must get the same bits either way, for every row range."""
-    from pyggml.backend.cpu.matmul import kernels
+    from pyggml.backend.cpu.quants import dots as kernels
 
     rng = np.random.default_rng(11)
     m, k = 21, 512
@@ -365,7 +367,7 @@ def test_k_quant_decode_rows_match_the_prompt_path_bits(ty: GGMLType) -> None:
                             (one_at_a_time, (qa5, da5))):
             bsum = qa.reshape(qa.shape[0], -1, 16).sum(-1, dtype=np.int32)
             out = np.full((qa.shape[0], m), np.nan, np.float32)
-            f(wu, wu.view(np.int8), rs, m, qa, da, bsum, actquant.F16_TO_F32, out, r0, r1)
+            f(wu, wu.view(np.int8), rs, m, qa, da, bsum, simd.F16_TO_F32, out, r0, r1)
             outs.append(out)
         decode, prompt = outs[0][4, r0:r1], outs[1][0, r0:r1]
         assert np.isfinite(decode).all()

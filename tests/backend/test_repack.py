@@ -7,10 +7,10 @@ import pytest
 
 import pyggml as gg
 from pyggml import quants
-from pyggml.backend.cpu import repack
+from pyggml.backend.cpu import repack, repack_buffer
 from pyggml.backend.cpu.backend import backend_cpu_reg
-from pyggml.backend.cpu.jit import repacked
-from pyggml.backend.cpu.matmul import MATVEC_MAX_COLS
+from pyggml.backend.cpu.quants import repacked
+from pyggml.backend.cpu.traits import MATVEC_MAX_COLS
 from pyggml.backend.errors import NotSupportedError
 from pyggml.types import GGMLType
 
@@ -49,10 +49,10 @@ def _products(ty: GGMLType, k: int, rows: int, n: int, use_repack: bool, n_threa
 def _product(ty: GGMLType, k: int, rows: int, n: int, use_repack: bool, n_threads: int, col: int = -1) -> np.ndarray:
     wctx = gg.init(4096, no_alloc=True)
     w = wctx.new_tensor(ty, k, rows)
-    buft = repack.repack_buffer_type() if use_repack else gg.backend_cpu_buffer_type()
+    buft = repack_buffer.repack_buffer_type() if use_repack else gg.backend_cpu_buffer_type()
     buf = gg.backend_alloc_ctx_tensors_from_buft(wctx, buft)
     gg.backend_tensor_set(w, _weights(ty, k, rows))
-    assert repack.is_repacked(w) == use_repack
+    assert repack_buffer.is_repacked(w) == use_repack
     ctx = gg.init(4 * (k * n + rows * n) + (1 << 20))
     x = ctx.new_tensor(GGMLType.F32, k, n)
     xs = np.random.default_rng(2).uniform(-3, 3, (max(n, col + 1), k)).astype(np.float32)
@@ -94,7 +94,7 @@ def test_get_tensor_reads_back_the_gguf_layout() -> None:
     _need(GGMLType.Q4_K)
     wctx = gg.init(4096, no_alloc=True)
     w = wctx.new_tensor(GGMLType.Q4_K, 512, 16)
-    buf = gg.backend_alloc_ctx_tensors_from_buft(wctx, repack.repack_buffer_type())
+    buf = gg.backend_alloc_ctx_tensors_from_buft(wctx, repack_buffer.repack_buffer_type())
     raw = _weights(GGMLType.Q4_K, 512, 16)
     gg.backend_tensor_set(w, raw)
     back = np.empty_like(raw)
@@ -113,7 +113,7 @@ def test_an_op_other_than_mul_mat_on_a_repacked_weight_is_refused() -> None:
     _need(GGMLType.Q4_K)
     wctx = gg.init(4096, no_alloc=True)
     w = wctx.new_tensor(GGMLType.Q4_K, 256, 8).set_name("blk.0.ffn_up.weight")
-    buf = gg.backend_alloc_ctx_tensors_from_buft(wctx, repack.repack_buffer_type())
+    buf = gg.backend_alloc_ctx_tensors_from_buft(wctx, repack_buffer.repack_buffer_type())
     gg.backend_tensor_set(w, _weights(GGMLType.Q4_K, 256, 8))
     ctx = gg.init(1 << 20)
     ids = ctx.new_tensor(GGMLType.I32, 2)
@@ -130,6 +130,6 @@ def test_an_op_other_than_mul_mat_on_a_repacked_weight_is_refused() -> None:
 def test_the_cpu_device_lists_the_repack_buffer_type_as_extra() -> None:
     dev = backend_cpu_reg().devices()[0]
     extra = backend_cpu_reg().get_proc_address("ggml_backend_dev_get_extra_bufts")(dev)
-    assert extra == ([repack.repack_buffer_type()] if repacked.TYPES else [])
+    assert extra == ([repack_buffer.repack_buffer_type()] if repacked.TYPES else [])
     for buft in extra:
         assert buft.name() == "CPU_REPACK" and not buft.is_host() and dev.supports_buft(buft)

@@ -194,7 +194,7 @@ def test_token_elements_match_token_ids(tiny: tuple[Model, Vocab]) -> None:
     _, vocab = tiny
     special = vocab.tokenize("<|im_start|>", add_special=False, parse_special=True)[0]
     a = vocab.tokenize("a", add_special=False)[0]
-    g = GrammarSampler(vocab, 'root ::= <|im_start|> "a" !<[%d]>' % a)  # a token by its text, then one by id
+    g = GrammarSampler(vocab, f'root ::= <|im_start|> "a" !<[{a}]>')  # a token by its text, then one by id
     mask = g.allowed_mask()
     assert np.flatnonzero(mask).tolist() == [special]
     g.accept(special)

@@ -83,7 +83,7 @@ def test_repacked_weights_give_the_same_logits_bits(gemma_model, gemma_path: Pat
     """The default load repacks the weights this CPU has repacked kernels for (CPU_REPACK; never the token
     embeddings, which GET_ROWS reads); --no-repack keeps every weight mapped from the file. The logits of a
     prompt and of a decode step are the same bits either way."""
-    from pyggml.backend.cpu.jit import repacked
+    from pyggml.backend.cpu.quants import repacked
 
     plain = Model(gemma_path, progress=False, use_extra_bufts=False)
     moved = [name for name, t in gemma_model.tensors.items() if t.buffer.name() == "CPU_REPACK"]

@@ -77,3 +77,29 @@ def test_chain_with_top_k_only_samples_from_top(k):
     s = Sampler(SamplingParams(seed=7, top_k=k, top_p=1.0, min_p=0.0, temp=5.0))
     allowed = {1} if k == 1 else {1, 2}
     assert {s.sample(logits) for _ in range(50)} <= allowed
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+@pytest.mark.parametrize("kw", [
+    {"dry_multiplier": F32_MAX, "dry_base": F32_MAX, "dry_sequence_breakers": ()},
+    {"top_n_sigma": F32_MAX}, {"mirostat": 1, "mirostat_tau": F32_MAX, "mirostat_eta": F32_MAX},
+    {"mirostat": 2, "mirostat_tau": -F32_MAX, "mirostat_eta": F32_MAX}, {"temp": F32_MAX},
+    {"penalty_repeat": F32_MAX, "penalty_freq": -F32_MAX, "penalty_present": F32_MAX},
+    {"logit_bias": ((1, F32_MAX), (2, F32_MAX))}, {"typ_p": 0.5, "temp": 1e-30},
+])
+def test_extreme_parameters_sample_without_numpy_warnings(kw):
+    """Values at float32's limits (what the server clamps huge ones to) overflow silently, as in C."""
+    import warnings
+
+    logits = np.random.default_rng(0).standard_normal(64).astype(np.float32)
+    s = Sampler(SamplingParams(seed=1, **kw))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for t in [1, 2, 3, 1, 2, 3, 1, 2]:
+            s.accept(t)
+        for _ in range(3):
+            t = s.sample(logits)
+            assert 0 <= t < 64
+            s.accept(t)

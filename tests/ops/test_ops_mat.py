@@ -11,8 +11,8 @@ import pytest
 
 from helpers.opcheck import NMSE_MATMUL, OpCase, assert_close, round_to, values
 from pyggml import quants
-from pyggml.backend.cpu import matmul as qmatmul
-from pyggml.backend.cpu.matmul.actquant import fake_quant
+from pyggml.backend.cpu.ops import mat_q as qmatmul
+from pyggml.backend.cpu.quants.actquant import fake_quant
 from pyggml.ops import builders as B
 from pyggml.quants import CODECS
 from pyggml.types import GGMLType
@@ -73,7 +73,7 @@ def test_mul_mat_non_contiguous_src1() -> None:
 
 def test_mul_mat_large_weight_is_tiled(monkeypatch: pytest.MonkeyPatch) -> None:
     """More weight rows than one dequantization tile: every tile must land in its columns."""
-    from pyggml.backend.cpu.kernels import mat as kernels_mat
+    from pyggml.backend.cpu.ops import mat as kernels_mat
 
     monkeypatch.setattr(kernels_mat, "_TILE_FLOATS", 64 * 20)  # 20-row tiles
     c = OpCase()

@@ -342,7 +342,10 @@ def backend_tensor_set_async(backend: Backend, tensor: Tensor, data: Any, offset
     if offset + size > tensor.nbytes():
         raise TensorBoundsError(f"cannot write tensor {tensor.name!r}: offset {offset} + size {size} "
                                 f"is past its {tensor.nbytes()} bytes (tensor write out of bounds)")
-    backend.set_tensor_async(tensor, src, offset, size)
+    if backend.set_tensor_async is None:  # ggml: a backend without the async setter is written synchronously
+        backend_tensor_set(tensor, src, offset, size)
+    else:
+        backend.set_tensor_async(tensor, src, offset, size)
 
 
 def backend_tensor_get_async(backend: Backend, tensor: Tensor, data: Any, offset: int = 0,
@@ -353,7 +356,10 @@ def backend_tensor_get_async(backend: Backend, tensor: Tensor, data: Any, offset
     if offset + size > tensor.nbytes():
         raise TensorBoundsError(f"cannot read tensor {tensor.name!r}: offset {offset} + size {size} "
                                 f"is past its {tensor.nbytes()} bytes (tensor read out of bounds)")
-    backend.get_tensor_async(tensor, _as_writable_bytes(data), offset, size)
+    if backend.get_tensor_async is None:
+        backend_tensor_get(tensor, data, offset, size)
+    else:
+        backend.get_tensor_async(tensor, _as_writable_bytes(data), offset, size)
 
 
 def backend_synchronize(backend: Backend) -> None:

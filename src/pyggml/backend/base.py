@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -246,15 +246,11 @@ class Backend(ABC):
     def free(self) -> None:
         self.freed = True
 
-    def set_tensor_async(self, tensor: Tensor, data: np.ndarray, offset: int, size: int) -> None:
-        from . import api  # api.py builds on this module: a real cycle
-
-        api.backend_tensor_set(tensor, data, offset, size)
-
-    def get_tensor_async(self, tensor: Tensor, data: np.ndarray, offset: int, size: int) -> None:
-        from . import api  # api.py builds on this module: a real cycle
-
-        api.backend_tensor_get(tensor, data, offset, size)
+    #: ggml_backend_i's set_tensor_async / get_tensor_async, ``(tensor, data, offset, size) -> None``: optional, as
+    #: in ggml (NULL there); a backend without them is written and read synchronously by api.py's
+    #: backend_tensor_set_async / backend_tensor_get_async
+    set_tensor_async: Callable[[Tensor, np.ndarray, int, int], None] | None = None
+    get_tensor_async: Callable[[Tensor, np.ndarray, int, int], None] | None = None
 
     def cpy_tensor_async(self, backend_src: Backend, src: Tensor, dst: Tensor) -> bool:
         """Copy src (on backend_src) to dst (on this backend) asynchronously; False = unsupported."""

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     n_batch = max(n_par, sum(len(p) for p in prompts))
     ctx = make_context(args, model, n_ctx=n_ctx, n_seq_max=n_par, n_batch=n_batch)
     base = sampler_from_args(args, vocab)
-    samplers = [Sampler(dataclasses.replace(base.params, seed=(base.seed + i) & 0xFFFFFFFF),
+    samplers = [Sampler(dataclasses.replace(base.params, seed=(base.seed + i) & 0xFFFFFFFF), vocab,
                         grammar=base.grammar.clone() if base.grammar is not None else None) for i in range(n_par)]
     t0 = time.perf_counter()
     # prompts: the first sequence of each prompt decodes it, the others share its cells

@@ -12,7 +12,16 @@ from ..backend.registry import backend_dev_by_name, backend_devices
 from ..llm.context import ContextParams, LlamaContext
 from ..llm.model import Model
 from ..llm.packaged import DEFAULT_MODEL_PACKAGE, resolve
-from ..llm.sampling import LLAMA_DEFAULT_SEED, Sampler, SamplingParams
+from ..llm.samplers import parse_logit_bias
+from ..llm.sampling import (
+    DEFAULT_SAMPLERS,
+    LLAMA_DEFAULT_SEED,
+    SAMPLER_CHARS,
+    Sampler,
+    SamplingParams,
+    samplers_from_chars,
+    samplers_from_names,
+)
 from ..llm.tokenizer import Vocab
 from ..rpc.client import parse_rpc_servers
 from .errors import CLIError
@@ -68,24 +77,106 @@ def add_kv_unified_arg(p: argparse.ArgumentParser, default: bool) -> None:
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    """llama.cpp's sampling flags (common/arg.cpp), with its defaults."""
     d = SamplingParams()
-    p.add_argument("--temp", type=float, default=d.temp, help=f"temperature; <= 0 is greedy (default {d.temp})")
+    p.add_argument("--temp", "--temperature", dest="temp", type=float, default=d.temp,
+                   help=f"temperature; <= 0 is greedy (default {d.temp})")
     p.add_argument("--top-k", type=int, default=d.top_k, help=f"top-k sampling, 0 = off (default {d.top_k})")
     p.add_argument("--top-p", type=float, default=d.top_p, help=f"top-p sampling, 1.0 = off (default {d.top_p})")
     p.add_argument("--min-p", type=float, default=d.min_p, help=f"min-p sampling, 0 = off (default {d.min_p})")
+    p.add_argument("--typical", "--typical-p", dest="typical", type=float, default=d.typ_p,
+                   help=f"locally typical sampling, parameter p, 1.0 = off (default {d.typ_p})")
+    p.add_argument("--top-nsigma", "--top-n-sigma", dest="top_nsigma", type=float, default=d.top_n_sigma,
+                   help=f"top-n-sigma sampling: drop logits below max - n * std, <= 0 = off (default {d.top_n_sigma})")
     p.add_argument("--repeat-penalty", type=float, default=d.penalty_repeat,
                    help=f"penalty for repeated tokens, 1.0 = off (default {d.penalty_repeat})")
     p.add_argument("--repeat-last-n", type=int, default=d.penalty_last_n,
                    help=f"tokens the repeat penalty looks back over (default {d.penalty_last_n})")
+    p.add_argument("--presence-penalty", type=float, default=d.penalty_present,
+                   help=f"repeat alpha presence penalty, 0 = off (default {d.penalty_present})")
+    p.add_argument("--frequency-penalty", type=float, default=d.penalty_freq,
+                   help=f"repeat alpha frequency penalty, 0 = off (default {d.penalty_freq})")
+    p.add_argument("--dry-multiplier", type=float, default=d.dry_multiplier,
+                   help=f"DRY (don't repeat yourself) penalty multiplier, 0 = off (default {d.dry_multiplier})")
+    p.add_argument("--dry-base", type=float, default=d.dry_base,
+                   help=f"DRY penalty base; values below 1 are ignored, as in llama.cpp (default {d.dry_base})")
+    p.add_argument("--dry-allowed-length", type=int, default=d.dry_allowed_length,
+                   help=f"repeats longer than this are penalized by DRY (default {d.dry_allowed_length})")
+    p.add_argument("--dry-penalty-last-n", type=int, default=d.dry_penalty_last_n,
+                   help=f"tokens DRY scans for repeats, 0 = off (default {d.dry_penalty_last_n})")
+    p.add_argument("--dry-sequence-breaker", action="append", default=None, metavar="STRING",
+                   help="a DRY sequence breaker; the first one replaces the defaults ('\\n', ':', '\"', '*'); "
+                        "'none' for none; repeatable")
+    p.add_argument("--xtc-probability", type=float, default=d.xtc_probability,
+                   help=f"XTC: chance of removing the top tokens, 0 = off (default {d.xtc_probability})")
+    p.add_argument("--xtc-threshold", type=float, default=d.xtc_threshold,
+                   help=f"XTC: tokens at least this likely are removed, > 0.5 = off (default {d.xtc_threshold})")
+    p.add_argument("--mirostat", type=int, default=d.mirostat,
+                   help="Mirostat sampling: 0 = off, 1 = Mirostat, 2 = Mirostat 2.0; replaces every sampler but "
+                        f"temperature (default {d.mirostat})")
+    p.add_argument("--mirostat-lr", type=float, default=d.mirostat_eta,
+                   help=f"Mirostat learning rate, parameter eta (default {d.mirostat_eta})")
+    p.add_argument("--mirostat-ent", type=float, default=d.mirostat_tau,
+                   help=f"Mirostat target entropy, parameter tau (default {d.mirostat_tau})")
+    p.add_argument("-l", "--logit-bias", action="append", default=[], type=_logit_bias, metavar="TOKEN_ID(+/-)BIAS",
+                   help="change a token's likelihood: 15043+1 raises token 15043's logit by 1, 15043-inf bans it; "
+                        "repeatable")
+    p.add_argument("--samplers", type=_sampler_names, default=None, metavar="SAMPLERS",
+                   help=f"samplers in the order they run, separated by ';' (default {';'.join(DEFAULT_SAMPLERS)})")
+    letters = "".join(SAMPLER_CHARS[n] for n in DEFAULT_SAMPLERS)
+    p.add_argument("--sampling-seq", "--sampler-seq", dest="samplers", type=_sampler_chars, metavar="SEQUENCE",
+                   help="the samplers' order as letters: d dry, k top_k, y typ_p, p top_p, s top_n_sigma, m min_p, "
+                        f"x xtc, t temperature, e penalties (default {letters})")
     p.add_argument("-s", "--seed", type=int, default=-1, help="random seed; -1 = random (default -1)")
 
 
-def sampler_from_args(args: argparse.Namespace, vocab: Any = None) -> Sampler:
-    """The sampler chain of the sampling flags; with ``vocab``, the grammar of the grammar flags too."""
+def _logit_bias(spec: str) -> tuple[int, float]:
+    try:
+        return parse_logit_bias(spec)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _sampler_names(spec: str) -> tuple[str, ...]:
+    try:
+        return samplers_from_names([n for n in spec.split(";") if n.strip()])
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _sampler_chars(spec: str) -> tuple[str, ...]:
+    try:
+        return samplers_from_chars(spec)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def sampling_params_from_args(args: argparse.Namespace, n_vocab: int | None = None) -> SamplingParams:
+    """The sampling flags as SamplingParams; a --logit-bias token outside the vocabulary is a CLIError."""
+    d = SamplingParams()
     seed = LLAMA_DEFAULT_SEED if args.seed < 0 else args.seed
+    breakers = d.dry_sequence_breakers
+    if args.dry_sequence_breaker is not None:
+        breakers = () if "none" in args.dry_sequence_breaker else tuple(args.dry_sequence_breaker)
+    for token, _ in args.logit_bias:
+        if n_vocab is not None and not 0 <= token < n_vocab:
+            raise CLIError(f"--logit-bias: token {token} is not in the vocabulary (ids 0 to {n_vocab - 1})")
+    return SamplingParams(
+        seed=seed, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, typ_p=args.typical, temp=args.temp,
+        penalty_repeat=args.repeat_penalty, penalty_last_n=args.repeat_last_n, penalty_present=args.presence_penalty,
+        penalty_freq=args.frequency_penalty, top_n_sigma=args.top_nsigma, xtc_probability=args.xtc_probability,
+        xtc_threshold=args.xtc_threshold, dry_multiplier=args.dry_multiplier,
+        dry_base=args.dry_base if args.dry_base >= 1.0 else d.dry_base, dry_allowed_length=args.dry_allowed_length,
+        dry_penalty_last_n=args.dry_penalty_last_n, dry_sequence_breakers=breakers, mirostat=args.mirostat,
+        mirostat_eta=args.mirostat_lr, mirostat_tau=args.mirostat_ent, logit_bias=tuple(args.logit_bias),
+        samplers=args.samplers if args.samplers is not None else d.samplers)
+
+
+def sampler_from_args(args: argparse.Namespace, vocab: Any = None) -> Sampler:
+    """The sampler chain of the sampling flags (``vocab``: for DRY's sequence breakers and --logit-bias ids),
+    with the grammar of the grammar flags (which needs ``vocab``) where a command has them."""
     grammar = grammar_from_args(args, vocab) if vocab is not None else None
-    return Sampler(SamplingParams(seed=seed, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, temp=args.temp,
-                                  penalty_repeat=args.repeat_penalty, penalty_last_n=args.repeat_last_n),
+    return Sampler(sampling_params_from_args(args, vocab.n_tokens if vocab is not None else None), vocab,
                    grammar=grammar)
 
 

@@ -14,7 +14,14 @@ import sys
 
 from ..llm.chat import NoChatTemplateError, template_for
 from ..llm.packaged import CHAT_MODEL
-from .common import add_kv_unified_arg, add_model_args, add_sampling_args, load_model, make_context
+from .common import (
+    add_kv_unified_arg,
+    add_model_args,
+    add_sampling_args,
+    load_model,
+    make_context,
+    sampling_params_from_args,
+)
 from .errors import CLIError
 
 
@@ -74,9 +81,16 @@ def build_state(args: argparse.Namespace) -> object:
     meta = {"vocab_type": vocab.type_name, "n_vocab": hp.n_vocab, "n_ctx": engine.n_slot_ctx,
             "n_ctx_train": hp.n_ctx_train, "n_embd": hp.n_embd, "size": model.size_bytes()}
     keys = [k for k in (args.api_key or "").split(",") if k]
-    defaults = {"temperature": args.temp, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
-                "repeat_penalty": args.repeat_penalty, "repeat_last_n": args.repeat_last_n, "seed": args.seed,
-                "n_predict": args.n_predict}
+    sp = sampling_params_from_args(args, vocab.n_tokens)
+    defaults = {"temperature": sp.temp, "top_k": sp.top_k, "top_p": sp.top_p, "min_p": sp.min_p,
+                "repeat_penalty": sp.penalty_repeat, "repeat_last_n": sp.penalty_last_n, "seed": args.seed,
+                "presence_penalty": sp.penalty_present, "frequency_penalty": sp.penalty_freq, "typical_p": sp.typ_p,
+                "top_n_sigma": sp.top_n_sigma, "xtc_probability": sp.xtc_probability, "xtc_threshold": sp.xtc_threshold,
+                "dry_multiplier": sp.dry_multiplier, "dry_base": sp.dry_base,
+                "dry_allowed_length": sp.dry_allowed_length, "dry_penalty_last_n": sp.dry_penalty_last_n,
+                "dry_sequence_breakers": sp.dry_sequence_breakers, "mirostat": sp.mirostat,
+                "mirostat_tau": sp.mirostat_tau, "mirostat_eta": sp.mirostat_eta, "logit_bias": sp.logit_bias,
+                "samplers": sp.samplers, "n_predict": args.n_predict}
     longest_piece = max(len(vocab.token_to_piece(t, special=True)) for t in range(vocab.n_tokens))
     return ServerState(engine=engine, vocab=vocab, model_name=name, template=template, template_error=template_error,
                        api_keys=keys, metrics=args.metrics, slots=args.slots, max_body=args.max_body, model_meta=meta,

@@ -13,7 +13,6 @@ import contextlib
 import io
 import os
 import struct
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -35,6 +34,7 @@ from .context import GGUFContext
 from .errors import GGUFError, GGUFTypeError
 from .reader import GGUFReader
 from .records import GGUFKV, StringArray, TensorInfo, encode_str, ggml_n_dims
+from .tempfiles import temp_beside
 
 #: tensor data: an array or bytes now, or a callable returning them / an iterable of chunks later
 TensorSource = np.ndarray | bytes | bytearray | memoryview | Callable[[], Any] | Iterable[Any]
@@ -486,7 +486,7 @@ class GGUFWriter(GGUFContext):
     def write(self, path: str | os.PathLike[str], *, only_meta: bool = False, fsync: bool = True) -> Path:
         """Write the file (``gguf_write_to_file``), atomically: a temporary file renamed into place."""
         target = Path(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        fd, tmp = temp_beside(target)  # removes what a killed writer of this target left
         try:
             with os.fdopen(fd, "wb") as f:
                 self.write_to(f, only_meta=only_meta)

@@ -172,13 +172,3 @@ class HParams:
         hp.rope_type = arch.rope_type
         arch.load_hparams(hp, kv)
         return hp
-
-
-def arch_of(md: Mapping[str, Any]) -> Arch:
-    """The architecture a file names in ``general.architecture`` (a missing key or an unknown name is a
-    ModelLoadError naming it)."""
-    from .arch import get_arch  # deferred: the architecture modules import this one
-
-    if Keys.GENERAL_ARCHITECTURE not in md:
-        raise ModelLoadError(f"model metadata is missing the required key {Keys.GENERAL_ARCHITECTURE!r}")
-    return get_arch(str(md[Keys.GENERAL_ARCHITECTURE]))

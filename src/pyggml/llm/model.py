@@ -30,8 +30,8 @@ from ..context import Context, tensor_overhead
 from ..gguf import GGUFReader
 from ..tensor import Tensor, ggml_pad
 from ..types import GGMLType
-from .arch import Arch
-from .hparams import HParams, ModelLoadError, arch_of
+from .arch import Arch, arch_of
+from .hparams import HParams, ModelLoadError
 from .tensors import LLMTensor
 
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")

@@ -17,13 +17,13 @@ from __future__ import annotations
 import io
 import os
 import struct
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from ..backend.api import backend_tensor_get, backend_tensor_set
 from ..errors import PyGGMLError
+from ..gguf.tempfiles import temp_beside
 from ..tensor import Tensor
 from .kv_cache import KVCache, seq_bit
 
@@ -201,7 +201,7 @@ def save_seq_file(path: str | os.PathLike, caches: dict[str, KVCache], seq_id: i
     body = seq_state_bytes(caches, seq_id)
     head = struct.pack(f"<III{len(tokens)}i", STATE_SEQ_MAGIC, STATE_SEQ_VERSION, len(tokens), *tokens)
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(head)

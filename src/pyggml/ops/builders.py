@@ -7,7 +7,7 @@ ShapeError or TypeMismatchError with a message naming the problem.
 
 The constructors live by family in the modules beside this one (elementwise, unary, reduce,
 shape, rows, mat, nn, conv, recurrent, train, custom), each next to the CPU kernels of the same
-family in backend/cpu/kernels/<family>.py; ops/table.toml lists every op's row. This module gathers
+family in backend/cpu/ops/<family>.py; ops/table.toml lists every op's row. This module gathers
 them into one namespace (``from pyggml.ops import builders as B``), re-exported flat as ``pyggml.*``.
 """
 

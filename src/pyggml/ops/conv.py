@@ -2,7 +2,7 @@
 direct convolutions, COL2IM_1D, POOL_1D/POOL_2D (and POOL_2D_BACK), UPSCALE (interpolate), PAD,
 PAD_REFLECT_1D.
 
-CPU kernels: backend/cpu/kernels/conv.py. The conventions every builder keeps: ops/builders.py.
+CPU kernels: backend/cpu/ops/conv.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

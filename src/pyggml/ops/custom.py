@@ -1,7 +1,7 @@
 """Op constructors of user callbacks: MAP_CUSTOM1/2/3 and CUSTOM (Python callables kept in
 ``node.extra``).
 
-CPU kernels: backend/cpu/kernels/custom.py. The conventions every builder keeps: ops/builders.py.
+CPU kernels: backend/cpu/ops/custom.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

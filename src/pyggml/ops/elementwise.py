@@ -1,7 +1,7 @@
 """Op constructors of element-wise arithmetic: ADD, SUB, MUL, DIV (b broadcast to a), ADD1, SQR,
 SQRT, LOG, SIN, COS, SCALE, CLAMP, LEAKY_RELU, FILL.
 
-CPU kernels: backend/cpu/kernels/elementwise.py. The conventions every builder keeps: ops/builders.py.
+CPU kernels: backend/cpu/ops/elementwise.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Op constructors of matrix products: MUL_MAT, MUL_MAT_ID (mixture of experts), OUT_PROD, ADD_ID.
 
-CPU kernels: backend/cpu/kernels/mat.py. The conventions every builder keeps: ops/builders.py.
+CPU kernels: backend/cpu/ops/mat.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 L2_NORM, SOFT_MAX (and SOFT_MAX_BACK), ROPE (and ROPE_BACK), FLASH_ATTN_EXT, the SAM relative
 positions (GET_REL_POS, ADD_REL_POS) and DeepSeek V4's indexer and hyper-connection ops.
 
-CPU kernels: backend/cpu/kernels/nn.py. The conventions every builder keeps: ops/builders.py.
+CPU kernels: backend/cpu/ops/nn.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ GATED_LINEAR_ATTN, RWKV_WKV7, GATED_DELTA_NET and SOLVE_TRI.
 The recurrences return one F32 tensor holding the outputs followed by the final states (ggml's
 "concatenated y + states" layout), which the caller views apart.
 
-CPU kernels: backend/cpu/kernels/recurrent.py. The conventions every builder keeps: ops/builders.py.
+CPU kernels: backend/cpu/ops/recurrent.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Op constructors of reductions and orderings along rows: SUM, SUM_ROWS, MEAN, CUMSUM, ARGMAX,
 COUNT_EQUAL, ARGSORT, TOP_K.
 
-CPU kernels: backend/cpu/kernels/reduce.py. The conventions every builder keeps: ops/builders.py.
+CPU kernels: backend/cpu/ops/reduce.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Op constructors that copy or gather rows: DUP, CPY (and cast), CONT, GET_ROWS, GET_ROWS_BACK, SET_ROWS.
 
-CPU kernels: backend/cpu/kernels/rows.py. The conventions every builder keeps: ops/builders.py.
+CPU kernels: backend/cpu/ops/rows.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

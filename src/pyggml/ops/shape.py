@@ -2,7 +2,7 @@
 no kernel), REPEAT, REPEAT_BACK, CONCAT, ACC, SET, DIAG, DIAG_MASK_*, TRI, ARANGE,
 TIMESTEP_EMBEDDING, ROLL, WIN_PART, WIN_UNPART.
 
-CPU kernels: backend/cpu/kernels/shape.py. The conventions every builder keeps: ops/builders.py.
+CPU kernels: backend/cpu/ops/shape.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

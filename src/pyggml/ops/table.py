@@ -3,7 +3,7 @@ its builders, whether the CPU and torch backends compute it, and the test module
 
 Like ggml's single ``enum ggml_op`` with a constructor per op, this is the one place to look up
 where an op lives: its builders in ``pyggml/ops/<family>.py`` and its CPU kernel in
-``pyggml/backend/cpu/kernels/<family>.py``, the same family name on both sides (elementwise,
+``pyggml/backend/cpu/ops/<family>.py``, the same family name on both sides (elementwise,
 unary, reduce, shape, rows, mat, nn, conv, recurrent, train, custom). tests/test_op_table.py
 holds the table to the code: it fails when an op has no row, a listed builder is missing, its
 builder and kernel sit in families of different names, a CPU kernel or torch support differs from

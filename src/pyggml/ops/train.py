@@ -2,7 +2,7 @@
 steps (OPT_STEP_ADAMW, OPT_STEP_SGD). The backward ops sit with their forward op's family
 (SILU_BACK in unary.py, RMS_NORM_BACK and SOFT_MAX_BACK in nn.py, POOL_2D_BACK in conv.py).
 
-CPU kernels: backend/cpu/kernels/train.py. The conventions every builder keeps: ops/builders.py.
+CPU kernels: backend/cpu/ops/train.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Op constructors of activations: UNARY with its sub-ops (abs, gelu, silu, xielu...), GLU with its
 sub-ops (swiglu, geglu, swiglu_oai, swiglu_clamp...), and SILU_BACK, the gradient of silu.
 
-CPU kernels: backend/cpu/kernels/unary.py. The conventions every builder keeps: ops/builders.py.
+CPU kernels: backend/cpu/ops/unary.py. The conventions every builder keeps: ops/builders.py.
 """
 
 from __future__ import annotations

@@ -169,7 +169,7 @@ def save_imatrix_legacy(im: IMatrix, path: str | os.PathLike[str], dataset: str 
     size rounded up, and ``sum / count * ncall`` per value (1 where a matrix got no rows); then the chunk
     count and ``dataset`` (llama-imatrix writes its ``-f`` file, else the last loaded dataset).
     """
-    import tempfile
+    from ..gguf.tempfiles import temp_beside
 
     chunk = max(1, im.chunk_size)
     parts: list[bytes] = []
@@ -190,7 +190,7 @@ def save_imatrix_legacy(im: IMatrix, path: str | os.PathLike[str], dataset: str 
     ds = (dataset or (im.datasets[-1] if im.datasets else "")).encode()
     body = struct.pack("<i", n) + b"".join(parts) + struct.pack("<ii", im.chunk_count, len(ds)) + ds
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = temp_beside(target)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(body)

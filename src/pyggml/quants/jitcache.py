@@ -1,7 +1,7 @@
 """Stale numba caches after an edit or an upgrade: dropped once, before any kernel loads.
 
 numba's disk cache keys a compiled function on its own source file (path, mtime, size). pyggml's
-kernels inline helpers and LLVM intrinsics from other files (mathf.py, matmul/intrinsics.py, native.py, the
+kernels inline helpers and LLVM intrinsics from other files (mathf.py, quants/intrinsics.py, native.py, the
 codecs' shared kernels), so a change there alone would leave every cached kernel that inlined the
 old code in use. A stamp over all the package's numba source files catches that: when it changes,
 the package's cache files go and kernels compile afresh (the usual first-run notice says so).

@@ -34,7 +34,7 @@ from ..backend.registry import backend_dev_by_name, backend_register
 from ..ops.enums import Op
 from .connection import Connection, get_connection
 from .protocol import HASH_THRESHOLD, REPLY_SIZE, RPC_GUID, SET_TENSOR_HEADER, Cmd, RPCError, fnv1a_64, parse_endpoint
-from .wire import serialize_graph, serialize_tensor
+from .wire import RemoteBuffer, serialize_graph, serialize_tensor
 
 if TYPE_CHECKING:
     from ..graph import Graph
@@ -48,7 +48,7 @@ _cache_lock = threading.Lock()
 
 
 # --------------------------------------------------------------------------------------- buffers
-class RPCBuffer(Buffer):
+class RPCBuffer(RemoteBuffer):
     """A buffer on the server: ``remote_ptr`` is the server's handle, the base is fetched lazily."""
 
     def __init__(self, buft: RPCBufferType, conn: Connection, remote_ptr: int, size: int) -> None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..backend.base import Buffer
 from .protocol import GGML_MAX_SRC, NULL_TENSOR, RPC_TENSOR, RPCError
 
 if TYPE_CHECKING:
@@ -20,12 +21,18 @@ if TYPE_CHECKING:
 _U32 = 1 << 32
 
 
+class RemoteBuffer(Buffer):
+    """A buffer whose memory is on an RPC server: the server's handle and the connection to it. The client's
+    RPCBuffer is one; the wire format only needs to know that a tensor's buffer is remote, and whose."""
+
+    conn: Connection
+    remote_ptr: int
+
+
 def _remote(tensor: Tensor, conn: Connection | None) -> tuple[int, int]:
     """(buffer handle, data) when the tensor lives in an RPC buffer (of ``conn``'s server, if given)."""
-    from .client import RPCBuffer  # client.py builds on this module: a real cycle
-
     buf = tensor.buffer
-    if isinstance(buf, RPCBuffer) and (conn is None or buf.conn is conn):
+    if isinstance(buf, RemoteBuffer) and (conn is None or buf.conn is conn):
         return buf.remote_ptr, int(tensor.data or 0)
     return 0, 0
 

@@ -12,6 +12,9 @@ an ``http.disconnect`` cancels the task, so the engine frees the slot at its nex
 from __future__ import annotations
 
 import contextlib
+import json
+import math
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,11 +30,20 @@ from starlette.types import Receive, Scope, Send
 from ..llm.chat import ChatTemplateError
 from ..llm.grammar import GrammarError, GrammarSampler
 from ..llm.grammar.json_schema import json_schema_to_grammar
-from ..llm.sampling import LLAMA_DEFAULT_SEED, SamplingParams
+from ..llm.samplers import dry_breakers
+from ..llm.sampling import (
+    LLAMA_DEFAULT_SEED,
+    SamplingParams,
+    dry_enabled,
+    samplers_from_chars,
+    samplers_from_names,
+)
+from ..llm.tokenizer.errors import TokenizeError
 from . import metrics, oai
 from .engine import DoneEvent, Engine, ErrorEvent, Task, TaskParams, TokenEvent
 from .errors import APIError, ErrorType, error_body
 from .schemas import (
+    FLT_MAX,
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
@@ -39,6 +51,8 @@ from .schemas import (
     TokenizeRequest,
     parse,
 )
+from .textstop import StopSet
+from .tokenwork import ClientGone, tokenize_bounded
 
 PUBLIC_PATHS = {"/health", "/v1/health"}  # no API key needed (llama-server's public endpoints)
 
@@ -60,6 +74,9 @@ class ServerState:
     defaults: dict[str, Any] = field(default_factory=dict)  # request fields' values when a request omits them
     max_prompt_bytes: int = 0  # a prompt longer than this cannot fit a slot (0: no early check)
     registry: Any = None
+    #: one text tokenization at a time: each holds the GIL for up to the bound above, and many at once
+    #: would starve the decode thread (clients whose turn comes after they left are skipped)
+    tokenize_lock: anyio.Lock = field(default_factory=anyio.Lock)
 
 
 def json_error(err: APIError) -> JSONResponse:
@@ -77,6 +94,10 @@ def _guarded(state: ServerState, handler: Handler, public: bool = False) -> Call
             return await handler(request, state)
         except APIError as e:
             return json_error(e)
+        except TokenizeError as e:  # text the tokenizer cannot take is the client's error
+            return json_error(APIError(f"cannot tokenize the request's text: {e}"))
+        except ClientGone:
+            return Response(status_code=499)  # nobody reads this
         except Exception as e:  # a bug must not take the server down: a JSON 500, the server goes on
             return json_error(APIError(f"internal server error: {type(e).__name__}: {e}", ErrorType.SERVER))
 
@@ -89,6 +110,42 @@ def _authenticate(request: Request, keys: list[str]) -> None:
         given = given[len("Bearer "):]
     if given not in keys:
         raise APIError("Invalid API Key", ErrorType.AUTHENTICATION)
+
+
+async def tokenize_text(request: Request, state: ServerState, work: Callable[[Callable[[], bool]], Any]) -> Any:
+    """Run ``work(cancelled)`` (tokenizing bounded text, see tokenwork.py) in a worker thread, one at a
+    time; skipped when the client has gone while it waited for its turn, stopped at its next piece when
+    the client goes during it."""
+    gone = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:  # the work's error is raised out here, not from inside the watcher's task group
+        try:
+            outcome["value"] = work(gone.is_set)
+        except Exception as e:
+            outcome["error"] = e
+
+    async with state.tokenize_lock:
+        if await request.is_disconnected():
+            raise ClientGone
+        async with _watch_disconnect(request.receive, gone.set):
+            await anyio.to_thread.run_sync(run)
+    if "error" in outcome:
+        raise outcome["error"]
+    if "value" not in outcome:  # the watcher cancelled the wait: the client is gone
+        raise ClientGone
+    return outcome["value"]
+
+
+def _prompt_tokens(vocab: Any, text: str, state: ServerState, cancelled: Callable[[], bool]) -> list[int]:
+    """A prompt's tokens, refused (as llama-server refuses them) once they prove more than a slot holds."""
+    _check_prompt_bytes(text, state)
+    limit = state.engine.n_slot_ctx - 1
+    tokens = tokenize_bounded(vocab, text, limit, cancelled, add_special=True, parse_special=True)
+    if tokens is None:
+        raise APIError(f"request (more than {limit} tokens) exceeds the available context size "
+                       f"({state.engine.n_slot_ctx} tokens), try increasing it", ErrorType.EXCEED_CONTEXT_SIZE)
+    return tokens
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -139,6 +196,10 @@ async def get_slots(request: Request, state: ServerState) -> Response:
                          "n_prompt_tokens_cache": s.n_cached,
                          "params": {"n_predict": p.n_predict, "temperature": p.sampling.temp,
                                     "top_k": p.sampling.top_k, "top_p": p.sampling.top_p, "min_p": p.sampling.min_p,
+                                    "typical_p": p.sampling.typ_p, "top_n_sigma": p.sampling.top_n_sigma,
+                                    "xtc_probability": p.sampling.xtc_probability,
+                                    "dry_multiplier": p.sampling.dry_multiplier, "mirostat": p.sampling.mirostat,
+                                    "samplers": list(p.sampling.samplers),
                                     "seed": p.sampling.seed, "stop": p.stop, "n_probs": p.n_probs,
                                     "cache_prompt": p.cache_prompt},
                          "next_token": [{"has_next_token": s.is_processing, "has_new_line": False,
@@ -149,8 +210,17 @@ async def get_slots(request: Request, state: ServerState) -> Response:
 
 async def tokenize(request: Request, state: ServerState) -> Response:
     req = parse(await read_body(request, state.max_body), TokenizeRequest)
-    toks = await anyio.to_thread.run_sync(lambda: state.vocab.tokenize(req.content, add_special=req.add_special,
-                                                                       parse_special=req.parse_special))
+    _check_text_bytes(req.content, "content", state)
+    vocab, limit = state.vocab, state.engine.n_slot_ctx
+
+    def work(cancelled: Callable[[], bool]) -> list[int]:
+        toks = tokenize_bounded(vocab, req.content, limit, cancelled, req.add_special, req.parse_special)
+        if toks is None:
+            raise APIError(f"'content' has more than {limit} tokens, the context of a slot: this server tokenizes "
+                           "no more than it could take as a prompt")
+        return toks
+
+    toks = await tokenize_text(request, state, work)
     if not req.with_pieces:
         return JSONResponse({"tokens": toks})
     pieces = []
@@ -166,6 +236,10 @@ async def tokenize(request: Request, state: ServerState) -> Response:
 
 async def detokenize(request: Request, state: ServerState) -> Response:
     req = parse(await read_body(request, state.max_body), DetokenizeRequest)
+    n_ctx = state.engine.n_slot_ctx * len(state.engine.slots)
+    if len(req.tokens) > n_ctx:
+        raise APIError(f"'tokens' has {len(req.tokens)} ids, more than the context of {n_ctx} tokens this server "
+                       "holds")
     _check_ids(req.tokens, state.vocab.n_tokens)
     return JSONResponse({"content": state.vocab.detokenize(req.tokens)})
 
@@ -179,6 +253,15 @@ def _check_prompt_bytes(text: str, state: ServerState) -> None:
                        "it cannot fit whatever its tokens, try increasing it", ErrorType.EXCEED_CONTEXT_SIZE)
 
 
+def _check_text_bytes(text: str, name: str, state: ServerState) -> None:
+    """/tokenize's bound: text no slot could hold as a prompt is refused from its byte count, so its
+    tokenizing costs at most what a prompt's does (8 MB of it took ~55 s of CPU and GBs of memory)."""
+    n = len(text.encode("utf-8", errors="replace"))
+    if state.max_prompt_bytes and n > state.max_prompt_bytes:
+        raise APIError(f"'{name}' has {n} bytes, more than the limit of {state.max_prompt_bytes} bytes: the text "
+                       f"of the longest prompt a slot ({state.engine.n_slot_ctx} tokens) can hold")
+
+
 def _check_ids(tokens: list[int], n_vocab: int) -> None:
     bad = [t for t in tokens if not 0 <= t < n_vocab]
     if bad:
@@ -186,9 +269,11 @@ def _check_ids(tokens: list[int], n_vocab: int) -> None:
 
 
 # ---------------------------------------------------------------------- completions
-def task_params(req: GenerationParams, n_probs: int, defaults: dict[str, Any] | None = None) -> TaskParams:
+def task_params(req: GenerationParams, n_probs: int, defaults: dict[str, Any] | None = None,
+                vocab: Any = None) -> TaskParams:
     """The task's parameters: the request's fields, and for those it leaves out the server's defaults
-    (its --temp, --top-k, ... -n flags, as llama-server's command-line sampling settings)."""
+    (its --temp, --top-k, ... -n flags, as llama-server's command-line sampling settings). ``vocab``
+    checks and tokenizes ``logit_bias`` (without it, ``logit_bias`` is refused)."""
     if req.n != 1:
         raise APIError("Only one completion choice is allowed")
     d = defaults or {}
@@ -199,13 +284,75 @@ def task_params(req: GenerationParams, n_probs: int, defaults: dict[str, Any] | 
 
     seed = pick("seed")
     seed = LLAMA_DEFAULT_SEED if seed is None or seed < 0 else seed & 0xFFFFFFFF
+    base = SamplingParams()
+    dry_base = pick("dry_base")
+    breakers = req.dry_sequence_breakers if req.dry_sequence_breakers is not None else \
+        d.get("dry_sequence_breakers", base.dry_sequence_breakers)
+    bias = _logit_bias(req.logit_bias, vocab) if req.logit_bias is not None else d.get("logit_bias", ())
     sp = SamplingParams(seed=seed, top_k=pick("top_k"), top_p=pick("top_p"), min_p=pick("min_p"),
                         temp=pick("temperature"), penalty_last_n=pick("repeat_last_n"),
-                        penalty_repeat=pick("repeat_penalty"), penalty_freq=req.frequency_penalty,
-                        penalty_present=req.presence_penalty)
+                        penalty_repeat=pick("repeat_penalty"), penalty_freq=pick("frequency_penalty"),
+                        penalty_present=pick("presence_penalty"), typ_p=pick("typical_p"),
+                        top_n_sigma=pick("top_n_sigma"), xtc_probability=pick("xtc_probability"),
+                        xtc_threshold=pick("xtc_threshold"), dry_multiplier=pick("dry_multiplier"),
+                        dry_base=dry_base if dry_base >= 1.0 else d.get("dry_base", base.dry_base),
+                        dry_allowed_length=pick("dry_allowed_length"), dry_penalty_last_n=pick("dry_penalty_last_n"),
+                        dry_sequence_breakers=tuple(breakers), mirostat=pick("mirostat"),
+                        mirostat_tau=pick("mirostat_tau"), mirostat_eta=pick("mirostat_eta"),
+                        min_keep=req.min_keep, logit_bias=tuple(bias),
+                        samplers=_samplers(req.samplers) if req.samplers is not None else
+                        d.get("samplers", base.samplers))
     n_predict = req.n_predict_value(d.get("n_predict", -1))
-    return TaskParams(n_predict=n_predict, sampling=sp, stop=req.stop_list(), n_probs=n_probs,
-                      cache_prompt=req.cache_prompt, ignore_eos=req.ignore_eos)
+    stop = req.stop_list()
+    # DRY's breakers are tokenized here, in the request's thread, not by the engine between two decodes
+    breakers = dry_breakers(vocab, sp.dry_sequence_breakers) if dry_enabled(sp) and vocab is not None else None
+    return TaskParams(n_predict=n_predict, sampling=sp, stop=stop, stops=StopSet(stop), n_probs=n_probs,
+                      cache_prompt=req.cache_prompt, ignore_eos=req.ignore_eos, dry_breakers=breakers)
+
+
+def _samplers(value: list[str] | str) -> tuple[str, ...]:
+    """``samplers``: llama.cpp's names, or a string of their letters; an unknown one is a 400 naming it."""
+    try:
+        return samplers_from_chars(value) if isinstance(value, str) else samplers_from_names(value)
+    except ValueError as e:
+        raise APIError(f"'samplers': {e}") from None
+
+
+def _logit_bias(value: list[Any] | dict[str, Any], vocab: Any) -> list[tuple[int, float]]:
+    """``logit_bias`` as llama-server reads it: ``[[token, bias], ...]`` or ``{"token": bias}``, a token being
+    an id or a text (each of its tokens gets the bias), a bias a number or ``false`` (banned). Unlike
+    llama-server, which skips what it cannot read, a bad entry is a 400 naming it."""
+    if vocab is None:
+        raise APIError("'logit_bias' is not supported here", ErrorType.NOT_SUPPORTED)
+    pairs = value.items() if isinstance(value, dict) else value
+    out: list[tuple[int, float]] = []
+    for i, entry in enumerate(pairs):
+        if not isinstance(value, dict) and (not isinstance(entry, list) or len(entry) != 2):
+            raise APIError(f"'logit_bias' entry {i} must be a [token, bias] pair, got {json_preview(entry)}")
+        key, bias = entry
+        if bias is False:
+            b = -math.inf
+        elif isinstance(bias, int | float) and not isinstance(bias, bool) and math.isfinite(bias):
+            b = float(min(max(bias, -FLT_MAX), FLT_MAX))
+        else:
+            raise APIError(f"'logit_bias' entry {i}: the bias must be a finite number or false, got "
+                           f"{json_preview(bias)}")
+        if isinstance(value, dict) and key.lstrip("-").isdigit():
+            key = int(key)
+        if isinstance(key, int) and not isinstance(key, bool):
+            if not 0 <= key < vocab.n_tokens:
+                raise APIError(f"'logit_bias' entry {i}: token {key} is not in the vocabulary "
+                               f"(ids 0 to {vocab.n_tokens - 1})")
+            out.append((key, b))
+        elif isinstance(key, str):
+            out += [(t, b) for t in vocab.tokenize(key, add_special=False, parse_special=False)]
+        else:
+            raise APIError(f"'logit_bias' entry {i}: the token must be an id or a text, got {json_preview(key)}")
+    return out
+
+
+def json_preview(v: Any) -> str:
+    return json.dumps(v)[:60] if isinstance(v, str | int | float | bool | type(None)) else type(v).__name__
 
 
 def grammar_text(req: GenerationParams) -> str | None:
@@ -266,10 +413,8 @@ async def completions(request: Request, state: ServerState) -> Response:
                            ErrorType.NOT_SUPPORTED)
         prompt = prompt[0]
     if isinstance(prompt, str):
-        text = prompt
-        _check_prompt_bytes(text, state)
-        tokens = await anyio.to_thread.run_sync(lambda: state.vocab.tokenize(text, add_special=True,
-                                                                             parse_special=True))
+        text, vocab = prompt, state.vocab
+        tokens = await tokenize_text(request, state, lambda cancelled: _prompt_tokens(vocab, text, state, cancelled))
     else:
         tokens = list(prompt)
         _check_ids(tokens, state.vocab.n_tokens)
@@ -282,21 +427,21 @@ async def chat_completions(request: Request, state: ServerState) -> Response:
         raise APIError(state.template_error, ErrorType.NOT_SUPPORTED)
     messages = [{"role": m.role, "content": m.text()} for m in req.messages]
 
-    def render() -> list[int]:
+    def render(cancelled: Callable[[], bool]) -> list[int]:
         try:
             text = state.template.render(messages, add_generation_prompt=True)
         except ChatTemplateError as e:
             raise APIError(str(e)) from None
-        _check_prompt_bytes(text, state)
-        return state.vocab.tokenize(text, add_special=True, parse_special=True)
+        return _prompt_tokens(state.vocab, text, state, cancelled)
 
-    tokens = await anyio.to_thread.run_sync(render)
+    tokens = await tokenize_text(request, state, render)
     return await _run(request, state, req, tokens, req.n_probs_value(), chat=True)
 
 
 async def _run(request: Request, state: ServerState, req: GenerationParams, tokens: list[int], n_probs: int,
                chat: bool) -> Response:
-    params = task_params(req, n_probs, state.defaults)
+    # compiles the stop list, tokenizes logit_bias texts
+    params = await anyio.to_thread.run_sync(task_params, req, n_probs, state.defaults, state.vocab)
     params.grammar = await _grammar_sampler(state, req)
     task = Task(tokens, params)
     state.engine.submit(task)
@@ -428,5 +573,9 @@ def create_app(state: ServerState) -> Starlette:
         route("/v1/completions", completions, "POST"), route("/completions", completions, "POST"),
         route("/v1/chat/completions", chat_completions, "POST"), route("/chat/completions", chat_completions, "POST"),
     ]
-    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+    # no 307 to the path without its trailing slash (its Location would be built from the Host header):
+    # an unknown path is a 404, as llama-server's
+    app.router.redirect_slashes = False
+    return app
 

@@ -36,7 +36,7 @@ from ..llm.generate import Timings
 from ..llm.grammar import GrammarSampler
 from ..llm.sampling import Sampler, SamplingParams
 from .errors import APIError, ErrorType
-from .textstop import StopMatcher
+from .textstop import StopMatcher, StopSet
 
 
 @dataclass
@@ -46,6 +46,8 @@ class TaskParams:
     n_predict: int = -1
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: list[str] = field(default_factory=list)
+    stops: StopSet | None = None  # ``stop`` compiled (by the HTTP side, so the engine thread never waits on it)
+    dry_breakers: dict[int, list[tuple[int, ...]]] | None = None  # DRY's breakers tokenized (likewise)
     n_probs: int = 0
     cache_prompt: bool = True
     ignore_eos: bool = False
@@ -342,10 +344,10 @@ class Engine:
         s.cached = task.tokens[:n_keep]
         s.n_cached = n_keep
         self.stats.n_prompt_cached += n_keep
-        s.sampler = Sampler(task.params.sampling, grammar=task.params.grammar)
+        s.sampler = Sampler(task.params.sampling, self.vocab, task.params.dry_breakers, grammar=task.params.grammar)
         for t in task.tokens:
             s.sampler.accept(t, is_generated=False)
-        s.stop = StopMatcher(task.params.stop)
+        s.stop = StopMatcher(task.params.stops if task.params.stops is not None else task.params.stop)
 
     def _release(self, s: Slot) -> None:
         s.last_task = s.task

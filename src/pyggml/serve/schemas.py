@@ -10,12 +10,40 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import APIError
 
-_CONFIG = ConfigDict(extra="allow", strict=True)
+_CONFIG = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 T = TypeVar("T", bound="BaseModel")
+
+#: ``stop``: at most this many strings of at most this many characters. llama-server takes any list and
+#: checks each string at every token in C++; here they are compiled into one automaton per request, which
+#: these bounds keep under ~0.1 s (OpenAI's API allows 4 stop strings).
+MAX_STOP_WORDS = 256
+MAX_STOP_CHARS = 512
+MAX_DRY_BREAKERS = 32
+FLT_MAX = 3.4028234663852886e38  # sampling values are float32 in llama.cpp
+
+
+def _f32(v: float) -> float:
+    """A finite JSON number clamped into float32's range: llama-server reads these fields as float, so
+    1e308 is not an error but the largest float (and never numpy's overflow warning later)."""
+    return min(max(v, -FLT_MAX), FLT_MAX)
+
+
+def _at_least(lo: float) -> AfterValidator:
+    """llama-server's set_limits: a value below the field's range is clamped, not refused."""
+    return AfterValidator(lambda v: max(v, lo))
+
+
+def _within(lo: float, hi: float) -> AfterValidator:
+    """llama-server's set_limits on both sides: clamped into [lo, hi]."""
+    return AfterValidator(lambda v: min(max(v, lo), hi))
+
+
+F32 = Annotated[float, AfterValidator(_f32)]
+Probability = Annotated[F32, _within(0.0, 1.0)]
 
 
 class StreamOptions(BaseModel):
@@ -33,14 +61,14 @@ class GenerationParams(BaseModel):
     max_tokens: Annotated[int, Field(ge=-1)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=-1)] | None = None
     n_predict: Annotated[int, Field(ge=-1)] | None = None  # llama-server's native name; -1 = until end of generation
-    temperature: float = 0.8
+    temperature: Annotated[F32, _at_least(0.0)] = 0.8
     top_k: int = 40
     top_p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.95
     min_p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.05
-    repeat_penalty: Annotated[float, Field(gt=0.0)] = 1.0
+    repeat_penalty: Annotated[F32, Field(gt=0.0)] = 1.0
     repeat_last_n: Annotated[int, Field(ge=-1)] = 64
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
+    presence_penalty: F32 = 0.0
+    frequency_penalty: F32 = 0.0
     seed: int | None = None  # None or -1: a random seed
     stop: str | list[str] | None = None
     n_probs: Annotated[int, Field(ge=0, le=100)] = 0
@@ -49,6 +77,37 @@ class GenerationParams(BaseModel):
     ignore_eos: bool = False
     grammar: str | None = None  # GBNF (llama-server's "grammar")
     json_schema: dict[str, Any] | None = None  # a JSON schema the output must follow (llama-server's "json_schema")
+    # llama.cpp's other samplers, as llama-server names and limits them (server-schema.cpp)
+    typical_p: F32 = 1.0
+    top_n_sigma: F32 = -1.0
+    xtc_probability: Probability = 0.0
+    xtc_threshold: Probability = 0.1
+    dry_multiplier: F32 = 0.0
+    dry_base: F32 = 1.75  # below 1: the server's default, as llama-server
+    dry_allowed_length: Annotated[int, Field(ge=0)] = 2
+    dry_penalty_last_n: Annotated[int, Field(ge=0)] = 64
+    #: llama.cpp cuts each to 40 bytes; each is looked for in every token's text, hence the bound on their number
+    dry_sequence_breakers: Annotated[list[Annotated[str, Field(max_length=MAX_STOP_CHARS)]],
+                                     Field(min_length=1, max_length=MAX_DRY_BREAKERS)] | None = None
+    mirostat: Annotated[int, _within(0, 2)] = 0
+    mirostat_tau: F32 = 5.0
+    mirostat_eta: F32 = 0.1
+    min_keep: Annotated[int, Field(ge=0)] = 0
+    #: [[token id or text, bias or false], ...] or {"token id or text": bias or false}; false bans the token
+    logit_bias: list[Any] | dict[str, Any] | None = None
+    #: llama.cpp's sampler names in order, or one string of their letters ("edskypmxt")
+    samplers: list[str] | str | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _bounded_stop(cls, v: str | list[str] | None) -> str | list[str] | None:
+        words = [v] if isinstance(v, str) else v or []
+        if len(words) > MAX_STOP_WORDS:
+            raise ValueError(f"at most {MAX_STOP_WORDS} stop strings are accepted, got {len(words)}")
+        for i, w in enumerate(words):
+            if len(w) > MAX_STOP_CHARS:
+                raise ValueError(f"stop string {i} has {len(w)} characters, more than the limit of {MAX_STOP_CHARS}")
+        return v
 
     def n_predict_value(self, default: int = -1) -> int:
         """max_completion_tokens, max_tokens or n_predict (the first given); -1 = no limit."""
@@ -121,18 +180,43 @@ class DetokenizeRequest(BaseModel):
     tokens: list[int]
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (JSON has no NaN or Infinity)")
+
+
 def parse(raw: bytes, model: type[T]) -> T:
-    """Parse a request body; malformed JSON or a wrong field is an APIError (400), never a traceback."""
+    """Parse a request body; malformed JSON or a wrong field is an APIError (400), never a traceback.
+
+    Python's json accepts what JSON (and llama-server's parser) does not: ``NaN``/``Infinity`` and
+    ``"\\ud800"``, a UTF-16 surrogate alone, which no UTF-8 text can hold; both are refused here, as is
+    nesting deeper than the parser's recursion limit."""
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = json.loads(raw, parse_constant=_no_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
         raise APIError(f"the request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise APIError("the request body is not valid JSON: it is nested too deeply") from None
     if not isinstance(data, dict):
         raise APIError(f"the request body must be a JSON object, got {type(data).__name__}")
+    _check_unicode(data)
     try:
         return model.model_validate(data)
     except ValidationError as e:
         raise APIError(_describe(e)) from None
+    except RecursionError:
+        raise APIError("invalid request: a field is nested too deeply") from None
+
+
+def _check_unicode(data: dict[str, Any]) -> None:
+    """Refuse strings holding a lone surrogate (valid JSON escapes, but not Unicode text)."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = e.object[e.start]
+        raise APIError(f"the request body is not valid Unicode: a lone surrogate U+{ord(bad):04X} in a string "
+                       "(a UTF-16 surrogate must come in a high/low pair)") from None
+    except RecursionError:
+        raise APIError("the request body is not valid JSON: it is nested too deeply") from None
 
 
 def _describe(e: ValidationError) -> str:

@@ -89,7 +89,7 @@ def to_type(x: np.ndarray, ty: GGMLType) -> np.ndarray:
     if ty == BF16:
         return f32_to_bf16(x)
     if ty.is_quantized:
-        from .matmul.actquant import from_float_rows
+        from .quants.actquant import from_float_rows
 
         lead = x.shape[:-1]
         flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])

@@ -1,6 +1,6 @@
 """The CPU backend's kernel registry and graph executor (ggml_graph_compute for the CPU).
 
-One kernel per ``Op``, registered with ``@kernel(Op.X)`` from the kernels/ modules. A kernel is
+One kernel per ``Op``, registered with ``@kernel(Op.X)`` by the ops/ modules. A kernel is
 ``fn(node, n_threads) -> None``: it reads ``node.src`` and writes ``node`` through numpy views of
 real memory. ggml runs every thread through every node with ``(ith, nth)``; here numpy and BLAS
 do the parallel work, so a kernel runs once per node. ``n_threads`` sets the BLAS threads of
@@ -16,18 +16,18 @@ from ...errors import UnsupportedOpError
 from ...graph import Graph
 from ...ops.enums import EMPTY_OPS
 from ...tensor import Tensor
-from . import blas, repack
+from . import blas, jit, repack_buffer
 from ._common import KernelInputError, types_of
-from .plan import plan_for
-from .registry import KERNELS, Kernel, kernel, required_srcs
-from .repack import in_repack_buffer
+from .kernel_table import KERNELS, Kernel, kernel, required_srcs
+from .ops import fusion  # importing ops registers every kernel and selector
+from .plan import Fuse, GraphPlan, plan_for
 
 
 def supports_op(node: Tensor) -> bool:
     """Whether an op has a CPU kernel at all (type support is checked when the kernel runs); an op reading
     a CPU_REPACK tensor only when the repacked kernels compute it (ggml's extra buffer type supports_op)."""
-    if any(in_repack_buffer(s) for s in node.src):
-        return repack.supports_op(node)
+    if any(repack_buffer.in_repack_buffer(s) for s in node.src):
+        return repack_buffer.supports_op(node)
     return node.op in EMPTY_OPS or node.op in KERNELS
 
 
@@ -40,8 +40,18 @@ def _resolve(node: Tensor) -> Kernel:
     missing = [i for i in range(need) if node.src[i] is None]
     if missing:
         raise KernelInputError(f"{node.op.name} node {node.name!r} is missing src{missing[0]} (needs {need} operands)")
-    repack.check_op(node)
+    repack_buffer.check_op(node)
     return fn
+
+
+def _fusions() -> Fuse | None:
+    """ops/fusion.py's rules, or None under PYGGML_FUSION=0 (to compare)."""
+    return None if jit.fusion_mode() == "0" else fusion.fuse
+
+
+def new_plan(graph: Graph) -> GraphPlan:
+    """A fresh plan of ``graph`` with this backend's kernels and fusions (what graph_compute keeps on the graph)."""
+    return GraphPlan(graph, _resolve, _fusions())
 
 
 def compute_forward(node: Tensor, n_threads: int = 1) -> None:
@@ -61,7 +71,7 @@ def graph_compute(graph: Graph, n_threads: int = 1, abort_callback: Callable[[],
     """
     if n_threads < 1:
         raise KernelInputError(f"n_threads must be >= 1, got {n_threads}")
-    plan = plan_for(graph, _resolve)
+    plan = plan_for(graph, _resolve, _fusions())
     blas_threads = blas.get_threads()  # MUL_MAT adjusts BLAS threads per product; give them back after
     try:
         return plan.compute(n_threads, abort_callback)
@@ -79,8 +89,6 @@ def graph_compute_with_ctx(ctx: Context, graph: Graph, n_threads: int = 1) -> in
     return graph_compute(graph, n_threads)
 
 
-# Importing the kernel modules registers their kernels.
-from . import kernels  # noqa: E402, F401
 
 __all__ = [
     "KERNELS",

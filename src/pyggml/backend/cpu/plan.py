@@ -1,7 +1,7 @@
 """A graph's execution plan for the CPU backend (ggml_graph_plan), resolved once and reused.
 
 Building the plan does every per-node decision in Python once: which kernel computes the node
-(a compiled one from jit/, or the numpy kernel from kernels/<family>.py), the node's record (data
+(a compiled one, or the numpy kernel: ops/<family>_jit.py and ops/<family>.py), the node's record (data
 addresses, ne, nb, op_params and kernel-specific words), the scratch it needs. Running it is a
 loop over *steps*: runs of compiled nodes go to the thread pool as one command (threads.py: every
 thread walks the run, kernel then barrier, with no Python in between), and each numpy node runs
@@ -27,7 +27,7 @@ from ...ops.enums import EMPTY_OPS
 from ...tensor import Tensor, TensorFlag
 from . import jit
 from .jit.record import AUX, NODE_WORDS, PARAMS, T_DST, T_SRC0, T_SRC1, T_SRC2, write_tensor
-from .registry import Kernel
+from .kernel_table import Kernel
 from .threads import ThreadPool, available_cores, get_pool, new_ctrl, run_nodes
 
 GGML_STATUS_SUCCESS = 0
@@ -52,6 +52,8 @@ class _Run:
 
 
 _data = operator.attrgetter("data")
+#: a fusion rule set: (previous node, its choice, node, its choice) -> the fused choice, or None
+Fuse = Callable[[Tensor, jit.Choice, Tensor, jit.Choice], "jit.Choice | None"]
 
 
 def _fingerprint(graph: Graph) -> tuple:
@@ -63,8 +65,12 @@ def _fingerprint(graph: Graph) -> tuple:
 class GraphPlan:
     """The resolved steps of one graph (see the module docstring)."""
 
-    def __init__(self, graph: Graph, resolve: Callable[[Tensor], Kernel]) -> None:
+    def __init__(self, graph: Graph, resolve: Callable[[Tensor], Kernel], fuse: Fuse | None = None) -> None:
+        """``resolve`` gives a node's numpy kernel (raising when there is none), ``fuse`` the kernel running
+        two consecutive compiled nodes as one record, or None (ops/fusion.py's fuse: the executor passes what
+        it knows, so a plan needs nothing above it)."""
         self.uid = graph.uid
+        self.resolve = resolve
         nodes = [n for n in graph.nodes
                  if n.flags & TensorFlag.COMPUTE and n.op not in EMPTY_OPS and not n.is_empty()]
         self.fingerprint = _fingerprint(graph)
@@ -79,7 +85,7 @@ class GraphPlan:
                 steps.append(_Python(node, fn))
                 continue
             if steps and isinstance(steps[-1], _Run):
-                fused = _fused(compiled[-1], node, choice)
+                fused = None if fuse is None else fuse(*compiled[-1], node, choice)
                 if fused is not None:  # the previous node and this one become one record (named by this node)
                     compiled[-1] = (node, fused)
                     continue
@@ -193,19 +199,8 @@ class GraphPlan:
             # a compiled kernel met data it cannot compute (an index out of range...): the numpy
             # kernel raises the precise error; if it does not, report what the compiled one saw
             node = self.nodes[bad]
-            from .compute import _resolve
-
-            _resolve(node)(node, n_threads=1)
+            self.resolve(node)(node, n_threads=1)
             raise PyGGMLError(f"{node.op.name} node {node.name!r}: the compiled kernel rejected its inputs")
-
-
-def _fused(prev: tuple[Tensor, jit.Choice], node: Tensor, choice: jit.Choice) -> jit.Choice | None:
-    """The fused kernel for ``prev`` then ``node`` (consecutive compiled nodes), or None (jit/fusion.py);
-    PYGGML_FUSION=0 turns fusions off (to compare)."""
-    return jit.fusion.fuse(prev[0], prev[1], node, choice) if _FUSION else None
-
-
-_FUSION = jit.fusion_mode() != "0"
 
 
 def _settle(steps: list[_Python | _Run], compiled: list[tuple[Tensor, jit.Choice]]) -> None:
@@ -228,12 +223,12 @@ def _run_alone(plan: GraphPlan, n0: int, n1: int) -> int:
     return run_nodes(int(ctrl.ctypes.data), 0)
 
 
-def plan_for(graph: Graph, resolve: Callable[[Tensor], Kernel]) -> GraphPlan:
+def plan_for(graph: Graph, resolve: Callable[[Tensor], Kernel], fuse: Fuse | None = None) -> GraphPlan:
     """The graph's cached plan if it still applies, else a new one (kept on the graph)."""
     plan = getattr(graph, "_cpu_plan", None)
     if plan is not None and plan.matches(graph):
         return plan
-    plan = GraphPlan(graph, resolve)
+    plan = GraphPlan(graph, resolve, fuse)
     if graph.uid != 0:
         graph._cpu_plan = plan
     return plan

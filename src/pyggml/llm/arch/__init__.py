@@ -9,7 +9,10 @@ in ``_MODULES`` below.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from typing import Any
 
+from ...gguf.constants import Keys
 from ..hparams import ModelLoadError
 from .base import Arch
 
@@ -51,4 +54,12 @@ def get_arch(name: str) -> Arch:
     return cls()
 
 
-__all__ = ["ARCHS", "Arch", "get_arch", "register", "supported_archs"]
+def arch_of(md: Mapping[str, Any]) -> Arch:
+    """The architecture a file names in ``general.architecture`` (a missing key or an unknown name is a
+    ModelLoadError naming it)."""
+    if Keys.GENERAL_ARCHITECTURE not in md:
+        raise ModelLoadError(f"model metadata is missing the required key {Keys.GENERAL_ARCHITECTURE!r}")
+    return get_arch(str(md[Keys.GENERAL_ARCHITECTURE]))
+
+
+__all__ = ["ARCHS", "Arch", "arch_of", "get_arch", "register", "supported_archs"]

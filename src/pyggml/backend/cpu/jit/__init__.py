@@ -1,11 +1,11 @@
 """Op kernels compiled with numba for the CPU backend's graph plans (plan.py).
 
-Each op here has a *selector* (Python, run once when a plan is built) and one or more *kernels*
+Each compiled op has a *selector* (Python, run once when a plan is built) and one or more *kernels*
 (numba ``cfunc``s with ggml's calling shape: ``void kernel(node record, ith, nth, ctrl)``). The
 selector checks the node's types and layout and returns a :class:`Choice` (the kernel, extra
 record words, scratch bytes), or None when the op's Python kernel should run instead (types or
 layouts the compiled kernels do not cover). The numerics are those of the Python kernels in
-``kernels/<family>.py``, which stay the reference: tests compare the two.
+``ops/<family>.py``, which stay the reference: tests compare the two.
 
 Kernels compile on first use and are cached on disk by numba, so a model only compiles what its
 graphs use; the kernels a new plan is missing compile side by side in helper processes, one per
@@ -28,7 +28,7 @@ from numba import types
 from ....notice import first_run_time
 from ....ops.enums import Op
 from ....tensor import Tensor
-from ..registry import op_registrar
+from ..kernel_table import op_registrar
 
 #: the C signature of every compiled kernel (see native.call_kernel)
 KERNEL_SIG = types.void(types.int64, types.int64, types.int64, types.int64)
@@ -143,7 +143,7 @@ def _compile(todo: list[JitKernel]) -> None:
 
 
 #: modules whose kernels take the longest to compile (1-2 s each: the products and the fused FFN)
-_SLOW = tuple(f"{__name__}.{m}:" for m in ("matmul", "repacked", "gate_up", "matmul_f"))
+_SLOW = tuple(f"pyggml.backend.cpu.{m}:" for m in ("traits", "quants.repacked", "ops.gate_up_jit", "ops.mat_f_jit"))
 
 
 def _compile_claimed(kernels: Iterable[JitKernel], claims: str) -> None:
@@ -235,8 +235,5 @@ def select(node: Tensor) -> Choice | None:
     return None if sel is None else sel(node)
 
 
-# importing the kernel modules registers their selectors
-from . import elementwise, fusion, matmul, matmul_id, nn, reduce, rows  # noqa: E402
-
-__all__ = ["SELECTORS", "Choice", "JitKernel", "elementwise", "enabled", "fusion", "fusion_mode", "jit_kernel",
-           "lean_unless_ready", "matmul", "nn", "prepare", "ready_or_wanted", "rows", "select", "selector"]
+__all__ = ["SELECTORS", "Choice", "JitKernel", "enabled", "fusion_mode", "jit_kernel", "lean_unless_ready", "prepare",
+           "ready_or_wanted", "select", "selector"]

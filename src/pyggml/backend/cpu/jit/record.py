@@ -63,6 +63,34 @@ def span(n, ith, nth):  # pragma: no cover - compiled
     return i0, min(n, i0 + dr)
 
 
+@numba.njit(inline="always", cache=True)
+def row_index(ir, ne1, ne2):  # pragma: no cover - compiled
+    """Row ``ir`` of a tensor with ne[1] = ne1, ne[2] = ne2 as (i1, i2, i3)."""
+    i3 = ir // (ne1 * ne2)
+    i2 = (ir - i3 * ne1 * ne2) // ne1
+    return ir - i3 * ne1 * ne2 - i2 * ne1, i2, i3
+
+
+#: rows of the weight per work chunk (ggml's chunk_size for a one-column product)
+CHUNK_ROWS = 64
+
+
+@numba.njit(inline="always", cache=True)
+def n_chunks(rows, nth, chunk_rows=CHUNK_ROWS):  # pragma: no cover - compiled
+    """ggml's rule: chunks of chunk_rows rows, or one per thread when that makes fewer than 4*nth."""
+    n = (rows + chunk_rows - 1) // chunk_rows
+    return nth if n < 4 * nth else n
+
+
+@numba.njit(inline="always", cache=True)
+def chunk_bounds(n_units, c, n_chunks, align):  # pragma: no cover - compiled
+    """Chunk c's units [u0, u1) of n_units split n_chunks ways, its bounds multiples of ``align`` (or the end):
+    an even split, rounded down."""
+    u0 = n_units * c // n_chunks // align * align
+    u1 = n_units if c + 1 == n_chunks else n_units * (c + 1) // n_chunks // align * align
+    return u0, u1
+
+
 def write_tensor(words: np.ndarray, base: int, t: object | None) -> None:
     """Fill a tensor slot of a record (all zero when the source is absent)."""
     if t is None:

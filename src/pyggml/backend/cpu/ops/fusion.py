@@ -1,0 +1,72 @@
+"""Backend-level fusions: consecutive compiled nodes the plan runs as one record (ggml-cpu fuses RMS_NORM
+and its MUL the same way; the others are what ggml's GPU backends fuse): nn.py's norm chains and
+ROPE into the KV cache, gate_up.py's FFN products.
+
+The graph keeps every node and a fused kernel writes every node's output with the bits of that node's own
+kernel, so an eval callback, a later reader or a test sees the same tensors; what goes is a barrier and a
+pass over memory per fused node. The plan (plan.py) offers each compiled node with the one before it; a
+fused record may take in the next node again (ADD + RMS_NORM, then its MUL), and a fusion only a later node
+completes (Choice.pending) goes back to its records when none does. The gate/up and ROPE fusions save about
+1% of a decode step for seconds of compiling: they wait until their kernels are cached (jit.ready_or_wanted).
+"""
+
+from __future__ import annotations
+
+from ....tensor import Tensor
+from ..jit import Choice
+from . import gate_up_jit as gate_up
+from . import nn_jit as nn
+
+
+def fuse(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Choice | None:
+    """The kernel computing ``prev`` (with its fused parts) and then ``node``, or None."""
+    for rule in _RULES:
+        fused = rule(prev, prev_choice, node, choice)
+        if fused is not None:
+            # a pending fusion lists its nodes, this one last; a complete one lists the parts before this one
+            group = [n for n, _ in fused.pending] if fused.pending else [*(n for n, _ in fused.parts), node]
+            return fused if memory_safe(group) else None
+    return None
+
+
+def _extent(t: Tensor) -> tuple[int, int]:
+    return t.data, t.data + t.nbytes()
+
+
+def _base(t: Tensor) -> Tensor:
+    while t.view_src is not None:
+        t = t.view_src
+    return t
+
+
+def _same_rows(a: Tensor, b: Tensor) -> bool:
+    return a.data == b.data and list(a.ne[1:]) == list(b.ne[1:]) and list(a.nb) == list(b.nb)
+
+
+def memory_safe(nodes: list[Tensor]) -> bool:
+    """Whether ``nodes`` may run as one fused kernel without barriers between them.
+
+    The graph allocator plans memory for node-by-node execution: once the last reader of a tensor has run,
+    a later node's output may take its memory. A fused kernel runs its nodes row by row, each thread its own
+    rows, so an output that lands on an input (or an earlier output) of the group at another offset would
+    overwrite rows another thread has yet to read (seen: gpt-oss's ADD + RMS_NORM + MUL, its MUL result
+    allocated over part of the ADD's input, one token wrong when a core was busy). An output may only stay
+    clear of them, or sit exactly on one, row for row. (An in-place node's destination, the tensor its
+    output views, is not an input.)"""
+    # what the group computes itself: its nodes, views of them (a reshape between two parts), and an in-place
+    # node's destination (SET_ROWS into the KV cache), which is written, not read
+    own = {id(n) for n in nodes} | {id(_base(n)) for n in nodes if n.view_src is not None}
+    inputs = [s for n in nodes for s in n.src if s is not None and id(_base(s)) not in own and id(s) not in own]
+    for i, out in enumerate(nodes):
+        lo, hi = _extent(out)
+        for other in (*inputs, *nodes[:i]):
+            olo, ohi = _extent(other)
+            if lo < ohi and olo < hi and not _same_rows(out, other):
+                return False
+    return True
+
+
+_RULES = (nn.fuse_norm, gate_up.fuse_gate_up, nn.fuse_rope_set_rows)
+
+
+__all__ = ["fuse", "memory_safe"]

@@ -1,0 +1,241 @@
+"""Matrix kernels: MUL_MAT, MUL_MAT_ID, OUT_PROD, ADD_ID.
+
+MUL_MAT follows ggml's numerics through BLAS: src1 is first converted to the weight's
+``vec_dot_type`` (fp16/bf16 rounding, or Q8_0/Q8_1/Q8_K quantization, see actquant) and the
+weight is dequantized in row tiles, so the float dot of the two equals ggml's integer dot up to
+summation order. A big weight is never dequantized whole: tiles of about 1 M floats keep the
+temporary small and the BLAS calls large.
+
+Builders: pyggml/ops/mat.py (the same family).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .... import quants
+from ....ops.enums import Op
+from ....tensor import Tensor
+from ....types import GGMLType
+from .. import blas
+from .._common import F16, F32, FLOAT_TYPES, I32, KernelInputError, load_f32, require_types, shape4, unsupported
+from ..kernel_table import kernel
+from ..quants.actquant import fake_quant
+from ..quants.dots import widen_f16
+from ..simd import F16_TO_F32, _round_to_f16
+from . import mat_q
+
+#: floats of dequantized weight per tile
+_TILE_FLOATS = 1 << 20
+#: op_params[1] of MUL_MAT (ggml_mul_mat_set_hint): src0 is a Hadamard matrix
+GGML_HINT_SRC0_IS_HADAMARD = 1
+#: float-weight products with many rows: rows of x per sgemm call (4 per attention product of a 512-token
+#: batch with 4 heads, so 2 threads take 2 each)
+_X_BLOCK_ROWS = 512
+#: up to this many src1 rows per weight plane, BLAS runs on one thread (see blas.py)
+_MATVEC_ROWS = 4
+
+
+def _vec_dot_type(ty: GGMLType) -> GGMLType:
+    if ty in FLOAT_TYPES:
+        return ty
+    return quants.get_codec(ty).vec_dot_type
+
+
+def _weight_rows_f32(w: np.ndarray, ty: GGMLType) -> np.ndarray:
+    """Stored weight rows (r, row) of type ``ty`` -> float32 (r, ne0)."""
+    if ty == F32:
+        return w
+    if ty == F16:
+        return w.astype(np.float32)
+    if ty.is_quantized:
+        return quants.dequantize(np.ascontiguousarray(w), ty)
+    from ....tensor_data import bf16_to_f32
+
+    return bf16_to_f32(w)
+
+
+def _check_mul_mat(node: Tensor, a: Tensor, b: Tensor) -> None:
+    if not (a.type in FLOAT_TYPES or a.type.is_quantized):
+        raise unsupported(node)
+    require_types(node, b, FLOAT_TYPES)
+    require_types(node, node, (F32,))
+    if a.ne[0] != b.ne[0] or b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
+        raise KernelInputError(f"MUL_MAT: cannot multiply {a.ne} by {b.ne}")
+
+
+def weight_product(w: np.ndarray, ty: GGMLType, x: np.ndarray, n_threads: int) -> np.ndarray:
+    """x (N, k) float32 times the weight rows w (m, stored row) of type ``ty`` -> (N, m) float32, as ggml.
+
+    Quantized weights go through the matmul package: fused integer dot products against x quantized to the
+    weight's vec_dot_type for few columns, dequantized row tiles through BLAS for many. Float
+    weights quantize x to their vec_dot_type (F16/BF16 rounding) and use BLAS on row tiles; for
+    big products (attention's KQ and KQV with an F16 cache) the rounding and fixed blocks of x's
+    rows are shared between our threads, each running a one-thread sgemm into the result.
+
+    The result is this thread's scratch buffer (mat_q.scratch), overwritten by the next call:
+    callers copy it into the destination right away. Reusing it (and the rounded activations and
+    widened weight below) saves the page faults of fresh multi-MB arrays on every product.
+    """
+    n, k = x.shape
+    m = w.shape[0]
+    out = mat_q.scratch("wp_out", (n, m))
+    if ty.is_quantized:
+        return mat_q.mul_mat_q(w, ty, x, out, n_threads)
+    matvec = n <= _MATVEC_ROWS
+    # big products: x's rows split between our threads (mat_q.parallel_ranges), one-thread
+    # sgemm each, as the quantized tiles do; OpenBLAS's own threads wait for each other at every
+    # call and lost to one thread whenever the other core was busy
+    nt = 1 if matvec or 2 * n * m * k < mat_q.BLAS_PARALLEL_MIN_FLOPS else n_threads
+    vdt = _vec_dot_type(ty)
+    if vdt == F16:  # ggml rounds src1 to fp16: same as simd.round_to_f16, into scratch
+        src = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+        x = mat_q.scratch("wp_x", (n, k))
+
+        def round_rows(i0: int, i1: int) -> None:
+            _round_to_f16(src[i0:i1].reshape(-1), F16_TO_F32, x[i0:i1].reshape(-1))
+
+        mat_q.parallel_ranges(round_rows, n, nt, nt)
+    elif vdt != F32:
+        x = fake_quant(np.ascontiguousarray(x), vdt)
+    else:
+        x = np.ascontiguousarray(x, dtype=np.float32)
+    # OpenBLAS on one thread always: its own threads spin after each call and took the cores from ours
+    # (a KV stream per sequence makes many small attention products: every op of the step ran 1.6x slower)
+    blas.set_threads(1)
+    tile = max(16, _TILE_FLOATS // max(k, 1))
+    for r0 in range(0, m, tile):
+        r1 = min(m, r0 + tile)
+        rows = w[r0:r1]
+        if ty == F16 and rows.dtype == np.float16:
+            wf = widen_f16(rows, mat_q.scratch("wp_w", (r1 - r0, k)))
+        else:
+            wf = _weight_rows_f32(rows, ty)
+
+        def blocks(b0: int, b1: int, wf: np.ndarray = wf, r0: int = r0, r1: int = r1) -> None:
+            # fixed blocks of x rows, whatever nt (parallel_ranges hands one thread all blocks at
+            # once): sgemm's result for a row depends on how the rows were cut, so the cut must
+            # not change with the thread count
+            for i0 in range(b0 * _X_BLOCK_ROWS, min(n, b1 * _X_BLOCK_ROWS), _X_BLOCK_ROWS):
+                i1 = min(n, i0 + _X_BLOCK_ROWS)
+                np.matmul(x[i0:i1], wf.T, out=out[i0:i1, r0:r1])
+
+        nblk = (n + _X_BLOCK_ROWS - 1) // _X_BLOCK_ROWS
+        mat_q.parallel_ranges(blocks, nblk, nt, nblk)
+    return out
+
+
+@kernel(Op.MUL_MAT)
+def mul_mat(node: Tensor, n_threads: int) -> None:
+    """dst[n, m] = dot(src0 row m, src1 row n) per (i2, i3); src0 broadcasts over dims 2 and 3.
+
+    Source plane i02 = i12 / (ne12/ne02), so consecutive src1 planes share a weight plane (GQA):
+    all src1 rows that use one weight plane are multiplied together.
+    """
+    a, b = node.src[0], node.src[1]
+    if node.get_op_params_i32(1) == GGML_HINT_SRC0_IS_HADAMARD:
+        _hadamard(node, b)
+        return
+    _check_mul_mat(node, a, b)
+    ne03, ne02, m, k = shape4(a)
+    ne13, ne12, n, _ = shape4(b)
+    r2, r3 = ne12 // ne02, ne13 // ne03
+    # rows of src1 grouped by weight plane: (ne03, r3, ne02, r2, n, k) -> per plane (r3*r2*n, k)
+    xg = load_f32(b).reshape(ne03, r3, ne02, r2, n, k)
+    out4 = node.view4()
+    # dst is normally a fresh contiguous tensor; otherwise compute into a buffer and copy back
+    direct = out4.flags.c_contiguous
+    out = out4.reshape(ne03, r3, ne02, r2, n, m) if direct else np.empty((ne03, r3, ne02, r2, n, m), np.float32)
+    w4 = a.view4()
+    for i3 in range(ne03):
+        for i2 in range(ne02):
+            res = weight_product(w4[i3, i2], a.type, xg[i3, :, i2].reshape(-1, k), n_threads)
+            out[i3, :, i2] = res.reshape(r3, r2, n, m)
+    if not direct:
+        out4[...] = out.reshape(out4.shape)
+
+
+def _hadamard(node: Tensor, b: Tensor) -> None:
+    """MUL_MAT with hint SRC0_IS_HADAMARD: src0 is a Sylvester Hadamard matrix, so ggml skips the
+    product and runs a fast Walsh-Hadamard transform of each src1 row (F32, or F16 widened), scaled by 1/sqrt(n)."""
+    require_types(node, b, (F32, F16))
+    n = b.ne[0]
+    if n & (n - 1):
+        raise KernelInputError(f"MUL_MAT (Hadamard hint): row length {n} is not a power of 2")
+    y = load_f32(b) * (np.float32(1.0) / np.sqrt(np.float32(n)))
+    length = 1
+    while length < n:  # butterflies: (u, v) -> (u + v, u - v), elementwise as ggml
+        blk = y.reshape(*y.shape[:-1], n // (2 * length), 2, length)
+        u, v = blk[..., 0, :], blk[..., 1, :]
+        y = np.stack([u + v, u - v], axis=-2).reshape(y.shape)
+        length *= 2
+    node.view4()[...] = y
+
+
+@kernel(Op.MUL_MAT_ID)
+def mul_mat_id(node: Tensor, n_threads: int) -> None:
+    """Mixture-of-experts matmul: dst[:, e, t] = as[:, :, ids[e, t]] · b[:, e % b.ne1, t].
+
+    src0 = as [k, m, n_expert], src1 = b [k, n_used or 1, n_tokens], src2 = ids I32 [n_used, n_tokens];
+    dst F32 [m, n_used, n_tokens]. The rows routed to one expert are multiplied together.
+    """
+    w, b, ids_t = node.src[0], node.src[1], node.src[2]
+    if not (w.type in FLOAT_TYPES or w.type.is_quantized):
+        raise unsupported(node)
+    require_types(node, b, FLOAT_TYPES)
+    require_types(node, ids_t, (I32,))
+    require_types(node, node, (F32,))
+    _, n_expert, _, k = shape4(w)
+    _, n_tok, nb1, _ = shape4(b)
+    ids = ids_t.view4()[0, 0]  # (n_tokens, n_used)
+    n_used = ids.shape[1]
+    if b.ne[0] != k or n_used % nb1 or ids.shape[0] != n_tok:
+        raise KernelInputError(f"MUL_MAT_ID: as {w.ne}, b {b.ne} and ids {ids_t.ne} do not fit")
+    _check_rows_index(ids, n_expert, "MUL_MAT_ID")
+    x = load_f32(b)[0]  # (n_tok, nb1, k)
+    out = node.view4()[0]  # (n_tok, n_used, m)
+    w4 = w.view4()[0]  # (n_expert, m, row)
+    tok, slot = np.meshgrid(np.arange(n_tok), np.arange(n_used), indexing="ij")
+    for e in np.unique(ids):
+        sel = ids == e
+        t_sel, s_sel = tok[sel], slot[sel]
+        res = weight_product(w4[e], w.type, np.ascontiguousarray(x[t_sel, s_sel % nb1]), n_threads)
+        out[t_sel, s_sel] = res
+
+
+@kernel(Op.ADD_ID)
+def add_id(node: Tensor, n_threads: int) -> None:
+    """dst[i0, i1, i2] = a[i0, i1, i2] + b[i0, ids[i1, i2]] (per-expert bias); F32 with I32 ids."""
+    a, b, ids_t = node.src[0], node.src[1], node.src[2]
+    require_types(node, a, (F32,))
+    require_types(node, b, (F32,))
+    require_types(node, ids_t, (I32,))
+    ids = ids_t.view4()[0]  # (ne2, ne1)
+    _check_rows_index(ids, b.ne[1], "ADD_ID")
+    rows = b.view4()[0, 0]  # (n_expert, ne0)
+    node.view4()[...] = a.view4() + rows[ids][None]
+
+
+@kernel(Op.OUT_PROD)
+def out_prod(node: Tensor, n_threads: int) -> None:
+    """dst[i0, i1] = sum_j src0[i0, j] * src1[i1, j] per plane; src0 planes broadcast over dst planes."""
+    a, b = node.src[0], node.src[1]
+    if not (a.type in FLOAT_TYPES or a.type.is_quantized):
+        raise unsupported(node)
+    require_types(node, b, (F32,))
+    require_types(node, node, (F32,))
+    ne03, ne02, _, _ = shape4(a)
+    ne13, ne12, _, _ = shape4(b)
+    if ne12 % ne02 or ne13 % ne03:
+        raise KernelInputError(f"OUT_PROD: cannot broadcast {a.ne} over {b.ne}")
+    x = load_f32(a)  # (ne03, ne02, j, ne00)
+    y = b.view4()  # (ne13, ne12, j, ne10)
+    xb = np.repeat(np.repeat(x, ne12 // ne02, axis=1), ne13 // ne03, axis=0)
+    node.view4()[...] = np.matmul(np.swapaxes(y, -1, -2), xb)
+
+
+def _check_rows_index(idx: np.ndarray, limit: int, op: str) -> None:
+    if idx.size and (idx.min() < 0 or idx.max() >= limit):
+        bad = idx[(idx < 0) | (idx >= limit)][0]
+        raise KernelInputError(f"{op}: row index {int(bad)} out of range [0, {limit})")
+

@@ -1,0 +1,364 @@
+"""The fused mat-vec and dequantizing kernels of the quantized matmul (numba, nogil)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ....quants.jitcache import variant
+from ..simd import F16_TO_F32 as _F16
+from .intrinsics import (
+    _COL_BLOCK_BYTES,
+    ROWDOT_COLS,
+    ROWDOT_ROWS,
+    dot_q4_32,
+    dot_q5_32,
+    rowdot4_q4_0,
+    rowdot4_q5_0,
+    rowdot4_q8_0,
+    rowdot_q4_0,
+    rowdot_q5_0,
+    rowdot_q8_0,
+    rowsdot_q4_0,
+    rowsdot_q5_0,
+    rowsdot_q8_0,
+)
+from .kq_intrinsics import sbdot4_q4_k, sbdot4_q5_k, sbdot4_q6_k, sbdot_q4_k, sbdot_q5_k, sbdot_q6_k
+
+# --------------------------------------------------------------------------------------------
+# fused mat-vec kernels. Shared arguments:
+#   wu/wi  the weight bytes as one flat uint8 / int8 array; row r starts at r*rs
+#   m      number of weight rows;  qa/da  quantized activations (n, K) and their block scales
+#   out    (n, m) float32;  nch  row chunks (one per thread), each a contiguous row range
+# The block dot products are the intrinsics above. Q8_0/Q4_0/Q5_0 use whole-row intrinsics that
+# keep 8 float lanes like ggml's AVX2 kernels; the others combine each block in float as ggml's
+# generic vec_dot (quants.c) does. Either way results match llama.cpp up to float summation order.
+
+
+@njit(cache=True, inline="always")
+def _h(tab, wu, o):  # pragma: no cover - compiled
+    """The fp16 stored little-endian at byte o, as float32."""
+    return tab[np.int64(wu[o]) | (np.int64(wu[o + 1]) << 8)]
+
+
+@njit(cache=True, inline="always")
+def _u32(wu, o):  # pragma: no cover - compiled
+    """The little-endian u32 at byte o (Q5_0/Q5_1 high bits)."""
+    return np.int64(wu[o]) | (np.int64(wu[o + 1]) << 8) | (np.int64(wu[o + 2]) << 16) | (np.int64(wu[o + 3]) << 24)
+
+
+def _rowdot_kernel(kind: int, batch: bool):
+    """Q8_0 / Q4_0 / Q5_0 (kind 0/1/2) mat-vec: one whole-row vector dot per output (see rowdot_*). With
+    batch, groups of ROWDOT_COLS columns share each decode of a row; without, every column goes one at
+    a time (the same bits). kind and batch are constants of the closure, so numba drops the branches
+    a kernel cannot take before typing them (it does not for literal arguments).
+    """
+
+    @njit(cache=True, nogil=True)
+    @variant(kind, batch)
+    def mv(wu, wi, rs, m, qa, da, asum, tab, out, r0, r1):  # pragma: no cover - compiled
+        n, nb = qa.shape[0], qa.shape[1] // 32
+        qf, df = qa.reshape(qa.size), da.reshape(da.size)
+        n4 = 0
+        if batch:
+            n4 = n - n % ROWDOT_COLS
+            # prompts: columns a block at a time, so the activations a row meets stay in L2 (k bytes a column)
+            cb = max(ROWDOT_COLS, (_COL_BLOCK_BYTES // (32 * nb)) // ROWDOT_COLS * ROWDOT_COLS)
+            for j0 in range(0, n4, cb):
+                for r in range(r0, r1):
+                    for j in range(j0, min(j0 + cb, n4), ROWDOT_COLS):  # several columns per decode of the row
+                        if kind == 0:
+                            s = rowdot4_q8_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
+                        elif kind == 1:
+                            s = rowdot4_q4_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
+                        else:
+                            s = rowdot4_q5_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
+                        for c in range(ROWDOT_COLS):
+                            out[j + c, r] = s[c]
+        q = (r1 - r0) // ROWDOT_ROWS
+        r4 = r0 + q * ROWDOT_ROWS
+        for j in range(n4, n):  # a decode: rows r0+t, r0+q+t, ... per call, four chains side by side
+            for t in range(q):
+                if kind == 0:
+                    s = rowsdot_q8_0(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
+                elif kind == 1:
+                    s = rowsdot_q4_0(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
+                else:
+                    s = rowsdot_q5_0(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
+                for i in range(ROWDOT_ROWS):
+                    out[j, r0 + i * q + t] = s[i]
+            for r in range(r4, r1):
+                if kind == 0:
+                    out[j, r] = rowdot_q8_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
+                elif kind == 1:
+                    out[j, r] = rowdot_q4_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
+                else:
+                    out[j, r] = rowdot_q5_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
+
+    return mv
+
+
+_mv_q8_0, _mv_q4_0, _mv_q5_0 = (_rowdot_kernel(kind, True) for kind in range(3))
+_mv1_q8_0, _mv1_q4_0, _mv1_q5_0 = (_rowdot_kernel(kind, False) for kind in range(3))
+
+
+@njit(cache=True, nogil=True)
+def _mv_iq4_nl(wu, wi, rs, m, qa, da, asum, tab, out, r0, r1):  # pragma: no cover - compiled
+    """IQ4_NL's codes index a 16-entry table, which no portable vector op expresses: plain loop."""
+    n, nb = qa.shape[0], qa.shape[1] // 32
+    kv = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int32)
+    acc = np.empty(n, np.float32)
+    for r in range(r0, r1):
+        acc[:] = 0
+        for b in range(nb):
+            o = r * rs + 18 * b
+            dw = _h(tab, wu, o)
+            for j in range(n):
+                s = np.int32(0)
+                for i in range(16):
+                    v = np.int32(wu[o + 2 + i])
+                    s = np.int32(s + kv[v & 15] * np.int32(qa[j, 32 * b + i])
+                                 + kv[v >> 4] * np.int32(qa[j, 32 * b + 16 + i]))
+                acc[j] += (dw * da[j, b]) * np.float32(s)
+        for j in range(n):
+            out[j, r] = acc[j]
+
+
+def _q_1_kernel(five: bool):
+    """Q4_1 (five False) / Q5_1 mat-vec: per block, (d_w*d_a)*sumi + m_w*s_a with the Q8_1 activations'
+    block sums; five is a closure constant (see _rowdot_kernel)."""
+    bpb = 24 if five else 20
+
+    @njit(cache=True, nogil=True)
+    @variant(five)
+    def mv(wu, wi, rs, m, qa, da, sa, tab, out, r0, r1):  # pragma: no cover - compiled
+        n, nb = qa.shape[0], qa.shape[1] // 32
+        acc = np.empty(n, np.float32)
+        for r in range(r0, r1):
+            acc[:] = 0
+            for b in range(nb):
+                o = r * rs + bpb * b
+                dw = _h(tab, wu, o)
+                mw = _h(tab, wu, o + 2)
+                qh = _u32(wu, o + 4) if five else 0
+                for j in range(n):
+                    if five:
+                        s = dot_q5_32(wu, o + 8, qh, qa[j], 32 * b)
+                    else:
+                        s = dot_q4_32(wu, o + 4, qa[j], 32 * b)
+                    acc[j] += (dw * da[j, b]) * np.float32(s) + mw * sa[j, b]
+            for j in range(n):
+                out[j, r] = acc[j]
+
+    return mv
+
+
+_mv_q4_1, _mv_q5_1 = _q_1_kernel(False), _q_1_kernel(True)
+
+
+@njit(cache=True, inline="always")
+def _scale_min_k4(wu, o, sc, mn):  # pragma: no cover - compiled
+    """get_scale_min_k4 for all 8 sub-blocks of the 12 scale bytes at o."""
+    for k in range(4):
+        sc[k] = np.int32(wu[o + k]) & 63
+        mn[k] = np.int32(wu[o + k + 4]) & 63
+    for k in range(4, 8):
+        sc[k] = (np.int32(wu[o + k + 4]) & 15) | ((np.int32(wu[o + k - 4]) >> 6) << 4)
+        mn[k] = (np.int32(wu[o + k + 4]) >> 4) | ((np.int32(wu[o + k]) >> 6) << 4)
+
+
+@njit(cache=True, inline="always")
+def _k_terms(kind, wu, wi, o, qf, ao, bf, bo, tab, dab):  # pragma: no cover - compiled
+    """One superblock of one row against one activation row: the two float32 terms the row's
+    accumulators take, (d*da)*sumi and (dmin*da)*summ (Q6_K: (d*da)*sumi and 0). Inlined where it is
+    called (numba keeps the dead kinds' code until LLVM folds the constant kind; a per-kind function
+    picked through a variable is not inlined, and that call cost the Q6_K decode a third of its speed)."""
+    if kind == 2:
+        return (_h(tab, wu, o + 208) * dab) * np.float32(sbdot_q6_k(wi, o, qf, ao, bf, bo)), np.float32(0)
+    t1 = sbdot_q4_k(wu, o, qf, ao, bf, bo) if kind == 0 else sbdot_q5_k(wu, o, qf, ao, bf, bo)
+    return (_h(tab, wu, o) * dab) * np.float32(t1[0]), (_h(tab, wu, o + 2) * dab) * np.float32(t1[1])
+
+
+def _k_kernel(kind: int, batch: bool):
+    """Q4_K / Q5_K / Q6_K (kind 0/1/2) rows against activation rows, ROWDOT_COLS rows per decode
+    of each superblock; every output is summed in the same order either way. Q6_K's codes are
+    used unsigned and its -32 offset comes off via the block sums (see _q6_body). A lone activation
+    row (a decode) takes four weight rows a quarter of the range apart at once, as the row dots do:
+    four streams and four accumulator chains side by side, each row's sums unchanged. Without batch,
+    every column goes one at a time (the same bits); kind and batch are closure constants, as in
+    _rowdot_kernel."""
+
+    @njit(cache=True, nogil=True)
+    @variant(kind, batch)
+    def mv(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
+        n, nb, k = qa.shape[0], qa.shape[1] // 256, qa.shape[1]
+        bk = bsum.shape[1]
+        bpb = 144 if kind == 0 else (176 if kind == 1 else 210)
+        qf, bf = qa.reshape(qa.size), bsum.reshape(bsum.size)
+        n4 = 0
+        if batch:
+            n4 = n - n % ROWDOT_COLS
+            acc0 = np.zeros(ROWDOT_COLS, np.float32)
+            acc1 = np.zeros(ROWDOT_COLS, np.float32)
+            for r in range(r0, r1):
+                for j in range(0, n4, ROWDOT_COLS):
+                    acc0[:] = 0
+                    acc1[:] = 0
+                    for b in range(nb):
+                        o, ao, bo = r * rs + bpb * b, j * k + 256 * b, j * bk + 16 * b
+                        if kind == 2:
+                            dw = _h(tab, wu, o + 208)
+                            t6 = sbdot4_q6_k(wi, o, qf, ao, bf, bo, k, bk)
+                            for c in range(ROWDOT_COLS):
+                                acc0[c] += (dw * da[j + c, b]) * np.float32(t6[c])
+                            continue
+                        dw, mw = _h(tab, wu, o), _h(tab, wu, o + 2)
+                        if kind == 0:
+                            t = sbdot4_q4_k(wu, o, qf, ao, bf, bo, k, bk)
+                        else:
+                            t = sbdot4_q5_k(wu, o, qf, ao, bf, bo, k, bk)
+                        for c in range(ROWDOT_COLS):
+                            acc0[c] += (dw * da[j + c, b]) * np.float32(t[2 * c])
+                            acc1[c] += (mw * da[j + c, b]) * np.float32(t[2 * c + 1])
+                    for c in range(ROWDOT_COLS):
+                        out[j + c, r] = acc0[c] - acc1[c]
+        q = (r1 - r0) // 4
+        for j in range(n4, n):
+            for t in range(q):
+                ra, rb, rc, rd = r0 + t, r0 + q + t, r0 + 2 * q + t, r0 + 3 * q + t
+                a0 = a1 = b0 = b1 = c0 = c1 = d0 = d1 = np.float32(0)
+                for b in range(nb):
+                    ao, bo, dab, ob = j * k + 256 * b, j * bk + 16 * b, da[j, b], bpb * b
+                    x0, x1 = _k_terms(kind, wu, wi, ra * rs + ob, qf, ao, bf, bo, tab, dab)
+                    a0 += x0
+                    a1 += x1
+                    x0, x1 = _k_terms(kind, wu, wi, rb * rs + ob, qf, ao, bf, bo, tab, dab)
+                    b0 += x0
+                    b1 += x1
+                    x0, x1 = _k_terms(kind, wu, wi, rc * rs + ob, qf, ao, bf, bo, tab, dab)
+                    c0 += x0
+                    c1 += x1
+                    x0, x1 = _k_terms(kind, wu, wi, rd * rs + ob, qf, ao, bf, bo, tab, dab)
+                    d0 += x0
+                    d1 += x1
+                out[j, ra], out[j, rb], out[j, rc], out[j, rd] = a0 - a1, b0 - b1, c0 - c1, d0 - d1
+            for r in range(r0 + 4 * q, r1):
+                a0 = a1 = np.float32(0)
+                for b in range(nb):
+                    x0, x1 = _k_terms(kind, wu, wi, r * rs + bpb * b, qf, j * k + 256 * b, bf, j * bk + 16 * b, tab,
+                                      da[j, b])
+                    a0 += x0
+                    a1 += x1
+                out[j, r] = a0 - a1
+
+    return mv
+
+
+_mv_q4_k, _mv_q5_k, _mv_q6_k = (_k_kernel(kind, True) for kind in range(3))
+_mv1_q4_k, _mv1_q5_k, _mv1_q6_k = (_k_kernel(kind, False) for kind in range(3))
+
+
+# --------------------------------------------------------------------------------------------
+# dequantizers to float32 for the BLAS tiles (ggml's reference to_float, one rounding per product).
+
+
+@njit(cache=True, nogil=True)
+def _dq_q8_0(wu, wi, rs, r0, r1, tab, y):  # pragma: no cover - compiled
+    nb = y.shape[1] // 32
+    for r in range(r0, r1):
+        for b in range(nb):
+            o = r * rs + 34 * b
+            d = _h(tab, wu, o)
+            for i in range(32):
+                y[r - r0, 32 * b + i] = np.float32(wi[o + 2 + i]) * d
+
+
+@njit(cache=True, nogil=True)
+def _dq_q4_0(wu, wi, rs, r0, r1, tab, y):  # pragma: no cover - compiled
+    nb = y.shape[1] // 32
+    for r in range(r0, r1):
+        for b in range(nb):
+            o = r * rs + 18 * b
+            d = _h(tab, wu, o)
+            for i in range(16):
+                v = np.int32(wu[o + 2 + i])
+                y[r - r0, 32 * b + i] = np.float32((v & 15) - 8) * d
+                y[r - r0, 32 * b + 16 + i] = np.float32((v >> 4) - 8) * d
+
+
+@njit(cache=True, nogil=True)
+def _dq_q5_0(wu, wi, rs, r0, r1, tab, y):  # pragma: no cover - compiled
+    nb = y.shape[1] // 32
+    for r in range(r0, r1):
+        for b in range(nb):
+            o = r * rs + 22 * b
+            d = _h(tab, wu, o)
+            qh = np.int64(wu[o + 2]) | (np.int64(wu[o + 3]) << 8) | (np.int64(wu[o + 4]) << 16) | (
+                np.int64(wu[o + 5]) << 24)
+            for i in range(16):
+                v = np.int64(wu[o + 6 + i])
+                y[r - r0, 32 * b + i] = np.float32(((v & 15) | (((qh >> i) & 1) << 4)) - 16) * d
+                y[r - r0, 32 * b + 16 + i] = np.float32(((v >> 4) | (((qh >> (i + 16)) & 1) << 4)) - 16) * d
+
+
+@njit(cache=True, nogil=True)
+def _dq_q4_k(wu, wi, rs, r0, r1, tab, y):  # pragma: no cover - compiled
+    nb = y.shape[1] // 256
+    for r in range(r0, r1):
+        sc = np.empty(8, np.int32)
+        mn = np.empty(8, np.int32)
+        for b in range(nb):
+            o = r * rs + 144 * b
+            d = _h(tab, wu, o)
+            dmin = _h(tab, wu, o + 2)
+            _scale_min_k4(wu, o + 4, sc, mn)
+            for g in range(4):
+                d1 = d * np.float32(sc[2 * g])
+                m1 = dmin * np.float32(mn[2 * g])
+                d2 = d * np.float32(sc[2 * g + 1])
+                m2 = dmin * np.float32(mn[2 * g + 1])
+                e = 256 * b + 64 * g
+                for i in range(32):
+                    v = np.int32(wu[o + 16 + 32 * g + i])
+                    y[r - r0, e + i] = d1 * np.float32(v & 15) - m1
+                    y[r - r0, e + 32 + i] = d2 * np.float32(v >> 4) - m2
+
+
+@njit(cache=True, nogil=True)
+def _dq_q6_k(wu, wi, rs, r0, r1, tab, y):  # pragma: no cover - compiled
+    nb = y.shape[1] // 256
+    for r in range(r0, r1):
+        for b in range(nb):
+            o = r * rs + 210 * b
+            d = _h(tab, wu, o + 208)
+            for hf in range(2):
+                e = 256 * b + 128 * hf
+                for i in range(32):
+                    v0 = np.int32(wu[o + 64 * hf + i])
+                    v1 = np.int32(wu[o + 64 * hf + 32 + i])
+                    h = np.int32(wu[o + 128 + 32 * hf + i])
+                    so = o + 192 + 8 * hf + i // 16
+                    y[r - r0, e + i] = (d * np.float32(wi[so])) * np.float32(((v0 & 15) | ((h & 3) << 4)) - 32)
+                    y[r - r0, e + 32 + i] = (d * np.float32(wi[so + 2])) * np.float32(
+                        ((v1 & 15) | ((h & 12) << 2)) - 32)
+                    y[r - r0, e + 64 + i] = (d * np.float32(wi[so + 4])) * np.float32(((v0 >> 4) | (h & 48)) - 32)
+                    y[r - r0, e + 96 + i] = (d * np.float32(wi[so + 6])) * np.float32(
+                        ((v1 >> 4) | ((h & 192) >> 2)) - 32)
+
+
+@njit(cache=True, nogil=True)
+def _widen_f16(src, tab, dst):  # pragma: no cover - compiled
+    for r in range(src.shape[0]):
+        for c in range(src.shape[1]):
+            dst[r, c] = tab[src[r, c]]
+
+
+def widen_f16(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """fp16 rows (r, k), any strides (e.g. a view of the transposed V cache) -> out float32 (r, k).
+
+    A table lookup per value (exact, NaN payloads as numpy keeps them): numpy's own
+    float16 -> float32 cast runs at ~1.6 ns a value here, which made widening the K/V cache
+    cost more than the attention products of a decode step.
+    """
+    _widen_f16(rows.view(np.uint16), _F16, out)
+    return out

@@ -1,0 +1,177 @@
+"""The K-quants' superblock dot products as numba intrinsics (LLVM vector IR): the sub-block sums stay in 8
+int32 lanes, are multiplied by their sub-block scale as vectors and reduced once per 256 codes instead of
+once per 32 or 16. Built on intrinsics.py's block helpers."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
+
+from ..simd import _AVX2, _AVX512, _I16, _I32, _I64, _halves, _vec
+from .intrinsics import ROWDOT_COLS, _arr1, _consts, _i16_lanes, _maddubs, _maddwd, _pairs, _ptr_at, _reduce_i32
+
+
+def _scaled_lanes8(builder: ir.IRBuilder, codes: ir.Value, a: ir.Value, scales: list[ir.Value]) -> ir.Value:
+    """<32 x i8> unsigned codes x <32 x i8> signed a, each run of 32/len(scales) codes times its i32
+    scale, as <8 x i32> lanes whose total is the exact scaled dot (the lane split differs by path)."""
+    if _AVX2:
+        return _maddwd(builder, _maddubs(builder, codes, a), _i16_lanes(builder, scales))
+    n = codes.type.count
+    prod = builder.mul(builder.zext(codes, _vec(n, _I32)), builder.sext(a, _vec(n, _I32)))
+    per = n // len(scales)
+    sc = ir.Constant(_vec(n, _I32), ir.Undefined)
+    for i in range(n):
+        sc = builder.insert_element(sc, scales[i // per], ir.Constant(_I32, i))
+    v = _pairs(builder, builder.mul(prod, sc))
+    while v.type.count > 8:
+        v = _halves(builder, v)
+    return v
+
+
+def _load_at(builder: ir.IRBuilder, base: ir.Value, off: int, n: int) -> ir.Value:
+    return builder.load(builder.bitcast(builder.gep(base, [ir.Constant(_I64, off)]), _vec(n).as_pointer()), align=1)
+
+
+def _k4_scale_words(builder: ir.IRBuilder, base: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """The 12 scale bytes of a Q4_K/Q5_K superblock at base -> (<8 x i32> scales, <8 x i32> mins).
+
+    get_scale_min_k4 done on three little-endian u32 words, four 6-bit values per word at once.
+    """
+    def word(i: int) -> ir.Value:
+        return builder.load(builder.bitcast(builder.gep(base, [ir.Constant(_I64, 4 * i)]), _I32.as_pointer()), align=1)
+
+    def c(v: int) -> ir.Constant:
+        return ir.Constant(_I32, v)
+
+    u0, u1, u2 = word(0), word(1), word(2)
+    six, four, two = c(0x3F3F3F3F), c(0x0F0F0F0F), c(0x03030303)
+    sc_hi = builder.or_(builder.and_(u2, four), builder.shl(builder.and_(builder.lshr(u0, c(6)), two), c(4)))
+    mn_hi = builder.or_(builder.and_(builder.lshr(u2, c(4)), four),
+                        builder.shl(builder.and_(builder.lshr(u1, c(6)), two), c(4)))
+
+    def bytes8(lo: ir.Value, hi: ir.Value) -> ir.Value:
+        v = builder.insert_element(ir.Constant(_vec(2, _I32), ir.Undefined), lo, c(0))
+        v = builder.insert_element(v, hi, c(1))
+        return builder.zext(builder.bitcast(v, _vec(8)), _vec(8, _I32))
+
+    return bytes8(builder.and_(u0, six), sc_hi), bytes8(builder.and_(u1, six), mn_hi)
+
+
+def _k4_body(five: bool):
+    """Q4_K (five=False) / Q5_K superblock codegen: body(builder, wb, cols) -> per column (ab, bb)
+    [sum_s sc_s * sum q*a, sum_s m_s * sum a], the second from the activation's 16-sums at bb
+    (int32). Q5_K adds bit 2g+half of each qh byte as the codes' fifth bit."""
+    qs_at = 48 if five else 16
+
+    def body(builder, wb, cols):
+        scales, mins = _k4_scale_words(builder, builder.gep(wb, [ir.Constant(_I64, 4)]))
+        qh = _load_at(builder, wb, 16, 32) if five else None
+        accs = [ir.Constant(_vec(16 if _AVX512 else 8, _I32), [0] * (16 if _AVX512 else 8))] * len(cols)
+        sc16 = builder.trunc(scales, _vec(8, _I16))
+        for g in range(4):
+            v = _load_at(builder, wb, qs_at + 32 * g, 32)
+            halves = []
+            for half in range(2):
+                if half == 0:
+                    codes = builder.and_(v, _consts(32, [15] * 32))
+                else:
+                    codes = builder.lshr(v, _consts(32, [4] * 32))
+                if five:
+                    bit = builder.and_(qh, _consts(32, [1 << (2 * g + half)] * 32))
+                    hit = builder.icmp_unsigned("!=", bit, _consts(32, [0] * 32))
+                    codes = builder.or_(codes, builder.select(hit, _consts(32, [16] * 32), _consts(32, [0] * 32)))
+                halves.append(codes)
+            if _AVX512:  # both sub-blocks of the group in one 64-byte register (the same integer sums)
+                codes = builder.shuffle_vector(halves[0], halves[1], ir.Constant(_vec(64, _I32), list(range(64))))
+                sc = builder.shuffle_vector(sc16, ir.Constant(sc16.type, ir.Undefined),
+                                            ir.Constant(_vec(32, _I32), [2 * g] * 16 + [2 * g + 1] * 16))
+                for c, (ab, _) in enumerate(cols):
+                    p = _maddubs(builder, codes, _load_at(builder, ab, 64 * g, 64))
+                    accs[c] = builder.add(accs[c], _maddwd(builder, p, sc))
+                continue
+            for half, codes in enumerate(halves):
+                scale = builder.extract_element(scales, ir.Constant(_I32, 2 * g + half))
+                for c, (ab, _) in enumerate(cols):
+                    a32 = _load_at(builder, ab, 64 * g + 32 * half, 32)
+                    accs[c] = builder.add(accs[c], _scaled_lanes8(builder, codes, a32, [scale]))
+        if _AVX512:
+            accs = [_halves(builder, acc) for acc in accs]
+        out = []
+        for acc, (_, bb) in zip(accs, cols, strict=True):
+            bsums = builder.load(builder.bitcast(bb, _vec(16, _I32).as_pointer()), align=4)
+            out.append([_reduce_i32(builder, acc), _reduce_i32(builder, builder.mul(_pairs(builder, bsums), mins))])
+        return out
+
+    return body
+
+
+def _q6_body(builder, wb, cols):
+    """Q6_K superblock codegen: per column (ab, bb) [sum_{j<16} scale_j * sum over sub-block j of
+    (q-32)*a]. The codes are used unsigned (0..63) and the -32 comes off once as 32*sum_j
+    scale_j*bsum_j, from the activation's 16-sums at bb (int32), as ggml's AVX2 kernel does.
+    Scales: int8 at byte 192."""
+    accs = [ir.Constant(_vec(8, _I32), [0] * 8)] * len(cols)
+    for hf in range(2):
+        ql0 = _load_at(builder, wb, 64 * hf, 32)
+        ql1 = _load_at(builder, wb, 64 * hf + 32, 32)
+        qh = _load_at(builder, wb, 128 + 32 * hf, 32)
+        for k, (ql, shift) in enumerate(((ql0, 0), (ql1, 0), (ql0, 4), (ql1, 4))):
+            lo = builder.and_(builder.lshr(ql, _consts(32, [shift] * 32)), _consts(32, [15] * 32))
+            hi = builder.and_(builder.lshr(qh, _consts(32, [2 * k] * 32)), _consts(32, [3] * 32))
+            codes = builder.or_(lo, builder.shl(hi, _consts(32, [4] * 32)))
+            # 32 codes = two sub-blocks of 16, scales 8hf+2k and 8hf+2k+1
+            scales = [builder.sext(builder.load(builder.gep(wb, [ir.Constant(_I64, 192 + 8 * hf + 2 * k + g)])),
+                                   _I32) for g in range(2)]
+            for c, (ab, _) in enumerate(cols):
+                a32 = _load_at(builder, ab, 128 * hf + 32 * k, 32)
+                accs[c] = builder.add(accs[c], _scaled_lanes8(builder, codes, a32, scales))
+    sc16 = builder.sext(_load_at(builder, wb, 192, 16), _vec(16, _I32))
+    out = []
+    for acc, (_, bb) in zip(accs, cols, strict=True):
+        bsums = builder.load(builder.bitcast(bb, _vec(16, _I32).as_pointer()), align=4)
+        off = _reduce_i32(builder, builder.mul(sc16, bsums))
+        out.append([builder.sub(_reduce_i32(builder, acc), builder.mul(off, ir.Constant(_I32, 32)))])
+    return out
+
+
+def _sbdot(body, nret: int, ncols: int = 1):
+    """A superblock intrinsic from a codegen body (_k4_body, _q6_body).
+
+    ncols == 1: sbdot(w, o, a, ao, bs, bso) for the superblock at w[o], activations a[ao:ao+256]
+    and their 16-sums bs[bso:bso+16]; returns the body's value (int32, or a tuple of nret).
+    ncols > 1: sbdot(w, o, a, ao, bs, bso, ak, bk): the same for ncols activation rows, row c at
+    ao + c*ak and bso + c*bk, the superblock decoded once; returns all their values in one tuple.
+    """
+    n_out = nret * ncols
+    rty = types.int32 if n_out == 1 else types.UniTuple(types.int32, n_out)
+
+    def codegen(context, builder, sig, args):
+        wb = _ptr_at(context, builder, sig.args[0], args[0], args[1])
+        ab = _ptr_at(context, builder, sig.args[2], args[2], args[3])
+        bb = _ptr_at(context, builder, sig.args[4], args[4], args[5])
+        cols = [(ab, bb)] + [(builder.gep(ab, [builder.mul(args[6], ir.Constant(_I64, c))]),
+                              builder.gep(bb, [builder.mul(args[7], ir.Constant(_I64, c))])) for c in range(1, ncols)]
+        vals = [v for col in body(builder, wb, cols) for v in col]
+        return vals[0] if n_out == 1 else context.make_tuple(builder, rty, vals)
+
+    def ok(w, a, bs) -> bool:
+        return _arr1(w) and _arr1(a) and isinstance(bs, types.Array) and bs.layout == "C" and bs.dtype == types.int32
+
+    if ncols == 1:
+        def typer(typingctx, w, o, a, ao, bs, bso):
+            return (rty(w, o, a, ao, bs, bso), codegen) if ok(w, a, bs) else None
+    else:
+        def typer(typingctx, w, o, a, ao, bs, bso, ak, bk):
+            return (rty(w, o, a, ao, bs, bso, ak, bk), codegen) if ok(w, a, bs) else None
+
+    return intrinsic(typer)
+
+
+sbdot_q4_k = _sbdot(_k4_body(False), 2)
+sbdot_q5_k = _sbdot(_k4_body(True), 2)
+sbdot_q6_k = _sbdot(_q6_body, 1)
+sbdot4_q4_k = _sbdot(_k4_body(False), 2, ROWDOT_COLS)
+sbdot4_q5_k = _sbdot(_k4_body(True), 2, ROWDOT_COLS)
+sbdot4_q6_k = _sbdot(_q6_body, 1, ROWDOT_COLS)
+

@@ -1,0 +1,263 @@
+"""MUL_MAT with weights repacked at load (the CPU_REPACK buffer type, cpu/repack.py): decode and prompt.
+
+One kernel per type computes every batch size from the interleaved rows, with no per-call repacking or
+decoding (the scratch-tile kernels of gemm.py and q0tiles.py redo that work on every call):
+
+* **Q4_K**: gemm.py's integer tiles, reading the repacked groups in place (gemm._Layout, packed): two
+  codes per byte split with a shift and a mask in registers, scales widened from bytes. A decode is the
+  same tile with one activation row: 8 weight rows a lane each, no horizontal sums.
+* **Q8_0, Q4_0, IQ4_NL** (VNNI): register tiles of the group's 4 rows x 3 activation rows (1 for a
+  decode). Codes are unsigned (Q8_0 stored as w + 128; the 4-bit types looked up in a 16-byte table of
+  value + 128, vpshufb), so vpdpbusd takes them against the signed activations directly; each lane
+  starts at -128 * (its activation quad's sum), one vpdpbusd per activation block, so it ends at exactly
+  sum(w * a).
+
+Outputs have the bits of the kernels they replace: the same integer sums and float steps (Q4_K: the
+mat-vec's per-lane steps; Q8_0/Q4_0: 8 lanes, fma, hsum, as quants.intrinsics._rowdot_blocks; IQ4_NL:
+a float sum per block, as quants.dots._mv_iq4_nl). tests/backend/test_repack.py compares them.
+"""
+
+from __future__ import annotations
+
+import numba
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ....quants.iq4 import KVALUES_IQ4NL
+from ....quants.jitcache import variant
+from ....types import GGMLType
+from ..jit import enabled as jit_enabled
+from ..jit.mathf import LANES
+from ..jit.record import AUX, T_DST, T_SRC0, chunk_bounds, rec
+from ..repack import Q4K_GROUP_BYTES
+from ..simd import _F16C, _F32, _I8, _I32, _I64, _VNNI, _fma, _hsum8, _vec, _x86
+from . import gemm
+from .gemm import _at, _opts, _splat_f32
+from .intrinsics import _COL_BLOCK_BYTES, _dpbusd, _nibbles32, _prefetch_ahead, _reduce_i32
+
+Q4_K, Q8_0, Q4_0, IQ4_NL = GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.IQ4_NL
+
+#: the types this CPU has repacked kernels for: the Q4_K tiles need AVX2, the others vpdpbusd; both read
+#: fp16 scales with F16C
+TYPES: frozenset[GGMLType] = frozenset(
+    ([Q4_K] if gemm.AVAILABLE and _F16C else []) + ([Q8_0, Q4_0, IQ4_NL] if _VNNI and _F16C else []))
+
+
+def enabled() -> bool:
+    """Repacked weights need the compiled kernels (PYGGML_JIT=0 turns both off)."""
+    return jit_enabled()
+
+
+# ------------------------------------------------------------------------------------ work split
+#: weight bytes per work chunk for a decode (prompts take at least 8 chunks a thread, for balance)
+CHUNK_BYTES = 1 << 20
+@numba.njit(inline="always", **_opts)
+def _n_chunks(n_units, unit_bytes, n, nth):  # pragma: no cover - compiled
+    """Chunks of whole units (row groups) for nth threads and n activation rows."""
+    want = (n_units * unit_bytes) // CHUNK_BYTES
+    if n > 1:
+        want = max(want, 8 * nth)
+    return max(1, min(n_units, max(nth, want)))
+
+
+# ---------------------------------------------------------------------------------------- Q4_K
+_q4k_tiles = [gemm._tile_call(gemm._tile_kernel(cols, False, nt, packed=True), f"rq4k{nt}_{cols}")
+              for nt, cols in ((gemm.TILES, gemm.COLS), (gemm.TILES, 1), (1, gemm.COLS), (1, 1))]
+_rq4k_4, _rq4k_1, _rq4k_one4, _rq4k_one1 = _q4k_tiles
+
+
+@numba.njit(inline="always", **_opts)
+def _q4k_units(m):  # pragma: no cover - compiled
+    """Work units of an m-row Q4_K weight: TILES 8-row groups (the last one may be short)."""
+    return (m // gemm.ROWS + gemm.TILES - 1) // gemm.TILES
+
+
+@numba.njit(**_opts)
+def _q4k_chunks(node, n, nth):  # pragma: no cover - compiled
+    r = rec(node)
+    return _n_chunks(_q4k_units(r[T_SRC0 + 2]), gemm.TILES * (r[T_SRC0 + 1] // 256) * Q4K_GROUP_BYTES, n, nth)
+
+
+@numba.njit(**_opts)
+def _q4k_run(node, c, n_chunks, q, ith, arg):  # pragma: no cover - compiled
+    """Chunk c: its tile pairs (8-row groups) run against every activation row, 4 at a time (gemm.gemm_tiles
+    without the per-call repack: the same gemm.tiles_by_rows); returns its weight rows."""
+    r = rec(node)
+    w, k, m = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2]
+    nsb = k // 256
+    qa_at, da_at, ex_at, _, _, _, n = q
+    d = r[T_DST]
+    gbytes = nsb * Q4K_GROUP_BYTES
+    n_tiles = m // gemm.ROWS
+    u0, u1 = chunk_bounds(_q4k_units(m), c, n_chunks, 1)
+    da_row, ex_row = 4 * nsb, 4 * (k // 16)
+    for u in range(u0, u1):
+        t = u * gemm.TILES
+        nt = min(gemm.TILES, n_tiles - t)
+        gemm.tiles_by_rows(w + t * gbytes, nt, gbytes, nsb, k, n, qa_at, da_at, ex_at, da_row, ex_row,
+                           d + 4 * gemm.ROWS * t, 4 * m, _rq4k_4, _rq4k_1, _rq4k_one4, _rq4k_one1)
+    rows = gemm.TILES * gemm.ROWS
+    return min(m, u0 * rows), min(m, u1 * rows)
+
+
+# ------------------------------------------------------------------------------ Q8_0 / Q4_0 / IQ4_NL
+#: rows of a Q0 group (the register tile's height) and activation rows of a full tile
+GROUP, TILE_N = 4, 3
+
+
+def _lut(kind: int) -> ir.Constant:
+    """<32 x i8>: the 16 unsigned codes (value + 128) of a 4-bit type, in both 128-bit halves (vpshufb)."""
+    values = [i - 8 for i in range(16)] if kind == 1 else [int(v) for v in KVALUES_IQ4NL]
+    return ir.Constant(_vec(32, _I8), [(v + 128) & 0xFF for v in values] * 2)
+
+
+def _q0_tile(rn: int, kind: int):
+    """tile(group, nb, qa, k, da, out, ocol, prod): a repacked group's 4 rows (kind 0 Q8_0, 1 Q4_0, 2 IQ4_NL)
+    times rn Q8_0 activation rows (qa int8 rows of k, da f32 rows of nb); out[j][i] at out + 4*i + j*ocol;
+    prod: scratch for the tile's scale products (rn * nb * 4 floats)."""
+    cb = 32 if kind == 0 else 16  # code bytes of a row's block
+    block = GROUP * (2 + cb)  # a block of the group: 4 fp16 scales, 4 rows of codes
+    scalar = kind == 2  # IQ4_NL's mat-vec sums each block to one integer and accumulates floats
+
+    def typer(typingctx, group, nb, qa, k, da, out, ocol, prod):
+        sig = types.void(*([types.int64] * 8))
+
+        def codegen(context, builder, sig, args):
+            g_a, nb_v, qa_a, k_v, da_a, out_a, ocol_v, prod_a = args
+            i8ptr, f32ptr = _I8.as_pointer(), _F32.as_pointer()
+            f4, f8, i32x8 = _vec(4, _F32), _vec(8, _F32), _vec(8, _I32)
+            c64 = lambda v: ir.Constant(_I64, v)  # noqa: E731
+            gp = builder.inttoptr(g_a, i8ptr)
+            arow = [builder.inttoptr(builder.add(qa_a, builder.mul(k_v, c64(j))), i8ptr) for j in range(rn)]
+            darow = [builder.inttoptr(builder.add(da_a, builder.mul(nb_v, c64(4 * j))), f32ptr) for j in range(rn)]
+            prod_p = builder.inttoptr(prod_a, f32ptr)
+
+            def weight_scales(b):  # <4 x float>: the 4 rows' d of block b
+                h = builder.load(_at(builder, gp, builder.mul(b, c64(block)), _vec(4, ir.HalfType())), align=2)
+                return builder.fpext(h, f4)
+
+            def prod_at(j, b):  # &prod[j][b][0]: the layout the products are stored and read in
+                return builder.gep(prod_p, [builder.mul(builder.add(builder.mul(nb_v, c64(j)), b), c64(GROUP))])
+
+            if rn > 1:  # the scale products of all blocks first (one <4 x float> multiply per block and column)
+                with cgutils.for_range(builder, nb_v) as loop:
+                    dw = weight_scales(loop.index)
+                    for j in range(rn):
+                        da = builder.load(builder.gep(darow[j], [loop.index]))
+                        prod4 = builder.fmul(dw, _splat_f32(builder, da, 4))
+                        builder.store(prod4, builder.bitcast(prod_at(j, loop.index), f4.as_pointer()), align=4)
+            zero = ir.Constant(_F32, 0.0) if scalar else ir.Constant(f8, [0.0] * 8)
+            accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(GROUP)] for _ in range(rn)]
+            zero_i = ir.Constant(i32x8, [0] * 8)
+            bias = ir.Constant(_vec(32, _I8), [-128] * 32)  # the unsigned byte 128
+            with cgutils.for_range(builder, nb_v) as loop:
+                b = loop.index
+                blk = builder.gep(gp, [builder.add(builder.mul(b, c64(block)), c64(2 * GROUP))])
+                _prefetch_ahead(builder, blk, block)
+                if kind == 0:
+                    u = [builder.load(_at(builder, blk, cb * i, _vec(32, _I8)), align=1) for i in range(GROUP)]
+                else:
+                    u = [_x86(builder, "llvm.x86.avx2.pshuf.b", _vec(32, _I8), _lut(kind),
+                              _nibbles32(builder, builder.load(_at(builder, blk, cb * i, _vec(16, _I8)), align=1)))
+                         for i in range(GROUP)]
+                dw = weight_scales(b) if rn == 1 else None  # a decode: the products inline, as the row dots
+                for j in range(rn):
+                    a = builder.load(_at(builder, arow[j], builder.mul(b, c64(32)), _vec(32, _I8)), align=1)
+                    start = builder.sub(zero_i, _dpbusd(builder, zero_i, bias, a))
+                    da = builder.load(builder.gep(darow[j], [b])) if dw is not None else None
+                    for i in range(GROUP):
+                        lanes = _dpbusd(builder, start, u[i], a)
+                        if dw is not None:
+                            p = builder.fmul(builder.extract_element(dw, ir.Constant(_I32, i)), da)
+                        else:
+                            p = builder.load(builder.gep(prod_at(j, b), [c64(i)]))
+                        acc = accs[j][i]
+                        if scalar:
+                            term = builder.fmul(p, builder.sitofp(_reduce_i32(builder, lanes), _F32))
+                            builder.store(builder.fadd(builder.load(acc), term), acc)
+                        else:
+                            builder.store(_fma(builder, _splat_f32(builder, p, 8), builder.sitofp(lanes, f8),
+                                               builder.load(acc)), acc)
+            out_p = builder.inttoptr(out_a, i8ptr)
+            for j in range(rn):
+                for i in range(GROUP):
+                    v = builder.load(accs[j][i])
+                    res = v if scalar else _hsum8(builder, v)
+                    at = builder.add(builder.mul(ocol_v, c64(j)), c64(4 * i))
+                    builder.store(res, _at(builder, out_p, at, _F32), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return intrinsic(typer)
+
+
+_q8_0_n, _q8_0_1 = _q0_tile(TILE_N, 0), _q0_tile(1, 0)
+_q4_0_n, _q4_0_1 = _q0_tile(TILE_N, 1), _q0_tile(1, 1)
+_iq4_nl_n, _iq4_nl_1 = _q0_tile(TILE_N, 2), _q0_tile(1, 2)
+
+
+def prod_bytes(k: int) -> int:
+    """Bytes of a thread's scale-product scratch for rows of k values (TILE_N x blocks x GROUP floats)."""
+    return (4 * TILE_N * (k // 32) * GROUP + 63) // 64 * 64
+
+
+def _q0_kernel(kind: int):
+    """The repacked Q8_0/Q4_0/IQ4_NL MUL_MAT's (chunks, run) for gemm.walk (kind 0/1/2, a closure constant: each
+    kernel compiles its own tiles only): chunks of groups, column block by column block."""
+    cb = 32 if kind == 0 else 16
+
+    @numba.njit(**_opts)
+    @variant(kind)
+    def chunks(node, n, nth):  # pragma: no cover - compiled
+        r = rec(node)
+        k, m = r[T_SRC0 + 1], r[T_SRC0 + 2]
+        return _n_chunks(m // GROUP, (k // 32) * GROUP * (2 + cb), n, nth)
+
+    @numba.njit(**_opts)
+    @variant(kind)
+    def run(node, c, n_chunks, q, ith, arg):  # pragma: no cover - compiled
+        r = rec(node)
+        w, k, m = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2]
+        nb = k // 32
+        qa_at, da_at, _, _, _, _, n = q
+        d = r[T_DST]
+        prod = qa_at + r[AUX] + ith * r[AUX + 1]
+        gbytes = nb * GROUP * (2 + cb)  # a group's bytes
+        col_block = max(TILE_N, (_COL_BLOCK_BYTES // k) // TILE_N * TILE_N)
+        g0, g1 = chunk_bounds(m // GROUP, c, n_chunks, LANES // GROUP)
+        for j0 in range(0, n, col_block):
+            j1 = min(n, j0 + col_block)
+            for gi in range(g0, g1):
+                ga = w + gi * gbytes
+                j = j0
+                while j < j1:
+                    qa, da, out = qa_at + j * k, da_at + 4 * j * nb, d + 4 * (j * m + GROUP * gi)
+                    full = j1 - j >= TILE_N
+                    if kind == 0:
+                        if full:
+                            _q8_0_n(ga, nb, qa, k, da, out, 4 * m, prod)
+                        else:
+                            _q8_0_1(ga, nb, qa, k, da, out, 4 * m, prod)
+                    elif kind == 1:
+                        if full:
+                            _q4_0_n(ga, nb, qa, k, da, out, 4 * m, prod)
+                        else:
+                            _q4_0_1(ga, nb, qa, k, da, out, 4 * m, prod)
+                    elif full:
+                        _iq4_nl_n(ga, nb, qa, k, da, out, 4 * m, prod)
+                    else:
+                        _iq4_nl_1(ga, nb, qa, k, da, out, 4 * m, prod)
+                    j += TILE_N if full else 1
+        return g0 * GROUP, g1 * GROUP
+
+    return chunks, run
+
+
+(_q8_0_chunks, _q8_0_run), (_q4_0_chunks, _q4_0_run), (_iq4_nl_chunks, _iq4_nl_run) = (
+    _q0_kernel(kind) for kind in range(3))
+
+
+__all__ = ["TYPES", "enabled", "prod_bytes"]

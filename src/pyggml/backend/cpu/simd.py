@@ -1,0 +1,214 @@
+"""The CPU's SIMD helpers, in one place (ggml-cpu's simd-mappings.h and the fp16 parts of ggml-impl.h): what
+this CPU has (AVX2, AVX-512, VNNI, F16C, as numba compiles for it), fp16 conversions with ggml's rounding,
+and the LLVM IR building blocks the compiled kernels share (vector types, fma, horizontal sums, fp16 lanes).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+from .native import f32_from_bits
+
+# ------------------------------------------------------------------------------------ LLVM IR types
+
+_I8 = ir.IntType(8)
+
+
+_I32 = ir.IntType(32)
+
+
+def _vec(n: int, t: ir.Type = _I8) -> ir.VectorType:
+    return ir.VectorType(t, n)
+
+
+def _splat(builder: ir.IRBuilder, value: ir.Value, n: int) -> ir.Value:
+    """A scalar broadcast to n lanes."""
+    v = builder.insert_element(ir.Constant(_vec(n, value.type), ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(v, ir.Constant(_vec(n, value.type), ir.Undefined),
+                                  ir.Constant(_vec(n, _I32), [0] * n))
+
+
+_F32 = ir.FloatType()
+
+
+# -------------------------------------------------------------------------------- this CPU's features
+
+_I64 = ir.IntType(64)
+
+
+def _halves(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """<2n x T> -> <n x T>: low half + high half."""
+    n = v.type.count // 2
+    undef = ir.Constant(v.type, ir.Undefined)
+    lo = builder.shuffle_vector(v, undef, ir.Constant(_vec(n, _I32), list(range(n))))
+    hi = builder.shuffle_vector(v, undef, ir.Constant(_vec(n, _I32), list(range(n, 2 * n))))
+    return builder.fadd(lo, hi) if isinstance(v.type.element, ir.FloatType) else builder.add(lo, hi)
+
+
+def _host_has(feature: str) -> bool:
+    """Whether numba compiles for this host CPU and the CPU has ``feature`` (x86 names)."""
+    from llvmlite import binding
+    from numba.core import config
+
+    if config.CPU_NAME not in (None, "host") or config.CPU_FEATURES:
+        return False  # a portable build (NUMBA_CPU_NAME=generic ...): no target-specific intrinsics
+    try:
+        return bool(binding.get_host_cpu_features().get(feature, False))
+    except RuntimeError:
+        return False
+
+
+#: x86 AVX2: the block dots use pmaddubsw/pmaddwd as ggml's AVX2 kernels (u8 x s8 -> i16 pair sums,
+#: then i16 x i16 -> i32), about half the instructions of widening both operands to i16
+_AVX2 = _host_has("avx2")
+
+
+#: AVX-512BW: 64-byte pmaddubsw/pmaddwd (the K-quant mat-vec does two sub-blocks per instruction)
+_AVX512 = _AVX2 and _host_has("avx512bw")
+
+
+#: AVX-512 VNNI (with VL) or AVX-VNNI: vpdpbusd adds the 4 products of u8 x s8 byte quads into each i32
+#: lane, never saturating (the Q8_0-family prompt tiles, quants/gemm.py)
+_VNNI = _AVX2 and (_host_has("avxvnni") or (_host_has("avx512vnni") and _host_has("avx512vl")))
+
+
+#: F16C: fp16 scales widened with vcvtph2ps instead of a table lookup
+_F16C = _host_has("f16c")
+
+
+_I16 = ir.IntType(16)
+
+
+def _fp16_at(builder: ir.IRBuilder, ptr: ir.Value, tbase: ir.Value) -> ir.Value:
+    """The little-endian fp16 at byte pointer ``ptr`` as float32 (exact either way)."""
+    bits = builder.load(builder.bitcast(ptr, _I16.as_pointer()), align=1)
+    if _F16C:
+        # LLVM loads a lone i16 with vpinsrw, which merges into a register it picks freely: a false
+        # dependency on that register's last writer (in the row dots, the previous block's fma, so the
+        # block loop ran at a chain's latency). An opaque zero (vpxor, loop-invariant) is the merge base.
+        zero = builder.asm(ir.FunctionType(_vec(8, _I16), []), "vpxor $0, $0, $0", "=x", [], False)
+        v = builder.insert_element(zero, bits, ir.Constant(_I32, 0))
+        f = builder.fpext(builder.bitcast(v, _vec(8, ir.HalfType())), _vec(8, ir.FloatType()))
+        return builder.extract_element(f, ir.Constant(_I32, 0))
+    return builder.load(builder.gep(tbase, [builder.zext(bits, ir.IntType(64))]))
+
+
+def _f16_8(builder: ir.IRBuilder, src: ir.Value) -> ir.Value:
+    """<8 x half> of the 8 floats at address src (vcvtps2ph with F16C: nearest, ties to even, NaN kept quiet
+    with its top payload bits, as simd.f16_bits)."""
+    f8 = _vec(8, ir.FloatType())
+    return builder.fptrunc(builder.load(builder.inttoptr(src, f8.as_pointer()), align=4), _vec(8, ir.HalfType()))
+
+
+@intrinsic
+def f16_round8(typingctx, src, dst):
+    """The 8 floats at src rounded to fp16 and back, stored as f32 at dst (use where _F16C)."""
+    sig = types.void(types.int64, types.int64)
+
+    def codegen(context, builder, sig, args):
+        f8 = _vec(8, ir.FloatType())
+        builder.store(builder.fpext(_f16_8(builder, args[0]), f8), builder.inttoptr(args[1], f8.as_pointer()),
+                      align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def f16_store8(typingctx, src, dst):
+    """The 8 floats at src stored as fp16 at dst (use where _F16C)."""
+    sig = types.void(types.int64, types.int64)
+
+    def codegen(context, builder, sig, args):
+        h8 = _vec(8, ir.HalfType())
+        builder.store(_f16_8(builder, args[0]), builder.inttoptr(args[1], h8.as_pointer()), align=2)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _x86(builder: ir.IRBuilder, name: str, ret: ir.Type, *args: ir.Value) -> ir.Value:
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, [a.type for a in args]), name)
+    return builder.call(fn, list(args))
+
+
+def _fma(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+    """a*b + c over float32 (a scalar or a vector) with one rounding (llvm.fma: vfmadd on FMA CPUs)."""
+    name = f"llvm.fma.v{a.type.count}f32" if isinstance(a.type, ir.VectorType) else "llvm.fma.f32"
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(a.type, [a.type] * 3), name)
+    return builder.call(fn, [a, b, c])
+
+
+def _hsum8(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """The float sum of <8 x float> lanes as ggml's hsum_float_8 and tinyBLAS's hsum take it: the two
+    halves added, then (0+2) + (1+3) of the four lanes left."""
+    v2 = _halves(builder, _halves(builder, v))
+    return builder.fadd(builder.extract_element(v2, ir.Constant(_I32, 0)),
+                        builder.extract_element(v2, ir.Constant(_I32, 1)))
+
+
+# --------------------------------------------------------------------------------- fp16 <-> float32
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def f16_bits(u: np.uint32) -> np.uint32:
+    """The fp16 bits nearest (ties to even) to the float32 with bits ``u``, as numpy's and ggml's
+    conversions give them: overflow to inf, NaN kept quiet with its top payload bits."""
+    sign = (u >> np.uint32(16)) & np.uint32(0x8000)
+    a = u & np.uint32(0x7FFFFFFF)
+    if a > np.uint32(0x7F800000):  # NaN
+        return sign | np.uint32(0x7E00) | ((a >> np.uint32(13)) & np.uint32(0x3FF))
+    if a >= np.uint32(0x477FF000):  # rounds past 65504
+        return sign | np.uint32(0x7C00)
+    if a >= np.uint32(0x38800000):  # normal fp16: keep 10 mantissa bits
+        r = a + np.uint32(0xFFF) + ((a >> np.uint32(13)) & np.uint32(1))
+        return sign | ((r - np.uint32(0x38000000)) >> np.uint32(13))
+    if a <= np.uint32(0x33000000):  # below half the smallest subnormal (a tie goes to even zero)
+        return sign
+    e = a >> np.uint32(23)  # subnormal: a multiple of 2^-24, ties to even
+    m = (a & np.uint32(0x007FFFFF)) | np.uint32(0x00800000)
+    shift = np.uint32(126) - e
+    q = m >> shift
+    rem = m & ((np.uint32(1) << shift) - np.uint32(1))
+    half = np.uint32(1) << (shift - np.uint32(1))
+    if rem > half or (rem == half and (q & np.uint32(1))):
+        q += np.uint32(1)
+    return sign | q
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def f16_value(h: np.uint32) -> np.float32:
+    """The float32 value of the fp16 bits ``h`` (GGML_FP16_TO_FP32, exact), without a table."""
+    sign = np.float32(-1.0) if h & np.uint32(0x8000) else np.float32(1.0)
+    e = (h >> np.uint32(10)) & np.uint32(0x1F)
+    m = h & np.uint32(0x3FF)
+    if e == 0:  # zero and subnormals: m * 2^-24
+        return sign * np.float32(m) * np.float32(5.9604644775390625e-08)
+    if e == 31:
+        return sign * np.float32(np.inf) if m == 0 else np.float32(np.nan)
+    return f32_from_bits((h & np.uint32(0x8000)) << np.uint32(16) | (e + np.uint32(112)) << np.uint32(23)
+                         | m << np.uint32(13))
+
+
+#: every fp16 bit pattern's float32 value (NaN payloads kept, as numpy widens them)
+F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+
+
+@nb.njit(cache=True, nogil=True)
+def _round_to_f16(src: np.ndarray, table: np.ndarray, dst: np.ndarray) -> None:
+    for i in range(src.size):
+        dst[i] = table[f16_bits(src[i])]
+
+
+def round_to_f16(x: np.ndarray) -> np.ndarray:
+    """x rounded to fp16 precision (as ggml rounds src1 for an F16 weight), returned as float32."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty_like(x)
+    _round_to_f16(x.reshape(-1).view(np.uint32), F16_TO_F32, out.reshape(-1))
+    return out
+
+#: the fp16 -> f32 table's address, for records
+TAB_ADDR = int(F16_TO_F32.ctypes.data)
