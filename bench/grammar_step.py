@@ -58,7 +58,7 @@ class TimedSampler(Sampler):
     """Times sample() and accept() (the grammar's share of a step) and counts refusals."""
 
     def __init__(self, params: SamplingParams, grammar: GrammarSampler | None) -> None:
-        super().__init__(params, grammar)
+        super().__init__(params, grammar=grammar)
         self.t_sample = 0.0
         self.n_refused = 0
         if grammar is not None:  # a refused token resamples through one of these two
