@@ -118,6 +118,7 @@ def test_greedy_best_allowed_equals_filter_then_argmax(tiny: tuple[Model, Vocab]
         for scale in (1.0, 8.0):
             logits = (rng.standard_normal(vocab.n_tokens) * scale).astype(np.float32)
             logits[rng.integers(0, vocab.n_tokens, 5)] = logits.max()  # ties at the top
+            logits[rng.integers(0, vocab.n_tokens, 50)] = -np.inf  # banned tokens (a logit bias)
             assert g.best_allowed(logits) == int(np.argmax(g.apply(logits)))
             assert g.best_allowed(logits, n_scan=1) == int(np.argmax(g.apply(logits)))
         for t in vocab.tokenize(piece, add_special=False):

@@ -47,6 +47,7 @@ class _Tokens:
         self.pval = np.array([p[0] for _, p in decoded], dtype=np.int64)
         self.prem = np.array([p[1] for _, p in decoded], dtype=np.int64)
         self.first_cps: np.ndarray | None = None
+        self.exits: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()  # see _exit_offsets
         if by_first:
             first = np.array([c[0] if c else -1 for c, _ in decoded], dtype=np.int64)
             self.first_cps, self.first_start, counts = np.unique(first, return_index=True, return_counts=True)
@@ -103,6 +104,10 @@ class VocabFilter:
     def __init__(self, table: VocabTable) -> None:
         self.table = table
         self._cache: OrderedDict[tuple[tuple[Stack, ...], Partial], np.ndarray] = OrderedDict()
+
+    def cached(self, grammar: LlamaGrammar) -> np.ndarray | None:
+        """The mask of :meth:`allowed` if this grammar state's is kept, else None."""
+        return self._cache.get((tuple(grammar.stacks), grammar.partial))
 
     def allowed(self, grammar: LlamaGrammar) -> np.ndarray:
         """A bool mask over the vocabulary: the tokens llama_grammar_apply_impl leaves alone."""
@@ -246,6 +251,7 @@ def _first_step(grammar: LlamaGrammar, state: tuple[Stack, ...], tk: _Tokens, ok
         return
     char_stacks: list[Stack] = []
     lo = int(starts[0])
+    has_token_element = False
     for s in state:
         if not s:
             continue
@@ -253,13 +259,52 @@ def _first_step(grammar: LlamaGrammar, state: tuple[Stack, ...], tk: _Tokens, ok
         if types[p] in (_TOKEN, _TOKEN_NOT):
             same = tk.ids[lo:] == values[p]
             ok[lo:][same if types[p] == _TOKEN else ~same] = True
+            has_token_element = True
         else:
             char_stacks.append(s)
     for which, runs in _group_by_matches(grammar, char_stacks, firsts):
         members = _ranges(starts[runs], ends[runs])
         members = members[~ok[members]]  # taken already by a token element
-        work.append((_union_after(grammar, char_stacks, which), members, tk.offs[members] + 1,
-                     tk.lens[members] - 1))
+        nxt = _union_after(grammar, char_stacks, which)
+        skip: np.ndarray | int = 1
+        if not has_token_element and members.size >= _SKIP_MIN and (nxt == state or set(nxt) == set(state)):
+            # back in this state (any character of a JSON string but a quote or a backslash): every
+            # following code point matched by the same stacks would bring the token back here again,
+            # so it moves on to the first one that is not
+            skip = _exit_offsets(grammar, tk, char_stacks, which)[members]
+        work.append((nxt, members, tk.offs[members] + skip, tk.lens[members] - skip))
+
+
+#: a group of tokens at least this big, back in the state it started from, skips ahead (_exit_offsets)
+_SKIP_MIN = 4096
+#: how many (char classes, matched set) pairs keep their exit offsets
+_EXITS_CACHED = 16
+
+
+def _exit_offsets(grammar: LlamaGrammar, tk: _Tokens, char_stacks: list[Stack], which: list[int]) -> np.ndarray:
+    """For each token of ``tk``, the offset of its first code point not matched by exactly the char
+    classes ``which`` of ``char_stacks`` (its length if none), kept per set of classes."""
+    classes = [grammar.classes[s[-1]] for s in char_stacks]
+    key = (tuple((c.positive, c.any, c.starts.tobytes(), c.ends.tobytes()) for c in classes), tuple(which))
+    exits = tk.exits.get(key)
+    if exits is not None:
+        tk.exits.move_to_end(key)
+        return exits
+    flat = tk.flat[:-1]  # without the pad
+    stay = np.ones(flat.size, dtype=bool)
+    chosen = set(which)
+    for j, c in enumerate(classes):
+        m = c.match_many(flat)
+        stay &= m if j in chosen else ~m
+    leave = np.flatnonzero(~stay)
+    token_of = np.searchsorted(tk.offs, leave, side="right") - 1  # offsets ascend: the token of each position
+    exits = tk.lens.copy()
+    tokens, first = np.unique(token_of, return_index=True)
+    exits[tokens] = leave[first] - tk.offs[tokens]
+    tk.exits[key] = exits
+    if len(tk.exits) > _EXITS_CACHED:
+        tk.exits.popitem(last=False)
+    return exits
 
 
 def _group_by_matches(grammar: LlamaGrammar, char_stacks: list[Stack],
