@@ -74,7 +74,6 @@ def test_tokenize_work_of_a_client_that_left_is_dropped(served: tuple[TestClient
     """A tokenization waiting its turn whose client has gone is never started."""
     import anyio
 
-    from pyggml.serve import app as app_mod
 
     state = served[1]
     calls = []
@@ -89,28 +88,10 @@ def test_tokenize_work_of_a_client_that_left_is_dropped(served: tuple[TestClient
             return real.tokenize(*a, **k)
 
     async def run() -> int:
-        body = json.dumps({"content": "hello"}).encode()
-        sent: list[dict] = []
-
-        async def receive() -> dict:
-            # the body, then the client is gone
-            if not sent:
-                sent.append({})
-                return {"type": "http.request", "body": body, "more_body": False}
-            return {"type": "http.disconnect"}
-
-        out: list[dict] = []
-
-        async def send(msg: dict) -> None:
-            out.append(msg)
-
-        scope = {"type": "http", "method": "POST", "path": "/tokenize", "query_string": b"", "root_path": "",
-                 "headers": [(b"content-type", b"application/json")], "scheme": "http", "server": ("t", 80),
-                 "client": ("c", 1), "http_version": "1.1", "asgi": {"version": "3.0"}}
         saved = state.vocab
         state.vocab = Counting()
         try:
-            await app_mod.create_app(state)(scope, receive, send)
+            await _tokenize_request(state, {"content": "hello"}, lambda: None)  # the body, then the client is gone
         finally:
             state.vocab = saved
         return len(calls)
@@ -153,7 +134,6 @@ def test_a_client_leaving_mid_tokenization_stops_it(served: tuple[TestClient, An
 
     import anyio
 
-    from pyggml.serve import app as app_mod
     from pyggml.serve import tokenwork
 
     monkeypatch.setattr(tokenwork, "FIRST_PREFIX", 64)  # pieces on a short text
@@ -170,28 +150,13 @@ def test_a_client_leaving_mid_tokenization_stops_it(served: tuple[TestClient, An
             time.sleep(0.3)
             return real.tokenize(*a, **k)
 
+    async def until_left() -> None:
+        while not left.is_set():
+            await anyio.sleep(0.01)
+
     async def run() -> list[dict]:
-        body = json.dumps({"content": "hello world " * 100}).encode()
-        state_ = {"sent": False}
-
-        async def receive() -> dict:
-            if not state_["sent"]:
-                state_["sent"] = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            while not left.is_set():
-                await anyio.sleep(0.01)
-            return {"type": "http.disconnect"}
-
-        out: list[dict] = []
-
-        async def send(msg: dict) -> None:
-            out.append(msg)
-
-        scope = {"type": "http", "method": "POST", "path": "/tokenize", "query_string": b"", "root_path": "",
-                 "headers": [(b"content-type", b"application/json")], "scheme": "http", "server": ("t", 80),
-                 "client": ("c", 1), "http_version": "1.1", "asgi": {"version": "3.0"}}
         monkeypatch.setattr(state, "vocab", LeavesDuringWork())
-        await app_mod.create_app(state)(scope, receive, send)
+        out = await _tokenize_request(state, {"content": "hello world " * 100}, until_left)
         monkeypatch.setattr(state, "vocab", real)
         return out
 
@@ -364,3 +329,29 @@ def test_logit_bias_bans_the_greedy_token_and_new_samplers_run(client: TestClien
         req = {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0.9, "seed": 11, **extra}
         texts = [client.post("/v1/completions", json=req).json()["choices"][0]["text"] for _ in range(2)]
         assert texts[0] == texts[1]
+
+
+async def _tokenize_request(state: Any, payload: dict, before_disconnect: Any) -> list[dict]:
+    """POST ``payload`` to /tokenize straight through the ASGI app: the body, then (once
+    ``before_disconnect()`` returns, awaited if it is a coroutine) the client's disconnect; the messages sent."""
+    from pyggml.serve.app import create_app
+
+    body, sent, out = json.dumps(payload).encode(), [], []
+
+    async def receive() -> dict:
+        if not sent:
+            sent.append(True)
+            return {"type": "http.request", "body": body, "more_body": False}
+        waiting = before_disconnect()
+        if waiting is not None:
+            await waiting
+        return {"type": "http.disconnect"}
+
+    async def send(msg: dict) -> None:
+        out.append(msg)
+
+    scope = {"type": "http", "method": "POST", "path": "/tokenize", "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json")], "scheme": "http", "server": ("t", 80),
+             "client": ("c", 1), "http_version": "1.1", "asgi": {"version": "3.0"}}
+    await create_app(state)(scope, receive, send)
+    return out
