@@ -76,7 +76,8 @@ class LlamaContext:
         self.model = model
         self.params = p
         n_ctx_user = p.n_ctx or hp.n_ctx_train
-        self.n_batch = min(n_ctx_user, p.n_batch)
+        # with causal attention a batch cannot outgrow the context; without, it is not cached (llama.cpp's rule)
+        self.n_batch = min(n_ctx_user, p.n_batch) if hp.causal_attn else p.n_batch
         self.n_ubatch = min(self.n_batch, p.n_ubatch)
         self.n_ctx = ggml_pad(n_ctx_user, KV_PAD)
         # cells per sequence: all of them when unified, else an equal stream each (n_ctx rounded to fit)

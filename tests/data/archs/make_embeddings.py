@@ -11,11 +11,10 @@ Writes ``bert.gguf``, ``nomic-bert.gguf`` and ``gemma-embedding.gguf`` (F32, tes
 embeddings of one batch of two sequences (24 and 10 tokens; n_ctx 64, n_batch = n_ubatch = 64, n_seq_max 2,
 unified KV cache, no flash attention, 2 threads) with embeddings on and each pooling type: ``<model>-none``
 [34, n_embd] in batch order, ``<model>-mean|cls|last`` [2, n_embd] by sequence, and ``bert-rank`` [2, n_cls_out].
-Then, for the
-``pyggml embedding`` tests, what llama-embedding computes for the two lines of ``CLI_PROMPTS`` on bert.gguf:
-llama.cpp's tokens of each (``cli-tokens-<i>``) and their embeddings decoded as one batch, unnormalised, pooled
-by the file's CLS (``cli-bert-cls``) and per token (``cli-bert-none``). (The llama-embedding binary itself is
-not used: its log thread loses output lines at exit now and then.)
+Then, for the ``pyggml embedding`` tests, what llama-embedding computes for the two lines of ``CLI_PROMPTS`` on
+bert.gguf: llama.cpp's tokens of each (``cli-tokens-<i>``) and their embeddings decoded as one batch,
+unnormalised, pooled by the file's CLS (``cli-bert-cls``) and per token (``cli-bert-none``). (The
+llama-embedding binary itself is not used: its log thread loses output lines at exit now and then.)
 """
 
 from __future__ import annotations
