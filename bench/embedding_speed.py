@@ -11,6 +11,10 @@ a run's wall time minus that of the same command on the one-word text "hello" (l
 pyggml, Python's start cancel out): llama-embedding's own timings cannot be read, as its log thread drops the
 lines it prints at exit (llama_perf_context_print). The embeddings of the two tools are compared too (the lowest
 cosine over the texts).
+
+With ``--in-process`` (llama-cpp-python's ctypes bindings importable, LLAMA_CPP_LIB_PATH naming llama.cpp's
+build/bin) the decode alone is timed too: the same batch of token ids through ``LlamaContext.decode_batch`` and
+``llama_decode`` in this process, interleaved, each context made once and warmed up by one decode.
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("-t", "--threads", default="2")
     ap.add_argument("-fa", "--flash-attn", default="off", choices=["on", "off"])
+    ap.add_argument("--in-process", action="store_true", help="also time the decode alone, in this process, "
+                                                                "against libllama through llama-cpp-python")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     model = write_model(a.dims, a.type, a.out)
@@ -110,6 +116,77 @@ def main() -> None:
     if e0 is not None and e1 is not None:
         cos = (e0 * e1).sum(1) / (np.linalg.norm(e0, axis=1) * np.linalg.norm(e1, axis=1))
         print(f"lowest cosine between the two tools' embeddings: {cos.min():.6f}")
+    if a.in_process:
+        in_process(model, a.texts, a.words + 2, int(a.threads), a.flash_attn == "on", a.rounds)
+
+
+def in_process(model: Path, n_texts: int, n_tokens: int, threads: int, flash: bool, rounds: int) -> None:
+    """Time one decode of ``n_texts`` sequences of ``n_tokens`` random token ids in pyggml and in libllama."""
+    import ctypes
+
+    from llama_cpp import llama_cpp as L
+
+    from pyggml.llm.batch import Batch
+    from pyggml.llm.context import ContextParams, LlamaContext
+    from pyggml.llm.hparams import PoolingType
+    from pyggml.llm.model import Model
+
+    rng = np.random.default_rng(1)
+    toks = rng.integers(5, 256, n_texts * n_tokens).tolist()
+    pos = [p for _ in range(n_texts) for p in range(n_tokens)]
+    seq = [s for s in range(n_texts) for _ in range(n_tokens)]
+    n = len(toks)
+    ours = LlamaContext(Model(model, progress=False), ContextParams(
+        n_ctx=n, n_batch=n, n_ubatch=n, n_threads=threads, n_seq_max=n_texts, flash_attn=flash, embeddings=True,
+        pooling_type=PoolingType.CLS))
+    quiet = L.llama_log_callback(lambda level, text, data: None)  # libllama logs every tensor it loads
+    L.llama_log_set(quiet, None)
+    L.llama_backend_init()
+    mp = L.llama_model_default_params()
+    lm = L.llama_model_load_from_file(str(model).encode(), mp)
+    cp = L.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = n, n, n, n_texts
+    cp.n_threads = cp.n_threads_batch = threads
+    cp.embeddings, cp.pooling_type, cp.kv_unified = True, int(PoolingType.CLS), True
+    cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    lctx = L.llama_init_from_model(lm, cp)
+    b = L.llama_batch_init(n, 0, 1)
+    for i in range(n):
+        b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = toks[i], pos[i], 1, True
+        b.seq_id[i][0] = seq[i]
+    b.n_tokens = n
+    batch = Batch(token=toks, pos=pos, seq_id=seq)
+
+    def ours_once() -> float:
+        t0 = time.perf_counter()
+        ours.decode_batch(batch)
+        return time.perf_counter() - t0
+
+    def theirs_once() -> float:
+        t0 = time.perf_counter()
+        if L.llama_decode(lctx, b) != 0:
+            raise RuntimeError("llama_decode failed")
+        return time.perf_counter() - t0
+
+    ours_once()
+    theirs_once()
+    t_ours, t_theirs = [], []
+    for r in range(rounds):
+        t_ours.append(ours_once())
+        t_theirs.append(theirs_once())
+        print(f"in-process round {r}: pyggml {t_ours[-1] * 1e3:8.1f} ms   llama.cpp {t_theirs[-1] * 1e3:8.1f} ms",
+              flush=True)
+    e0 = np.stack([ours.get_embeddings_seq(s) for s in range(n_texts)])
+    e1 = np.stack([np.ctypeslib.as_array(ctypes.cast(L.llama_get_embeddings_seq(lctx, s),
+                                                     ctypes.POINTER(ctypes.c_float)), shape=(e0.shape[1],))
+                   for s in range(n_texts)])
+    cos = (e0 * e1).sum(1) / (np.linalg.norm(e0, axis=1) * np.linalg.norm(e1, axis=1))
+    mo, mt = statistics.median(t_ours), statistics.median(t_theirs)
+    print(f"median decode of {n} tokens ({n_texts} sequences): pyggml {mo * 1e3:.1f} ms, llama.cpp {mt * 1e3:.1f} ms: "
+          f"pyggml at {mt / mo:.2f}x llama.cpp's speed; lowest cosine {cos.min():.6f}")
+    L.llama_batch_free(b)
+    L.llama_free(lctx)
+    L.llama_model_free(lm)
 
 
 if __name__ == "__main__":

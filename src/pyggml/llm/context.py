@@ -63,8 +63,8 @@ class LlamaContext:
         p = params or ContextParams()
         hp = model.hparams
         if not model.arch.has_logits and not p.embeddings:
-            raise PyGGMLError(f"{hp.arch} models compute embeddings, not logits: create the context with "
-                              "embeddings=True")
+            raise PyGGMLError(f"{hp.arch} models compute embeddings, not logits (use pyggml embedding, or a "
+                              "context with embeddings=True)")
         self.embeddings = p.embeddings
         self.pooling_type = hp.pooling_type if p.pooling_type is PoolingType.UNSPECIFIED else p.pooling_type
         if self.pooling_type is PoolingType.UNSPECIFIED:
