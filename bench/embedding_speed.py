@@ -40,10 +40,15 @@ def write_model(dims: str, qtype: str, out: Path) -> Path:
     q = out / f"bert-{dims.replace(',', '_')}-{qtype}.gguf"
     if q.exists():
         return q
-    f32 = out / "bert-f32.gguf"
-    env = dict(os.environ, PYGGML_ARCH_MODEL_DIMS=dims, PYTHONPATH=os.pathsep.join([str(TESTS), *sys.path]))
+    f32 = q if qtype == "f32" else out / "bert-f32.gguf"
+    import pyggml
+
+    src = str(Path(pyggml.__file__).resolve().parents[1])  # (not this process's whole path: another gguf may be on it)
+    env = dict(os.environ, PYGGML_ARCH_MODEL_DIMS=dims, PYTHONPATH=os.pathsep.join([str(TESTS), src]))
     code = f"from helpers import arch_models; arch_models.write('bert', {str(f32)!r})"
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
+    if qtype == "f32":
+        return q
     subprocess.run([sys.executable, "-m", "pyggml.cli.main", "quantize", str(f32), str(q), qtype], check=True,
                    stdout=subprocess.DEVNULL)
     f32.unlink()
@@ -78,7 +83,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("/tmp/pyggml-embedding-speed"), help="folder for the model")
     ap.add_argument("--dims", default="768,12,12,64,3072,12,64",
                     help="n_embd,n_head,n_head_kv,head,n_ff,n_layer,n_ff_exp (default: bert-base)")
-    ap.add_argument("--type", default="q8_0", help="the model's weight type (default q8_0)")
+    ap.add_argument("--type", default="q8_0", help="the model's weight type: f32, or a type pyggml quantize makes "
+                                                      "(default q8_0)")
     ap.add_argument("--texts", type=int, default=16)
     ap.add_argument("--words", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=3)
