@@ -1,8 +1,9 @@
 """Encoders and pooled embeddings against llama.cpp's on the same files (tests/data/archs/embeddings.npz).
 
 bert, nomic-bert and gemma-embedding (no KV cache, non-causal attention, gemma-embedding with its symmetric
-sliding window and dense projections) and the decoder qwen2 (KV cache, causal) with embeddings on: one batch of
-two sequences, each pooling type; llama.cpp's values were written by tests/data/archs/make_embeddings.py.
+sliding window and dense projections) and the decoder qwen2 (KV cache, causal, and made non-causal as
+llama-embedding's --attention non-causal does) with embeddings on: one batch of two sequences, each pooling
+type; llama.cpp's values were written by tests/data/archs/make_embeddings.py.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ def _model(name: str) -> Model:
 
 
 def _context(name: str, pooling: str, **kw: object) -> LlamaContext:
+    """``name`` is a model's file, or ``<file>_noncausal``: its attention made non-causal."""
     args: dict = {"n_ctx": 64, "n_batch": 64, "n_ubatch": 64, "n_threads": 2, "n_seq_max": 2} | kw
+    if name.endswith("_noncausal"):
+        name, args["causal_attn"] = name.removesuffix("_noncausal"), False
     params = ContextParams(embeddings=True, pooling_type=PoolingType.parse(pooling), **args)
     return LlamaContext(_model(name), params)
 
@@ -54,7 +58,7 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def test_cases_cover_every_encoder_and_pooling() -> None:
     names = {n for n, _ in CASES}
-    assert {"bert", "nomic-bert", "gemma-embedding", "qwen2"} <= names
+    assert {"bert", "nomic-bert", "gemma-embedding", "qwen2", "qwen2_noncausal"} <= names
     assert {p for _, p in CASES} == {"none", "mean", "cls", "last", "rank"}
 
 
@@ -112,6 +116,12 @@ def test_decoder_embeddings_switch_on_and_off() -> None:
     logits = ctx.decode_batch(_batch())
     assert logits.shape == (len(REF["tokens"]), 256)
     assert _cos(ctx.get_embeddings(), REF["qwen2-none"]).min() >= 0.9999
+
+
+def test_non_causal_decoder_needs_one_ubatch() -> None:
+    ctx = _context("qwen2_noncausal", "mean", n_ubatch=16)
+    with pytest.raises(DecodeError, match="non-causal attention needs the batch in one ubatch"):
+        ctx.decode_batch(_batch())
 
 
 def test_no_cache_mask_rules() -> None:

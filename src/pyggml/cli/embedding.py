@@ -8,8 +8,8 @@ classifier head on it (rank: a reranker's scores; a text is then a query and a d
 ``--cls-separator``, a tab by default). Each vector is normalised by ``--embd-normalize`` and printed in the
 ``--embd-output-format``. Escapes in the prompt (``\\n``, ``\\t``) are processed as llama.cpp's are.
 
-As llama-embedding: the batch is at least the context (``-c``), and a model without causal attention takes
-the whole batch as one ubatch, so ``-ub`` follows ``-b``.
+As llama-embedding: the batch is at least the context (``-c``), and unless ``--attention causal`` is given the
+whole batch is one ubatch (``-ub`` follows ``-b``), as attention without a causal mask needs.
 """
 
 from __future__ import annotations
@@ -77,6 +77,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "cosine similarity matrix), 'raw' (one embedding per line)")
     p.add_argument("--pooling", choices=["none", "mean", "cls", "last", "rank"], default=None,
                    help="pooling type for embeddings (default: the model's {arch}.pooling_type, else none)")
+    p.add_argument("--attention", choices=["causal", "non-causal"], default=None,
+                   help="attention type for embeddings (default: the model's); with causal the ubatch is -ub, "
+                        "else the whole batch")
     p.add_argument("--cls-separator", default="\t", metavar="STRING",
                    help="with --pooling rank: separator of a query and its document in a text (default \\t)")
     p.add_argument("--no-escape", dest="escape", action="store_false",
@@ -227,10 +230,12 @@ def run(args: argparse.Namespace) -> int:
     n_ctx = args.ctx_size or hp.n_ctx_train
     n_batch = max(args.batch_size, n_ctx)  # llama-embedding: the batch holds the full context
     pooling = PoolingType.UNSPECIFIED if args.pooling is None else PoolingType.parse(args.pooling)
-    # llama-embedding: with the attention type unspecified the ubatch is the batch (non-causal models need it)
-    ctx = LlamaContext(model, ContextParams(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_threads=args.threads,
+    # llama-embedding: unless the attention is said to be causal the ubatch is the batch (non-causal models need it)
+    causal = None if args.attention is None else args.attention == "causal"
+    ctx = LlamaContext(model, ContextParams(n_ctx=n_ctx, n_batch=n_batch,
+                                            n_ubatch=args.ubatch_size if causal else n_batch, n_threads=args.threads,
                                             flash_attn=args.flash_attn == "on", n_seq_max=N_SEQ_MAX, kv_unified=True,
-                                            embeddings=True, pooling_type=pooling))
+                                            embeddings=True, pooling_type=pooling, causal_attn=causal))
     pooling = ctx.pooling_type
     texts = text.split(args.embd_separator)
     inputs = tokenize_texts(texts, vocab, model, pooling, args.cls_separator)

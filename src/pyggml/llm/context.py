@@ -55,6 +55,7 @@ class ContextParams:
     kv_unified: bool = True  # one stream of cells for all sequences; False: a stream per sequence
     embeddings: bool = False  # also output embeddings (llama_context_params.embeddings)
     pooling_type: PoolingType = PoolingType.UNSPECIFIED  # UNSPECIFIED: the model's ({arch}.pooling_type)
+    causal_attn: bool | None = None  # llama_attention_type: None the model's ({arch}.attention.causal)
 
 
 class LlamaContext:
@@ -76,8 +77,10 @@ class LlamaContext:
         self.model = model
         self.params = p
         n_ctx_user = p.n_ctx or hp.n_ctx_train
+        #: whether a token attends only to earlier positions (an encoder's batch is always non-causal)
+        self.causal_attn = hp.causal_attn if p.causal_attn is None else p.causal_attn
         # with causal attention a batch cannot outgrow the context; without, it is not cached (llama.cpp's rule)
-        self.n_batch = min(n_ctx_user, p.n_batch) if hp.causal_attn else p.n_batch
+        self.n_batch = min(n_ctx_user, p.n_batch) if self.causal_attn else p.n_batch
         self.n_ubatch = min(self.n_batch, p.n_ubatch)
         self.n_ctx = ggml_pad(n_ctx_user, KV_PAD)
         # cells per sequence: all of them when unified, else an equal stream each (n_ctx rounded to fit)
@@ -319,6 +322,9 @@ class LlamaContext:
             ubatches = [ub_all]
         # llama.cpp's memory split: consecutive tokens for one stream; with a stream per sequence,
         # equal runs of tokens of consecutive sequences (split_equal), which attend stream by stream
+        elif not self.causal_attn and ub_all.n_tokens > self.n_ubatch:
+            raise DecodeError(f"decode: non-causal attention needs the batch in one ubatch: {ub_all.n_tokens} tokens "
+                              f"exceed n_ubatch = {self.n_ubatch}")
         elif self.kv_unified:
             ubatches = split_simple(ub_all, self.n_ubatch)
         else:
@@ -443,7 +449,7 @@ class LlamaContext:
             sl = slots[name]
             backend_tensor_set(inp.k_idxs, cache.k_idxs_data(sl))
             backend_tensor_set(inp.v_idxs, cache.v_idxs_data(sl, cache.layer_ids[0]))
-            mask = cache.mask_data(sl, ub.pos, ub.seq_first, inp.n_kv)
+            mask = cache.mask_data(sl, ub.pos, ub.seq_first, inp.n_kv, self.causal_attn)
             backend_tensor_set(inp.kq_mask, mask.astype(np.float16) if inp.kq_mask.type == GGMLType.F16 else mask)
         self._set_encoder_inputs(g, ub)
         backend_sched_set_eval_callback(self.sched, self.eval_callback)
@@ -476,7 +482,7 @@ class LlamaContext:
         if g.inp_mean is not None:
             backend_tensor_set(g.inp_mean, mean_weights(ub.seq_mask, ub.seqs))
         if g.inp_cls is not None:
-            last = pools_last(self.pooling_type, hp.causal_attn and bool(self.caches))
+            last = pools_last(self.pooling_type, self.causal_attn and bool(self.caches))
             backend_tensor_set(g.inp_cls, pooled_rows(ub.seq_mask, ub.seqs, ub.pos, last))
 
 

@@ -10,7 +10,8 @@ Writes ``bert.gguf``, ``nomic-bert.gguf`` and ``gemma-embedding.gguf`` (F32, tes
 ``embeddings.npz``: for those and the decoder ``qwen2.gguf`` (kept by make_reference.py), llama.cpp's
 embeddings of one batch of two sequences (24 and 10 tokens; n_ctx 64, n_batch = n_ubatch = 64, n_seq_max 2,
 unified KV cache, no flash attention, 2 threads) with embeddings on and each pooling type: ``<model>-none``
-[34, n_embd] in batch order, ``<model>-mean|cls|last`` [2, n_embd] by sequence, and ``bert-rank`` [2, n_cls_out].
+[34, n_embd] in batch order, ``<model>-mean|cls|last`` [2, n_embd] by sequence, and ``bert-rank`` [2, n_cls_out];
+``qwen2_noncausal-none|mean`` with qwen2's attention made non-causal (LLAMA_ATTENTION_TYPE_NON_CAUSAL).
 Then, for the ``pyggml embedding`` tests, what llama-embedding computes for the two lines of ``CLI_PROMPTS`` on
 bert.gguf: llama.cpp's tokens of each (``cli-tokens-<i>``) and their embeddings decoded as one batch,
 unnormalised, pooled by the file's CLS (``cli-bert-cls``) and per token (``cli-bert-none``). (The
@@ -45,7 +46,7 @@ def batch_tokens() -> tuple[list[int], list[int], list[int]]:
     return toks, pos, seq
 
 
-def run_llamacpp(path: Path, pooling: int, seqs: list[list[int]] | None = None) -> np.ndarray:
+def run_llamacpp(path: Path, pooling: int, seqs: list[list[int]] | None = None, causal: bool = True) -> np.ndarray:
     """llama.cpp's embeddings of the sequences ``seqs`` (default: batch_tokens's) decoded as one batch."""
     mp = L.llama_model_default_params()
     mp.n_gpu_layers = 0
@@ -57,6 +58,8 @@ def run_llamacpp(path: Path, pooling: int, seqs: list[list[int]] | None = None) 
     cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
     cp.embeddings = True
     cp.kv_unified = True  # one ubatch for the decoder too (llama-embedding unifies the KV cache as well)
+    if not causal:
+        cp.attention_type = 1  # LLAMA_ATTENTION_TYPE_NON_CAUSAL
     cp.pooling_type = pooling
     ctx = L.llama_init_from_model(model, cp)
     n_embd = L.llama_model_n_embd(model)
@@ -113,6 +116,8 @@ def main() -> None:
                 continue  # only bert has a classifier head
             out[f"{name}-{kind}"] = run_llamacpp(HERE / f"{name}.gguf", pooling)
             print(f"{name} {kind}: {out[f'{name}-{kind}'].shape}")
+    for kind in ("none", "mean"):  # the decoder with its attention made non-causal (llama-embedding --attention)
+        out[f"qwen2_noncausal-{kind}"] = run_llamacpp(HERE / "qwen2.gguf", POOLINGS[kind], causal=False)
     bert = HERE / "bert.gguf"
     prompts = [tokenize(bert, p) for p in CLI_PROMPTS.split("\n")]
     for i, p in enumerate(prompts):
