@@ -34,10 +34,12 @@ def _model(name: str) -> Model:
 
 
 def _context(name: str, pooling: str, **kw: object) -> LlamaContext:
-    """``name`` is a model's file, or ``<file>_noncausal``: its attention made non-causal."""
+    """``name`` is a model's file (``bert_q8_0``: bert-q8_0.gguf), or ``<file>_noncausal``: its attention made
+    non-causal."""
     args: dict = {"n_ctx": 64, "n_batch": 64, "n_ubatch": 64, "n_threads": 2, "n_seq_max": 2} | kw
     if name.endswith("_noncausal"):
         name, args["causal_attn"] = name.removesuffix("_noncausal"), False
+    name = name.replace("_q8_0", "-q8_0")
     params = ContextParams(embeddings=True, pooling_type=PoolingType.parse(pooling), **args)
     return LlamaContext(_model(name), params)
 
@@ -58,7 +60,7 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def test_cases_cover_every_encoder_and_pooling() -> None:
     names = {n for n, _ in CASES}
-    assert {"bert", "nomic-bert", "gemma-embedding", "qwen2", "qwen2_noncausal"} <= names
+    assert {"bert", "bert_q8_0", "nomic-bert", "gemma-embedding", "qwen2", "qwen2_noncausal"} <= names
     assert {p for _, p in CASES} == {"none", "mean", "cls", "last", "rank"}
 
 

@@ -11,7 +11,8 @@ Writes ``bert.gguf``, ``nomic-bert.gguf`` and ``gemma-embedding.gguf`` (F32, tes
 embeddings of one batch of two sequences (24 and 10 tokens; n_ctx 64, n_batch = n_ubatch = 64, n_seq_max 2,
 unified KV cache, no flash attention, 2 threads) with embeddings on and each pooling type: ``<model>-none``
 [34, n_embd] in batch order, ``<model>-mean|cls|last`` [2, n_embd] by sequence, and ``bert-rank`` [2, n_cls_out];
-``qwen2_noncausal-none|mean`` with qwen2's attention made non-causal (LLAMA_ATTENTION_TYPE_NON_CAUSAL).
+``qwen2_noncausal-none|mean`` with qwen2's attention made non-causal (LLAMA_ATTENTION_TYPE_NON_CAUSAL);
+``bert_q8_0-none|cls`` on ``bert-q8_0.gguf``, bert.gguf quantized by ``pyggml quantize``.
 Then, for the ``pyggml embedding`` tests, what llama-embedding computes for the two lines of ``CLI_PROMPTS`` on
 bert.gguf: llama.cpp's tokens of each (``cli-tokens-<i>``) and their embeddings decoded as one batch,
 unnormalised, pooled by the file's CLS (``cli-bert-cls``) and per token (``cli-bert-none``). (The
@@ -21,6 +22,8 @@ llama-embedding binary itself is not used: its log thread loses output lines at 
 from __future__ import annotations
 
 import ctypes
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -116,6 +119,11 @@ def main() -> None:
                 continue  # only bert has a classifier head
             out[f"{name}-{kind}"] = run_llamacpp(HERE / f"{name}.gguf", pooling)
             print(f"{name} {kind}: {out[f'{name}-{kind}'].shape}")
+    # bert quantized to Q8_0 by pyggml quantize (whose bytes are llama-quantize's): the quantized matmuls
+    subprocess.run([sys.executable, "-m", "pyggml.cli.main", "quantize", str(HERE / "bert.gguf"),
+                    str(HERE / "bert-q8_0.gguf"), "q8_0"], check=True, stdout=subprocess.DEVNULL)
+    for kind in ("none", "cls"):
+        out[f"bert_q8_0-{kind}"] = run_llamacpp(HERE / "bert-q8_0.gguf", POOLINGS[kind])
     for kind in ("none", "mean"):  # the decoder with its attention made non-causal (llama-embedding --attention)
         out[f"qwen2_noncausal-{kind}"] = run_llamacpp(HERE / "qwen2.gguf", POOLINGS[kind], causal=False)
     bert = HERE / "bert.gguf"
