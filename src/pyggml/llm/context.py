@@ -379,7 +379,9 @@ class LlamaContext:
 
     def get_embeddings_seq(self, seq_id: int) -> np.ndarray:
         """llama_get_embeddings_seq: the pooled vector of a sequence of the last decode (n_embd floats; with
-        RANK pooling its n_cls_out scores)."""
+        RANK pooling its n_cls_out scores: the first n_cls_out values of its pooled row, which is what llama.cpp
+        reads when the model has its cls.output head). As in llama.cpp a sequence is pooled within a ubatch: one
+        that a causal model's batch splits over several ubatches gets the vector of its last one."""
         if not self.embeddings:
             raise DecodeError("no embeddings: the context was created without embeddings=True")
         if self.pooling_type is PoolingType.NONE:
