@@ -81,6 +81,15 @@ def test_raw_and_separator(capsys: pytest.CaptureFixture[str]) -> None:
     np.testing.assert_allclose(rows, _numpy_norm(REF["cli-bert-cls"], 2), atol=1e-6)
 
 
+def test_file_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """-f: the file's last newline ends it (as llama.cpp's -f), so its two lines are two texts."""
+    f = tmp_path / "texts.txt"
+    f.write_text(PROMPTS + "\n")
+    assert main([*BASE, "-f", str(f), "--embd-output-format", "array"]) == 0
+    out = np.array(json.loads(capsys.readouterr().out))
+    np.testing.assert_allclose(out, _numpy_norm(REF["cli-bert-cls"], 2), atol=1e-6)
+
+
 def test_default_summary(capsys: pytest.CaptureFixture[str]) -> None:
     out = _run(capsys, prompt="hello world\\nthe cat sat on the mat")  # escapes are processed
     lines = out.splitlines()
@@ -124,4 +133,4 @@ def test_help_explains_formats(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_process_escapes() -> None:
-    assert process_escapes(r"a\nb\tc\\d\x41\q") == "a\nb\tc\\dA\\q"
+    assert process_escapes(r"a\nb\tc\\d\x41\q\xe9") == "a\nb\tc\\dA\\q\\xe9"

@@ -83,13 +83,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cls-separator", default="\t", metavar="STRING",
                    help="with --pooling rank: separator of a query and its document in a text (default \\t)")
     p.add_argument("--no-escape", dest="escape", action="store_false",
-                   help="do not process escapes (\\n, \\t, \\\\, \\xHH, ...) in the prompt")
+                   help="do not process escapes (\\n, \\t, \\\\, \\xHH, ...) in the prompt or the -f file")
     p.add_argument("--verbose-prompt", action="store_true", help="print each text's tokens on stderr")
     p.set_defaults(func=run)
 
 
 def process_escapes(s: str) -> str:
-    """llama.cpp's string_process_escapes: \\n \\r \\t \\' \\" \\\\ and \\xHH; any other escape is kept as written."""
+    """llama.cpp's string_process_escapes: \\n \\r \\t \\' \\" \\\\ and \\xHH (below 0x80: llama.cpp writes the byte,
+    which above that would not be UTF-8); any other escape is kept as written."""
     out, i = [], 0
     while i < len(s):
         c = s[i]
@@ -100,7 +101,8 @@ def process_escapes(s: str) -> str:
                 i += 2
                 continue
             hex_digits = s[i + 2 : i + 4]
-            if nxt == "x" and len(hex_digits) == 2 and all(h in "0123456789abcdefABCDEF" for h in hex_digits):
+            if (nxt == "x" and len(hex_digits) == 2 and all(h in "0123456789abcdefABCDEF" for h in hex_digits)
+                    and int(hex_digits, 16) < 0x80):
                 out.append(chr(int(s[i + 2 : i + 4], 16)))
                 i += 4
                 continue
@@ -223,8 +225,11 @@ def run(args: argparse.Namespace) -> int:
             text = Path(args.file).read_text(encoding="utf-8")
         except OSError as e:
             raise CLIError(f"cannot read {args.file}: {e.strerror}") from e
+        text = text.removesuffix("\n")  # as llama.cpp's -f: the file's last newline ends it, not a text
     else:
-        text = process_escapes(args.prompt) if args.escape else args.prompt
+        text = args.prompt
+    if args.escape:
+        text = process_escapes(text)
     model, vocab = load_model(args)
     hp = model.hparams
     n_ctx = args.ctx_size or hp.n_ctx_train
