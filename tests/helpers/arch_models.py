@@ -46,6 +46,8 @@ class Spec:
     n_layer: int = N_LAYER
     n_head_kv: int = N_HEAD_KV
     quant: str = "q8_0"  #: the quantized variant's llama-quantize type
+    head: bool = True  #: output_norm (and output unless tied); encoders end without them
+    vocab: str = "gpt2"  #: the tokenizer: "gpt2" (byte-level BPE) or "bert" (WordPiece)
 
 
 def _attn(il: int, bias: bool = False, qk_norm: int = 0, fused: bool = False) -> dict[str, tuple[int, ...]]:
@@ -144,6 +146,26 @@ def _post_norms(il: int) -> dict[str, tuple[int, ...]]:
     return {f"blk.{il}.post_attention_norm.weight": (N_EMBD,), f"blk.{il}.post_ffw_norm.weight": (N_EMBD,)}
 
 
+def _bert_layer(il: int, fused: bool = False, gate: bool = False, biases: bool = True) -> dict[str, tuple[int, ...]]:
+    """A post-norm encoder block: attention, attn_output_norm, the FFN, layer_output_norm (LayerNorms with bias)."""
+    p = f"blk.{il}."
+    t = _attn(il, bias=biases, fused=fused) | _ffn(il, gate=gate, norm=False)
+    del t[p + "attn_norm.weight"]
+    for norm in ("attn_output_norm", "layer_output_norm"):
+        t |= {f"{p}{norm}.weight": (N_EMBD,), f"{p}{norm}.bias": (N_EMBD,)}
+    if biases:
+        t |= {p + "attn_output.bias": (N_EMBD,), p + "ffn_up.bias": (N_FF,), p + "ffn_down.bias": (N_EMBD,)}
+    return t
+
+
+N_TOKEN_TYPES, CLS_LABELS = 2, ["yes", "no"]
+#: BERT's input side and its classifier head (RANK pooling's cls and cls.output)
+BERT_GLOBALS = {"token_types.weight": (N_EMBD, N_TOKEN_TYPES), "position_embd.weight": (N_EMBD, N_CTX),
+                "token_embd_norm.weight": (N_EMBD,), "token_embd_norm.bias": (N_EMBD,),
+                "cls.weight": (N_EMBD, N_EMBD), "cls.bias": (N_EMBD,), "cls.output.weight": (N_EMBD, len(CLS_LABELS)),
+                "cls.output.bias": (len(CLS_LABELS),)}
+DENSE_FEAT = 96
+
 SPECS: dict[str, Spec] = {
     "llama": Spec("llama", {"rope.freq_base": 500000.0}, lambda il: _attn(il) | _ffn(il),
                   {"rope_freqs.weight": (HEAD // 2,)}),
@@ -181,13 +203,30 @@ SPECS: dict[str, Spec] = {
     "mixtral": Spec("llama", MOE_KEYS | {"feed_forward_length": N_FF_EXP}, lambda il: _attn(il) | _moe(il)),
     "gpt-oss": Spec("gpt-oss", MOE_KEYS | {"expert_feed_forward_length": N_FF_EXP, "attention.sliding_window": 8,
                                            "rope.freq_base": 150000.0}, _gpt_oss, quant="mxfp4_moe"),
+    # encoders (embeddings, no logits): tests/data/archs/make_embeddings.py
+    "bert": Spec("bert", {"attention.causal": False, "pooling_type": 2, "classifier.output_labels": CLS_LABELS},
+                 _bert_layer, BERT_GLOBALS, head=False, vocab="bert"),
+    "nomic-bert": Spec("nomic-bert", {"attention.causal": False, "pooling_type": 1, "rope.freq_base": 1000.0},
+                       lambda il: _bert_layer(il, fused=True, gate=True, biases=False),
+                       {k: v for k, v in BERT_GLOBALS.items() if k.startswith(("token_types", "token_embd_norm"))},
+                       head=False, vocab="bert"),
+    "gemma-embedding": Spec("gemma-embedding",
+                            {"attention.sliding_window": 8, "pooling_type": 1, "rope.freq_base": 1000000.0,
+                             "attention.sliding_window_pattern": [il % 2 == 0 for il in range(N_LAYER)],
+                             "dense_2_feat_in": N_EMBD, "dense_2_feat_out": DENSE_FEAT,
+                             "dense_3_feat_in": DENSE_FEAT, "dense_3_feat_out": N_EMBD},
+                            lambda il: _attn(il, qk_norm=HEAD) | _ffn(il) | _post_norms(il),
+                            {"dense_2.weight": (N_EMBD, DENSE_FEAT), "dense_3.weight": (DENSE_FEAT, N_EMBD)},
+                            tied=True),
 }
 
 
 def tensors(spec: Spec) -> dict[str, tuple[int, ...]]:
     """Every tensor of the model, in file order, as name -> ggml ne."""
-    t: dict[str, tuple[int, ...]] = {"token_embd.weight": (N_EMBD, N_VOCAB), "output_norm.weight": (N_EMBD,)}
-    if not spec.tied:
+    t: dict[str, tuple[int, ...]] = {"token_embd.weight": (N_EMBD, N_VOCAB)}
+    if spec.head:
+        t["output_norm.weight"] = (N_EMBD,)
+    if spec.head and not spec.tied:
         t["output.weight"] = (N_EMBD, N_VOCAB)
     t.update(spec.globals_)
     for il in range(spec.n_layer):
@@ -226,20 +265,25 @@ def write(name: str, path: Path, seed: int = 0) -> Path:
         full = f"{arch}.{key}"
         if isinstance(value, list):
             w.add_array(full, value)
+        elif isinstance(value, bool):
+            w.add_bool(full, value)
         elif isinstance(value, float):
             w.add_float32(full, value)
         elif isinstance(value, str):
             w.add_string(full, value)
         else:
             w.add_uint32(full, value)
-    tokens = [*BYTE_TO_CHAR[:-1], "ĠĠ"]  # GPT-2's byte tokens; one merged token, so the merge list is not empty
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_types([gguf.TokenType.NORMAL] * N_VOCAB)
-    w.add_token_merges(["Ġ Ġ"])
-    w.add_bos_token_id(0)
-    w.add_eos_token_id(1)
+    if spec.vocab == "bert":
+        _write_wpm_vocab(w)
+    else:
+        tokens = [*BYTE_TO_CHAR[:-1], "ĠĠ"]  # GPT-2's byte tokens; one merged token, so the merge list is not empty
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("default")
+        w.add_token_list(tokens)
+        w.add_token_types([gguf.TokenType.NORMAL] * N_VOCAB)
+        w.add_token_merges(["Ġ Ġ"])
+        w.add_bos_token_id(0)
+        w.add_eos_token_id(1)
     for name, ne in tensors(spec).items():
         w.add_tensor(name, _value(name, ne, rng))
     w.write_header_to_file()
@@ -247,3 +291,37 @@ def write(name: str, path: Path, seed: int = 0) -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+WPM_WORDS = ("the", "is", "on", "of", "and", "to", "in", "cat", "dog", "sat", "mat", "hello", "world", "what",
+             "embed", "search", "query", "document", "text", "model", "small", "big", "red", "blue", "sky", "sun",
+             "water", "fish", "bird", "tree", "city", "paris", "france", "capital", "food", "good", "bad", "day",
+             "night")
+
+
+def wpm_tokens() -> list[str]:
+    """A 256-token WordPiece vocabulary as llama.cpp's converter stores BERT's: words start with U+2581,
+    continuations ("##ing") are stored bare; [PAD] [UNK] [CLS] [SEP] [MASK] are ids 0-4."""
+    toks = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    toks += ["\u2581" + c for c in "abcdefghijklmnopqrstuvwxyz0123456789.,!?'-:"]
+    toks += [*"abcdefghijklmnopqrstuvwxyz", "ing", "ed", "ly", "er"]
+    toks += ["\u2581" + w for w in WPM_WORDS]
+    toks += [f"[unused{i}]" for i in range(N_VOCAB - len(toks))]
+    return toks
+
+
+def _write_wpm_vocab(w: gguf.GGUFWriter) -> None:
+    toks = wpm_tokens()
+    special = {t for t in toks if t.startswith("[")}
+    w.add_tokenizer_model("bert")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(toks)
+    w.add_token_types([gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL for t in toks])
+    w.add_token_type_count(N_TOKEN_TYPES)
+    w.add_bos_token_id(2)  # [CLS]
+    w.add_sep_token_id(3)
+    w.add_unk_token_id(1)
+    w.add_pad_token_id(0)
+    w.add_mask_token_id(4)
+    w.add_add_bos_token(True)
+    w.add_add_sep_token(True)

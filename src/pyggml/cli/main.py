@@ -18,8 +18,8 @@ from .checks import check, thread_warning
 from .errors import CLIError
 
 #: sub-command modules, in the order ``--help`` lists them
-COMMANDS = ["generate", "chat", "serve", "batched", "bench", "perplexity", "tokenize", "dump", "devices", "rpc_server",
-            "quantize", "imatrix"]
+COMMANDS = ["generate", "chat", "serve", "batched", "bench", "perplexity", "embedding", "tokenize", "dump", "devices",
+            "rpc_server", "quantize", "imatrix"]
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -26,7 +26,9 @@ from ..tensor import Tensor, ggml_pad
 from ..types import GGMLType
 from . import state
 from .batch import Batch, DecodeError, PreparedBatch, prepare, split_equal, split_simple
+from .embeddings import mean_weights, no_cache_mask, pooled_rows, pools_last
 from .graph import GRAPH_MAX_NODES, GraphBuilder, UbatchGraph, build_k_shift
+from .hparams import PoolingType
 from .kv_cache import KV_PAD, KVCache
 from .model import Model, cpu_device
 
@@ -51,6 +53,9 @@ class ContextParams:
     swa_full: bool = False
     n_seq_max: int = 1  # sequences the memory can hold at once (sequence ids 0 .. n_seq_max-1)
     kv_unified: bool = True  # one stream of cells for all sequences; False: a stream per sequence
+    embeddings: bool = False  # also output embeddings (llama_context_params.embeddings)
+    pooling_type: PoolingType = PoolingType.UNSPECIFIED  # UNSPECIFIED: the model's ({arch}.pooling_type)
+    causal_attn: bool | None = None  # llama_attention_type: None the model's ({arch}.attention.causal)
 
 
 class LlamaContext:
@@ -58,6 +63,13 @@ class LlamaContext:
                  eval_callback: EvalCallback | None = None) -> None:
         p = params or ContextParams()
         hp = model.hparams
+        if not model.arch.has_logits and not p.embeddings:
+            raise PyGGMLError(f"{hp.arch} models compute embeddings, not logits (use pyggml embedding, or a "
+                              "context with embeddings=True)")
+        self.embeddings = p.embeddings
+        self.pooling_type = hp.pooling_type if p.pooling_type is PoolingType.UNSPECIFIED else p.pooling_type
+        if self.pooling_type is PoolingType.UNSPECIFIED:
+            self.pooling_type = PoolingType.NONE
         if not 1 <= p.n_seq_max <= 64:
             raise PyGGMLError(f"n_seq_max must be 1 to 64 (LLAMA_MAX_SEQ), got {p.n_seq_max}")
         self.n_seq_max = p.n_seq_max
@@ -65,7 +77,10 @@ class LlamaContext:
         self.model = model
         self.params = p
         n_ctx_user = p.n_ctx or hp.n_ctx_train
-        self.n_batch = min(n_ctx_user, p.n_batch)
+        #: whether a token attends only to earlier positions (an encoder's batch is always non-causal)
+        self.causal_attn = hp.causal_attn if p.causal_attn is None else p.causal_attn
+        # with causal attention a batch cannot outgrow the context; without, it is not cached (llama.cpp's rule)
+        self.n_batch = min(n_ctx_user, p.n_batch) if self.causal_attn else p.n_batch
         self.n_ubatch = min(self.n_batch, p.n_ubatch)
         self.n_ctx = ggml_pad(n_ctx_user, KV_PAD)
         # cells per sequence: all of them when unified, else an equal stream each (n_ctx rounded to fit)
@@ -75,7 +90,10 @@ class LlamaContext:
         self.flash_attn = p.flash_attn
         buft = {il: model.layer_buft(il) for il in range(hp.n_layer)}
         v_trans = not p.flash_attn
-        if hp.uses_swa:
+        if not model.arch.has_memory:  # an encoder: no KV cache (llama_model::create_memory gives none)
+            self.caches = {}
+            self.layer_cache = []
+        elif hp.uses_swa:
             base_layers = [il for il in range(hp.n_layer) if not hp.is_swa(il)]
             swa_layers = [il for il in range(hp.n_layer) if hp.is_swa(il)]
             # llama_kv_cache_iswa: the window of every sequence of the stream plus a ubatch
@@ -107,6 +125,8 @@ class LlamaContext:
         self.n_graph_builds = 0
         self.logits = np.zeros((0, hp.n_vocab), dtype=np.float32)
         self.output_ids = np.zeros(0, dtype=np.int64)  # batch index -> logits row (-1: not an output)
+        self.embd = np.zeros((0, hp.n_embd), dtype=np.float32)  # pooling none: per output token, as logits
+        self.embd_seq: dict[int, np.ndarray] = {}  # pooled: sequence id -> its vector (or RANK's scores)
         self.abort_callback: Callable[[], bool] | None = None
 
     def set_abort_callback(self, callback: Callable[[], bool] | None) -> None:
@@ -125,12 +145,16 @@ class LlamaContext:
         return self.caches.get("swa") or self.caches["base"]
 
     def seq_pos_min(self, seq_id: int = 0) -> int:
-        """The smallest position of the sequence in memory, -1 when it has none."""
-        return self._pos_cache.seq_pos_min(seq_id)
+        """The smallest position of the sequence in memory, -1 when it has none (always, without memory)."""
+        return self._pos_cache.seq_pos_min(seq_id) if self.caches else -1
 
     def seq_pos_max(self, seq_id: int = 0) -> int:
-        """The largest position of the sequence in memory, -1 when it has none."""
-        return self._pos_cache.seq_pos_max(seq_id)
+        """The largest position of the sequence in memory, -1 when it has none (always, without memory)."""
+        return self._pos_cache.seq_pos_max(seq_id) if self.caches else -1
+
+    def _need_memory(self, what: str) -> None:
+        if not self.caches:
+            raise PyGGMLError(f"{what}: {self.model.hparams.arch} models keep no memory between batches")
 
     @property
     def n_past(self) -> int:
@@ -206,6 +230,7 @@ class LlamaContext:
     # ------------------------------------------------------------------ sequence state (llama_state_seq_*)
     def state_seq_get_data(self, seq_id: int = 0) -> bytes:
         """The sequence's cells (positions and K/V rows) in llama.cpp's sequence-state format."""
+        self._need_memory("state_seq_get_data")
         self._seq(seq_id)
         self._apply_k_shift()  # saved K must be rotated to the saved positions
         return state.seq_state_bytes(self.caches, seq_id)
@@ -213,17 +238,20 @@ class LlamaContext:
     def state_seq_set_data(self, data: bytes, seq_id: int = 0) -> int:
         """Replace sequence seq_id's cells with a saved state (from any sequence); returns the bytes read.
         Raises StateError if it does not fit this context (the sequence then holds nothing)."""
+        self._need_memory("state_seq_set_data")
         self._seq(seq_id)
         return state.set_seq_state(self.caches, seq_id, data)
 
     def state_seq_save_file(self, path: str | os.PathLike, seq_id: int, tokens: Sequence[int]) -> int:
         """llama_state_seq_save_file: the sequence's tokens and cells, written atomically; returns bytes."""
+        self._need_memory("state_seq_save_file")
         self._seq(seq_id)
         self._apply_k_shift()
         return state.save_seq_file(path, self.caches, seq_id, list(tokens))
 
     def state_seq_load_file(self, path: str | os.PathLike, seq_id: int) -> list[int]:
         """llama_state_seq_load_file: restore a saved sequence into seq_id; returns its tokens."""
+        self._need_memory("state_seq_load_file")
         self._seq(seq_id)
         return state.load_seq_file(path, self.caches, seq_id)
 
@@ -271,19 +299,33 @@ class LlamaContext:
 
     def decode_batch(self, batch: Batch) -> np.ndarray:
         """llama_decode: run a batch of tokens of any sequences; returns the logits of its output tokens
-        in batch order, [n_outputs, n_vocab] (``output_ids`` maps batch index -> row).
+        in batch order, [n_outputs, n_vocab] (``output_ids`` maps batch index -> row), or for a model
+        without an output head an empty [n_outputs, 0].
 
         The batch is checked and completed as llama.cpp does (see llm/batch.py), split into ubatches
         of at most n_ubatch tokens, and each ubatch finds its cells, builds (or reuses) its graph
         and computes. A failure, an abort or Ctrl-C part-way leaves the memory as it was.
+
+        With embeddings every token is an output; the embeddings are read with :meth:`get_embeddings_ith`
+        (pooling none) or :meth:`get_embeddings_seq` (pooled). A model without memory (an encoder) runs the
+        whole batch as one ubatch, as llama_context::encode, so it must fit n_ubatch.
         """
         hp = self.model.hparams
         if batch.n_tokens > self.n_batch:
             raise DecodeError(f"decode: {batch.n_tokens} tokens exceed n_batch = {self.n_batch}")
-        ub_all = prepare(batch, hp.n_vocab, hp.n_embd, self.n_seq_max, self.seq_pos_min, self.seq_pos_max)
+        ub_all = prepare(batch, hp.n_vocab, hp.n_embd, self.n_seq_max, self.seq_pos_min, self.seq_pos_max,
+                         output_all=self.embeddings or not self.caches)
+        if not self.caches:
+            if ub_all.n_tokens > self.n_ubatch:  # attention spans the whole batch: it cannot be cut
+                raise DecodeError(f"decode: an encoder runs the batch as one ubatch: {ub_all.n_tokens} tokens "
+                                  f"exceed n_ubatch = {self.n_ubatch}")
+            ubatches = [ub_all]
         # llama.cpp's memory split: consecutive tokens for one stream; with a stream per sequence,
         # equal runs of tokens of consecutive sequences (split_equal), which attend stream by stream
-        if self.kv_unified:
+        elif not self.causal_attn and ub_all.n_tokens > self.n_ubatch:
+            raise DecodeError(f"decode: non-causal attention needs the batch in one ubatch: {ub_all.n_tokens} tokens "
+                              f"exceed n_ubatch = {self.n_ubatch}")
+        elif self.kv_unified:
             ubatches = split_simple(ub_all, self.n_ubatch)
         else:
             ubatches = split_equal(ub_all, self.n_ubatch, sequential=True)
@@ -291,18 +333,62 @@ class LlamaContext:
         saved = self._save_state()
         # each ubatch's logits go straight to their rows in batch order (split_equal reorders tokens):
         # one copy of what can be a gigabyte (1024 outputs of a 262k vocabulary)
-        logits = np.empty((ub_all.n_outputs, hp.n_vocab), dtype=np.float32)
+        n_vocab_out = hp.n_vocab if self.model.arch.has_logits else 0
+        logits = np.empty((ub_all.n_outputs, n_vocab_out), dtype=np.float32)
+        pooled = self.embeddings and self.pooling_type is not PoolingType.NONE
+        embd = np.empty((0 if pooled or not self.embeddings else ub_all.n_outputs, hp.n_embd), dtype=np.float32)
+        embd_seq: dict[int, np.ndarray] = {}
         row_of = np.cumsum(ub_all.output) - 1  # batch index -> logits row, for outputs
         try:
             for ub in ubatches:
-                self._process_ubatch(ub, logits, row_of[ub.index[ub.output]])
+                self._process_ubatch(ub, logits, row_of[ub.index[ub.output]], embd, embd_seq)
         except BaseException:  # a failure, an abort or Ctrl-C part-way: the memory is as it was
             self._restore_state(saved)
             raise
         self.logits = logits
+        self.embd, self.embd_seq = embd, embd_seq
         self.output_ids = np.full(ub_all.n_tokens, -1, dtype=np.int64)
         self.output_ids[ub_all.output] = np.arange(ub_all.n_outputs)
         return self.logits
+
+    def set_embeddings(self, embeddings: bool) -> None:
+        """llama_set_embeddings: whether later decodes also output embeddings (every token an output)."""
+        if not embeddings and not self.model.arch.has_logits:
+            raise PyGGMLError(f"{self.model.hparams.arch} models only compute embeddings")
+        if embeddings != self.embeddings:
+            self.embeddings = embeddings
+            self._graph = None  # the graph gains or loses its pooling
+
+    def get_embeddings(self) -> np.ndarray:
+        """llama_get_embeddings: the per-token embeddings of the last decode's outputs, [n_outputs, n_embd]
+        (pooling none; empty when pooled)."""
+        return self.embd
+
+    def get_embeddings_ith(self, i: int) -> np.ndarray:
+        """llama_get_embeddings_ith: the embedding of batch token i of the last decode (pooling none)."""
+        if not self.embeddings:
+            raise DecodeError("no embeddings: the context was created without embeddings=True")
+        if self.pooling_type is not PoolingType.NONE:
+            raise DecodeError(f"no per-token embeddings with pooling {self.pooling_type.name.lower()}: "
+                              "use get_embeddings_seq")
+        n = self.output_ids.size
+        j = i + n if i < 0 else i
+        if not 0 <= j < n or self.output_ids[j] < 0:
+            raise DecodeError(f"no embeddings for batch token {i}: it was not an output of the last decode")
+        return self.embd[self.output_ids[j]]
+
+    def get_embeddings_seq(self, seq_id: int) -> np.ndarray:
+        """llama_get_embeddings_seq: the pooled vector of a sequence of the last decode (n_embd floats; with
+        RANK pooling its n_cls_out scores: the first n_cls_out values of its pooled row, which is what llama.cpp
+        reads when the model has its cls.output head). As in llama.cpp a sequence is pooled within a ubatch: one
+        that a causal model's batch splits over several ubatches gets the vector of its last one."""
+        if not self.embeddings:
+            raise DecodeError("no embeddings: the context was created without embeddings=True")
+        if self.pooling_type is PoolingType.NONE:
+            raise DecodeError("no sequence embeddings with pooling none: use get_embeddings_ith")
+        if seq_id not in self.embd_seq:
+            raise DecodeError(f"no embeddings for sequence {seq_id}: it was not in the last decode")
+        return self.embd_seq[seq_id]
 
     def get_logits_ith(self, i: int) -> np.ndarray:
         """llama_get_logits_ith: the logits of batch token i of the last decode (negative: from the end)."""
@@ -322,8 +408,10 @@ class LlamaContext:
             self.caches[name].set_state(cells)
         self._graph = None  # a failure may have left the scheduler half-way: plan the next graph anew
 
-    def _process_ubatch(self, ub: PreparedBatch, logits: np.ndarray, rows: np.ndarray) -> None:
-        """Decode one ubatch; its output tokens' logits are written to ``logits[rows]``."""
+    def _process_ubatch(self, ub: PreparedBatch, logits: np.ndarray, rows: np.ndarray, embd: np.ndarray,
+                        embd_seq: dict[int, np.ndarray]) -> None:
+        """Decode one ubatch; its output tokens' logits are written to ``logits[rows]``, and with embeddings
+        their embeddings to ``embd[rows]`` (pooling none) or each sequence's vector to ``embd_seq``."""
         n_tokens = ub.n_tokens
         out_ids = np.flatnonzero(ub.output).astype(np.int32)
         n_outputs = out_ids.size
@@ -332,18 +420,21 @@ class LlamaContext:
             slots[name] = cache.find_slot(ub.seq_first, ub.n_seqs)
             cache.apply(slots[name], ub.pos, ub.seq_mask)
         # attention runs over ns consecutive streams from s0 (one, stream 0, when unified)
-        streams = [st for st, _ in next(iter(slots.values()))]
+        streams = [st for st, _ in next(iter(slots.values()))] if slots else [0]
         s0, ns = streams[0], len(streams)
         n_kv = {name: c.n_kv(streams) for name, c in self.caches.items()}
         embd_input = ub.embd is not None
+        pooling = self.pooling_type if self.embeddings else PoolingType.NONE
+        n_seqs_unq = len(ub.seqs)
         # llama.cpp reuses a graph for the same shapes and, with a stream per sequence, the same sequences
-        key = (n_tokens, n_outputs, tuple(sorted(n_kv.items())), embd_input, ns, s0)
+        key = (n_tokens, n_outputs, tuple(sorted(n_kv.items())), embd_input, ns, s0, self.embeddings, pooling,
+               n_seqs_unq if pooling is not PoolingType.NONE else 0)
         g = self._graph
         if g is not None and g.key == key and os.environ.get("LLAMA_GRAPH_REUSE_DISABLE") is None:
             self.n_reused += 1
         else:
             b = GraphBuilder(self.model, self.caches, self.layer_cache, n_tokens, n_outputs, n_kv, self.flash_attn,
-                             embd_input, s0, ns, self.n_ctx_seq)
+                             embd_input, s0, ns, self.n_ctx_seq, self.embeddings, pooling, n_seqs_unq)
             g = b.build(key)
             self.sched.reset()
             if not self.sched.alloc_graph(g.gf):
@@ -360,8 +451,9 @@ class LlamaContext:
             sl = slots[name]
             backend_tensor_set(inp.k_idxs, cache.k_idxs_data(sl))
             backend_tensor_set(inp.v_idxs, cache.v_idxs_data(sl, cache.layer_ids[0]))
-            mask = cache.mask_data(sl, ub.pos, ub.seq_first, inp.n_kv)
+            mask = cache.mask_data(sl, ub.pos, ub.seq_first, inp.n_kv, self.causal_attn)
             backend_tensor_set(inp.kq_mask, mask.astype(np.float16) if inp.kq_mask.type == GGMLType.F16 else mask)
+        self._set_encoder_inputs(g, ub)
         backend_sched_set_eval_callback(self.sched, self.eval_callback)
         status = self.sched.graph_compute(g.gf)
         if status != GGMLStatus.SUCCESS:
@@ -370,13 +462,40 @@ class LlamaContext:
             raise DecodeError(f"the graph failed to compute: {status.name}")
         if n_outputs == 0:
             return
-        t = g.logits
-        on_host = (t.buffer is None or t.buffer.is_host()) and t.type == GGMLType.F32 and t.is_contiguous()
-        src = (t.numpy() if on_host else tensor_to_numpy(t)).reshape(n_outputs, -1)
-        if rows[-1] - rows[0] == n_outputs - 1 and np.all(np.diff(rows) == 1):
-            logits[rows[0] : rows[-1] + 1] = src
-        else:
-            logits[rows] = src
+        if g.logits is not None:
+            _read_rows(g.logits, n_outputs, logits, rows)
+        if g.embd is None:
+            return
+        if pooling is PoolingType.NONE:
+            _read_rows(g.embd, n_outputs, embd, rows)
+        else:  # a later ubatch of the same sequence replaces its vector, as llama.cpp's embd_seq
+            vecs = tensor_to_numpy(g.embd).reshape(n_seqs_unq, -1)
+            width = self.model.hparams.n_cls_out if pooling is PoolingType.RANK else vecs.shape[1]
+            for k, seq in enumerate(ub.seqs):
+                embd_seq[seq] = vecs[k, :width].copy()
+
+    def _set_encoder_inputs(self, g: UbatchGraph, ub: PreparedBatch) -> None:
+        """The inputs caches do not set: the no-cache masks and the pooling weights or rows."""
+        hp = self.model.hparams
+        for t, n_swa in ((g.kq_mask, 0), (g.kq_mask_swa, hp.n_swa)):
+            if t is not None:  # an encoder's attention is never causal (llama_context::encode)
+                mask = no_cache_mask(ub.pos, ub.seq_first, False, n_swa, hp.swa_type)
+                backend_tensor_set(t, mask.astype(np.float16) if t.type == GGMLType.F16 else mask)
+        if g.inp_mean is not None:
+            backend_tensor_set(g.inp_mean, mean_weights(ub.seq_mask, ub.seqs))
+        if g.inp_cls is not None:
+            last = pools_last(self.pooling_type, self.causal_attn and bool(self.caches))
+            backend_tensor_set(g.inp_cls, pooled_rows(ub.seq_mask, ub.seqs, ub.pos, last))
+
+
+def _read_rows(t: Tensor, n_rows: int, out: np.ndarray, rows: np.ndarray) -> None:
+    """Copy an output tensor's ``n_rows`` rows to ``out[rows]`` (one slice when the rows are consecutive)."""
+    on_host = (t.buffer is None or t.buffer.is_host()) and t.type == GGMLType.F32 and t.is_contiguous()
+    src = (t.numpy() if on_host else tensor_to_numpy(t)).reshape(n_rows, -1)
+    if rows[-1] - rows[0] == n_rows - 1 and np.all(np.diff(rows) == 1):
+        out[rows[0] : rows[-1] + 1] = src
+    else:
+        out[rows] = src
 
 
 def tensor_to_numpy(t: Tensor) -> np.ndarray:

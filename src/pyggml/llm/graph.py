@@ -19,7 +19,7 @@ from ..graph import Graph, graph_overhead_custom, new_graph_custom
 from ..ops import builders as B
 from ..tensor import Tensor
 from ..types import GGMLType
-from .hparams import LLAMA_ROPE_TYPE_NONE, HParams
+from .hparams import LLAMA_ROPE_TYPE_NONE, HParams, PoolingType
 from .kv_cache import KVCache
 from .model import Layer, Model
 
@@ -46,9 +46,14 @@ class UbatchGraph:
     pos: Tensor
     out_ids: Tensor
     attn: dict[str, AttnInput]
-    logits: Tensor
+    logits: Tensor | None  # None for a model without an output head (an encoder)
     key: tuple
     named: dict[str, Tensor] = field(default_factory=dict)
+    embd: Tensor | None = None  # with embeddings: per-token (pooling none) or per-sequence (pooled) vectors
+    kq_mask: Tensor | None = None  # without a KV cache: the mask over the ubatch's own tokens
+    kq_mask_swa: Tensor | None = None
+    inp_mean: Tensor | None = None  # MEAN pooling: [n_tokens, n_seqs] weights
+    inp_cls: Tensor | None = None  # CLS / LAST / RANK pooling: the row of each sequence
 
 
 @dataclass
@@ -103,7 +108,8 @@ MOE_WEIGHTS_SUM_MIN = 6.103515625e-5
 class GraphBuilder:
     def __init__(self, model: Model, caches: dict[str, KVCache], layer_cache: list[str], n_tokens: int,
                  n_outputs: int, n_kv: dict[str, int], flash_attn: bool, embd_input: bool = False, s0: int = 0,
-                 ns: int = 1, n_ctx_seq: int = 0) -> None:
+                 ns: int = 1, n_ctx_seq: int = 0, embeddings: bool = False,
+                 pooling: PoolingType = PoolingType.NONE, n_seqs_unq: int = 1) -> None:
         self.model = model
         self.hp = model.hparams
         self.caches = caches
@@ -117,6 +123,11 @@ class GraphBuilder:
                            no_alloc=True)
         self.gf = new_graph_custom(self.ctx, GRAPH_MAX_NODES)
         self.named: dict[str, Tensor] = {}
+        self.embeddings, self.pooling, self.n_seqs_unq = embeddings, pooling, n_seqs_unq
+        #: the hidden states pooling starts from (llm_graph_result's t_embd): result_norm, or an encoder's output
+        self.t_embd: Tensor | None = None
+        self.inp_mean: Tensor | None = None
+        self.inp_cls: Tensor | None = None
         ctx = self.ctx
         # llm_graph_input_embd: token ids looked up in tok_embd, or embedding rows given directly
         if embd_input:
@@ -137,6 +148,14 @@ class GraphBuilder:
                 self._input(ctx.new_tensor(F16 if flash_attn else F32, nk, n_tokens // ns, 1, ns),
                             f"attn_inp_kq_mask{sfx}"),
             )
+        # build_attn_inp_no_cache: a model without memory attends over this ubatch's tokens, one mask for the
+        # dense layers and one for the sliding-window ones
+        self.kq_mask = self.kq_mask_swa = None
+        if not caches:
+            mask_type = F16 if flash_attn else F32
+            self.kq_mask = self._input(ctx.new_tensor(mask_type, n_tokens, n_tokens), "self_kq_mask")
+            if self.hp.uses_swa:
+                self.kq_mask_swa = self._input(ctx.new_tensor(mask_type, n_tokens, n_tokens), "self_kq_mask_swa")
 
     def _input(self, t: Tensor, name: str) -> Tensor:
         t.set_name(name)
@@ -198,8 +217,11 @@ class GraphBuilder:
     def attn(self, layer: Layer, q: Tensor, k: Tensor, v: Tensor, kq_scale: float, il: int,
              sinks: Tensor | None = None) -> Tensor:
         """build_attn with a KV cache: store K/V, then attend over the first n_kv cells; soft-capped
-        scores when the model asks for it (gemma2), attention sinks when given (gpt-oss)."""
+        scores when the model asks for it (gemma2), attention sinks when given (gpt-oss). A model without
+        a KV cache attends over the ubatch's own K and V (build_attn with llm_graph_input_attn_no_cache)."""
         ctx, gf, hp = self.ctx, self.gf, self.hp
+        if not self.caches:
+            return self._attn_no_cache(layer, q, k, v, kq_scale, il)
         inp = self.attn_inputs[self.layer_cache[il]]
         cache = inp.cache
         gf.build_forward_expand(cache.cpy_k(ctx, k, inp.k_idxs, il))
@@ -231,6 +253,33 @@ class GraphBuilder:
             if not cache.v_trans:
                 vv = B.cont(ctx, B.transpose(ctx, vv))
             kqv = B.mul_mat(ctx, vv, kq)
+            cur = B.permute(ctx, kqv, 0, 2, 1, 3)
+            cur = B.cont_2d(ctx, cur, cur.ne[0] * hp.n_head[il], self.n_tokens)
+        self.cb(cur, "kqv_out", il)
+        return self.mm(layer.wo, cur, layer.bo)
+
+    def _attn_no_cache(self, layer: Layer, q: Tensor, k: Tensor, v: Tensor, kq_scale: float, il: int) -> Tensor:
+        """build_attn_mha over K and V as computed: no cache, so n_kv is the ubatch's token count."""
+        ctx, gf, hp = self.ctx, self.gf, self.hp
+        for t in (q, k, v):  # added together so they are not reordered (fewer scheduler splits)
+            gf.build_forward_expand(t)
+        mask = self.kq_mask_swa if hp.is_swa(il) else self.kq_mask
+        q = B.permute(ctx, q, 0, 2, 1, 3)
+        k = B.permute(ctx, k, 0, 2, 1, 3)
+        v = B.permute(ctx, v, 0, 2, 1, 3)
+        softcap = hp.f_attn_logit_softcapping if hp.attn_soft_cap else 0.0
+        if self.flash_attn:  # flash attention reads F16 K/V, which a cache would have stored
+            k = B.cast(ctx, k, F16) if k.type == F32 else k
+            v = B.cast(ctx, v, F16) if v.type == F32 else v
+            cur = B.flash_attn_ext(ctx, q, k, v, mask, kq_scale, 0.0, softcap)
+            B.flash_attn_ext_set_prec(cur, B.GGML_PREC_F32)
+            cur = B.reshape_2d(ctx, cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
+        else:
+            kq = B.mul_mat(ctx, k, q)
+            B.mul_mat_set_prec(kq, B.GGML_PREC_F32)
+            self.cb(kq, "kq", il)
+            kq = self.cb(B.soft_max_ext(ctx, kq, mask, kq_scale, 0.0), "kq_soft_max", il)
+            kqv = B.mul_mat(ctx, B.cont(ctx, B.transpose(ctx, v)), kq)
             cur = B.permute(ctx, kqv, 0, 2, 1, 3)
             cur = B.cont_2d(ctx, cur, cur.ne[0] * hp.n_head[il], self.n_tokens)
         self.cb(cur, "kqv_out", il)
@@ -335,6 +384,7 @@ class GraphBuilder:
         scale (granite) and final soft-capping (gemma2/3) when the hparams set them; named result_output."""
         m, ctx, hp = self.model, self.ctx, self.hp
         cur = self.norm(cur, m.output_norm, "result_norm", b=m.output_norm_b, kind=kind)
+        self.t_embd = cur
         cur = self.mm(m.output, cur, m.output_b)
         if hp.f_logit_scale:
             cur = B.scale(ctx, cur, 1.0 / hp.f_logit_scale)
@@ -353,10 +403,57 @@ class GraphBuilder:
             cur = B.scale(self.ctx, cur, self.hp.f_embedding_scale)
         return cur
 
+    def finish_embd(self, cur: Tensor, name: str) -> None:
+        """An encoder's end: its hidden states are the embeddings (t_embd), and there are no logits."""
+        self.t_embd = self.cb(cur, name)
+        self.gf.build_forward_expand(cur)
+
+    def build_pooling(self) -> Tensor:
+        """build_pooling: the per-token embeddings (NONE), their mean per sequence (MEAN), the row of each
+        sequence's first or last token (CLS, LAST), or for RANK that row (or the mean, with a classifier
+        pooling type of MEAN) through the classifier head: cls and tanh, then cls.output."""
+        m, ctx, hp, inp = self.model, self.ctx, self.hp, self.t_embd
+        if inp is None:
+            raise ValueError(f"{hp.arch}: the graph has no hidden states to pool (no result_norm)")
+        pt = self.pooling
+        if pt is PoolingType.NONE:
+            cur = inp
+        elif pt is PoolingType.MEAN or (pt is PoolingType.RANK and hp.pooling_type_cls is PoolingType.MEAN):
+            self.inp_mean = self._input(ctx.new_tensor(F32, self.n_tokens, self.n_seqs_unq), "mean")
+            cur = B.mul_mat(ctx, B.cont(ctx, B.transpose(ctx, inp)), self.inp_mean)
+        else:
+            self.inp_cls = self._input(ctx.new_tensor(I32, self.n_seqs_unq), "cls")
+            cur = B.get_rows(ctx, inp, self.inp_cls)
+        if pt is PoolingType.RANK:
+            if m.cls is not None:
+                cur = B.tanh(ctx, self.mm(m.cls, cur, m.cls_b))
+            if m.cls_out is not None:
+                cur = self.mm(m.cls_out, cur, m.cls_out_b)
+            if hp.arch == "qwen3":  # the qwen3 rerankers' scores are a softmax over the labels
+                cur = B.soft_max(ctx, cur)
+        return self.cb(cur, "result_embd_pooled")
+
+    def build_dense_out(self, cur: Tensor) -> Tensor:
+        """build_dense_out: sentence-transformers' dense projections, after pooling (gemma-embedding)."""
+        m = self.model
+        if m.dense_2 is None and m.dense_3 is None:
+            return cur
+        if m.dense_2 is not None:
+            cur = B.mul_mat(self.ctx, m.dense_2, cur)
+        if m.dense_3 is not None:
+            cur = B.mul_mat(self.ctx, m.dense_3, cur)
+        return self.cb(cur, "result_embd_pooled")
+
     def build(self, key: tuple) -> UbatchGraph:
+        """The architecture's graph, then (with embeddings) pooling and the dense projections."""
         logits = self.model.arch.build_graph(self)
+        embd = None
+        if self.embeddings:
+            embd = self.build_dense_out(self.build_pooling())
+            embd.set_output()
+            self.gf.build_forward_expand(embd)
         return UbatchGraph(self.ctx, self.gf, self.tokens, self.pos, self.out_ids, self.attn_inputs, logits, key,
-                           self.named)
+                           self.named, embd, self.kq_mask, self.kq_mask_swa, self.inp_mean, self.inp_cls)
 
 
 @dataclass

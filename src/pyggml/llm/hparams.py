@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PyGGMLError
@@ -22,6 +23,27 @@ LLAMA_ROPE_TYPE_NORM = 0
 LLAMA_ROPE_TYPE_NEOX = 2
 
 _REQUIRED: Any = object()
+
+
+class PoolingType(IntEnum):
+    """llama_pooling_type, with llama.cpp's values (``{arch}.pooling_type`` stores them): how the per-token
+    embeddings of a sequence become one vector. RANK runs the classifier head (``cls``, ``cls.output``) over
+    the CLS token's vector and gives ``n_cls_out`` scores."""
+
+    UNSPECIFIED = -1
+    NONE = 0
+    MEAN = 1
+    CLS = 2
+    LAST = 3
+    RANK = 4
+
+    @classmethod
+    def parse(cls, name: str) -> PoolingType:
+        """From a name as llama.cpp's --pooling takes it (none, mean, cls, last, rank)."""
+        try:
+            return cls[name.upper()]
+        except KeyError:
+            raise ValueError(f"unknown pooling type {name!r} (none, mean, cls, last or rank)") from None
 
 
 class ModelLoadError(PyGGMLError):
@@ -96,6 +118,19 @@ class HParams:
     n_ff_exp: int = 0
     n_ff_shexp: int = 0
     expert_weights_scale: float = 0.0
+    # encoders and embeddings: attention over the whole sequence, the default pooling, the classifier head
+    causal_attn: bool = True
+    swa_type: str = "standard"  # llama_swa_type: "standard" (a window behind) or "symmetric" (half each side)
+    pooling_type: PoolingType = PoolingType.NONE
+    pooling_type_cls: PoolingType = PoolingType.UNSPECIFIED  # the pooling before the classifier head (RANK)
+    n_cls_out: int = 1
+    cls_labels: list[str] = field(default_factory=list)
+    n_token_types: int = 0
+    # sentence-transformers' dense projections after pooling (gemma-embedding), 0 when absent
+    dense_2_feat_in: int = 0
+    dense_2_feat_out: int = 0
+    dense_3_feat_in: int = 0
+    dense_3_feat_out: int = 0
 
     def n_embd_k_gqa(self, il: int) -> int:
         return self.n_embd_head_k * self.n_head_kv[il]
@@ -166,9 +201,26 @@ class HParams:
             n_ff_exp=int(kv.get(Keys.EXPERT_FEED_FORWARD_LENGTH, 0)),
             n_ff_shexp=int(kv.get(Keys.EXPERT_SHARED_FEED_FORWARD_LENGTH, 0)),
             expert_weights_scale=float(kv.get(Keys.EXPERT_WEIGHTS_SCALE, 0.0)),
+            causal_attn=bool(kv.get(Keys.ATTENTION_CAUSAL, True)),
+            pooling_type=_pooling(kv, Keys.POOLING_TYPE, PoolingType.NONE),
+            pooling_type_cls=_pooling(kv, Keys.CLASSIFIER_POOLING_TYPE, PoolingType.UNSPECIFIED),
+            n_token_types=int(md.get(Keys.TOKENIZER_TOKEN_TYPE_COUNT, 0)),
         )
+        labels = kv.get(Keys.CLASSIFIER_OUTPUT_LABELS, [])
+        if len(labels):
+            hp.cls_labels = [str(x) for x in labels]
+            hp.n_cls_out = len(hp.cls_labels)
         if hp.rope_scaling_type not in ("none", "linear", "yarn", "longrope"):
             raise ModelLoadError(f"unknown rope scaling type {hp.rope_scaling_type!r}")
         hp.rope_type = arch.rope_type
         arch.load_hparams(hp, kv)
         return hp
+
+
+def _pooling(kv: KV, key: str, default: PoolingType) -> PoolingType:
+    """A pooling-type key; a value llama.cpp does not define is a ModelLoadError naming it."""
+    v = int(kv.get(key, int(default)))
+    try:
+        return PoolingType(v)
+    except ValueError:
+        raise ModelLoadError(f"{Keys.arch(key, kv.arch)} = {v} is not a pooling type (-1 to 4)") from None

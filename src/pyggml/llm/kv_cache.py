@@ -366,10 +366,11 @@ class KVCache:
         base = stream * self.size * e + cell
         return (np.arange(e, dtype=np.int64)[None, :] * self.size + base[:, None]).reshape(-1)
 
-    def mask_data(self, slots: SlotInfo, positions: np.ndarray, seq_first: np.ndarray, n_kv: int) -> np.ndarray:
+    def mask_data(self, slots: SlotInfo, positions: np.ndarray, seq_first: np.ndarray, n_kv: int,
+                  causal: bool = True) -> np.ndarray:
         """KQ mask [n_stream, n_tokens/n_stream, n_kv]: 0 where token i may attend cell j of its stream (a
-        cell of the token's first sequence, at a position up to the token's and inside its window), -inf
-        elsewhere. The unified cache has one stream for all tokens."""
+        cell of the token's first sequence, at a position up to the token's, or any with ``causal`` off, and
+        inside its window), -inf elsewhere. The unified cache has one stream for all tokens."""
         ns = len(slots)
         k = len(positions) // ns
         out = np.empty((ns, k, n_kv), dtype=np.float32)
@@ -377,7 +378,7 @@ class KVCache:
             p0 = self.pos[st, :n_kv][None, :]
             p1 = np.asarray(positions[g * k : (g + 1) * k], dtype=np.int64)[:, None]
             bits = np.left_shift(np.uint64(1), np.asarray(seq_first[g * k : (g + 1) * k], dtype=np.uint64))[:, None]
-            ok = (p0 >= 0) & (p0 <= p1) & ((self.seq[st, :n_kv][None, :] & bits) != 0)
+            ok = (p0 >= 0) & ((p0 <= p1) | (not causal)) & ((self.seq[st, :n_kv][None, :] & bits) != 0)
             if self.n_swa:
                 ok &= (p1 - p0) < self.n_swa
             out[g] = np.where(ok, np.float32(0.0), np.float32(-np.inf))

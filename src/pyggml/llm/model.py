@@ -67,6 +67,10 @@ class Layer:
     attn_k_norm_b: Tensor | None = None
     attn_post_norm: Tensor | None = None
     attn_sinks: Tensor | None = None
+    attn_out_norm: Tensor | None = None
+    attn_out_norm_b: Tensor | None = None
+    layer_out_norm: Tensor | None = None
+    layer_out_norm_b: Tensor | None = None
     ffn_norm: Tensor | None = None
     ffn_norm_b: Tensor | None = None
     ffn_gate: Tensor | None = None
@@ -201,6 +205,17 @@ class Model:
         self.output: Tensor | None = None
         self.output_b: Tensor | None = None
         self.pos_embd: Tensor | None = None
+        self.type_embd: Tensor | None = None  # token_types: BERT's segment embeddings
+        self.tok_norm: Tensor | None = None  # token_embd_norm: the LayerNorm after the embeddings
+        self.tok_norm_b: Tensor | None = None
+        # the classifier head that RANK pooling runs (cls: a dense layer and tanh, cls.output: the scores)
+        self.cls: Tensor | None = None
+        self.cls_b: Tensor | None = None
+        self.cls_out: Tensor | None = None
+        self.cls_out_b: Tensor | None = None
+        # sentence-transformers' dense projections applied after pooling
+        self.dense_2: Tensor | None = None
+        self.dense_3: Tensor | None = None
         self.layers: list[Layer] = [Layer() for _ in range(self.hparams.n_layer)]
         embd = self.tensors.get(LLMTensor.TOKEN_EMBD.name_of())
         if self.hparams.n_vocab == 0 and embd is not None:  # a file without a vocabulary

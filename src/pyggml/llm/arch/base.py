@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from ..graph import GraphBuilder
     from ..model import Layer, Model
 
-__all__ = ["LLAMA_ROPE_TYPE_NEOX", "LLAMA_ROPE_TYPE_NORM", "Arch", "load_embd_output", "load_ffn", "load_moe",
-           "load_qkv", "require"]
+__all__ = ["LLAMA_ROPE_TYPE_NEOX", "LLAMA_ROPE_TYPE_NORM", "Arch", "load_cls_head", "load_embd_output", "load_ffn",
+           "load_moe", "load_qkv", "require"]
 
 
 class Arch:
@@ -26,6 +26,11 @@ class Arch:
     name: ClassVar[str]
     #: llama_model_rope_type: NORM (adjacent pairs), NEOX (halves) or NONE
     rope_type: ClassVar[int] = LLAMA_ROPE_TYPE_NORM
+    #: False for the encoders llama_model::create_memory gives no memory: no KV cache, each batch is one
+    #: ubatch whose tokens attend to each other (llama_context::encode)
+    has_memory: ClassVar[bool] = True
+    #: False when the graph ends at the hidden states (t_embd) without a vocabulary projection
+    has_logits: ClassVar[bool] = True
 
     def load_hparams(self, hp: HParams, kv: KV) -> None:
         """load_arch_hparams: the keys this architecture adds to the generic ones (RMSNorm's eps by default)."""
@@ -35,8 +40,9 @@ class Arch:
         """load_arch_tensors: set ``m``'s global tensors and every ``m.layers[il]`` field it has."""
         raise NotImplementedError
 
-    def build_graph(self, g: GraphBuilder) -> Tensor:
-        """The forward graph of one ubatch; returns the logits tensor (``g.finish``)."""
+    def build_graph(self, g: GraphBuilder) -> Tensor | None:
+        """The forward graph of one ubatch; returns the logits tensor (``g.finish``), or None for a model
+        without an output head, which leaves its hidden states in ``g.t_embd`` (``g.finish_embd``)."""
         raise NotImplementedError
 
 
@@ -51,6 +57,16 @@ def load_embd_output(m: Model, output_required: bool = False, output_bias: bool 
     m.output = m.create_tensor(T.OUTPUT, (hp.n_embd, hp.n_vocab), required=output_required) or m.tied_output()
     if output_bias:
         m.output_b = m.create_tensor(T.OUTPUT, (hp.n_vocab,), suffix="bias", required=False)
+
+
+def load_cls_head(m: Model) -> None:
+    """The optional classifier head RANK pooling runs: ``cls`` {n_embd, n_embd} and ``cls.output``
+    {n_embd, n_cls_out}, each with its bias."""
+    hp = m.hparams
+    m.cls = m.create_tensor(T.CLS, (hp.n_embd, hp.n_embd), required=False)
+    m.cls_b = m.create_tensor(T.CLS, (hp.n_embd,), suffix="bias", required=False)
+    m.cls_out = m.create_tensor(T.CLS_OUT, (hp.n_embd, hp.n_cls_out), required=False)
+    m.cls_out_b = m.create_tensor(T.CLS_OUT, (hp.n_cls_out,), suffix="bias", required=False)
 
 
 def load_qkv(m: Model, layer: Layer, il: int, biases: bool = True) -> None:

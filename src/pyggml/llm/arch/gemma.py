@@ -44,9 +44,9 @@ class Gemma(Arch):
             layer.ffn_norm = m.create_tensor(T.FFN_NORM, (hp.n_embd,), il)
             load_ffn(m, layer, il)
 
-    def build_graph(self, g: GraphBuilder) -> Tensor:
+    def build_graph(self, g: GraphBuilder) -> Tensor | None:
         m, hp, ctx = g.model, g.hp, g.ctx
-        inp = g.cb(B.scale(ctx, g.inp_embd(), float(math.sqrt(hp.n_embd))), "inp_scaled")
+        inp = g.cb(B.scale(ctx, g.inp_embd(), self.inp_scale(g)), "inp_scaled")
         for il, layer in enumerate(m.layers):
             cur = g.norm(inp, layer.attn_norm, "attn_norm", il)
             q, k, v = g.qkv(layer, cur, il)
@@ -66,7 +66,15 @@ class Gemma(Arch):
             if layer.ffn_post_norm is not None:
                 cur = g.norm(cur, layer.ffn_post_norm, "ffn_post_norm", il)
             inp = g.cb(B.add(ctx, cur, sa_out), "l_out", il)
-        return g.finish(inp)
+        return self.output(g, inp)
+
+    def inp_scale(self, g: GraphBuilder) -> float:
+        """The embeddings are scaled by sqrt(n_embd)."""
+        return float(math.sqrt(g.hp.n_embd))
+
+    def output(self, g: GraphBuilder, cur: Tensor) -> Tensor | None:
+        """The head: result_norm and the tied vocabulary projection (gemma-embedding stops at result_norm)."""
+        return g.finish(cur)
 
 
 def load_post_norms(m: Model) -> None:
