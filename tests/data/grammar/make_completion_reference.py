@@ -1,7 +1,9 @@
 """Make completion_reference.json: llama.cpp's constrained generations, to compare pyggml's with.
 
 Each case runs llama.cpp's ``llama-completion -m MODEL -p PROMPT --grammar-file G (or -j SCHEMA)
---temp T -s SEED -n N -no-cnv --no-display-prompt`` (commit 0c1e570) and keeps the generated text
+--temp T -s SEED -n N -no-cnv --no-display-prompt -fa off`` (commit 0c1e570; flash attention off
+as pyggml's default: llama.cpp's "auto" turns it on, which rounds differently and can flip a close
+pair of logits) and keeps the generated text
 (stdout up to " [end of text]", which llama-completion prints at an end-of-generation token), as
 bytes in ``text_hex`` (a generation cut at -n may end inside a UTF-8 character).
 Models: the tiny random-weight qwen2 chat model of tests/helpers/chat_model.py (made here the same
@@ -10,7 +12,9 @@ packaged Gemma 3 270M Q4_K_M (its cases are checked only where it is installed).
 are written here, or llama.cpp's grammars/json.gbnf and list.gbnf (kept in the JSON as data).
 The random-weight model's logits have near-ties; a prompt whose greedy constrained path has two
 allowed tokens within 0.01 of each other is avoided (llama.cpp's kernels round differently, so
-such a tie may fall either way, grammar or not). Gemma is compared greedy only: its seeded
+such a tie may fall either way, grammar or not); Gemma's greedy paths have such ties every few
+tokens (pyggml's and llama.cpp's logits differ by up to a few tenths), so its generations are kept
+short enough to end before one or to agree anyway. Gemma is compared greedy only: its seeded
 (temperature 0.8) generation already differs from llama-completion's without a grammar.
 
     PYTHONPATH=src python tests/data/grammar/make_completion_reference.py /path/to/llama.cpp
@@ -54,7 +58,7 @@ def cases(llama: Path) -> list[dict[str, object]]:
     ]
     gemma = [
         {"prompt": "Write a JSON record for a person:", "grammar": PERSON, "n": 40},
-        {"prompt": "List three fruits as JSON:", "grammar": json_gbnf, "n": 40},
+        {"prompt": "List three fruits as JSON:", "grammar": json_gbnf, "n": 5},  # then a 0.25 logit tie
         {"prompt": "Shopping list:\n", "grammar": list_gbnf, "n": 30},
         {"prompt": "Describe Lima as JSON:", "json_schema": SCHEMA, "n": 48},
         {"prompt": "Give me two tasks as JSON:", "json_schema": ARRAY_SCHEMA, "n": 48},
@@ -66,7 +70,7 @@ def cases(llama: Path) -> list[dict[str, object]]:
 def run_completion(binary: Path, model: Path, case: dict[str, object], tmp: Path) -> bytes:
     args = [str(binary), "-m", str(model), "-p", str(case["prompt"]), "--temp", str(case.get("temp", 0.0)),
             "-s", str(case.get("seed", 1)), "-n", str(case["n"]), "-no-cnv", "--no-display-prompt", "-t", "2",
-            "--no-warmup", "-c", "512"]
+            "--no-warmup", "-c", "512", "-fa", "off"]  # pyggml's default; llama.cpp's "auto" turns it on
     if "grammar" in case:
         g = tmp / "g.gbnf"
         g.write_text(str(case["grammar"]), encoding="utf-8")
