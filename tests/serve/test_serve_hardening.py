@@ -355,3 +355,11 @@ async def _tokenize_request(state: Any, payload: dict, before_disconnect: Any) -
              "client": ("c", 1), "http_version": "1.1", "asgi": {"version": "3.0"}}
     await create_app(state)(scope, receive, send)
     return out
+
+
+def test_models_names_the_file_not_its_path(client: TestClient, tiny_chat_path) -> None:
+    """/v1/models and a reply's ``model`` name the GGUF file, never the absolute path on the server's disk."""
+    model = client.get("/v1/models").json()["data"][0]["id"]
+    assert model == tiny_chat_path.name and "/" not in model
+    r = client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 1})
+    assert r.json()["model"] == tiny_chat_path.name

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import socket
 import sys
+from pathlib import Path
 
 from ..llm.chat import NoChatTemplateError, template_for
 from ..llm.packaged import CHAT_MODEL
@@ -45,7 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", default=None, metavar="KEY[,KEY...]",
                    help="require 'Authorization: Bearer KEY' (or an X-Api-Key header) on every endpoint but /health; "
                         "several keys comma-separated (default: none)")
-    p.add_argument("--alias", default=None, help="model name shown by /v1/models and in responses (default: the path)")
+    p.add_argument("--alias", default=None, help="model name shown by /v1/models and in responses "
+                   "(default: the GGUF file's name)")
     p.add_argument("--chat-template", default=None, metavar="NAME|JINJA",
                    help="chat template instead of the model's: chatml, gemma, or jinja source (default: the GGUF's "
                         "tokenizer.chat_template; without one, /v1/chat/completions is refused)")
@@ -77,7 +79,7 @@ def build_state(args: argparse.Namespace) -> object:
         template, template_error = template_for(model.reader, vocab, args.chat_template), ""
     except NoChatTemplateError as e:
         template, template_error = None, f"{e}; start the server with --chat-template NAME|JINJA"
-    name = args.alias or str(model.path)
+    name = args.alias or Path(model.path).name  # the file's name: a path would tell clients about this machine
     meta = {"vocab_type": vocab.type_name, "n_vocab": hp.n_vocab, "n_ctx": engine.n_slot_ctx,
             "n_ctx_train": hp.n_ctx_train, "n_embd": hp.n_embd, "size": model.size_bytes()}
     keys = [k for k in (args.api_key or "").split(",") if k]
