@@ -530,8 +530,10 @@ def _partial_string(text: str, pos: int) -> tuple[str, bool]:
         body = text[pos + 1:]
         # drop an unfinished escape: a lone backslash or \\u with fewer than 4 digits
         m = _ESCAPE_TAIL.search(body)
-        if m is not None and (len(body) - len(body[:m.start()].rstrip("\\"))) % 2 == 1:
-            body = body[:m.start()]
+        if m is not None:
+            before = body[:m.start()]
+            if (len(before) - len(before.rstrip("\\"))) % 2 == 0:  # this backslash is not itself escaped
+                body = before
         body = _HIGH_SURROGATE_TAIL.sub("", body)
         try:
             return json.loads('"' + body + '"', strict=False), False

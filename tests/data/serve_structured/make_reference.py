@@ -5,7 +5,8 @@ requests on the same model (Qwen2.5-Coder 0.5B Instruct Q4_K_M, flash attention 
 pyggml's default). llama.cpp is not a dependency: this script ran once, with the llama-server of
 llama.cpp commit 0c1e570, and its output is kept here.
 
-    python tests/data/serve_structured/make_reference.py /path/to/llama-server /path/to/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+    python tests/data/serve_structured/make_reference.py LLAMA_SERVER \
+        ~/.cache/pyggml/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 """
 
 from __future__ import annotations
