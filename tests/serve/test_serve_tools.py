@@ -12,6 +12,7 @@ answer used in the reply, streamed and not, and ``json_schema`` replies equal to
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +20,7 @@ import pytest
 
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
 pydantic = pytest.importorskip("pydantic")
 
 from helpers.serve_util import live_server  # noqa: E402
@@ -173,6 +175,23 @@ def test_hermes_template_tools_and_reasoning(tiny_chat_path, tmp_path) -> None:
         with pytest.raises(openai.BadRequestError, match="expected boolean, got string"):
             client.chat.completions.create(model="tiny", messages=ASK, max_tokens=2,
                                            extra_body={"chat_template_kwargs": {"enable_thinking": "yes"}})
+
+        # llama-server's lazy grammar fields: nothing is constrained before the trigger, everything after it
+        plain = {"prompt": "hello there", "max_tokens": 12, "temperature": 0, "logprobs": 1}
+        free = httpx.post(url + "/v1/completions", json=plain, timeout=120).json()["choices"][0]
+        lazy = {**plain, "grammar": 'root ::= "." [0-9]{3}', "grammar_lazy": True,
+                "grammar_triggers": [{"type": 1, "value": "never written here"}]}
+        assert httpx.post(url + "/v1/completions", json=lazy, timeout=120).json()["choices"][0]["text"] == free["text"]
+        first = free["logprobs"]["content"][0]  # the greedy first token, as a token trigger
+        trig = {**plain, "grammar": f'root ::= {json.dumps(first["token"])} [a-z]{{2,4}} "."', "grammar_lazy": True,
+                "grammar_triggers": [{"type": 0, "value": first["token"], "token": first["id"]}]}
+        text = httpx.post(url + "/v1/completions", json=trig, timeout=120).json()["choices"][0]["text"]
+        assert re.fullmatch(re.escape(first["token"]) + r"[a-z]{2,4}\.", text), text
+        for extra, message in (({"grammar_triggers": []}, "no triggers set for lazy grammar"),
+                               ({"grammar_triggers": [{"type": 1, "value": "<|im_start|>"}]},
+                                "should be marked as preserved token: <|im_start|>")):
+            r = httpx.post(url + "/v1/completions", json={**lazy, **extra}, timeout=120)
+            assert r.status_code == 400 and message in r.json()["error"]["message"]
 
 
 def _qwen() -> Path:
