@@ -221,6 +221,23 @@ def test_thinking_template_kwargs_and_reasoning_formats() -> None:
     assert plain.reasoning_format == "none" and not plain.parse
 
 
+def test_required_calls_may_follow_a_thinking_models_reasoning() -> None:
+    tpl = ChatTemplate(HERMES_THINKING)
+    call = '<tool_call>{"name": "get_time", "arguments": {"zone": 2}}</tool_call>'
+    forced = apply_chat_template(tpl, USER, tools=[TIME], tool_choice="required",
+                                 chat_template_kwargs={"enable_thinking": True})
+    assert forced.thinking_forced_open and not forced.grammar_lazy
+    assert _accepts(forced.grammar, "Paris is UTC+1, <so> 2 in summer.</think>\n" + call)
+    assert not _accepts(forced.grammar, call) and not _accepts(forced.grammar, "no end of thinking " + call)
+    reply = parse_reply("UTC+2 in summer</think>\n" + call, forced)
+    assert reply.reasoning_content == "UTC+2 in summer" and reply.tool_calls[0].name == "get_time"
+    optional = apply_chat_template(tpl, USER, tools=[TIME], tool_choice="required")  # may open <think> itself
+    assert _accepts(optional.grammar, call) and _accepts(optional.grammar, "<think>hm</think>" + call)
+    assert not _accepts(optional.grammar, "hm</think>" + call)
+    plain = apply_chat_template(tpl, USER, tools=[TIME], tool_choice="required", reasoning_format="none")
+    assert not _accepts(plain.grammar, "<think>hm</think>" + call)
+
+
 def test_response_format_grammar_takes_a_json_block_or_bare_json() -> None:
     p = ChatParams(prompt="")
     build_response_format_grammar(p, {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})

@@ -338,7 +338,7 @@ def apply_chat_template(template: Any, messages: list[dict[str, Any]], *, tools:
                         parse=use_tools or reasoning_format != "none")
     if use_tools:
         params.tool_names = [t["function"]["name"] for t in allowed]
-        build_tool_grammar(params, allowed, required=choice == "required")
+        build_tool_grammar(params, allowed, required=choice == "required", may_think=caps.supports_thinking)
     return params
 
 
@@ -358,10 +358,18 @@ def _any_of(schemas: list[dict[str, Any]]) -> dict[str, Any]:
     return schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
 
 
-def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required: bool) -> None:
+#: any text up to "</think>" (the reasoning a grammar must let through before the calls)
+THINK_BODY = ('( [^<] | "<" [^/] | "</" [^t] | "</t" [^h] | "</th" [^i] | "</thi" [^n] | "</thin" [^k] '
+              '| "</think" [^>] )*')
+
+
+def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required: bool,
+                       may_think: bool = False) -> None:
     """Fill ``params.grammar``/``grammar_lazy``/``grammar_triggers``: the calls' JSON fits the tools'
     parameter schemas; with ``required`` the reply must be calls from its first token, otherwise the
-    grammar waits for the format's trigger (the generic format has none: its reply is always JSON)."""
+    grammar waits for the format's trigger (the generic format has none: its reply is always JSON).
+    A grammar active from the first token lets the reasoning of a thinking model come first: the rest
+    of an open ``<think>`` block (``params.thinking_forced_open``), or with ``may_think`` an optional one."""
     conv = SchemaConverter(False)
 
     def rule(schema: dict[str, Any], name: str) -> str:
@@ -383,7 +391,7 @@ def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required
                         "additionalProperties": False}
         response = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"],
                     "additionalProperties": False}
-        rule(call_obj if required else {"anyOf": [call_obj, response]}, "")
+        body = rule(call_obj if required else {"anyOf": [call_obj, response]}, "tool-reply")
         params.grammar_lazy = False
     elif fmt == ToolFormat.HERMES:
         call = rule(_any_of([_call_schema(t, "arguments") for t in tools]), "tool-call-object")
@@ -398,11 +406,11 @@ def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required
             params.grammar_triggers.append(GrammarTrigger(
                 "pattern_full", r'\s*(\{\s*"name"\s*:\s*"(?:' + names + r')")[\s\S]*'))
             calls = f"{calls} | {call}"
-        conv.add_rule("root", calls)
+        body = calls
         params.preserved_tokens = [HERMES_START, HERMES_END]
     elif fmt == ToolFormat.LLAMA3:
         call = rule(_any_of([_call_schema(t, "parameters") for t in tools]), "tool-call")
-        conv.add_rule("root", f'{call} (";" space {call})*' if parallel else call)
+        body = f'{call} (";" space {call})*' if parallel else call
         params.grammar_lazy = not required
         # the reply opens with a call object: the grammar starts at its "{"
         params.grammar_triggers = [GrammarTrigger("pattern_full", r'\s*(\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?'
@@ -410,12 +418,20 @@ def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required
     elif fmt == ToolFormat.MISTRAL:
         call = rule(_any_of([_call_schema(t, "arguments") for t in tools]), "tool-call")
         items = f"{call} (\",\" space {call})*" if parallel else call
-        conv.add_rule("root", f'{format_literal(MISTRAL_START)} "[" space {items} "]"')
+        body = f'{format_literal(MISTRAL_START)} "[" space {items} "]"'
         params.grammar_lazy = not required
         params.grammar_triggers = [GrammarTrigger("word", MISTRAL_START)]
         params.preserved_tokens = [MISTRAL_START]
     else:
         return
+    if not params.grammar_lazy and params.reasoning_format != "none":
+        if params.thinking_forced_open:
+            conv.add_rule("think-body", THINK_BODY)
+            body = f'think-body "</think>" space ({body})'
+        elif may_think:
+            conv.add_rule("think-body", THINK_BODY)
+            body = f'("<think>" think-body "</think>" space)? ({body})'
+    conv.add_rule("root", body)
     conv.check_errors(warn=lambda _m: None)
     params.grammar = conv.format_grammar()
 
