@@ -243,3 +243,20 @@ def test_qwen_tool_round_trip_and_json_schema_as_llama_server(tmp_path) -> None:
         r = client.chat.completions.create(model="qwen", messages=[{"role": "user", "content": "What time is it?"}],
                                            tools=TOOLS, tool_choice="required", max_tokens=100, temperature=0)
         _check_calls(r.choices[0].message)
+
+
+def test_chat_messages_with_tool_calls_are_checked_as_llama_server_does() -> None:
+    from pyggml.serve.errors import APIError
+    from pyggml.serve.schemas import ChatCompletionRequest, parse
+
+    body = {"messages": [*ASK, {"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "paris"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]}
+    msgs = [m.to_template() for m in parse(json.dumps(body).encode(), ChatCompletionRequest).messages]
+    assert msgs[1]["tool_calls"][0]["function"]["arguments"] == '{"city": "paris"}' and msgs[1]["content"] == ""
+    assert msgs[2] == {"role": "tool", "content": "sunny", "tool_call_id": "c1"}
+    for bad, message in (({"role": "assistant"}, "either 'content' or 'tool_calls'"),
+                         ({"role": "tool", "tool_call_id": "c1"}, "must contain 'content'")):
+        req = parse(json.dumps({"messages": [bad]}).encode(), ChatCompletionRequest)
+        with pytest.raises(APIError, match=message):
+            req.messages[0].to_template()
