@@ -245,6 +245,10 @@ def test_response_format_grammar_takes_a_json_block_or_bare_json() -> None:
         assert _accepts(p.grammar, ok), ok
         assert json.loads(parse_reply(ok, p).content)["n"] in (1, 2, 3)
     assert not _accepts(p.grammar, '{"n": "x"}') and not _accepts(p.grammar, 'text {"n": 1}')
+    thinking = apply_chat_template(ChatTemplate(HERMES_THINKING), USER, chat_template_kwargs={"enable_thinking": True})
+    build_response_format_grammar(thinking, {"type": "object"})
+    assert _accepts(thinking.grammar, 'an object will do</think>\n{"k": 1}')
+    assert parse_reply('an object will do</think>\n{"k": 1}', thinking).content == '{"k": 1}'
 
 
 @pytest.mark.parametrize("tools, choice, message", [

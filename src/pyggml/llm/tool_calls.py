@@ -447,7 +447,11 @@ def build_response_format_grammar(params: ChatParams, schema: Any) -> None:
     conv = SchemaConverter(False)
     body = conv.visit(node, "response-format")
     conv.check_errors(warn=lambda _m: None)
-    conv.add_rule("root", f'space space ("```json" space {body} space "```" | space {body} space)')
+    reply = f'space space ("```json" space {body} space "```" | space {body} space)'
+    if params.thinking_forced_open and params.reasoning_format != "none":
+        conv.add_rule("think-body", THINK_BODY)  # the open <think> block ends first
+        reply = f'think-body "</think>" {reply}'
+    conv.add_rule("root", reply)
     params.grammar = conv.format_grammar()
     params.grammar_lazy = False
     params.format = ToolFormat.JSON
