@@ -6,11 +6,10 @@ completion starts; so does this one: :meth:`LlamaGrammar.sampler` makes a fresh
 The text is parsed once at construction too, so a bad grammar fails where it is written, with the
 parser's message, instead of at the first completion.
 
-``from_json_schema`` converts with llama.cpp's json-schema-to-grammar (:mod:`pyggml.llm.grammar.json_schema`,
-the converter llama-server uses). llama-cpp-python 0.3.36 ships an older Python port of that converter
-whose whitespace rule is ``" "?`` and which puts the optional space after each value; with a model that
-writes JSON the usual way (``{"a": 1}``) both give the same text, but a model that would put a newline
-inside an object may write different (equally valid) JSON under the two.
+``from_json_schema`` converts in llama-cpp-python's dialect (:mod:`.json_schema`: a single optional
+space after each value and punctuation), not llama.cpp's current one (:mod:`pyggml.llm.grammar.json_schema`,
+which pyggml's server uses and which also allows newlines and indentation): a model that pretty-prints
+JSON writes different text under the two, and this class must give llama-cpp-python's.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from typing import Any
 
 from ..llm.grammar import GrammarSampler
 from ..llm.grammar.engine import LlamaGrammar as _Rules
-from ..llm.grammar.json_schema import json_schema_to_grammar
+from .json_schema import json_schema_to_gbnf
 
 LLAMA_GRAMMAR_DEFAULT_ROOT = "root"
 
@@ -77,7 +76,7 @@ class LlamaGrammar:
         """A grammar for the JSON documents a JSON schema allows (given as JSON text, as llama-cpp-python
         takes it, or as a dict)."""
         schema = json.loads(json_schema) if isinstance(json_schema, str) else json_schema
-        return cls.from_string(json_schema_to_grammar(schema), verbose=verbose)
+        return cls.from_string(json_schema_to_gbnf(schema), verbose=verbose)
 
     @property
     def grammar(self) -> str:
