@@ -256,12 +256,33 @@ QWEN_EXAMPLES: dict[str, Callable[[Make, Any], Any]] = {
     f.__name__: f for f in (qwen_chat, qwen_json_schema, qwen_stream)}
 
 
+#: schemas whose grammars (llama-cpp-python's and pyggml's) must accept the same JSON texts
+SCHEMAS: dict[str, Any] = {
+    "object": {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                                                "tags": {"type": "array", "items": {"type": "string"}},
+                                                "ok": {"type": "boolean"}, "score": {"type": "number"}},
+               "required": ["name", "age"]},
+    "bounded": {"type": "object", "properties": {"id": {"type": "string", "minLength": 2, "maxLength": 4},
+                                                 "xs": {"type": "array", "items": {"type": "integer"},
+                                                        "minItems": 1, "maxItems": 3}},
+                "required": ["id", "xs"], "additionalProperties": False},
+    "union": {"anyOf": [{"type": "null"}, {"enum": ["red", "green"]}, {"const": 7},
+                        {"type": "string", "format": "date"}]},
+    "refs": {"$defs": {"pt": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+                              "required": ["x"]}},
+             "type": "object", "properties": {"a": {"$ref": "#/$defs/pt"}, "b": {"$ref": "#/$defs/pt"}},
+             "required": ["a"]},
+    "free": {"type": "object", "additionalProperties": {"type": "integer"}},
+    "tuple": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "boolean"}]},
+}
+
+
 def maker(llama_cls: Any, path: str) -> Make:
     """``make(**kwargs)``: one ``llama_cls(model_path=path, **kwargs)`` per distinct set of arguments."""
     made: dict[str, Any] = {}
 
     def make(**kwargs: Any) -> Any:
-        key = json.dumps(kwargs, sort_keys=True)
+        key = json.dumps(kwargs, sort_keys=True, default=repr)
         if key not in made:
             made[key] = llama_cls(model_path=path, **kwargs)
         return made[key]

@@ -808,9 +808,6 @@ class Llama:
             raise NotImplementedError("from_pretrained(additional_files=...): split models are not packaged")
         entry = packaged.lookup(repo_id) or packaged.lookup(repo_id.rsplit("/", 1)[-1].removesuffix("-GGUF")
                                                            .removesuffix("-gguf"))
-        if entry is None and filename:
-            entry = next((e for e in packaged.REGISTRY.values()
-                          if e.file_name and fnmatch.fnmatch(e.file_name.lower(), filename.lower())), None)
         if entry is None:
             names = ", ".join(packaged.REGISTRY)
             raise packaged.ModelNotFoundError(f"from_pretrained({repo_id!r}, {filename!r}): no packaged model of that "

@@ -6,9 +6,11 @@ libraries and the ctypes bindings of the llama-cpp-python 0.3.36 sdist (its ``Ll
     PYTHONPATH=tests:src:<sdist>/llama_cpp_python-0.3.36:<pydeps> LLAMA_CPP_LIB_PATH=<llama.cpp>/build/bin \\
         python tests/data/llama_api/make_reference.py [--qwen]
 
-Writes ``tiny.json``: the tiny random chat model of tests/helpers/chat_model.py (made here, deterministic
-bytes; its SHA-256 is kept so that a changed model is noticed) and every example's result; with
-``--qwen`` also ``qwen.json``, the packaged Qwen2.5-Coder 0.5B Instruct Q4_K_M's examples.
+Writes ``grammars.json``: llama-cpp-python's GBNF for the schemas of ``ex.SCHEMAS`` and its JSON_GBNF
+(the tests check that pyggml's grammars accept and refuse the same texts); ``tiny.json``: the tiny random
+chat model of tests/helpers/chat_model.py (made here, deterministic bytes; its SHA-256 is kept so that a
+changed model is noticed) and every example's result; with ``--qwen`` also ``qwen.json``, the packaged
+Qwen2.5-Coder 0.5B Instruct Q4_K_M's examples.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import llama_cpp  # the sdist's package, over LLAMA_CPP_LIB_PATH's libllama
 from llama_cpp import Llama, LlamaGrammar, LogitsProcessorList, StoppingCriteriaList
+from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
 from helpers import llama_api_examples as ex
 from helpers.chat_model import make_chat_model
@@ -49,6 +52,10 @@ def sha256(path: Path) -> str:
 
 
 def main() -> None:
+    grammars = {"json_gbnf": JSON_GBNF,
+                "schemas": {name: {"schema": schema, "gbnf": json_schema_to_gbnf(json.dumps(schema))}
+                            for name, schema in ex.SCHEMAS.items()}}
+    (HERE / "grammars.json").write_text(json.dumps(grammars, indent=1, ensure_ascii=False) + "\n")
     with tempfile.TemporaryDirectory() as tmp:
         model = make_chat_model(Path(tmp) / "tiny-chat.gguf")
         data = {"llama_cpp_python": llama_cpp.__version__, "model_sha256": sha256(model),

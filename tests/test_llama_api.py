@@ -1,0 +1,211 @@
+"""``from pyggml import Llama``: llama-cpp-python's high-level API gives llama-cpp-python's answers.
+
+The examples of helpers/llama_api_examples.py (completion, streaming, chat, JSON mode with and without
+a schema, grammar, embeddings, save/load state, generate/eval/sample, penalties, logit bias, seeded
+sampling, logprobs, logits processors and stopping criteria, a forced tool call) were run with
+llama-cpp-python 0.3.36 over llama.cpp on the same GGUF (tests/data/llama_api/make_reference.py);
+here they run with pyggml and must return the same dicts: greedy and seeded text token for token,
+the same chunks of a stream, log-probabilities and embeddings to float tolerance.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pyggml
+from helpers import llama_api_examples as ex
+from pyggml.llama import JSON_GBNF, Llama, LlamaGrammar
+from pyggml.llm.grammar.engine import LlamaGrammar as Rules
+from pyggml.llm.packaged import ModelNotFoundError
+
+DATA = Path(__file__).parent / "data" / "llama_api"
+QWEN = Path.home() / ".cache/pyggml/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+
+
+def _load(name: str) -> dict[str, Any]:
+    return json.loads((DATA / name).read_text())
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _differences(got: Any, want: Any, path: str = "") -> list[str]:
+    """Where ``got`` differs from ``want``: floats beyond 1e-3 (relative above 1), anything else at all."""
+    if isinstance(want, float) or isinstance(got, float):
+        ok = isinstance(got, (int, float)) and isinstance(want, (int, float)) and (
+            math.isclose(got, want, rel_tol=1e-3, abs_tol=1e-3) or (math.isinf(got) and got == want))
+        return [] if ok else [f"{path}: {got!r} != {want!r}"]
+    if isinstance(want, dict) and isinstance(got, dict):
+        out = [f"{path}: keys {sorted(got)} != {sorted(want)}"] if set(got) != set(want) else []
+        return out + [d for k in want if k in got for d in _differences(got[k], want[k], f"{path}.{k}")]
+    if isinstance(want, list) and isinstance(got, list):
+        out = [f"{path}: {len(got)} items != {len(want)}"] if len(got) != len(want) else []
+        return out + [d for i, (g, w) in enumerate(zip(got, want, strict=False))
+                      for d in _differences(g, w, f"{path}[{i}]")]
+    return [] if got == want else [f"{path}: {got!r} != {want!r}"]
+
+
+@pytest.fixture(scope="module")
+def tiny_make(tiny_chat_path: Path) -> ex.Make:
+    ref = _load("tiny.json")
+    assert _sha256(tiny_chat_path) == ref["model_sha256"], (
+        "tests/helpers/chat_model.py no longer makes the model the reference was made on: "
+        "re-run tests/data/llama_api/make_reference.py")
+    return ex.maker(Llama, str(tiny_chat_path))
+
+
+@pytest.mark.parametrize("name", list(ex.TINY_EXAMPLES))
+def test_example_matches_llama_cpp_python(tiny_make: ex.Make, name: str) -> None:
+    want = _load("tiny.json")["examples"][name]
+    got = json.loads(json.dumps(ex.TINY_EXAMPLES[name](tiny_make, pyggml), default=float))
+    diffs = _differences(got, want, name)
+    assert not diffs, "\n".join(diffs[:10])
+
+
+@pytest.fixture(scope="module")
+def qwen_make() -> ex.Make:
+    if not QWEN.is_file():
+        pytest.skip("the packaged Qwen2.5-Coder 0.5B is not installed (pip install 'pyggml[chat]')")
+    ref = _load("qwen.json")
+    if _sha256(QWEN) != ref["model_sha256"]:
+        pytest.skip(f"{QWEN} is not the file the reference was made on")
+    return ex.maker(Llama, str(QWEN))
+
+
+@pytest.mark.parametrize("name", list(ex.QWEN_EXAMPLES))
+def test_qwen_example_matches_llama_cpp_python(qwen_make: ex.Make, name: str) -> None:
+    want = _load("qwen.json")["examples"][name]
+    got = json.loads(json.dumps(ex.QWEN_EXAMPLES[name](qwen_make, pyggml), default=float))
+    diffs = _differences(got, want, name)
+    assert not diffs, "\n".join(diffs[:10])
+
+
+# ---------------------------------------------------------------------- grammars: the same language
+#: JSON texts that differ in where whitespace, escapes, leading zeros and optional keys are
+SAMPLES = [
+    '{"name": "Ann", "age": 30}', '{"name":"Ann","age":30} ', '{ "name" : "Ann" , "age" : 30 }',
+    '{\n  "name": "Ann",\n  "age": 30\n}', '{"name": "Ann", "age": 030}', '{"name": "A\\/n", "age": 1}',
+    '{"name": "Ann", "age": 30, "tags": ["a", "b"], "ok": true, "score": 1.5e3}', '{"age": 30, "name": "Ann"}',
+    '{"name": "Ann", "age": 30, "score": -0.25}', '{"name": "Ann", "age": 30 }', '{"name": "Ann", "age": 30}  ',
+    '{"id": "ab", "xs": [1]}', '{"id": "abcde", "xs": [1]}', '{"id": "ab", "xs": []}', '{"id": "ab", "xs": [1, 2, 3]}',
+    '{"id": "ab", "xs": [1,2,3,4]}', '{"id": "ab", "xs": [1], "zz": 1}', 'null', '"red"', '"blue"', '7', '"2024-02-29"',
+    '"2024-13-01"', '{"a": {"x": 1}}', '{"a": {"x": 1, "y": 2}, "b": {"x": 0}}', '{"b": {"x": 1}}', '{}',
+    '{"k": 1, "j": -2}', '{"k": "1"}', '["s", true]', '["s"]', '[ "s" , false ] ', '{"a": [1, {"b": null}]}',
+]
+
+
+@pytest.mark.parametrize("name", list(ex.SCHEMAS))
+def test_from_json_schema_allows_what_llama_cpp_python_allows(name: str) -> None:
+    ref = _load("grammars.json")["schemas"][name]
+    assert ref["schema"] == ex.SCHEMAS[name], "grammars.json is stale: re-run make_reference.py"
+    theirs, ours = Rules.from_text(ref["gbnf"]), Rules.from_text(LlamaGrammar.from_json_schema(json.dumps(
+        ex.SCHEMAS[name])).grammar)
+    verdicts = {}
+    for text in SAMPLES:
+        want = theirs.copy().validate(text)[0]
+        assert ours.copy().validate(text)[0] == want, f"{name}: {text!r} (llama-cpp-python: {want})"
+        verdicts[text] = want
+    assert any(verdicts.values()) and not all(verdicts.values()), f"{name}: the samples do not tell grammars apart"
+
+
+def test_json_gbnf_allows_what_llama_cpp_python_allows() -> None:
+    theirs, ours = Rules.from_text(_load("grammars.json")["json_gbnf"]), Rules.from_text(JSON_GBNF)
+    for text in SAMPLES:
+        assert ours.copy().validate(text)[0] == theirs.copy().validate(text)[0], text
+
+
+# ---------------------------------------------------------------------- API surface and refusals
+def test_flat_exports() -> None:
+    assert pyggml.Llama is Llama and pyggml.LlamaGrammar is LlamaGrammar
+    from pyggml import LlamaState, LogitsProcessorList, StoppingCriteriaList  # noqa: F401
+
+
+def test_constructor_refuses_what_it_cannot_honour(tiny_chat_path: Path) -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'n_ctxx'"):
+        Llama(str(tiny_chat_path), n_ctxx=64)
+    with pytest.raises(NotImplementedError, match=r"lora_path.*LoRA"):
+        Llama(str(tiny_chat_path), lora_path="adapter.gguf")
+    with pytest.raises(NotImplementedError, match="rope_freq_base"):
+        Llama(str(tiny_chat_path), rope_freq_base=20000.0)
+    with pytest.raises(ValueError, match=r"chat_format 'vicuna-9'.*chatml"):
+        Llama(str(tiny_chat_path), chat_format="vicuna-9", verbose=False)
+    with pytest.raises(ValueError, match="Model path does not exist"):
+        Llama(str(tiny_chat_path.with_name("absent.gguf")))
+
+    class Llava15ChatHandler:
+        def __call__(self, **kwargs: Any) -> Any:
+            raise AssertionError("never called")
+
+    Llava15ChatHandler.__module__ = "llama_cpp.llama_chat_format"
+    with pytest.raises(NotImplementedError, match=r"Llava15ChatHandler.*ctypes"):
+        Llama(str(tiny_chat_path), chat_handler=Llava15ChatHandler(), verbose=False)
+
+
+def test_calls_refuse_bad_input(tiny_make: ex.Make) -> None:
+    llm = tiny_make(**ex.CTX)
+    with pytest.raises(ValueError, match="logits_all=False"):
+        llm("Hello", max_tokens=2, logprobs=2)
+    with pytest.raises(RuntimeError, match="embedding=True"):
+        llm.embed("Hello")
+    with pytest.raises(TypeError, match="UTF-8 bytes"):
+        llm.tokenize("Hello")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="exceed context window of 256"):
+        llm(list(range(3, 300)), max_tokens=1)
+    with pytest.raises(ValueError, match="response_format type 'yaml'"):
+        llm.create_chat_completion(messages=[{"role": "user", "content": "x"}], response_format={"type": "yaml"})
+    with pytest.raises(ValueError, match="Tool choice 'nope' not found"):
+        llm.create_chat_completion(messages=[{"role": "user", "content": "x"}],
+                                   tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+                                   tool_choice={"type": "function", "function": {"name": "nope"}})
+    with pytest.raises(pyggml.PyGGMLError, match="expecting"):
+        LlamaGrammar.from_string("root ::= (")
+
+
+def test_openai_json_schema_response_format_and_custom_handler(tiny_make: ex.Make) -> None:
+    """OpenAI's ``{"type": "json_schema", ...}`` (llama-cpp-python ignores it) constrains the reply too, and
+    a chat_handler of one's own is called with the request."""
+    llm = tiny_make(**ex.CTX)
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+              "additionalProperties": False}
+    out = llm.create_chat_completion(messages=[{"role": "user", "content": "a number"}], temperature=0,
+                                     max_tokens=32, response_format={"type": "json_schema",
+                                                                     "json_schema": {"name": "n", "schema": schema}})
+    reply = json.loads(out["choices"][0]["message"]["content"])
+    assert list(reply) == ["n"] and isinstance(reply["n"], int)
+    seen = {}
+
+    def handler(*, llama: Llama, messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+        seen.update(messages=messages, max_tokens=kwargs["max_tokens"])
+        return {"handled": True}
+
+    own = tiny_make(**ex.CTX, chat_handler=handler)
+    assert own.create_chat_completion(messages=[{"role": "user", "content": "x"}], max_tokens=3) == {"handled": True}
+    assert seen == {"messages": [{"role": "user", "content": "x"}], "max_tokens": 3}
+
+
+def test_from_pretrained_names_what_is_packaged(tmp_path: Path) -> None:
+    with pytest.raises(ModelNotFoundError, match=r"no packaged model.*qwen2\.5-coder-0\.5b-instruct-q4_k_m"):
+        Llama.from_pretrained("TheBloke/Mistral-7B-GGUF", filename="*Q4_K_M.gguf")
+    with pytest.raises(ModelNotFoundError, match="does not match"):
+        Llama.from_pretrained("qwen", filename="*q8_0.gguf")
+    if QWEN.is_file():
+        llm = Llama.from_pretrained("Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF", filename="*q4_k_m.gguf", n_ctx=64,
+                                    verbose=False)
+        assert llm.model_path == str(QWEN) and llm.n_vocab() == 151936
+
+
+def test_grammar_from_file(tmp_path: Path, tiny_make: ex.Make) -> None:
+    f = tmp_path / "yn.gbnf"
+    f.write_text('root ::= ("yes" | "no") "!"\n')
+    llm = tiny_make(**ex.CTX)
+    text = llm("Answer:", grammar=LlamaGrammar.from_file(f), max_tokens=8, temperature=0)["choices"][0]["text"]
+    assert text in ("yes!", "no!")
+    with pytest.raises(ValueError, match="cannot read grammar file"):
+        LlamaGrammar.from_file(tmp_path / "absent.gbnf")
