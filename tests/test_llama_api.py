@@ -209,3 +209,64 @@ def test_grammar_from_file(tmp_path: Path, tiny_make: ex.Make) -> None:
     assert text in ("yes!", "no!")
     with pytest.raises(ValueError, match="cannot read grammar file"):
         LlamaGrammar.from_file(tmp_path / "absent.gbnf")
+
+
+# ---------------------------------------------------------------------- tool calls in the model's own format
+#: a Hermes-style template (Qwen2.5's way of showing tools and of writing calls), for the tiny model
+HERMES_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\nYou may call functions. <tools>\n{%- for t in tools %}\n{{ t | tojson }}"
+    "{%- endfor %}\n</tools>\nReturn each call as <tool_call>\n{\"name\": ..., \"arguments\": ...}\n</tool_call>"
+    "<|im_end|>\n{%- endif %}{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+    "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}")
+
+
+#: a tool whose arguments are few (the random model would write a string to the token limit)
+CITY_TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"]}}}
+
+
+def _hermes_llm(tiny_make: ex.Make) -> Llama:
+    from pyggml.llama import Jinja2ChatFormatter
+
+    handler = Jinja2ChatFormatter(HERMES_TEMPLATE, eos_token="<|im_end|>", bos_token="<|endoftext|>").to_chat_handler()
+    return tiny_make(**{**ex.CTX, "n_ctx": 1024}, chat_handler=handler)
+
+
+def test_tool_choice_required_gives_tool_calls(tiny_make: ex.Make) -> None:
+    """tool_choice "required" with a template whose model writes ``<tool_call>`` blocks: the reply is forced
+    into calls of the tools and returned as OpenAI tool_calls, whole or streamed in deltas that add up."""
+    llm = _hermes_llm(tiny_make)
+    msgs = [{"role": "user", "content": "What is the weather like in Paris?"}]
+    # the random model never ends by itself: EOS, which the grammar allows only after a whole call, is favoured
+    ask = {"messages": msgs, "tools": [CITY_TOOL], "tool_choice": "required", "temperature": 0, "max_tokens": 96,
+           "logit_bias": {llm.token_eos(): 30.0}}
+    choice = llm.create_chat_completion(**ask)["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    calls = choice["message"]["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == ["get_weather"]
+    assert json.loads(calls[0]["function"]["arguments"])["city"] in ("Paris", "Rome")
+    chunks = list(llm.create_chat_completion(**ask, stream=True))
+    args = "".join(tc["function"].get("arguments", "") for c in chunks
+                   for tc in c["choices"][0]["delta"].get("tool_calls", []) if tc["index"] == 0)
+    assert args == calls[0]["function"]["arguments"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_tool_calls_in_an_auto_reply_are_split_out() -> None:
+    """With tool_choice "auto" the text is generated as llama-cpp-python generates it; a reply holding a
+    ``<tool_call>`` block becomes content plus tool_calls."""
+    from pyggml.llama.chat_format import _completion_to_parsed_chat
+    from pyggml.llm import tool_calls
+    from pyggml.llm.chat import ChatTemplate
+
+    params = tool_calls.apply_chat_template(ChatTemplate(HERMES_TEMPLATE), [{"role": "user", "content": "x"}],
+                                            tools=[ex.WEATHER_TOOL], reasoning_format="none")
+    text = 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'
+    done = {"id": "cmpl-1", "created": 1, "model": "m", "usage": {},
+            "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": "stop"}]}
+    choice = _completion_to_parsed_chat(done, params)["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == "Let me look."
+    assert json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"]) == {"city": "Rome"}
+    plain = {**done, "choices": [{**done["choices"][0], "text": "It is sunny."}]}
+    assert _completion_to_parsed_chat(plain, params)["choices"][0]["message"] == {"role": "assistant",
+                                                                                 "content": "It is sunny."}

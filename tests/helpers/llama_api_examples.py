@@ -252,8 +252,24 @@ def qwen_stream(make: Make, api: Any) -> Any:
     return _stream(llm("def fibonacci(n):", max_tokens=16, temperature=0, stream=True, stop=["\n\n"]))
 
 
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city"}},
+                   "required": ["city"]}}}
+
+
+def qwen_tools_auto(make: Make, api: Any) -> Any:
+    """Tools with tool_choice "auto": the tools are rendered by Qwen's template, the reply is free (Qwen
+    answers with the call as bare JSON here, which both leave as the content)."""
+    llm = make(**QWEN_CTX)
+    resp = llm.create_chat_completion(messages=[{"role": "user", "content": "What is the weather like in Paris?"}],
+                                      tools=[WEATHER_TOOL], tool_choice="auto", temperature=0, max_tokens=40)
+    return {"message": resp["choices"][0]["message"], "finish_reason": resp["choices"][0]["finish_reason"],
+            "usage": resp["usage"]}
+
+
 QWEN_EXAMPLES: dict[str, Callable[[Make, Any], Any]] = {
-    f.__name__: f for f in (qwen_chat, qwen_json_schema, qwen_stream)}
+    f.__name__: f for f in (qwen_chat, qwen_json_schema, qwen_stream, qwen_tools_auto)}
 
 
 #: schemas whose grammars (llama-cpp-python's and pyggml's) must accept the same JSON texts

@@ -27,7 +27,7 @@ import time
 import uuid
 import warnings
 from collections import deque
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -466,8 +466,8 @@ class Llama:
                            mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
                            model: str | None = None, stopping_criteria: StoppingCriteriaList | None = None,
                            logits_processor: LogitsProcessorList | None = None,
-                           grammar: LlamaGrammar | None = None,
-                           logit_bias: dict[Any, float] | None = None) -> Iterator[dict[str, Any]]:
+                           grammar: LlamaGrammar | None = None, logit_bias: dict[Any, float] | None = None,
+                           _preserved_tokens: Collection[int] = ()) -> Iterator[dict[str, Any]]:
         if suffix is not None and not isinstance(suffix, str):
             raise TypeError(f"suffix must be a str, not {type(suffix).__name__}")
         if not isinstance(prompt, (str, list)):
@@ -500,8 +500,13 @@ class Llama:
             raise ValueError("logprobs is not supported for models created with logits_all=False")
         self.set_seed(seed if seed is not None else random.Random(self._seed).randint(0, 2**32))
 
-        def detok(toks: Sequence[int], special: bool = False) -> bytes:
-            return self.detokenize(toks, special=special)
+        preserved = frozenset(_preserved_tokens)
+
+        def detok(toks: Sequence[int]) -> bytes:
+            if not preserved or preserved.isdisjoint(toks):
+                return self.detokenize(toks)
+            # tokens whose text a parser needs (a chat's tool-call markers) come out as text
+            return b"".join(self.detokenize([t], special=t in preserved) for t in toks)
 
         def chunk(text: str, lp: dict[str, Any] | None, finish: str | None = None) -> dict[str, Any]:
             return {"id": completion_id, "object": "text_completion", "created": created, "model": model_name,
@@ -672,16 +677,18 @@ class Llama:
                           mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1,
                           model: str | None = None, stopping_criteria: StoppingCriteriaList | None = None,
                           logits_processor: LogitsProcessorList | None = None, grammar: LlamaGrammar | None = None,
-                          logit_bias: dict[Any, float] | None = None) -> Any:
+                          logit_bias: dict[Any, float] | None = None, *,
+                          _preserved_tokens: Collection[int] = ()) -> Any:
         """Complete ``prompt`` (text or token ids): OpenAI's text_completion dict, or with ``stream`` a
-        generator of its chunks (the last one empty, with the finish reason)."""
+        generator of its chunks (the last one empty, with the finish reason). ``_preserved_tokens``
+        (pyggml's, for the chat handler): control tokens written into the text as their text."""
         gen = self._create_completion(
             prompt, suffix=suffix, max_tokens=max_tokens, temperature=temperature, top_p=top_p, min_p=min_p,
             typical_p=typical_p, logprobs=logprobs, echo=echo, stop=stop, frequency_penalty=frequency_penalty,
             presence_penalty=presence_penalty, repeat_penalty=repeat_penalty, top_k=top_k, stream=stream, seed=seed,
             tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
             model=model, stopping_criteria=stopping_criteria, logits_processor=logits_processor, grammar=grammar,
-            logit_bias=logit_bias)
+            logit_bias=logit_bias, _preserved_tokens=_preserved_tokens)
         if stream:
             return gen
         return next(gen)

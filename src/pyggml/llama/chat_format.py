@@ -12,6 +12,12 @@ rendered with jinja2 in a sandbox, with the variables llama-cpp-python hands it 
 ``tool_choice``, ``functions``, ``function_call``, ``raise_exception``, ``strftime_now``). The
 hand-written formats llama-cpp-python registers are here for the common names (``chatml``,
 ``llama-2``, ``llama-3``, ``gemma``); another name is refused with the list.
+
+Tools: as in llama-cpp-python, ``tools`` are handed to the template and a ``tool_choice`` naming a function
+forces a call of it (its arguments constrained to its parameter schema). When the template's model
+writes tool calls in a format pyggml's llm/tool_calls knows (Qwen2.5's Hermes ``<tool_call>``, Llama 3.x,
+Mistral), the reply of "auto" is also split into ``content`` and ``tool_calls`` (llama-cpp-python leaves
+the raw text in ``content``; the generated text is the same), and "required" forces a call.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from ..llm import tool_calls
+from ..llm.chat import ChatTemplate
 from .grammar import JSON_GBNF, LlamaGrammar
 
 if TYPE_CHECKING:
@@ -237,19 +245,97 @@ def chat_formatter_to_chat_completion_handler(formatter: ChatFormatter) -> Calla
                 grammar = LlamaGrammar.from_json_schema(tool["function"]["parameters"])
             except Exception:
                 grammar = LlamaGrammar.from_string(JSON_GBNF)
+        tool_params = None
+        if tools and tool is None and tool_choice != "none":
+            tool_params = _tool_call_params(formatter, messages, tools, tool_choice)
+            if tool_params is not None and tool_choice == "required":
+                grammar = LlamaGrammar(_grammar=tool_params.grammar)
         out = llama.create_completion(
             prompt=prompt, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
             logprobs=top_logprobs if logprobs else None, stream=stream, stop=stop, seed=seed, max_tokens=max_tokens,
             presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, repeat_penalty=repeat_penalty,
             tfs_z=tfs_z, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
             model=model, logits_processor=logits_processor, stopping_criteria=result.stopping_criteria,
-            grammar=grammar, logit_bias=logit_bias)
+            grammar=grammar, logit_bias=logit_bias, **_preserved(llama, tool_params))
         if tool is not None:
             name = tool["function"]["name"]
             return _chunks_to_tool_call(name, out) if stream else _completion_to_tool_call(name, out)
+        if tool_params is not None:
+            return _chunks_to_parsed_chat(out, tool_params) if stream else _completion_to_parsed_chat(out, tool_params)
         return _chunks_to_chat(out) if stream else _completion_to_chat(out)
 
     return handler
+
+
+# ---------------------------------------------------------------------- tool calls the model writes itself
+def _tool_call_params(formatter: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                      tool_choice: Any) -> tool_calls.ChatParams | None:
+    """How to read tool calls out of the reply when the template's model writes them in a known format
+    (Hermes ``<tool_call>``, Llama 3.x JSON, Mistral ``[TOOL_CALLS]``): pyggml's llm/tool_calls, as
+    llama-server does. None for a template without one: then, as llama-cpp-python, the tools are only
+    shown to the template and the reply is plain content.
+
+    With ``tool_choice`` "auto" (or None) the prompt and the text generated are llama-cpp-python's (no
+    grammar); only the reply is split into ``content`` and ``tool_calls``. "required" (which
+    llama-cpp-python ignores) also constrains the reply to calls of the tools."""
+    source = getattr(formatter, "template", None)
+    if not isinstance(source, str):
+        return None
+    tpl = ChatTemplate(source, formatter.bos_token, formatter.eos_token)
+    try:
+        params = tool_calls.apply_chat_template(tpl, messages, tools=tools, tool_choice=tool_choice or "auto",
+                                                reasoning_format="none")
+    except tool_calls.ToolCallError as e:
+        raise ValueError(str(e)) from None
+    if params.format in (tool_calls.ToolFormat.GENERIC, tool_calls.ToolFormat.CONTENT_ONLY):
+        if tool_choice == "required":
+            raise ValueError("tool_choice 'required' needs a chat template whose model writes tool calls (Hermes "
+                             "<tool_call>, Llama 3.x, Mistral [TOOL_CALLS]); name the function in tool_choice instead")
+        return None
+    return params
+
+
+def _preserved(llama: Llama, params: tool_calls.ChatParams | None) -> dict[str, Any]:
+    """create_completion's argument keeping the tool-call markers (Qwen's ``<tool_call>`` is a control
+    token, which the completion's text would otherwise leave out) in the text the parser reads."""
+    if params is None or not params.preserved_tokens:
+        return {}
+    ids = {llama.tokenize(t.encode("utf-8"), add_bos=False, special=True)[0] for t in params.preserved_tokens}
+    return {"_preserved_tokens": ids}
+
+
+def _completion_to_parsed_chat(c: dict[str, Any], params: tool_calls.ChatParams) -> dict[str, Any]:
+    """The reply split into content and tool calls (cut by max_tokens, an unfinished call is read as far
+    as it went and the finish reason stays "length")."""
+    chat = _completion_to_chat(c)
+    finish = c["choices"][0]["finish_reason"]
+    reply = tool_calls.parse_reply(c["choices"][0]["text"], params, partial=finish == "length")
+    if reply.tool_calls:
+        choice = chat["choices"][0]
+        choice["message"] = reply.to_openai()
+        choice["finish_reason"] = "length" if finish == "length" else "tool_calls"
+    return chat
+
+
+def _chunks_to_parsed_chat(chunks: Iterator[dict[str, Any]], params: tool_calls.ChatParams) -> Iterator[dict[str, Any]]:
+    """A stream whose deltas carry ``content`` and ``tool_calls`` (index, id, name, then the arguments in
+    pieces), as llama-server streams them; the last chunk's finish reason is "tool_calls" when any came."""
+    parser = tool_calls.StreamParser(params)
+    first = None
+    for c in chunks:
+        ch = c["choices"][0]
+        if first is None:
+            first = c
+            yield _chunk(c, {"role": "assistant"}, None, None)
+        if ch["finish_reason"] is None:
+            for delta in parser.feed(ch["text"]):
+                yield _chunk(c, delta, None, None)
+            continue
+        reply, deltas = parser.finish(truncated=ch["finish_reason"] == "length")
+        for delta in deltas:
+            yield _chunk(c, delta, None, None)
+        done = "tool_calls" if reply.tool_calls and ch["finish_reason"] != "length" else ch["finish_reason"]
+        yield _chunk(c, {}, None, done)
 
 
 # ---------------------------------------------------------------------- completion dicts -> chat dicts
