@@ -69,6 +69,13 @@ def test_example_matches_llama_cpp_python(tiny_make: ex.Make, name: str) -> None
     assert not diffs, "\n".join(diffs[:10])
 
 
+def test_encoder_embeddings_match_llama_cpp_python() -> None:
+    want = _load("tiny.json")["encoder"]
+    got = json.loads(json.dumps(ex.encoder_embeddings(Llama), default=float))
+    diffs = _differences(got, want, "encoder")
+    assert not diffs, "\n".join(diffs[:10])
+
+
 @pytest.fixture(scope="module")
 def qwen_make() -> ex.Make:
     if not QWEN.is_file():

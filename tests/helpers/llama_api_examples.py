@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 #: the context every example asks for, on both sides: same n_ctx and n_batch, flash attention off,
@@ -293,14 +294,35 @@ SCHEMAS: dict[str, Any] = {
 }
 
 
+ARCHS = Path(__file__).resolve().parents[1] / "data" / "archs"
+
+
+def encoder_embeddings(llama_cls: Any) -> Any:
+    """Embeddings of the tiny BERT (CLS pooling) and nomic-bert (mean pooling) models of tests/data/archs:
+    non-causal encoders, several texts decoded together as sequences of one batch."""
+    out = {}
+    for name in ("bert", "nomic-bert"):
+        llm = llama_cls(model_path=str(ARCHS / f"{name}.gguf"), embedding=True, n_ctx=128, n_batch=64, verbose=False)
+        resp = llm.create_embedding("hello world")
+        out[name] = {"pooling": llm.pooling_type(),
+                     "embed": llm.embed(["hello world", "a second text here", "x"], normalize=True),
+                     "create": {k: v for k, v in resp.items() if k != "model"}}
+    return out
+
+
 def maker(llama_cls: Any, path: str) -> Make:
-    """``make(**kwargs)``: one ``llama_cls(model_path=path, **kwargs)`` per distinct set of arguments."""
+    """``make(**kwargs)``: one ``llama_cls(model_path=path, **kwargs)`` per distinct set of arguments. A model
+    made before is handed out reset (nothing evaluated, its seed as made), so that an example's result does
+    not depend on which examples ran before it."""
     made: dict[str, Any] = {}
 
     def make(**kwargs: Any) -> Any:
         key = json.dumps(kwargs, sort_keys=True, default=repr)
         if key not in made:
             made[key] = llama_cls(model_path=path, **kwargs)
-        return made[key]
+        llm = made[key]
+        llm.reset()
+        llm.set_seed(kwargs.get("seed", 0xFFFFFFFF))  # LLAMA_DEFAULT_SEED, the constructor's default
+        return llm
 
     return make

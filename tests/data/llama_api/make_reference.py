@@ -59,7 +59,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = make_chat_model(Path(tmp) / "tiny-chat.gguf")
         data = {"llama_cpp_python": llama_cpp.__version__, "model_sha256": sha256(model),
-                "examples": run(ex.TINY_EXAMPLES, model)}
+                "examples": run(ex.TINY_EXAMPLES, model), "encoder": ex.encoder_embeddings(Llama)}
     (HERE / "tiny.json").write_text(json.dumps(data, indent=1, ensure_ascii=False, default=float) + "\n")
     if "--qwen" in sys.argv:
         data = {"llama_cpp_python": llama_cpp.__version__, "model_sha256": sha256(QWEN),
