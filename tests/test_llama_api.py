@@ -277,3 +277,28 @@ def test_tool_calls_in_an_auto_reply_are_split_out() -> None:
     plain = {**done, "choices": [{**done["choices"][0], "text": "It is sunny."}]}
     assert _completion_to_parsed_chat(plain, params)["choices"][0]["message"] == {"role": "assistant",
                                                                                  "content": "It is sunny."}
+
+
+# ---------------------------------------------------------------------- suffix: fill in the middle
+def test_suffix_without_fim_tokens_is_appended(tiny_make: ex.Make) -> None:
+    """A model without fill-in-the-middle tokens completes the prompt and the suffix is appended to the text."""
+    llm = tiny_make(**ex.CTX)
+    plain = llm("def add(a, b):", max_tokens=6, temperature=0)["choices"][0]["text"]
+    assert llm("def add(a, b):", suffix=" # end", max_tokens=6, temperature=0)["choices"][0]["text"] == plain + " # end"
+
+
+def test_suffix_with_fim_tokens_fills_the_middle(qwen_make: ex.Make) -> None:
+    """Qwen2.5-Coder has FIM tokens: prompt and suffix become <|fim_prefix|>prompt<|fim_suffix|>suffix<|fim_middle|>
+    (llama-cpp-python 0.3.36 puts token 0 in their places)."""
+    llm = qwen_make(**ex.QWEN_CTX)
+    prefix, suffix = "def add(a, b):\n    ", "\n\nprint(add(1, 2))\n"
+
+    def tok(text: str, special: bool = False) -> list[int]:
+        return llm.tokenize(text.encode(), add_bos=False, special=special)
+
+    manual = tok("<|fim_prefix|>", True) + tok(prefix) + tok("<|fim_suffix|>", True) + tok(suffix) \
+        + tok("<|fim_middle|>", True)
+    want = llm.create_completion(manual, max_tokens=6, temperature=0)["choices"][0]["text"]
+    got = llm(prefix, suffix=suffix, max_tokens=6, temperature=0)
+    assert got["choices"][0]["text"] == want and want.strip()
+    assert got["usage"]["prompt_tokens"] == len(manual)
