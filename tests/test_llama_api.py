@@ -302,3 +302,14 @@ def test_suffix_with_fim_tokens_fills_the_middle(qwen_make: ex.Make) -> None:
     got = llm(prefix, suffix=suffix, max_tokens=6, temperature=0)
     assert got["choices"][0]["text"] == want and want.strip()
     assert got["usage"]["prompt_tokens"] == len(manual)
+
+
+def test_pickle_loads_the_model_again(tiny_chat_path: Path) -> None:
+    """A pickled Llama is its constructor's arguments (as llama-cpp-python's): unpickled, it answers alike."""
+    import pickle
+
+    llm = Llama(str(tiny_chat_path), **ex.CTX)
+    want = llm("Once upon a time", max_tokens=6, temperature=0)["choices"][0]["text"]
+    again = pickle.loads(pickle.dumps(llm))
+    assert again is not llm and again.n_ctx() == llm.n_ctx()
+    assert again("Once upon a time", max_tokens=6, temperature=0)["choices"][0]["text"] == want

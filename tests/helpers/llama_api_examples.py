@@ -172,7 +172,9 @@ def logprobs(make: Make, api: Any) -> Any:
     llm = make(**CTX, logits_all=True)
     return {"plain": _strip(llm("Hello world", max_tokens=6, temperature=0, logprobs=3)),
             "echo": _strip(llm("Hello world", max_tokens=4, temperature=0, logprobs=2, echo=True)),
-            "stream": _stream(llm("Hello world", max_tokens=4, temperature=0, logprobs=2, stream=True))}
+            "stream": _stream(llm("Hello world", max_tokens=4, temperature=0, logprobs=2, stream=True)),
+            "chat": _strip(llm.create_chat_completion(messages=[{"role": "user", "content": "Hi"}], logprobs=True,
+                                                      top_logprobs=2, max_tokens=3, temperature=0))}
 
 
 def tokens(make: Make, api: Any) -> Any:
@@ -182,6 +184,8 @@ def tokens(make: Make, api: Any) -> Any:
             "no_bos": llm.tokenize(text, add_bos=False),
             "detok": llm.detokenize(llm.tokenize(text, special=True)).decode("utf-8"),
             "detok_special": llm.detokenize(llm.tokenize(text, special=True), special=True).decode("utf-8"),
+            "encode": llm.tokenizer().encode("Hello <|im_end|> world"),
+            "decode": llm.tokenizer().decode(llm.tokenize(text, special=True)),
             "n_ctx": llm.n_ctx(), "n_vocab": llm.n_vocab(), "n_embd": llm.n_embd(),
             "bos": llm.token_bos(), "eos": llm.token_eos()}
 

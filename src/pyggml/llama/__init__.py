@@ -6,6 +6,7 @@ from __future__ import annotations
 from .api import (
     Llama,
     LlamaState,
+    LlamaTokenizer,
     LogitsProcessor,
     LogitsProcessorList,
     MinTokensLogitsProcessor,
@@ -16,5 +17,5 @@ from .chat_format import ChatFormatterResponse, Jinja2ChatFormatter
 from .grammar import JSON_GBNF, LlamaGrammar
 
 __all__ = ["JSON_GBNF", "ChatFormatterResponse", "Jinja2ChatFormatter", "Llama", "LlamaGrammar", "LlamaState",
-           "LogitsProcessor", "LogitsProcessorList", "MinTokensLogitsProcessor", "StoppingCriteria",
+           "LlamaTokenizer", "LogitsProcessor", "LogitsProcessorList", "MinTokensLogitsProcessor", "StoppingCriteria",
            "StoppingCriteriaList"]

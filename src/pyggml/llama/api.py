@@ -138,6 +138,7 @@ class Llama:
                  chat_format: str | None = None, chat_handler: Callable[..., Any] | None = None,
                  type_k: int | None = None, type_v: int | None = None, spm_infill: bool = False,
                  verbose: bool = True, **kwargs: Any) -> None:
+        self._init_args = {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__")}
         for name, value in kwargs.items():
             if name not in _UNSUPPORTED_ARGS:
                 raise TypeError(f"Llama() got an unexpected keyword argument {name!r}")
@@ -756,6 +757,18 @@ class Llama:
             raise RuntimeError("Failed to set llama state data")
 
     # ------------------------------------------------------------------ facts
+    def tokenizer(self) -> LlamaTokenizer:
+        """The model's tokenizer, as llama-cpp-python's LlamaTokenizer (encode/decode text)."""
+        return LlamaTokenizer(self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling keeps the constructor's arguments (the model is loaded again on unpickling), as
+        llama-cpp-python's; the evaluated tokens and KV cache are not kept (save_state does that)."""
+        return dict(self._init_args)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)
+
     def n_ctx(self) -> int:
         """The context window (llama.cpp rounds the n_ctx asked for up to whole pages of 256 cells)."""
         return self._n_ctx
@@ -824,6 +837,25 @@ class Llama:
             raise packaged.ModelNotFoundError(f"from_pretrained: packaged model {entry.name} is the file "
                                               f"{entry.file_name}, which does not match {filename!r}")
         return cls(model_path=str(packaged.model_path(entry.name)), **kwargs)
+
+
+class LlamaTokenizer:
+    """llama-cpp-python's LlamaTokenizer over a Llama: ``encode`` text to tokens, ``decode`` back."""
+
+    def __init__(self, llama: Llama) -> None:
+        self._llama = llama
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = True) -> list[int]:
+        return self._llama.tokenize(text, add_bos=add_bos, special=special)
+
+    def detokenize(self, tokens: list[int], prev_tokens: list[int] | None = None, special: bool = False) -> bytes:
+        return self._llama.detokenize(tokens, prev_tokens=prev_tokens, special=special)
+
+    def encode(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]:
+        return self.tokenize(text.encode("utf-8", errors="ignore"), add_bos=add_bos, special=special)
+
+    def decode(self, tokens: list[int]) -> str:
+        return self.detokenize(tokens).decode("utf-8", errors="ignore")
 
 
 def _pending_utf8(text: bytes, pending: int) -> int:
