@@ -143,6 +143,8 @@ def test_constructor_refuses_what_it_cannot_honour(tiny_chat_path: Path) -> None
         Llama(str(tiny_chat_path), rope_freq_base=20000.0)
     with pytest.raises(ValueError, match=r"chat_format 'vicuna-9'.*chatml"):
         Llama(str(tiny_chat_path), chat_format="vicuna-9", verbose=False)
+    with pytest.raises(ValueError, match=r"type_v=8 \(a quantized V cache\) needs flash_attn=True"):
+        Llama(str(tiny_chat_path), type_v=8, verbose=False)
     with pytest.raises(ValueError, match="Model path does not exist"):
         Llama(str(tiny_chat_path.with_name("absent.gguf")))
 

@@ -175,6 +175,8 @@ class Llama:
         self.n_batch = min(n_ctx, n_batch)
         self.n_ubatch = min(self.n_batch, n_ubatch)
         self._embedding = embedding
+        if _ggml_type(type_v, "type_v").traits.blck_size > 1 and not flash_attn:
+            raise ValueError(f"type_v={type_v} (a quantized V cache) needs flash_attn=True, as in llama.cpp")
         params = ContextParams(
             n_ctx=n_ctx, n_batch=self.n_batch, n_ubatch=self.n_ubatch, n_threads=self.n_threads_batch,
             flash_attn=bool(flash_attn), type_k=_ggml_type(type_k, "type_k"), type_v=_ggml_type(type_v, "type_v"),
