@@ -223,10 +223,48 @@ def forced_tool(make: Make, api: Any) -> Any:
     return {"resp": resp, "arguments": json.loads(resp["choices"][0]["message"]["function_call"]["arguments"])}
 
 
+FC_SYSTEM = ("A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "
+             "detailed, and polite answers to the user's questions. The assistant calls functions with appropriate "
+             "input when necessary")
+USER_DETAIL = {"type": "function", "function": {"name": "UserDetail", "parameters": {
+    "type": "object", "title": "UserDetail", "properties": {"name": {"title": "Name", "type": "string"},
+                                                            "age": {"title": "Age", "type": "integer"}},
+    "required": ["name", "age"]}}}
+
+
+def function_calling(make: Make, api: Any) -> Any:
+    """chat_format="chatml-function-calling": a named tool, "auto", and no tools (its prompt escapes HTML)."""
+    llm = make(**{**CTX, "n_ctx": 1024}, chat_format="chatml-function-calling")
+    tools = [{"type": "function", "function": {"name": "pick", "parameters": {
+        "type": "object", "properties": {"colour": {"enum": ["red", "green"]}, "n": {"enum": [1, 2]}},
+        "required": ["colour", "n"]}}}]  # arguments the random model cannot make endless
+    msgs = [{"role": "system", "content": FC_SYSTEM}, {"role": "user", "content": "Pick a colour & a number <now>"}]
+    named = llm.create_chat_completion(messages=msgs, tools=tools, temperature=0,
+                                       tool_choice={"type": "function", "function": {"name": "pick"}})
+    auto = llm.create_chat_completion(messages=msgs, tools=tools, tool_choice="auto", temperature=0)
+    first = llm.tokenize(b"functions", add_bos=False)[0]
+
+    def prefer_calls(input_ids: Any, scores: Any) -> Any:  # "auto" then chooses a call over a message
+        scores[first] += 50.0
+        return scores
+
+    auto_call = llm.create_chat_completion(messages=msgs, tools=tools, tool_choice="auto", temperature=0,
+                                           logits_processor=api.LogitsProcessorList([prefer_calls]))
+    plain = llm.create_chat_completion(messages=[{"role": "user", "content": "Say 'hi' & <b>bye</b>"}], temperature=0,
+                                       max_tokens=8)
+    out = {}
+    for key, resp in (("named", named), ("auto", auto), ("auto_call", auto_call), ("plain", plain)):
+        resp = _strip(resp)
+        for call in resp["choices"][0]["message"].get("tool_calls") or []:
+            call["id"] = call["id"].split("_cmpl-")[0]
+        out[key] = resp
+    return out
+
+
 #: the examples on the tiny random chat model (tests/helpers/chat_model.py)
 TINY_EXAMPLES: dict[str, Callable[[Make, Any], Any]] = {
     f.__name__: f for f in (completion, completion_tokens, streaming, chat, chat_streaming, json_mode, json_schema_mode,
-                            chat_formats, grammar,
+                            chat_formats, function_calling, grammar,
                             embeddings, save_load_state, generate, eval_sample, penalties, logit_bias,
                             sampling_seeded, logprobs, tokens, processors, forced_tool)}
 
@@ -273,8 +311,20 @@ def qwen_tools_auto(make: Make, api: Any) -> Any:
             "usage": resp["usage"]}
 
 
+def qwen_function_calling(make: Make, api: Any) -> Any:
+    """llama-cpp-python's documented function-calling example."""
+    llm = make(**QWEN_CTX, chat_format="chatml-function-calling")
+    resp = _strip(llm.create_chat_completion(
+        messages=[{"role": "system", "content": FC_SYSTEM},
+                  {"role": "user", "content": "Extract Jason is 25 years old"}],
+        tools=[USER_DETAIL], tool_choice={"type": "function", "function": {"name": "UserDetail"}}, temperature=0))
+    for call in resp["choices"][0]["message"]["tool_calls"]:
+        call["id"] = call["id"].split("_cmpl-")[0]
+    return resp
+
+
 QWEN_EXAMPLES: dict[str, Callable[[Make, Any], Any]] = {
-    f.__name__: f for f in (qwen_chat, qwen_json_schema, qwen_stream, qwen_tools_auto)}
+    f.__name__: f for f in (qwen_chat, qwen_json_schema, qwen_stream, qwen_tools_auto, qwen_function_calling)}
 
 
 #: schemas whose grammars (llama-cpp-python's and pyggml's) must accept the same JSON texts

@@ -212,7 +212,8 @@ class Llama:
                 tpl, eos_token=eos_text, bos_token=bos_text, stop_token_ids=[eos]).to_chat_handler()
         if chat_format is None and chat_handler is None:
             chat_format = "chat_template.default" if "chat_template.default" in templates else "llama-2"
-        if chat_format is not None and chat_format not in self._chat_handlers and chat_format not in _chat.CHAT_FORMATS:
+        if chat_format is not None and chat_format not in {*self._chat_handlers, *_chat.CHAT_FORMATS,
+                                                           *_chat.CHAT_HANDLERS}:
             known = ", ".join([*self._chat_handlers, *_chat.format_names()])
             raise ValueError(f"chat_format {chat_format!r} is not one pyggml knows (available here: {known})")
         self.chat_format = chat_format
@@ -716,7 +717,8 @@ class Llama:
         call of it (its arguments constrained to the tool's parameter schema)."""
         if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
             raise ValueError("messages must be a list of dicts with a 'role' (and 'content')")
-        handler = self.chat_handler or self._chat_handlers.get(self.chat_format or "")
+        handler = self.chat_handler or self._chat_handlers.get(self.chat_format or "") \
+            or _chat.CHAT_HANDLERS.get(self.chat_format or "")
         if handler is None:
             handler = _chat.chat_formatter_to_chat_completion_handler(_chat.CHAT_FORMATS[self.chat_format or ""])
         return handler(llama=self, messages=messages, functions=functions, function_call=function_call, tools=tools,

@@ -11,7 +11,8 @@ rendered with jinja2 in a sandbox, with the variables llama-cpp-python hands it 
 ``bos_token``/``eos_token`` as the tokens' texts, ``add_generation_prompt``, ``tools``,
 ``tool_choice``, ``functions``, ``function_call``, ``raise_exception``, ``strftime_now``). The
 hand-written formats llama-cpp-python registers are here for the common names (``chatml``,
-``llama-2``, ``llama-3``, ``gemma``); another name is refused with the list.
+``llama-2``, ``llama-3``, ``gemma``), and its ``chatml-function-calling`` handler (the one its
+function-calling documentation uses); another name is refused with the list.
 
 Tools: as in llama-cpp-python, ``tools`` are handed to the template and a ``tool_choice`` naming a function
 forces a call of it (its arguments constrained to its parameter schema). When the template's model
@@ -30,7 +31,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import jinja2
 import jinja2.ext
+import markupsafe
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import htmlsafe_json_dumps
 
 from ..llm import tool_calls
 from ..llm.chat import ChatTemplate
@@ -178,7 +181,7 @@ CHAT_FORMATS: dict[str, ChatFormatter] = {"chatml": format_chatml, "llama-2": fo
 
 
 def format_names() -> list[str]:
-    return sorted(CHAT_FORMATS)
+    return sorted([*CHAT_FORMATS, "chatml-function-calling"])
 
 
 # ---------------------------------------------------------------------- the handler
@@ -405,3 +408,145 @@ def _chunks_to_tool_call(name: str, chunks: Iterator[dict[str, Any]]) -> Iterato
     if first is not None:
         yield _chunk(first, {"role": None, "content": None, "function_call": None, "tool_calls": None}, None,
                      "tool_calls")
+
+
+# ---------------------------------------------------------------------- chat_format="chatml-function-calling"
+_FC_INSTRUCTIONS = (
+    "\n\nYou can respond to users messages with either a single message or one or more function calls."
+    "\n\nTo respond with a message begin the message with 'message:', use the following format:"
+    "\n\nmessage:\n<message>"
+    "\n\nTo respond with one or more function calls begin the message with 'functions.<function_name>:', "
+    "use the following format:"
+    "\n\nfunctions.<function_name>:\n{ \"arg1\": \"value1\", \"arg2\": \"value2\" }"
+    "\nfunctions.<function_name>:\n{ \"arg1\": \"value1\", \"arg2\": \"value2\" }")
+
+
+def _fc_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]], with_tools: bool) -> str:
+    """llama-cpp-python's ChatML function-calling prompt, as its template renders it: texts HTML-escaped
+    (the template autoescapes), parameter schemas as jinja's ``tojson`` writes them (sorted keys, HTML-safe),
+    the tools listed in the system turn as ``functions.<name>:`` and the two reply forms explained."""
+    esc = markupsafe.escape
+    out: list[str] = []
+    for m in messages:
+        if "role" not in m:
+            raise ValueError("every message needs a 'role'")
+        role = m["role"]
+        out.append(f"<|im_start|>{esc(role)}\n")
+        if role == "system":
+            out.append(str(esc(m["content"])))
+            if with_tools:
+                out.append("\n\nYou have access to the following functions:\n")
+                for t in tools:
+                    fn = t["function"]
+                    out.append(f"\nfunctions.{esc(fn['name'])}:\n"
+                               f"{htmlsafe_json_dumps(fn['parameters'], sort_keys=True)}\n")
+                out.append(_FC_INSTRUCTIONS)
+            out.append("<|im_end|>\n")
+        elif role == "user":
+            out.append(f"{esc(m['content'])}<|im_end|>\n")
+        elif role == "assistant":
+            content = m.get("content")
+            if content:
+                out.append(("message:\n" if with_tools else "") + f"{esc(content)}<|im_end|>\n")
+            if "tool_calls" in m:
+                for call in m["tool_calls"]:
+                    out.append(f"functions.{esc(call['function']['name'])}:\n{esc(call['function']['arguments'])}")
+                out.append("<|im_end|>\n")
+    return "".join(out) + "<|im_start|>assistant\n"
+
+
+def _schema_grammar(schema: Any) -> LlamaGrammar:
+    try:
+        return LlamaGrammar.from_json_schema(schema)
+    except Exception:
+        return LlamaGrammar.from_string(JSON_GBNF)
+
+
+def chatml_function_calling(*, llama: Llama, messages: list[dict[str, Any]],
+                            functions: list[dict[str, Any]] | None = None, function_call: Any = None,
+                            tools: list[dict[str, Any]] | None = None, tool_choice: Any = None,
+                            temperature: float = 0.2, top_p: float = 0.95, top_k: int = 40, min_p: float = 0.05,
+                            typical_p: float = 1.0, stream: bool = False, stop: str | list[str] | None = None,
+                            response_format: dict[str, Any] | None = None, max_tokens: int | None = None,
+                            presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                            repeat_penalty: float = 1.1, tfs_z: float = 1.0, mirostat_mode: int = 0,
+                            mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: str | None = None,
+                            logits_processor: Any = None, grammar: LlamaGrammar | None = None,
+                            logprobs: bool | None = None, top_logprobs: int | None = None, **kwargs: Any) -> Any:
+    """llama-cpp-python's ``chatml-function-calling`` handler (its documented function-calling example):
+    ChatML with the tools described in the system turn; a named ``tool_choice`` appends
+    ``functions.<name>:`` and constrains the arguments to the tool's schema; "auto" first lets the model
+    choose between ``message:`` and ``functions.<name>:`` (greedily, under a grammar), then writes the
+    message or the call. Without tools or with tool_choice None/"none" it is plain ChatML."""
+    if functions is not None:
+        tools = [{"type": "function", "function": f} for f in functions]
+    if function_call is not None:
+        if function_call in ("none", "auto"):
+            tool_choice = function_call
+        elif isinstance(function_call, dict) and "name" in function_call:
+            tool_choice = {"type": "function", "function": {"name": function_call["name"]}}
+    stop = [stop, "<|im_end|>"] if isinstance(stop, str) else [*stop, "<|im_end|>"] if stop else ["<|im_end|>"]
+    sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p, "typical_p": typical_p,
+                "presence_penalty": presence_penalty, "frequency_penalty": frequency_penalty,
+                "repeat_penalty": repeat_penalty, "tfs_z": tfs_z, "mirostat_mode": mirostat_mode,
+                "mirostat_tau": mirostat_tau, "mirostat_eta": mirostat_eta, "model": model,
+                "logits_processor": logits_processor}
+    if tool_choice is None or tool_choice == "none" or not tools:
+        if response_format is not None and response_format.get("type") == "json_object":
+            grammar = _response_format_grammar(response_format)
+        out = llama.create_completion(prompt=_fc_prompt(messages, [], False), stream=stream, stop=stop,
+                                      max_tokens=max_tokens, grammar=grammar,
+                                      logprobs=top_logprobs if logprobs else None, **sampling)
+        return _chunks_to_chat(out) if stream else _completion_to_chat(out)
+    prompt = _fc_prompt(messages, tools, True)
+    by_name = {t["function"]["name"]: t for t in tools}
+    if isinstance(tool_choice, dict):
+        name = tool_choice["function"]["name"]
+        if name not in by_name:
+            raise ValueError(f"Tool with name '{name}' not found in tools")
+        out = llama.create_completion(prompt=prompt + f"functions.{name}:\n", stream=stream, stop=stop,
+                                      max_tokens=max_tokens,
+                                      grammar=_schema_grammar(by_name[name]["function"]["parameters"]), **sampling)
+        return _chunks_to_tool_call(name, out) if stream else _completion_to_tool_call(name, out)
+    if tool_choice != "auto":
+        raise ValueError(f"tool_choice must be None, 'none', 'auto' or a named function, got {tool_choice!r}")
+    names = " | ".join(f'"functions.{t["function"]["name"]}:"' for t in tools)
+    choose = LlamaGrammar.from_string(f'root ::= functions | "message:"\nfunctions ::= {names}\n')
+    follow_up = LlamaGrammar.from_string(f'root ::= functions | "<|im_end|>"\nfunctions ::= {names}\n')
+    first = llama.create_completion(prompt=prompt, stream=False, stop=[":"], max_tokens=None, grammar=choose,
+                                    **{**sampling, "temperature": 0})
+    text = first["choices"][0]["text"]
+    if "message" in text:
+        out = llama.create_completion(prompt=prompt + "message:\n", stream=stream, stop=["<|im_end|>"],
+                                      logprobs=top_logprobs if logprobs else None, max_tokens=None,
+                                      grammar=follow_up, **sampling)
+        return _chunks_to_chat(out) if stream else _completion_to_chat(out)
+    if stream:
+        raise ValueError("Automatic streaming tool choice is not supported")
+    name = text[len("functions."):]
+    calls: list[tuple[str, dict[str, Any]]] = []
+    while name in by_name:
+        prompt += f"functions.{name}:\n"
+        done = llama.create_completion(prompt=prompt, stream=False, stop=stop, max_tokens=None,
+                                       grammar=_schema_grammar(by_name[name]["function"]["parameters"]), **sampling)
+        calls.append((name, done))
+        prompt += done["choices"][0]["text"] + "\n"
+        nxt = llama.create_completion(prompt=prompt, stream=False, stop=stop, max_tokens=None, grammar=follow_up,
+                                      **sampling)
+        name = nxt["choices"][0]["text"][len("functions."):]  # "<name>:" with its colon: the loop ends here
+    message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [
+        _tool_call(n, c["choices"][0]["text"], f"call__{i}_{n}_{c['id']}") for i, (n, c) in enumerate(calls)]}
+    if len(calls) == 1:
+        # the legacy field, as llama-cpp-python fills it: named after the text that ended the loop ("pick:",
+        # with its colon); tool_calls hold the right name
+        message["function_call"] = {"name": name, "arguments": calls[0][1]["choices"][0]["text"]}
+    usage = {k: sum(c["usage"][k] for _, c in calls) for k in ("completion_tokens", "prompt_tokens", "total_tokens")}
+    return {"id": "chat" + first["id"], "object": "chat.completion", "created": first["created"],
+            "model": first["model"],
+            "choices": [{"finish_reason": "tool_calls", "index": 0, "logprobs": _chat_logprobs(first["choices"][0]
+                                                                                                ["logprobs"]),
+                         "message": message}], "usage": usage}
+
+
+#: llama-cpp-python's chat handlers by chat_format name (formats with logic beyond a prompt)
+CHAT_HANDLERS: dict[str, Callable[..., Any]] = {"chatml-function-calling": chatml_function_calling}
