@@ -315,3 +315,16 @@ def test_pickle_loads_the_model_again(tiny_chat_path: Path) -> None:
     again = pickle.loads(pickle.dumps(llm))
     assert again is not llm and again.n_ctx() == llm.n_ctx()
     assert again("Once upon a time", max_tokens=6, temperature=0)["choices"][0]["text"] == want
+
+
+def test_openai_v1_types(tiny_make: ex.Make) -> None:
+    """create_chat_completion_openai_v1 gives the openai package's objects for the same reply."""
+    pytest.importorskip("openai")
+    llm = tiny_make(**ex.CTX)
+    msgs = [{"role": "user", "content": "Tell me a story"}]
+    want = llm.create_chat_completion(messages=msgs, temperature=0, max_tokens=6)
+    got = llm.create_chat_completion_openai_v1(messages=msgs, temperature=0, max_tokens=6)
+    assert got.choices[0].message.content == want["choices"][0]["message"]["content"]
+    assert got.usage.completion_tokens == want["usage"]["completion_tokens"]
+    chunks = list(llm.create_chat_completion_openai_v1(messages=msgs, temperature=0, max_tokens=6, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == want["choices"][0]["message"]["content"]
