@@ -64,6 +64,8 @@ class ToolFormat(StrEnum):
     HERMES = "hermes"
     LLAMA3 = "llama3"
     MISTRAL = "mistral"
+    #: a json_schema/response_format reply: the JSON, bare or in a ```json block (content: the JSON alone)
+    JSON = "json"
 
 
 #: llama-server's reasoning_format names ("auto" is "deepseek" here)
@@ -132,6 +134,8 @@ class ChatParams:
     #: the reply is parsed (tool calls asked for, or reasoning to split out); otherwise it is all content
     parse: bool = False
     parallel_tool_calls: bool = False
+    #: the functions the reply may call (a Hermes reply that is a bare call object must name one of them)
+    tool_names: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------- requests
@@ -333,7 +337,8 @@ def apply_chat_template(template: Any, messages: list[dict[str, Any]], *, tools:
                         thinking_forced_open=forced_open, parallel_tool_calls=parallel_tool_calls,
                         parse=use_tools or reasoning_format != "none")
     if use_tools:
-        build_tool_grammar(params, allowed, required=choice == "required")
+        params.tool_names = [t["function"]["name"] for t in allowed]
+        build_tool_grammar(params, allowed, required=choice == "required", may_think=caps.supports_thinking)
     return params
 
 
@@ -353,10 +358,18 @@ def _any_of(schemas: list[dict[str, Any]]) -> dict[str, Any]:
     return schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
 
 
-def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required: bool) -> None:
+#: any text up to "</think>" (the reasoning a grammar must let through before the calls)
+THINK_BODY = ('( [^<] | "<" [^/] | "</" [^t] | "</t" [^h] | "</th" [^i] | "</thi" [^n] | "</thin" [^k] '
+              '| "</think" [^>] )*')
+
+
+def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required: bool,
+                       may_think: bool = False) -> None:
     """Fill ``params.grammar``/``grammar_lazy``/``grammar_triggers``: the calls' JSON fits the tools'
     parameter schemas; with ``required`` the reply must be calls from its first token, otherwise the
-    grammar waits for the format's trigger (the generic format has none: its reply is always JSON)."""
+    grammar waits for the format's trigger (the generic format has none: its reply is always JSON).
+    A grammar active from the first token lets the reasoning of a thinking model come first: the rest
+    of an open ``<think>`` block (``params.thinking_forced_open``), or with ``may_think`` an optional one."""
     conv = SchemaConverter(False)
 
     def rule(schema: dict[str, Any], name: str) -> str:
@@ -378,18 +391,26 @@ def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required
                         "additionalProperties": False}
         response = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"],
                     "additionalProperties": False}
-        rule(call_obj if required else {"anyOf": [call_obj, response]}, "")
+        body = rule(call_obj if required else {"anyOf": [call_obj, response]}, "tool-reply")
         params.grammar_lazy = False
     elif fmt == ToolFormat.HERMES:
         call = rule(_any_of([_call_schema(t, "arguments") for t in tools]), "tool-call-object")
         conv.add_rule("tool-call", f'{format_literal(HERMES_START)} space {call} space {format_literal(HERMES_END)}')
-        conv.add_rule("root", "tool-call (space tool-call)*" if parallel else "tool-call")
+        calls = "tool-call (space tool-call)*" if parallel else "tool-call"
         params.grammar_lazy = not required
         params.grammar_triggers = [GrammarTrigger("word", HERMES_START)]
+        if not required:
+            # small Qwen models often write the call without its tags: a reply that opens with a call
+            # object naming a tool is held to the schema too (and parsed as a call)
+            names = "|".join(re.escape(t["function"]["name"]) for t in tools)
+            params.grammar_triggers.append(GrammarTrigger(
+                "pattern_full", r'\s*(\{\s*"name"\s*:\s*"(?:' + names + r')")[\s\S]*'))
+            calls = f"{calls} | {call}"
+        body = calls
         params.preserved_tokens = [HERMES_START, HERMES_END]
     elif fmt == ToolFormat.LLAMA3:
         call = rule(_any_of([_call_schema(t, "parameters") for t in tools]), "tool-call")
-        conv.add_rule("root", f'{call} (";" space {call})*' if parallel else call)
+        body = f'{call} (";" space {call})*' if parallel else call
         params.grammar_lazy = not required
         # the reply opens with a call object: the grammar starts at its "{"
         params.grammar_triggers = [GrammarTrigger("pattern_full", r'\s*(\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?'
@@ -397,14 +418,40 @@ def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required
     elif fmt == ToolFormat.MISTRAL:
         call = rule(_any_of([_call_schema(t, "arguments") for t in tools]), "tool-call")
         items = f"{call} (\",\" space {call})*" if parallel else call
-        conv.add_rule("root", f'{format_literal(MISTRAL_START)} "[" space {items} "]"')
+        body = f'{format_literal(MISTRAL_START)} "[" space {items} "]"'
         params.grammar_lazy = not required
         params.grammar_triggers = [GrammarTrigger("word", MISTRAL_START)]
         params.preserved_tokens = [MISTRAL_START]
     else:
         return
+    if not params.grammar_lazy and params.reasoning_format != "none":
+        if params.thinking_forced_open:
+            conv.add_rule("think-body", THINK_BODY)
+            body = f'think-body "</think>" space ({body})'
+        elif may_think:
+            conv.add_rule("think-body", THINK_BODY)
+            body = f'("<think>" think-body "</think>" space)? ({body})'
+    conv.add_rule("root", body)
     conv.check_errors(warn=lambda _m: None)
     params.grammar = conv.format_grammar()
+
+
+def build_response_format_grammar(params: ChatParams, schema: Any) -> None:
+    """A chat's json_schema/response_format as llama-server's jinja path constrains it: the JSON may come
+    after blanks and inside a ```json block (small models like to write one), and the reply's content
+    is the JSON alone (``params.format`` becomes JSON). Raises GrammarError for a schema it cannot take."""
+    try:
+        node = schema_document(schema)
+    except GrammarError as e:
+        raise GrammarError(f"JSON schema conversion failed:\n{e}") from None
+    conv = SchemaConverter(False)
+    body = conv.visit(node, "response-format")
+    conv.check_errors(warn=lambda _m: None)
+    conv.add_rule("root", f'space space ("```json" space {body} space "```" | space {body} space)')
+    params.grammar = conv.format_grammar()
+    params.grammar_lazy = False
+    params.format = ToolFormat.JSON
+    params.parse = True
 
 
 # ---------------------------------------------------------------------------------------------- parsing
@@ -499,8 +546,10 @@ def _partial_string(text: str, pos: int) -> tuple[str, bool]:
         body = text[pos + 1:]
         # drop an unfinished escape: a lone backslash or \\u with fewer than 4 digits
         m = _ESCAPE_TAIL.search(body)
-        if m is not None and (len(body) - len(body[:m.start()].rstrip("\\"))) % 2 == 1:
-            body = body[:m.start()]
+        if m is not None:
+            before = body[:m.start()]
+            if (len(before) - len(before.rstrip("\\"))) % 2 == 0:  # this backslash is not itself escaped
+                body = before
         body = _HIGH_SURROGATE_TAIL.sub("", body)
         try:
             return json.loads('"' + body + '"', strict=False), False
@@ -612,10 +661,13 @@ def _parse(text: str, params: ChatParams, partial: bool) -> _Parse:
     if fmt == ToolFormat.CONTENT_ONLY:
         res.content = rest
         return res
-    if fmt == ToolFormat.GENERIC:
+    if fmt == ToolFormat.JSON:
+        _parse_json_reply(rest, partial, res)
+    elif fmt == ToolFormat.GENERIC:
         _parse_generic(rest, partial, res)
     elif fmt in (ToolFormat.HERMES, ToolFormat.MISTRAL):
-        _parse_marked(rest, partial, res, HERMES_START if fmt == ToolFormat.HERMES else MISTRAL_START, fmt)
+        _parse_marked(rest, partial, res, HERMES_START if fmt == ToolFormat.HERMES else MISTRAL_START, fmt,
+                      params.tool_names)
     elif fmt == ToolFormat.LLAMA3:
         _parse_llama3(rest, partial, res)
     return res
@@ -626,9 +678,54 @@ def _content(res: _Parse, text: str) -> None:
     res.content = text.rstrip()
 
 
-def _parse_marked(text: str, partial: bool, res: _Parse, marker: str, fmt: ToolFormat) -> None:
+_FENCE, _FENCE_END = "```json", "```"
+
+
+def _parse_json_reply(text: str, partial: bool, res: _Parse) -> None:
+    """The JSON of a response_format reply, without the blanks around it or its ```json block."""
+    body = text[_skip_ws(text, 0):]
+    if body.startswith(_FENCE):
+        body = body[len(_FENCE):]
+        end = body.find(_FENCE_END)
+        if end >= 0:
+            body = body[:end]
+        elif partial:
+            body = body[:len(body) - _holdback(body, _FENCE_END)]
+    elif partial and body and _FENCE.startswith(body):
+        return  # may still be the opening of a block
+    res.content = body.strip()
+
+
+def _parse_bare_call(text: str, partial: bool, res: _Parse, names: list[str]) -> None:
+    """A Hermes reply that is one call object without its ``<tool_call>`` tags (what the lazy grammar's
+    second trigger allows): a call if it names one of the tools, else content."""
+    pos = _skip_ws(text, 0)
+    try:
+        end = _skip_ws(text, _parse_call(text, pos, "arguments", res.calls))
+        if end != len(text):
+            raise _Malformed
+    except _Incomplete:
+        if partial and (not res.calls or not res.calls[-1].name or res.calls[-1].name in names):
+            return
+        res.calls.clear()
+        res.content = text.strip()
+        return
+    except _Malformed:
+        res.calls.clear()
+        res.content = text.strip()
+        return
+    if res.calls[-1].name not in names:
+        res.calls.clear()
+        res.content = text.strip()
+
+
+def _parse_marked(text: str, partial: bool, res: _Parse, marker: str, fmt: ToolFormat,
+                  names: list[str] = ()) -> None:  # type: ignore[assignment]
     """Hermes (``<tool_call>{...}</tool_call>``...) and Mistral (``[TOOL_CALLS][{...}, ...]``)."""
     at = text.find(marker)
+    if at < 0 and fmt == ToolFormat.HERMES and text.lstrip().startswith("{") and names:
+        _parse_bare_call(text, partial, res, names)
+        return
     if at < 0:
         _content(res, text[:len(text) - _holdback(text, marker)] if partial else text)
         return

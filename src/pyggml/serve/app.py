@@ -39,7 +39,7 @@ from ..llm.sampling import (
     samplers_from_names,
 )
 from ..llm.tokenizer.errors import TokenizeError
-from . import metrics, oai
+from . import metrics, oai, toolchat
 from .engine import DoneEvent, Engine, ErrorEvent, Task, TaskParams, TokenEvent
 from .errors import APIError, ErrorType, error_body
 from .schemas import (
@@ -355,11 +355,12 @@ def json_preview(v: Any) -> str:
     return json.dumps(v)[:60] if isinstance(v, str | int | float | bool | type(None)) else type(v).__name__
 
 
-def grammar_text(req: GenerationParams) -> str | None:
+def grammar_text(req: GenerationParams, as_schema: bool = False) -> Any:
     """The GBNF a request asks for, as llama-server reads it: "grammar", or "json_schema" converted (an
     empty schema is any object; on /v1/completions it wins over "grammar", on chat both are refused),
     and on chat requests OpenAI's "response_format" ("json_object", with an optional "schema", or
-    "json_schema": {"schema": ...})."""
+    "json_schema": {"schema": ...}). ``as_schema``: the JSON schema itself (None when there is none),
+    which a chat wraps as llama-server does (tool_calls.build_response_format_grammar)."""
     schema: Any = req.json_schema
     grammar = req.grammar or ""
     if isinstance(req, ChatCompletionRequest) and schema is not None and grammar:  # oaicompat_chat_params_parse
@@ -381,25 +382,26 @@ def grammar_text(req: GenerationParams) -> str | None:
     if schema is not None and not grammar:
         if isinstance(schema, dict) and not schema:
             schema = {"type": "object"}  # an empty schema means any object
+        if as_schema:
+            return schema
         try:
             return json_schema_to_grammar(schema, warn=lambda _msg: None)
         except GrammarError as e:
             raise APIError(f'"json_schema": {e}') from None
-    return grammar or None
+    return None if as_schema else grammar or None
 
 
-async def _grammar_sampler(state: ServerState, req: GenerationParams) -> GrammarSampler | None:
+async def _grammar_sampler(state: ServerState, req: GenerationParams, chat: Any = None,
+                           preserved: set[int] | None = None) -> GrammarSampler | None:
     """The request's grammar over the model's vocabulary (parsed before the task is queued, so a bad
-    grammar is a 400 error)."""
-    text = grammar_text(req)
-    if text is None:
+    grammar is a 400 error): a chat's tool-call grammar, or the request's, lazy when it asks
+    (toolchat.grammar_sampler)."""
+    text = grammar_text(req) if chat is None or chat.grammar is None else None
+    if text is None and chat is None and not req.grammar_lazy and not req.grammar_triggers:
         return None
 
-    def build() -> GrammarSampler:
-        try:
-            return GrammarSampler(state.vocab, text)
-        except GrammarError as e:
-            raise APIError(f"failed to parse grammar: {e}") from None
+    def build() -> GrammarSampler | None:
+        return toolchat.grammar_sampler(state.vocab, req, text, chat, preserved or set())
 
     return await anyio.to_thread.run_sync(build)
 
@@ -425,30 +427,35 @@ async def chat_completions(request: Request, state: ServerState) -> Response:
     req = parse(await read_body(request, state.max_body), ChatCompletionRequest)
     if state.template is None:
         raise APIError(state.template_error, ErrorType.NOT_SUPPORTED)
-    messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+    rendered: list[Any] = []
 
     def render(cancelled: Callable[[], bool]) -> list[int]:
-        try:
-            text = state.template.render(messages, add_generation_prompt=True)
+        try:  # tools, tool_choice, reasoning and template kwargs: toolchat.py
+            rendered.append(toolchat.render_chat(state.template, req, grammar_text(req, as_schema=True)))
         except ChatTemplateError as e:
             raise APIError(str(e)) from None
-        return _prompt_tokens(state.vocab, text, state, cancelled)
+        return _prompt_tokens(state.vocab, rendered[0].prompt, state, cancelled)
 
     tokens = await tokenize_text(request, state, render)
-    return await _run(request, state, req, tokens, req.n_probs_value(), chat=True)
+    return await _run(request, state, req, tokens, req.n_probs_value(), chat=True, chat_params=rendered[0])
 
 
 async def _run(request: Request, state: ServerState, req: GenerationParams, tokens: list[int], n_probs: int,
-               chat: bool) -> Response:
+               chat: bool, chat_params: Any = None) -> Response:
     # compiles the stop list, tokenizes logit_bias texts
     params = await anyio.to_thread.run_sync(task_params, req, n_probs, state.defaults, state.vocab)
-    params.grammar = await _grammar_sampler(state, req)
+    preserved = toolchat.preserved_ids(state.vocab, (req.preserved_tokens or [])
+                                       + (chat_params.preserved_tokens if chat_params is not None else []))
+    params.preserved = frozenset(preserved)
+    params.grammar = await _grammar_sampler(state, req, chat_params, preserved)
     task = Task(tokens, params)
     state.engine.submit(task)
     fmt = oai.Formatter(chat, req.model or state.model_name)
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return EventStream(_stream(task, fmt, include_usage), lambda: state.engine.cancel(task))
+        body = toolchat.stream_parsed(task, fmt, include_usage, chat_params) if chat_params is not None \
+            and chat_params.parse else _stream(task, fmt, include_usage)
+        return EventStream(body, lambda: state.engine.cancel(task))
     probs: list[dict[str, Any]] = []
     async with _watch_disconnect(request.receive, lambda: state.engine.cancel(task)):
         while True:
@@ -459,7 +466,7 @@ async def _run(request: Request, state: ServerState, req: GenerationParams, toke
                 if ev.probs is not None:
                     probs.append(ev.probs)
                 continue
-            return JSONResponse(fmt.full(ev, probs if n_probs > 0 else None))
+            return JSONResponse(fmt.full(ev, probs if n_probs > 0 else None, *toolchat.final_message(ev, chat_params)))
     return Response(status_code=499)  # the client went away (nobody reads this)
 
 

@@ -52,6 +52,7 @@ class TaskParams:
     cache_prompt: bool = True
     ignore_eos: bool = False
     grammar: GrammarSampler | None = None  # the request's grammar (json_schema, grammar, response_format)
+    preserved: frozenset[int] = frozenset()  # tokens whose text is sent even when special (preserved_tokens)
 
 
 @dataclass
@@ -372,7 +373,7 @@ class Engine:
             finish = "stop"
             piece = ""
         else:
-            piece = s.decoder.decode(self.vocab.token_to_piece(tok, special=False))
+            piece = s.decoder.decode(self.vocab.token_to_piece(tok, special=tok in p.preserved))
         ready = ""
         if not finish:
             ready = s.stop.feed(piece)

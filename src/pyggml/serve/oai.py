@@ -46,10 +46,13 @@ class Formatter:
         return {"choices": choices, "created": self.created, "model": self.model,
                 "system_fingerprint": FINGERPRINT, "object": obj, "id": self.id}
 
-    def full(self, done: DoneEvent, probs: list[dict[str, Any]] | None) -> dict[str, Any]:
-        choice: dict[str, Any] = {"finish_reason": done.finish_reason, "index": 0}
+    def full(self, done: DoneEvent, probs: list[dict[str, Any]] | None, message: dict[str, Any] | None = None,
+             finish: str | None = None) -> dict[str, Any]:
+        """The whole response; ``message``/``finish``: the parsed assistant message (tool calls, reasoning)
+        and its finish reason, when the reply was parsed (tool_calls.parse_reply)."""
+        choice: dict[str, Any] = {"finish_reason": finish or done.finish_reason, "index": 0}
         if self.chat:
-            choice["message"] = {"role": "assistant", "content": done.full_text}
+            choice["message"] = message or {"role": "assistant", "content": done.full_text}
         else:
             choice["text"] = done.full_text
         choice["logprobs"] = {"content": probs} if probs is not None else None
@@ -71,6 +74,13 @@ class Formatter:
         else:
             choice["text"] = text or ""
         choice["logprobs"] = {"content": probs} if probs is not None else None
+        return self._envelope([choice], chunk=True)
+
+    def delta_chunk(self, delta: dict[str, Any], probs: list[dict[str, Any]] | None = None,
+                    finish: str | None = None) -> dict[str, Any]:
+        """A chat chunk with a delta made by tool_calls.StreamParser (content, reasoning_content, tool_calls)."""
+        choice = {"finish_reason": finish, "index": 0, "delta": delta,
+                  "logprobs": {"content": probs} if probs is not None else None}
         return self._envelope([choice], chunk=True)
 
     def usage_chunk(self, done: DoneEvent) -> dict[str, Any]:
