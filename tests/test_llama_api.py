@@ -86,12 +86,24 @@ def qwen_make() -> ex.Make:
     return ex.maker(Llama, str(QWEN))
 
 
-@pytest.mark.parametrize("name", list(ex.QWEN_EXAMPLES))
+@pytest.mark.parametrize("name", [n for n in ex.QWEN_EXAMPLES if n != "qwen_tools_auto"])
 def test_qwen_example_matches_llama_cpp_python(qwen_make: ex.Make, name: str) -> None:
     want = _load("qwen.json")["examples"][name]
     got = json.loads(json.dumps(ex.QWEN_EXAMPLES[name](qwen_make, pyggml), default=float))
     diffs = _differences(got, want, name)
     assert not diffs, "\n".join(diffs[:10])
+
+
+def test_qwen_tools_auto_is_llama_cpp_pythons_text_split_into_calls(qwen_make: ex.Make) -> None:
+    """With tools and tool_choice "auto" the same tokens are generated; llama-cpp-python leaves Qwen's call
+    in the content, pyggml returns it as tool_calls (llm/tool_calls reads Qwen's bare-JSON call too)."""
+    want = _load("qwen.json")["examples"]["qwen_tools_auto"]
+    got = ex.qwen_tools_auto(qwen_make, pyggml)
+    assert got["usage"] == want["usage"]
+    call = json.loads(want["message"]["content"])
+    assert got["finish_reason"] == "tool_calls" and got["message"]["content"] is None
+    [tc] = got["message"]["tool_calls"]
+    assert {"name": tc["function"]["name"], "arguments": json.loads(tc["function"]["arguments"])} == call
 
 
 # ---------------------------------------------------------------------- grammars: the same language

@@ -303,7 +303,8 @@ WEATHER_TOOL = {"type": "function", "function": {
 
 def qwen_tools_auto(make: Make, api: Any) -> Any:
     """Tools with tool_choice "auto": the tools are rendered by Qwen's template, the reply is free (Qwen
-    answers with the call as bare JSON here, which both leave as the content)."""
+    answers with the call as bare JSON here: llama-cpp-python leaves it as the content, pyggml reads it as
+    a tool call)."""
     llm = make(**QWEN_CTX)
     resp = llm.create_chat_completion(messages=[{"role": "user", "content": "What is the weather like in Paris?"}],
                                       tools=[WEATHER_TOOL], tool_choice="auto", temperature=0, max_tokens=40)
