@@ -180,7 +180,7 @@ class Llama:
         params = ContextParams(
             n_ctx=n_ctx, n_batch=self.n_batch, n_ubatch=self.n_ubatch, n_threads=self.n_threads_batch,
             flash_attn=bool(flash_attn), type_k=_ggml_type(type_k, "type_k"), type_v=_ggml_type(type_v, "type_v"),
-            swa_full=bool(swa_full), embeddings=embedding,
+            swa_full=True if swa_full is None else bool(swa_full), embeddings=embedding,  # None: llama.cpp's default
             n_seq_max=min(self.n_batch, LLAMA_MAX_PARALLEL_SEQUENCES) if embedding else 1, kv_unified=True,
             pooling_type=PoolingType(pooling_type),
             causal_attn=None if attention_type == LLAMA_ATTENTION_TYPE_UNSPECIFIED
