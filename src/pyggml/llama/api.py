@@ -825,7 +825,9 @@ class Llama:
                         cache_dir: str | None = None, **kwargs: Any) -> Llama:
         """A packaged model by name (``qwen2.5-coder-0.5b-instruct-q4_k_m``, ``qwen``, ``gemma``...), or by
         the Hugging Face repository and file llama-cpp-python would download it from (matched against the
-        packaged files, no network). Anything else is a ModelNotFoundError naming what is available."""
+        packaged files, no network). Anything else is a ModelNotFoundError naming what is available.
+        ``local_dir``, ``local_dir_use_symlinks`` and ``cache_dir`` only say where a download would go: as
+        nothing is downloaded they change nothing; the other keywords go to the constructor."""
         from ..llm import packaged
 
         if additional_files:
