@@ -12,6 +12,7 @@ an ``http.disconnect`` cancels the task, so the engine frees the slot at its nex
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import threading
@@ -39,7 +40,7 @@ from ..llm.sampling import (
     samplers_from_names,
 )
 from ..llm.tokenizer.errors import TokenizeError
-from . import metrics, oai
+from . import metrics, multitask, oai
 from .engine import DoneEvent, Engine, ErrorEvent, Task, TaskParams, TokenEvent
 from .errors import APIError, ErrorType, error_body
 from .schemas import (
@@ -274,8 +275,6 @@ def task_params(req: GenerationParams, n_probs: int, defaults: dict[str, Any] | 
     """The task's parameters: the request's fields, and for those it leaves out the server's defaults
     (its --temp, --top-k, ... -n flags, as llama-server's command-line sampling settings). ``vocab``
     checks and tokenizes ``logit_bias`` (without it, ``logit_bias`` is refused)."""
-    if req.n != 1:
-        raise APIError("Only one completion choice is allowed")
     d = defaults or {}
     given = req.model_fields_set
 
@@ -441,8 +440,11 @@ async def chat_completions(request: Request, state: ServerState) -> Response:
 async def _run(request: Request, state: ServerState, req: GenerationParams, tokens: list[int], n_probs: int,
                chat: bool) -> Response:
     # compiles the stop list, tokenizes logit_bias texts
+    multitask.check_n(req.n, len(state.engine.slots))
     params = await anyio.to_thread.run_sync(task_params, req, n_probs, state.defaults, state.vocab)
     params.grammar = await _grammar_sampler(state, req)
+    if req.n > 1:
+        return await _run_choices(request, state, req, tokens, params, n_probs, chat)
     task = Task(tokens, params)
     state.engine.submit(task)
     fmt = oai.Formatter(chat, req.model or state.model_name)
@@ -461,6 +463,53 @@ async def _run(request: Request, state: ServerState, req: GenerationParams, toke
                 continue
             return JSONResponse(fmt.full(ev, probs if n_probs > 0 else None))
     return Response(status_code=499)  # the client went away (nobody reads this)
+
+
+async def _run_choices(request: Request, state: ServerState, req: GenerationParams, tokens: list[int],
+                       params: TaskParams, n_probs: int, chat: bool) -> Response:
+    """``n`` > 1: one task per choice, as llama-server's child tasks (each its own grammar state); the
+    choices are indexed 0..n-1 and, as in llama-server, ``usage`` is the first choice's."""
+    plist = [params] + [dataclasses.replace(params, grammar=await _grammar_sampler(state, req))
+                        for _ in range(req.n - 1)]
+    tasks = multitask.submit_all(state.engine, [tokens] * req.n, plist)
+    cancel = multitask.cancel_all(state.engine, tasks)
+    fmt = oai.Formatter(chat, req.model or state.model_name)
+    if req.stream:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        return EventStream(_stream_choices(tasks, fmt, include_usage, cancel), cancel)
+    async with _watch_disconnect(request.receive, cancel):
+        outs = await multitask.collect(tasks, n_probs > 0)
+        body = fmt.full(outs[0].done, outs[0].probs if n_probs > 0 else None)
+        for i, o in enumerate(outs[1:], 1):
+            body["choices"].append(fmt.full(o.done, o.probs if n_probs > 0 else None, i)["choices"][0])
+        return JSONResponse(body)
+    return Response(status_code=499)  # the client went away (nobody reads this)
+
+
+async def _stream_choices(tasks: list[Task], fmt: oai.Formatter, include_usage: bool,
+                          cancel: Callable[[], None]) -> AsyncIterator[bytes]:
+    if fmt.chat:
+        for i in range(len(tasks)):
+            yield oai.sse(fmt.chunk(None, role=True, index=i))
+    first: DoneEvent | None = None
+    async for i, ev in multitask.merged(tasks):
+        if isinstance(ev, ErrorEvent):
+            cancel()
+            yield oai.sse_error(ev.error.body())
+            return
+        if isinstance(ev, TokenEvent):
+            if ev.text or ev.probs is not None:
+                yield oai.sse(fmt.chunk(ev.text, [ev.probs] if ev.probs is not None else None, index=i))
+            continue
+        final = fmt.chunk(None if fmt.chat else "", finish=ev.finish_reason, index=i)
+        if not include_usage:
+            final["usage"] = oai.usage(ev)
+            final["timings"] = ev.timings
+        yield oai.sse(final)
+        first = first if first is not None else ev
+    if include_usage and first is not None:
+        yield oai.sse(fmt.usage_chunk(first))
+    yield oai.sse("[DONE]")
 
 
 async def _stream(task: Task, fmt: oai.Formatter, include_usage: bool) -> AsyncIterator[bytes]:
@@ -570,8 +619,14 @@ def create_app(state: ServerState) -> Starlette:
         route("/v1/models", models, "GET"), route("/models", models, "GET"),
         route("/metrics", get_metrics, "GET"), route("/slots", get_slots, "GET"),
         route("/tokenize", tokenize, "POST"), route("/detokenize", detokenize, "POST"),
-        route("/v1/completions", completions, "POST"), route("/completions", completions, "POST"),
+        route("/v1/completions", completions, "POST"),
         route("/v1/chat/completions", chat_completions, "POST"), route("/chat/completions", chat_completions, "POST"),
+    ]
+    from . import native  # late: it builds on this module
+    routes += [  # llama-server's native endpoints (/completions is native there too, /v1/completions OpenAI's)
+        route("/completion", native.completion, "POST"), route("/completions", native.completion, "POST"),
+        route("/infill", native.infill, "POST"), route("/props", native.props, "GET"),
+        route("/props", native.post_props, "POST"), route("/apply-template", native.apply_template, "POST"),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
     # no 307 to the path without its trailing slash (its Location would be built from the Host header):

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import concurrent.futures
 import contextlib
 import itertools
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +54,7 @@ class TaskParams:
     cache_prompt: bool = True
     ignore_eos: bool = False
     grammar: GrammarSampler | None = None  # the request's grammar (json_schema, grammar, response_format)
+    id_slot: int = -1  # the slot this task must run in (llama-server's "id_slot"); -1: any idle one
 
 
 @dataclass
@@ -75,6 +78,8 @@ class DoneEvent:
     n_cached: int
     n_decoded: int
     timings: dict[str, float]
+    tokens: list[int] = field(default_factory=list)  # every sampled token, the end-of-generation one included
+    id_slot: int = -1
 
 
 @dataclass
@@ -104,6 +109,9 @@ class Task:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
 
 
+#: what a control function (Engine.call) returns to be run again after the next step
+DEFER = object()
+
 IDLE, PROMPT, GENERATING = "idle", "processing prompt", "generating"
 
 
@@ -124,6 +132,7 @@ class Slot:
         self.n_prompt_done = 0  # prompt tokens in the cache so far
         self.n_cached = 0  # of them, reused from the previous task
         self.n_decoded = 0
+        self.generated: list[int] = []
         self.next_token = -1
         self.sampler: Sampler | None = None
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -175,6 +184,7 @@ class Engine:
         self.stats = Stats()
         self.n_swa = ctx.model.hparams.n_swa if ctx.model.hparams.uses_swa else 0
         self._cond = threading.Condition()
+        self._controls: deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = deque()
         self._stop = False
         self._thread: threading.Thread | None = None
 
@@ -205,6 +215,15 @@ class Engine:
             task.cancelled = True
             self._cond.notify()
 
+    def call(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        """Run ``fn`` in the engine thread between two decodes (it may touch the cache and the slots);
+        its result or error arrives on the returned future."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._cond:
+            self._controls.append((fn, fut))
+            self._cond.notify()
+        return fut
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="pyggml-serve-engine", daemon=True)
         self._thread.start()
@@ -224,7 +243,7 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._stop and not self.pending and not any(s.task for s in self.slots):
+                while not (self._stop or self.pending or self._controls or any(s.task for s in self.slots)):
                     self._cond.wait()
                 if self._stop:
                     break
@@ -233,6 +252,7 @@ class Engine:
             except Exception as e:  # never let the thread die: fail the tasks in flight and go on
                 self._fail_all(APIError(f"internal error: {e}", ErrorType.SERVER))
         self._fail_all(APIError("the server is shutting down", ErrorType.UNAVAILABLE))
+        self._run_controls()
 
     def _fail_all(self, err: APIError) -> None:
         with self._cond:
@@ -244,17 +264,34 @@ class Engine:
                 s.task.post(ErrorEvent(err))
                 self._release(s)
 
+    def _run_controls(self) -> None:
+        with self._cond:
+            controls, self._controls = list(self._controls), deque()
+        again = []
+        for fn, fut in controls:
+            try:
+                out = fn()
+            except Exception as e:
+                fut.set_exception(e)
+                continue
+            if out is DEFER and not self._stop:
+                again.append((fn, fut))  # its slot is busy: tried again after the next step, as llama-server defers
+            else:
+                fut.set_result(out)
+        if again:
+            with self._cond:
+                self._controls.extendleft(reversed(again))
+
     def step(self) -> bool:
         """One scheduling step and (when any slot has work) one decode; False when there was nothing to do."""
+        if self._controls:
+            self._run_controls()
         with self._cond:
             for s in self.slots:
                 if s.task is not None and s.task.cancelled:
                     self.stats.n_cancelled += 1
                     self._release(s)
-            while self.pending and any(s.task is None for s in self.slots):
-                task = self.pending.popleft()
-                if not task.cancelled:
-                    self._launch(task)
+            self._launch_pending()
         tokens: list[int] = []
         pos: list[int] = []
         seqs: list[int] = []
@@ -319,9 +356,26 @@ class Engine:
             self._sample(s, self.ctx.get_logits_ith(i))
         return True
 
+    def _launch_pending(self) -> None:
+        """Start waiting tasks in queue order while slots are idle; a task asking for a busy slot (``id_slot``)
+        waits for it without holding back the tasks behind it."""
+        waiting: deque[Task] = deque()
+        while self.pending and any(s.task is None for s in self.slots):
+            task = self.pending.popleft()
+            if task.cancelled:
+                continue
+            if task.params.id_slot >= 0 and self.slots[task.params.id_slot].task is not None:
+                waiting.append(task)
+                continue
+            self._launch(task)
+        self.pending.extendleft(reversed(waiting))
+
     def _launch(self, task: Task) -> None:
-        """Give a task an idle slot: the one sharing the longest prefix with it, else the least recently used."""
+        """Give a task an idle slot: the one it asks for, else the one sharing the longest prefix with it, else
+        the least recently used."""
         idle = [s for s in self.slots if s.task is None]
+        if task.params.id_slot >= 0:
+            idle = [self.slots[task.params.id_slot]]
         best = max(idle, key=lambda s: (common_prefix(s.cached, task.tokens) if task.params.cache_prompt else 0,
                                         -s.t_last_used))
         if common_prefix(best.cached, task.tokens) == 0:
@@ -365,6 +419,7 @@ class Engine:
         tok = s.sampler.sample(logits)
         s.sampler.accept(tok)
         s.n_decoded += 1
+        s.generated.append(tok)
         self.stats.work.n_gen += 1
         probs = token_probs(self.vocab, logits, tok, p.n_probs) if p.n_probs > 0 else None
         finish = ""
@@ -408,7 +463,7 @@ class Engine:
                    "predicted_per_token_ms": t_gen / max(s.n_decoded, 1),
                    "predicted_per_second": s.n_decoded / (t_gen / 1e3) if t_gen > 0 else 0.0}
         task.post(DoneEvent("", s.stop.text, finish, s.stop.word, len(task.tokens), s.n_cached, s.n_decoded,
-                            timings))
+                            timings, s.generated, s.id))
         self._release(s)
 
 
