@@ -54,6 +54,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics", action="store_true",
                    help="enable the Prometheus /metrics endpoint (default off, as in llama-server)")
     p.add_argument("--no-slots", dest="slots", action="store_false", help="disable the /slots endpoint (default on)")
+    p.add_argument("--slot-save-path", default="", metavar="DIR",
+                   help="directory of the slot state files of POST /slots/{id}?action=save|restore (default: none, "
+                        "those actions are refused)")
     p.add_argument("--max-queue", type=int, default=64,
                    help="requests that may wait for a slot when all are busy; more get 503 (default 64)")
     p.add_argument("--max-body", type=int, default=8 << 20, metavar="BYTES",
@@ -96,7 +99,8 @@ def build_state(args: argparse.Namespace) -> object:
     longest_piece = max(len(vocab.token_to_piece(t, special=True)) for t in range(vocab.n_tokens))
     return ServerState(engine=engine, vocab=vocab, model_name=name, template=template, template_error=template_error,
                        api_keys=keys, metrics=args.metrics, slots=args.slots, max_body=args.max_body, model_meta=meta,
-                       defaults=defaults, max_prompt_bytes=engine.n_slot_ctx * max(longest_piece, 1))
+                       defaults=defaults, max_prompt_bytes=engine.n_slot_ctx * max(longest_piece, 1),
+                       slot_save_path=args.slot_save_path)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--max-queue must be 0 or more, got {args.max_queue}")
     if args.max_body < 1024:
         raise CLIError(f"--max-body must be at least 1024 bytes, got {args.max_body}")
+    if args.slot_save_path and not Path(args.slot_save_path).is_dir():
+        raise CLIError(f"--slot-save-path {args.slot_save_path}: not a directory")
     _check_address(args.host, args.port)  # before minutes of loading, not after
     state = build_state(args)
     app = create_app(state)  # type: ignore[arg-type]
