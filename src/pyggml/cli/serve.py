@@ -54,6 +54,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics", action="store_true",
                    help="enable the Prometheus /metrics endpoint (default off, as in llama-server)")
     p.add_argument("--no-slots", dest="slots", action="store_false", help="disable the /slots endpoint (default on)")
+    p.add_argument("--embedding", "--embeddings", dest="embedding", action="store_true",
+                   help="serve /v1/embeddings and /embedding(s) from a second context of the model with embeddings on "
+                        "(default off, as llama-server; an embedding-only model such as bert serves nothing else)")
+    p.add_argument("--pooling", choices=["none", "mean", "cls", "last"], default=None,
+                   help="with --embedding: how a text's token vectors become one (default: the model's "
+                        "{arch}.pooling_type; none: a vector per token, /embedding only)")
     p.add_argument("--slot-save-path", default="", metavar="DIR",
                    help="directory of the slot state files of POST /slots/{id}?action=save|restore (default: none, "
                         "those actions are refused)")
@@ -76,7 +82,13 @@ def build_state(args: argparse.Namespace) -> object:
     model, vocab = load_model(args, CHAT_MODEL)
     hp = model.hparams
     n_ctx = args.ctx_size or hp.n_ctx_train
-    ctx = make_context(args, model, n_ctx=n_ctx, n_seq_max=args.parallel, n_batch=args.batch_size)
+    embd_ctx = _embedding_context(args, model) if args.embedding else None
+    if embd_ctx is not None and not model.arch.has_logits:
+        ctx = embd_ctx  # an embedding-only model: the engine only runs /v1/embeddings' work
+    elif not model.arch.has_logits:
+        raise CLIError(f"{hp.arch} models compute embeddings, not text: serve them with --embedding")
+    else:
+        ctx = make_context(args, model, n_ctx=n_ctx, n_seq_max=args.parallel, n_batch=args.batch_size)
     engine = Engine(ctx, vocab, args.parallel, n_ctx, max_queue=args.max_queue)
     try:
         template, template_error = template_for(model.reader, vocab, args.chat_template), ""
@@ -100,7 +112,21 @@ def build_state(args: argparse.Namespace) -> object:
     return ServerState(engine=engine, vocab=vocab, model_name=name, template=template, template_error=template_error,
                        api_keys=keys, metrics=args.metrics, slots=args.slots, max_body=args.max_body, model_meta=meta,
                        defaults=defaults, max_prompt_bytes=engine.n_slot_ctx * max(longest_piece, 1),
-                       slot_save_path=args.slot_save_path)
+                       slot_save_path=args.slot_save_path, embd_ctx=embd_ctx)
+
+
+def _embedding_context(args: argparse.Namespace, model: object) -> object:
+    """The context of the embedding endpoints: embeddings on, the --pooling asked for, batch = ubatch = -ub
+    (llama-server's rule for embeddings: an input must fit one ubatch), up to 64 inputs per batch."""
+    from ..llm.context import ContextParams, LlamaContext
+    from ..llm.hparams import PoolingType
+    from .embedding import N_SEQ_MAX
+
+    pooling = PoolingType.UNSPECIFIED if args.pooling is None else PoolingType.parse(args.pooling)
+    n = args.ubatch_size
+    return LlamaContext(model, ContextParams(n_ctx=n, n_batch=n, n_ubatch=n, n_threads=args.threads,
+                                             flash_attn=args.flash_attn == "on", n_seq_max=N_SEQ_MAX,
+                                             embeddings=True, pooling_type=pooling))
 
 
 def run(args: argparse.Namespace) -> int:

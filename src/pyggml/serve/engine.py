@@ -180,6 +180,8 @@ class Engine:
         self.n_slot_ctx = n_ctx // n_parallel
         self.slots = [Slot(i, self.n_slot_ctx) for i in range(n_parallel)]
         self.max_queue = max_queue
+        #: False for a model that computes embeddings only (bert, ...): completions are refused
+        self.can_generate = bool(ctx.model.arch.has_logits)
         self.pending: deque[Task] = deque()
         self.stats = Stats()
         self.n_swa = ctx.model.hparams.n_swa if ctx.model.hparams.uses_swa else 0
@@ -192,6 +194,9 @@ class Engine:
     def submit(self, task: Task) -> None:
         """Queue a task; 503 when the queue is full, 400 when the prompt cannot fit a slot."""
         n = len(task.tokens)
+        if not self.can_generate:
+            raise APIError(f"this model ({self.ctx.model.hparams.arch}) computes embeddings, not text: use "
+                           "/v1/embeddings", ErrorType.NOT_SUPPORTED)
         if n == 0:
             raise APIError("the prompt is empty (no tokens to start from)")
         if n >= self.n_slot_ctx:

@@ -11,6 +11,9 @@ Two servers, both with flash attention off (pyggml's default) and one thread:
   --slot-save-path DIR``: /completion (plain, mixed and several prompts, streamed, a stop word,
   logit_bias), /v1/completions and /v1/chat/completions with logprobs, ``n`` = 2, /props,
   /apply-template, /infill on a model without FIM tokens, and the slot actions;
+* with ``--embedding -c 512 -np 2``: tests/data/archs' bert, nomic-bert and gemma-embedding models (their
+  own pooling; bert also with ``--pooling none``) and the tiny chat model with ``--pooling last``:
+  /v1/embeddings (float, base64, embd_normalize), /embedding and /embeddings, and their errors;
 * the packaged Qwen2.5-Coder 0.5B Instruct Q4_K_M (when installed), ``-c 4096 -np 1 -b 512``: /infill at
   temperature 0, with and without repository chunks (``input_extra``) and a ``prompt``.
 
@@ -76,6 +79,26 @@ TINY_REQUESTS: list[tuple[str, str, dict[str, Any] | None]] = [
     ("slot_restore_again", "/slots/0?action=restore", {"filename": "slot0.bin"}),
     ("after_restore_again", "/completion", {"prompt": "hello world", "n_predict": 2, "temperature": 0,
                                             "id_slot": 0}),
+]
+
+ARCHS = HERE.parent / "archs"
+EMBD_REQUESTS: list[tuple[str, str, dict[str, Any] | None]] = [
+    ("v1_one", "/v1/embeddings", {"input": "hello world"}),
+    ("v1_list_base64", "/v1/embeddings", {"input": ["hello world", "a cat sat", [5, 6, 7]],
+                                          "encoding_format": "base64"}),
+    ("v1_norm1", "/v1/embeddings", {"input": ["the quick fox"], "embd_normalize": 1}),
+    ("native_content", "/embedding", {"content": "hello world"}),
+    ("native_input_list", "/embeddings", {"input": ["hello", "world"]}),
+    ("v1_bad_format", "/v1/embeddings", {"input": "x", "encoding_format": "int8"}),
+    ("v1_missing", "/v1/embeddings", {"model": "x"}),
+]
+EMBD_NONE_REQUESTS: list[tuple[str, str, dict[str, Any] | None]] = [
+    ("native_none", "/embedding", {"content": "hello world"}),
+    ("v1_none", "/v1/embeddings", {"input": "hello world"}),
+]
+TINY_EMBD_REQUESTS: list[tuple[str, str, dict[str, Any] | None]] = [
+    ("v1_last", "/v1/embeddings", {"input": ["hello world", "a cat"]}),
+    ("completion", "/completion", {"prompt": "hello world", "n_predict": 3, "temperature": 0}),
 ]
 
 FIB_PREFIX = "def fib(n):\n    "
@@ -146,6 +169,12 @@ def main() -> int:
         out["tiny_args"] = ["-c", "1024", "-np", "2"]
         out["server"]["tiny"] = serve(tiny, [*out["tiny_args"], "--slot-save-path", str(slots) + "/"],
                                       TINY_REQUESTS)
+        out["embd_args"] = ["-c", "512", "-np", "2", "--embedding"]
+        out["server"]["tiny_embd_last"] = serve(tiny, [*out["embd_args"], "--pooling", "last"], TINY_EMBD_REQUESTS)
+    for arch in ("bert", "nomic-bert", "gemma-embedding"):
+        out["server"][f"{arch}_embd"] = serve(ARCHS / f"{arch}.gguf", out["embd_args"], EMBD_REQUESTS)
+    out["server"]["bert_embd_none"] = serve(ARCHS / "bert.gguf", [*out["embd_args"], "--pooling", "none"],
+                                            EMBD_NONE_REQUESTS)
     if QWEN.exists():
         out["qwen_args"] = ["-c", "4096", "-np", "1", "-b", "512"]
         out["server"]["qwen"] = serve(QWEN, out["qwen_args"], QWEN_REQUESTS)
