@@ -204,7 +204,7 @@ def test_v1_completions_logprobs_in_both_layouts(client: TestClient) -> None:
     assert lp["top_logprobs"][0] == {t["token"]: t["logprob"] for t in lp["content"][0]["top_logprobs"]}
     assert lp["text_offset"][0] == 0
     offsets = lp["text_offset"]
-    assert all(b - a == len(t) for a, b, t in zip(offsets, offsets[1:], lp["tokens"][:-1], strict=True))
+    assert all(b - a == len(t) for a, b, t in zip(offsets[:-1], offsets[1:], lp["tokens"][:-1], strict=True))
 
 
 def test_v1_completions_logprobs_streamed(client: TestClient) -> None:

@@ -89,7 +89,8 @@ def build_state(args: argparse.Namespace) -> object:
         raise CLIError(f"{hp.arch} models compute embeddings, not text: serve them with --embedding")
     else:
         ctx = make_context(args, model, n_ctx=n_ctx, n_seq_max=args.parallel, n_batch=args.batch_size)
-    engine = Engine(ctx, vocab, args.parallel, n_ctx, max_queue=args.max_queue)
+    engine = Engine(ctx, vocab, args.parallel, n_ctx, max_queue=args.max_queue,
+                    can_generate=model.arch.has_logits)
     try:
         template, template_error = template_for(model.reader, vocab, args.chat_template), ""
     except NoChatTemplateError as e:

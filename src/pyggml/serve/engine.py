@@ -174,14 +174,15 @@ class Stats:
 class Engine:
     """The slots, the waiting queue and the decode thread (see the module docstring)."""
 
-    def __init__(self, ctx: Any, vocab: Any, n_parallel: int, n_ctx: int, max_queue: int = 64) -> None:
+    def __init__(self, ctx: Any, vocab: Any, n_parallel: int, n_ctx: int, max_queue: int = 64,
+                 can_generate: bool = True) -> None:
         self.ctx = ctx
         self.vocab = vocab
         self.n_slot_ctx = n_ctx // n_parallel
         self.slots = [Slot(i, self.n_slot_ctx) for i in range(n_parallel)]
         self.max_queue = max_queue
         #: False for a model that computes embeddings only (bert, ...): completions are refused
-        self.can_generate = bool(ctx.model.arch.has_logits)
+        self.can_generate = can_generate
         self.pending: deque[Task] = deque()
         self.stats = Stats()
         self.n_swa = ctx.model.hparams.n_swa if ctx.model.hparams.uses_swa else 0
@@ -195,8 +196,7 @@ class Engine:
         """Queue a task; 503 when the queue is full, 400 when the prompt cannot fit a slot."""
         n = len(task.tokens)
         if not self.can_generate:
-            raise APIError(f"this model ({self.ctx.model.hparams.arch}) computes embeddings, not text: use "
-                           "/v1/embeddings", ErrorType.NOT_SUPPORTED)
+            raise APIError("this model computes embeddings, not text: use /v1/embeddings", ErrorType.NOT_SUPPORTED)
         if n == 0:
             raise APIError("the prompt is empty (no tokens to start from)")
         if n >= self.n_slot_ctx:
