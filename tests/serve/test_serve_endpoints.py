@@ -147,10 +147,11 @@ def test_completion_matches_llama_server_field_by_field(client: TestClient) -> N
 
 
 @pytest.mark.parametrize("name", ["completion_mixed", "completion_multi", "completion_stop", "completion_bias",
-                                  "completion_bias_dict"])
+                                  "completion_bias_dict", "completion_ignore_eos"])
 def test_completion_prompt_forms_stop_and_logit_bias(client: TestClient, name: str) -> None:
     """Ids and text mixed (one prompt), several prompts (an array of replies), a stop word (stop_type
-    "word", the word cut), logit_bias as llama.cpp's pairs (ids and texts, false bans) and OpenAI's dict."""
+    "word", the word cut), logit_bias as llama.cpp's pairs (ids and texts, false bans) and OpenAI's dict, and
+    ignore_eos adding a ban of every end-of-generation token to them."""
     ours, ref = ask(client, name), TINY[name]
     assert ours["status"] == ref["status"] == 200
     same_values(ours["body"], ref["body"], skip=frozenset(SETTINGS_DIFFER))
@@ -236,16 +237,17 @@ def test_chat_logprobs_streamed_and_not(client: TestClient) -> None:
 
 
 # ---------------------------------------------------------------------- n > 1
-@pytest.mark.parametrize("name", ["v1_completions_n2", "v1_chat_n2", "v1_completions_n3"])
+@pytest.mark.parametrize("name", ["v1_completions_n2", "v1_chat_n2", "v1_completions_n3", "v1_completions_prompts_n2"])
 def test_n_choices(client: TestClient, name: str) -> None:
-    """Several choices, indexed, each its own task (greedy: the same text); more than the slots: a 400."""
+    """Several choices, indexed, each its own task (greedy: the same text); several prompts, n each, indexed
+    prompt by prompt; more than the slots: a 400."""
     ours, ref = ask(client, name), TINY[name]
     assert ours["status"] == ref["status"]
     if ref["status"] != 200:
         assert "'n'" in ours["body"]["error"]["message"] and "between 1 and 2" in ours["body"]["error"]["message"]
         return
     got, want = ours["body"]["choices"], ref["body"]["choices"]
-    assert [c["index"] for c in got] == [c["index"] for c in want] == [0, 1]
+    assert [c["index"] for c in got] == [c["index"] for c in want] == list(range(len(want)))
     for a, b in zip(got, want, strict=True):
         assert a.get("text", a.get("message")) == b.get("text", b.get("message"))
         assert a["finish_reason"] == b["finish_reason"]

@@ -290,6 +290,8 @@ def task_params(req: GenerationParams, n_probs: int, defaults: dict[str, Any] | 
     breakers = req.dry_sequence_breakers if req.dry_sequence_breakers is not None else \
         d.get("dry_sequence_breakers", base.dry_sequence_breakers)
     bias = _logit_bias(req.logit_bias, vocab) if req.logit_bias is not None else d.get("logit_bias", ())
+    if req.ignore_eos and vocab is not None:  # llama-server bans every end-of-generation token (logit_bias_eog)
+        bias = [*bias, *((t, -math.inf) for t in sorted(vocab.eog_ids))]
     sp = SamplingParams(seed=seed, top_k=pick("top_k"), top_p=pick("top_p"), min_p=pick("min_p"),
                         temp=pick("temperature"), penalty_last_n=pick("repeat_last_n"),
                         penalty_repeat=pick("repeat_penalty"), penalty_freq=pick("frequency_penalty"),
@@ -409,9 +411,11 @@ async def completions(request: Request, state: ServerState) -> Response:
     req = parse(await read_body(request, state.max_body), CompletionRequest)
     prompt = req.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-        if len(prompt) != 1:
-            raise APIError("several prompts in one request are not supported: send one prompt per request",
-                           ErrorType.NOT_SUPPORTED)
+        if len(prompt) != 1:  # several prompts: a choice each (times n), as llama-server
+            texts, vocab = list(prompt), state.vocab
+            prompts = await tokenize_text(request, state, lambda cancelled: [
+                _prompt_tokens(vocab, t, state, cancelled) for t in texts])
+            return await _run(request, state, req, prompts[0], req.n_probs_value(), chat=False, prompts=prompts)
         prompt = prompt[0]
     if isinstance(prompt, str):
         text, vocab = prompt, state.vocab
@@ -440,13 +444,13 @@ async def chat_completions(request: Request, state: ServerState) -> Response:
 
 
 async def _run(request: Request, state: ServerState, req: GenerationParams, tokens: list[int], n_probs: int,
-               chat: bool) -> Response:
+               chat: bool, prompts: list[list[int]] | None = None) -> Response:
     # compiles the stop list, tokenizes logit_bias texts
     multitask.check_n(req.n, len(state.engine.slots))
     params = await anyio.to_thread.run_sync(task_params, req, n_probs, state.defaults, state.vocab)
     params.grammar = await _grammar_sampler(state, req)
-    if req.n > 1:
-        return await _run_choices(request, state, req, tokens, params, n_probs, chat)
+    if req.n > 1 or prompts is not None:
+        return await _run_choices(request, state, req, prompts or [tokens], params, n_probs, chat)
     task = Task(tokens, params)
     state.engine.submit(task)
     fmt = oai.Formatter(chat, req.model or state.model_name)
@@ -467,13 +471,15 @@ async def _run(request: Request, state: ServerState, req: GenerationParams, toke
     return Response(status_code=499)  # the client went away (nobody reads this)
 
 
-async def _run_choices(request: Request, state: ServerState, req: GenerationParams, tokens: list[int],
+async def _run_choices(request: Request, state: ServerState, req: GenerationParams, prompts: list[list[int]],
                        params: TaskParams, n_probs: int, chat: bool) -> Response:
-    """``n`` > 1: one task per choice, as llama-server's child tasks (each its own grammar state); the
-    choices are indexed 0..n-1 and, as in llama-server, ``usage`` is the first choice's."""
+    """``n`` > 1 or several prompts: one task per choice, as llama-server's tasks and child tasks (each its own
+    grammar state); the choices are indexed prompt by prompt, n each, and, as in llama-server, ``usage`` is the
+    first choice's."""
+    n_tasks = len(prompts) * req.n
     plist = [params] + [dataclasses.replace(params, grammar=await _grammar_sampler(state, req))
-                        for _ in range(req.n - 1)]
-    tasks = multitask.submit_all(state.engine, [tokens] * req.n, plist)
+                        for _ in range(n_tasks - 1)]
+    tasks = multitask.submit_all(state.engine, [t for t in prompts for _ in range(req.n)], plist)
     cancel = multitask.cancel_all(state.engine, tasks)
     fmt = oai.Formatter(chat, req.model or state.model_name)
     if req.stream:
