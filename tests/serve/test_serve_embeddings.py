@@ -109,3 +109,24 @@ def test_embeddings_need_the_flag_and_fit_a_ubatch(tiny_chat_path: Path) -> None
             assert r.status_code == 501 and "embeddings, not text" in r.json()["error"]["message"]
     finally:
         state.engine.stop()
+
+
+def test_openai_client_embeddings() -> None:
+    """The openai package asks for base64 by default and decodes it: llama-server's vectors."""
+    from pyggml.cli.serve import build_state
+    from pyggml.serve.app import create_app
+
+    openai = pytest.importorskip("openai")
+    state = build_state(build_parser().parse_args(["serve", "-m", str(ARCHS / "bert.gguf"), *REF["embd_args"],
+                                                   "-t", "1", "-q"]))
+    state.engine.start()
+    try:
+        with TestClient(create_app(state), raise_server_exceptions=False) as client:
+            oc = openai.OpenAI(base_url="http://testserver/v1", api_key="none", http_client=client, max_retries=0)
+            r = oc.embeddings.create(model="bert", input=["hello world", "a cat sat"])
+    finally:
+        state.engine.stop()
+    ref = REF["server"]["bert_embd"]["v1_list_base64"]["body"]  # the same two texts and [5, 6, 7]
+    assert [d.index for d in r.data] == [0, 1] and r.usage.prompt_tokens == ref["usage"]["prompt_tokens"] - 3
+    for d, w in zip(r.data, vectors(ref), strict=False):
+        np.testing.assert_allclose(np.array(d.embedding), w, atol=1e-4)

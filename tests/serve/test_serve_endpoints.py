@@ -344,3 +344,21 @@ def test_infill_on_qwen_coder_equals_llama_server(qwen_client: TestClient, name:
     assert body["tokens_evaluated"] == rb["tokens_evaluated"]
     assert body["tokens"] == rb["tokens"] and body["content"] == rb["content"]
     same_values(body, rb, skip=frozenset(SETTINGS_DIFFER))
+
+
+def test_openai_client_reads_logprobs_and_choices(client: TestClient) -> None:
+    """The openai package parses the replies into its own types: the legacy completions logprobs fields,
+    the chat logprobs, and n choices."""
+    openai = pytest.importorskip("openai")
+    oc = openai.OpenAI(base_url="http://testserver/v1", api_key="none", http_client=client, max_retries=0)
+    r = oc.completions.create(model="tiny", prompt="hello world", max_tokens=4, temperature=0, logprobs=2)
+    lp = r.choices[0].logprobs
+    assert "".join(lp.tokens) == r.choices[0].text.replace("\ufffd", "") or len(lp.tokens) == 4
+    assert len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 4
+    assert all(len(t) == 2 and lp.tokens[i] in t for i, t in enumerate(lp.top_logprobs))
+    c = oc.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3,
+                                   temperature=0, logprobs=True, top_logprobs=2, n=2)
+    assert [ch.index for ch in c.choices] == [0, 1]
+    assert c.choices[0].message.content == c.choices[1].message.content
+    entry = c.choices[0].logprobs.content[0]
+    assert entry.logprob <= 0 and len(entry.top_logprobs) == 2 and entry.top_logprobs[0].token == entry.token
