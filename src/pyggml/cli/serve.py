@@ -30,7 +30,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "serve", help="OpenAI-compatible HTTP server with parallel slots (like llama-server)",
         description="Serve a GGUF model over HTTP with llama-server's OpenAI-compatible API: /v1/chat/completions, "
-                    "/v1/completions, /v1/models, /health, /metrics, /tokenize, /detokenize, /slots. Requests are "
+                    "/v1/completions, /v1/models, /health, /metrics, /tokenize, /detokenize, /slots, and the native "
+                    "/completion, /infill, /props, /apply-template, /slots/ID?action=..., /v1/embeddings and "
+                    "/embedding (with --embedding). Requests are "
                     "decoded together, one batch per step for all busy slots. Needs the serve extra: "
                     "pip install 'pyggml[serve]'.")
     add_model_args(p, ctx_size=0, model_help="GGUF model file or a packaged model's name (default: "
@@ -134,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from ..serve.app import create_app
+        from ..serve.server import create_app
     except ImportError as e:
         raise CLIError(f"pyggml serve needs the serve extra ({e.name} is missing): pip install 'pyggml[serve]'") from e
     if args.max_queue < 0:

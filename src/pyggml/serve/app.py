@@ -630,16 +630,6 @@ def create_app(state: ServerState) -> Starlette:
         route("/v1/completions", completions, "POST"),
         route("/v1/chat/completions", chat_completions, "POST"), route("/chat/completions", chat_completions, "POST"),
     ]
-    from . import embeddings_route, native, slot_actions  # late: they build on this module
-    routes += [  # llama-server's native endpoints (/completions is native there too, /v1/completions OpenAI's)
-        route("/completion", native.completion, "POST"), route("/completions", native.completion, "POST"),
-        route("/infill", native.infill, "POST"), route("/props", native.props, "GET"),
-        route("/props", native.post_props, "POST"), route("/apply-template", native.apply_template, "POST"),
-        route("/slots/{id_slot}", slot_actions.slot_action, "POST"),
-        route("/v1/embeddings", embeddings_route.embeddings_oai, "POST"),
-        route("/embedding", embeddings_route.embeddings_native, "POST"),
-        route("/embeddings", embeddings_route.embeddings_native, "POST"),
-    ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
     # no 307 to the path without its trailing slash (its Location would be built from the Host header):
     # an unknown path is a 404, as llama-server's

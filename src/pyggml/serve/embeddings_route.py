@@ -3,8 +3,8 @@
 The server then holds a second context of the model with embeddings on and the ``--pooling`` asked
 for (the model's own by default), its batch and ubatch both ``-ub`` (llama-server makes them equal for
 embeddings: a non-causal model needs a whole input in one ubatch). A request's inputs are decoded in
-the engine's thread between two generation steps, as many sequences per batch as fit
-(cli/embedding.py's ``embed``), so embeddings and completions never compute at once.
+the engine's thread between two generation steps, as many sequences per batch as fit (as
+``pyggml embedding`` does), so embeddings and completions never compute at once.
 
 Inputs as llama-server reads them: ``input`` (or ``content``, which always answers in the native
 layout) is a string, token ids, ids and strings mixed, or a list of those (one embedding each).
@@ -26,6 +26,8 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from ..llm.batch import Batch
+from ..llm.embeddings import embd_normalize
 from ..llm.hparams import PoolingType
 from .app import ServerState, read_body, tokenize_text
 from .errors import APIError, ErrorType
@@ -112,6 +114,25 @@ async def _embeddings(request: Request, state: ServerState, oai: bool) -> Respon
 
 
 def _compute(ctx: Any, inputs: list[list[int]], norm: int) -> np.ndarray:
-    from ..cli.embedding import embed
+    """The normalised embeddings of ``inputs`` (rows per token with pooling none, else one per input): as
+    many inputs per decode as the batch and the context's sequences allow, the memory cleared before each."""
+    pooled = ctx.pooling_type is not PoolingType.NONE
+    rows: list[np.ndarray] = []
+    group: list[list[int]] = []
 
-    return embed(ctx, inputs, ctx.n_batch, norm).astype(np.float32)
+    def flush() -> None:
+        ctx.clear()
+        ctx.decode_batch(Batch(token=[t for toks in group for t in toks],
+                               pos=[p for toks in group for p in range(len(toks))],
+                               seq_id=[s for s, toks in enumerate(group) for _ in toks]))
+        rows.extend([ctx.get_embeddings_seq(s) for s in range(len(group))] if pooled else [ctx.get_embeddings()])
+        group.clear()
+
+    for toks in inputs:
+        if group and (sum(map(len, group)) + len(toks) > ctx.n_batch or len(group) >= ctx.n_seq_max):
+            flush()
+        group.append(toks)
+    if group:
+        flush()
+    emb = np.stack(rows) if pooled else np.concatenate(rows)
+    return embd_normalize(emb, norm).astype(np.float32)
