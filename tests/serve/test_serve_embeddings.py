@@ -26,6 +26,9 @@ from starlette.testclient import TestClient
 from helpers import data
 from pyggml.cli.main import build_parser
 
+#: llama-server made the reference with flash attention off (pyggml's -fa default is auto)
+FA_OFF = ["-fa", "off"]
+
 REF = json.loads((data.TESTS / "data" / "serve" / "llama_server_reference.json").read_text())
 ARCHS = data.TESTS / "data" / "archs"
 CONFIGS = {"bert_embd": ("bert", []), "nomic-bert_embd": ("nomic-bert", []),
@@ -41,7 +44,7 @@ def served(request: pytest.FixtureRequest, tiny_chat_path: Path) -> Iterator[tup
     name = request.param
     arch, extra = CONFIGS[name]
     path = tiny_chat_path if arch is None else ARCHS / f"{arch}.gguf"
-    args = build_parser().parse_args(["serve", "-m", str(path), *REF["embd_args"], *extra, "-t", "1", "-q"])
+    args = build_parser().parse_args(["serve", "-m", str(path), *REF["embd_args"], *extra, "-t", "1", "-q", *FA_OFF])
     state = build_state(args)
     state.engine.start()
     try:
@@ -94,12 +97,12 @@ def test_embeddings_need_the_flag_and_fit_a_ubatch(tiny_chat_path: Path) -> None
     from pyggml.serve.server import create_app
 
     state = build_state(build_parser().parse_args(["serve", "-m", str(tiny_chat_path), "-c", "512", "-np", "1",
-                                                   "-t", "1", "-q"]))
+                                                   "-t", "1", "-q", *FA_OFF]))
     with TestClient(create_app(state), raise_server_exceptions=False) as client:
         r = client.post("/v1/embeddings", json={"input": "hi"})
         assert r.status_code == 501 and "--embeddings" in r.json()["error"]["message"]
     state = build_state(build_parser().parse_args(["serve", "-m", str(ARCHS / "bert.gguf"), "-c", "512", "-np", "1",
-                                                   "-ub", "16", "-t", "1", "-q", "--embedding"]))
+                                                   "-ub", "16", "-t", "1", "-q", *FA_OFF, "--embedding"]))
     state.engine.start()
     try:
         with TestClient(create_app(state), raise_server_exceptions=False) as client:
@@ -118,7 +121,7 @@ def test_openai_client_embeddings() -> None:
 
     openai = pytest.importorskip("openai")
     state = build_state(build_parser().parse_args(["serve", "-m", str(ARCHS / "bert.gguf"), *REF["embd_args"],
-                                                   "-t", "1", "-q"]))
+                                                   "-t", "1", "-q", *FA_OFF]))
     state.engine.start()
     try:
         with TestClient(create_app(state), raise_server_exceptions=False) as client:

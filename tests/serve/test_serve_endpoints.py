@@ -25,6 +25,9 @@ from starlette.testclient import TestClient
 from helpers import data
 from pyggml.cli.main import build_parser
 
+#: llama-server made the reference with flash attention off (pyggml's -fa default is auto)
+FA_OFF = ["-fa", "off"]
+
 REF_PATH = data.TESTS / "data" / "serve" / "llama_server_reference.json"
 REF = json.loads(REF_PATH.read_text())
 TINY = REF["server"]["tiny"]
@@ -45,7 +48,7 @@ def served(tiny_chat_path: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     from pyggml.serve.server import create_app
 
     slots = tmp_path_factory.mktemp("slots")
-    args = build_parser().parse_args(["serve", "-m", str(tiny_chat_path), *REF["tiny_args"], "-t", "1", "-q",
+    args = build_parser().parse_args(["serve", "-m", str(tiny_chat_path), *REF["tiny_args"], "-t", "1", "-q", *FA_OFF,
                                       "--slot-save-path", str(slots)])
     state = build_state(args)
     state.engine.start()
@@ -320,7 +323,7 @@ def qwen_client() -> Iterator[TestClient]:
     from pyggml.cli.serve import build_state
     from pyggml.serve.server import create_app
 
-    args = build_parser().parse_args(["serve", "-m", str(path), *REF["qwen_args"], "-t", "2", "-q", "-fa", "off"])
+    args = build_parser().parse_args(["serve", "-m", str(path), *REF["qwen_args"], "-t", "2", "-q", *FA_OFF])
     state = build_state(args)
     state.engine.start()
     try:

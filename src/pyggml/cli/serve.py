@@ -19,6 +19,7 @@ from .common import (
     add_kv_unified_arg,
     add_model_args,
     add_sampling_args,
+    flash_attn_arg,
     load_model,
     make_context,
     sampling_params_from_args,
@@ -128,7 +129,7 @@ def _embedding_context(args: argparse.Namespace, model: object) -> object:
     pooling = PoolingType.UNSPECIFIED if args.pooling is None else PoolingType.parse(args.pooling)
     n = args.ubatch_size
     return LlamaContext(model, ContextParams(n_ctx=n, n_batch=n, n_ubatch=n, n_threads=args.threads,
-                                             flash_attn=args.flash_attn == "on", n_seq_max=N_SEQ_MAX,
+                                             flash_attn=flash_attn_arg(args), n_seq_max=N_SEQ_MAX,
                                              embeddings=True, pooling_type=pooling))
 
 
