@@ -48,7 +48,9 @@ def served(tiny_chat_path: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     from pyggml.serve.server import create_app
 
     slots = tmp_path_factory.mktemp("slots")
-    args = build_parser().parse_args(["serve", "-m", str(tiny_chat_path), *REF["tiny_args"], "-t", "1", "-q", *FA_OFF,
+    # llama-server with an explicit -np keeps a KV stream per slot (kv_unified false): its state files' layout
+    args = build_parser().parse_args(["serve", "-m", str(tiny_chat_path), *REF["tiny_args"], "-no-kvu", "-t", "1",
+                                      "-q", *FA_OFF,
                                       "--slot-save-path", str(slots)])
     state = build_state(args)
     state.engine.start()
@@ -302,8 +304,9 @@ def test_slot_save_erase_restore(client: TestClient) -> None:
             assert ours["body"]["timings"]["cache_n"] == (7 if name == "after_restore_again" else 0)
             continue
         same_values(ours["body"], ref["body"], skip=frozenset(SETTINGS_DIFFER))
-        if name == "slot_save":
-            assert ours["body"]["n_written"] > 0
+        if name in ("slot_save", "slot_restore", "slot_restore_again"):  # llama.cpp's state file, byte for byte in size
+            key = "n_written" if name == "slot_save" else "n_read"
+            assert ours["body"][key] == ref["body"][key] > 0
     r = client.post("/slots/9?action=erase", json={})
     assert r.status_code == 400 and r.json()["error"]["message"] == "Invalid slot ID"
 
@@ -365,3 +368,32 @@ def test_openai_client_reads_logprobs_and_choices(client: TestClient) -> None:
     assert c.choices[0].message.content == c.choices[1].message.content
     entry = c.choices[0].logprobs.content[0]
     assert entry.logprob <= 0 and len(entry.top_logprobs) == 2 and entry.top_logprobs[0].token == entry.token
+
+
+def test_slot_file_of_llama_server_restores(client: TestClient, served: tuple[TestClient, Any]) -> None:
+    """The state file llama-server saved (its packed token list and its KV cells) restores in pyggml: the slot
+    holds its 9 tokens, and the same prompt then reuses 7 of them and continues with llama-server's text."""
+    import shutil
+
+    shutil.copy(data.TESTS / "data" / "serve" / "llama_server_slot0.bin",
+                Path(served[1].slot_save_path) / "from-llama-server.bin")
+    client.post("/slots/0?action=erase", json={})
+    r = client.post("/slots/0?action=restore", json={"filename": "from-llama-server.bin"})
+    assert r.status_code == 200 and r.json()["n_restored"] == TINY["slot_save"]["body"]["n_saved"] == 9
+    r = client.post("/completion", json=TINY["after_restore_again"]["request"])
+    assert r.json()["timings"]["cache_n"] == 7
+    assert r.json()["content"] == TINY["after_restore_again"]["body"]["content"]
+
+
+def test_packed_token_lists() -> None:
+    from pyggml.serve.slot_actions import pack_tokens, unpack_tokens, valid_filename
+
+    assert pack_tokens([5, 6]) == [-1, 1, 2, 5, 6, 0] and unpack_tokens([-1, 1, 2, 5, 6, 0]) == [5, 6]
+    assert unpack_tokens([5, 6]) == [5, 6]  # a plain list, as older llama-servers wrote
+    for bad, why in (([-1, 2, 0, 0], "version"), ([-1, 1, 1, 5, 1, 9], "media"), ([-1, 1, 1, 5, 0, 7], "Trailing"),
+                     ([-1, 1, 9, 5, 0], "Cannot read")):
+        with pytest.raises(ValueError, match=why):
+            unpack_tokens(bad)
+    assert valid_filename("slot0.bin") and valid_filename("é.bin")
+    bad_names = ("", "../x", "a/b", "a\\b", "x.", " x", "a..b", "a:b", "a\x01", "x" * 256)
+    assert not any(valid_filename(n) for n in bad_names)

@@ -3,7 +3,10 @@
 As llama-server: the file holds the slot's sequence state and its tokens (LlamaContext's
 state_seq_save_file, llama.cpp's layout), named by the request's ``filename`` inside the save
 directory (a name, never a path); an action on a busy slot waits until its task is done; restoring
-puts the tokens back as the slot's cache, so the next prompt sharing their prefix reuses them.
+puts the tokens back as the slot's cache, so the next prompt sharing their prefix reuses them. The
+token list in the file is packed as llama-server packs it (server_tokens::serialize: a -1 marker, version
+1, the tokens, no media), so the files of either server restore in the other; a plain list (older
+llama-server files) is read too.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from .app import ServerState, read_body
 from .engine import DEFER, Engine
 from .errors import APIError, ErrorType
 from .schemas import _CONFIG, parse
+
+#: server_tokens::serialize's marker and SERVER_TOKENS_STATE_VERSION
+_PACKED_MARKER, _PACKED_VERSION = -1, 1
 
 _ILLEGAL = set(':*?"<>|/\\') | {"\uff0e", "\u2215", "\u2216", "\ufffd", "\ufeff"}
 
@@ -69,13 +75,34 @@ async def slot_action(request: Request, state: ServerState) -> Response:
     return JSONResponse(result)
 
 
+def pack_tokens(tokens: list[int]) -> list[int]:
+    """llama-server's packed token list: marker, version, the tokens with their count, no media keys."""
+    return [_PACKED_MARKER, _PACKED_VERSION, len(tokens), *tokens, 0]
+
+
+def unpack_tokens(packed: list[int]) -> list[int]:
+    """The tokens of a packed list (or of a plain one, which has no marker); ValueError if malformed."""
+    if not packed or packed[0] != _PACKED_MARKER:
+        return packed
+    if len(packed) < 3 or packed[1] != _PACKED_VERSION:
+        raise ValueError("Unsupported server tokens state version")
+    n = packed[2]
+    if not 0 <= n <= len(packed) - 4:
+        raise ValueError("Cannot read the tokens of the server tokens state")
+    if packed[3 + n] != 0:
+        raise ValueError("Cannot restore media tokens without an mmproj")
+    if len(packed) != n + 4:
+        raise ValueError("Trailing data in server tokens state")
+    return packed[3:3 + n]
+
+
 def _save(engine: Engine, id_slot: int, path: Path) -> Any:
     s = engine.slots[id_slot]
     if s.task is not None:
         return DEFER
     t0 = time.perf_counter()
     try:
-        n = engine.ctx.state_seq_save_file(path, s.id, s.cached)
+        n = engine.ctx.state_seq_save_file(path, s.id, pack_tokens(s.cached))
     except OSError as e:
         raise APIError(f"Unable to save slot: {e.strerror}", ErrorType.SERVER) from None
     return {"id_slot": id_slot, "filename": path.name, "n_saved": len(s.cached), "n_written": n,
@@ -88,7 +115,7 @@ def _restore(engine: Engine, id_slot: int, path: Path) -> Any:
         return DEFER
     t0 = time.perf_counter()
     try:
-        tokens = engine.ctx.state_seq_load_file(path, s.id)
+        tokens = unpack_tokens(engine.ctx.state_seq_load_file(path, s.id))
         if len(tokens) > s.n_ctx:
             raise ValueError("Restored prompt does not fit in the slot context")
         if any(not 0 <= t < engine.vocab.n_tokens for t in tokens):

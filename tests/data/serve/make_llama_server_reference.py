@@ -17,6 +17,7 @@ Two servers, both with flash attention off (pyggml's default) and one thread:
 * the packaged Qwen2.5-Coder 0.5B Instruct Q4_K_M (when installed), ``-c 4096 -np 1 -b 512``: /infill at
   temperature 0, with and without repository chunks (``input_extra``) and a ``prompt``.
 
+``llama_server_slot0.bin`` is the slot state file the tiny server saved (the tests restore it).
 Timings, creation times and ids vary from run to run and are kept as they came; the tests compare the
 fields that do not.
 """
@@ -173,6 +174,8 @@ def main() -> int:
         out["tiny_args"] = ["-c", "1024", "-np", "2"]
         out["server"]["tiny"] = serve(tiny, [*out["tiny_args"], "--slot-save-path", str(slots) + "/"],
                                       TINY_REQUESTS)
+        # the state file llama-server wrote (slot 0 after "hello world", 9 tokens): pyggml must restore it
+        (HERE / "llama_server_slot0.bin").write_bytes((slots / "slot0.bin").read_bytes())
         out["embd_args"] = ["-c", "512", "-np", "2", "--embedding"]
         out["server"]["tiny_embd_last"] = serve(tiny, [*out["embd_args"], "--pooling", "last"], TINY_EMBD_REQUESTS)
     for arch in ("bert", "nomic-bert", "gemma-embedding"):
