@@ -397,3 +397,34 @@ def test_packed_token_lists() -> None:
     assert valid_filename("slot0.bin") and valid_filename("é.bin")
     bad_names = ("", "../x", "a/b", "a\\b", "x.", " x", "a..b", "a:b", "a\x01", "x" * 256)
     assert not any(valid_filename(n) for n in bad_names)
+
+
+def test_infill_layout_cuts_and_orders_like_llama_server() -> None:
+    """format_prompt_infill's arithmetic on a vocabulary with every FIM token: the prefix keeps its last
+    3/4 of a batch, the suffix its first quarter less the prompt and two, the repository chunks what n_ctx
+    leaves after a batch and twice n_predict (their end); --spm-infill puts the suffix first."""
+    from types import SimpleNamespace
+
+    from pyggml.serve.native import ExtraChunk, format_infill
+
+    PRE, SUF, MID, REP, SEP = 1000, 1001, 1002, 1003, 1004
+
+    class Vocab:
+        fim_pre, fim_suf, fim_mid, fim_rep, fim_sep, add_bos, bos = PRE, SUF, MID, REP, SEP, False, -1
+
+        def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+            return [ord(c) for c in text]
+
+    def state(n_batch: int, n_ctx: int, spm: bool = False) -> Any:
+        engine = SimpleNamespace(ctx=SimpleNamespace(n_batch=n_batch), n_slot_ctx=n_ctx)
+        return SimpleNamespace(vocab=Vocab(), engine=engine, spm_infill=spm)
+
+    prefix, suffix, prompt = list(range(100, 140)), list(range(200, 240)), [7, 8]
+    extra = [ExtraChunk(text="ab", filename="f.py")]
+    repo = [REP, *map(ord, "myproject\n"), SEP, *map(ord, "f.py\n"), *map(ord, "ab"), SEP, *map(ord, "filename\n")]
+    out = format_infill(state(32, 4096), prefix, suffix, extra, prompt, -1)
+    assert out == [*repo, PRE, *prefix[-24:], *prompt, SUF, *suffix[:4], MID]  # 3*32/4 = 24; 32/4 - (2+2) = 4
+    out = format_infill(state(32, 4096, spm=True), prefix, suffix, extra, prompt, -1)
+    assert out == [*repo, SUF, *suffix[:4], PRE, *prefix[-24:], *prompt, MID]
+    out = format_infill(state(32, 32 + 2 * 4 + 5), prefix, suffix, extra, prompt, 4)  # room for 5 repo tokens
+    assert out[:6] == [*repo[-5:], PRE]

@@ -63,6 +63,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pooling", choices=["none", "mean", "cls", "last"], default=None,
                    help="with --embedding: how a text's token vectors become one (default: the model's "
                         "{arch}.pooling_type; none: a vector per token, /embedding only)")
+    p.add_argument("--spm-infill", action="store_true",
+                   help="/infill prompts in suffix/prefix/middle order, as some models are trained (default: "
+                        "prefix/suffix/middle)")
     p.add_argument("--slot-save-path", default="", metavar="DIR",
                    help="directory of the slot state files of POST /slots/{id}?action=save|restore (default: none, "
                         "those actions are refused)")
@@ -116,7 +119,7 @@ def build_state(args: argparse.Namespace) -> object:
     return ServerState(engine=engine, vocab=vocab, model_name=name, template=template, template_error=template_error,
                        api_keys=keys, metrics=args.metrics, slots=args.slots, max_body=args.max_body, model_meta=meta,
                        defaults=defaults, max_prompt_bytes=engine.n_slot_ctx * max(longest_piece, 1),
-                       slot_save_path=args.slot_save_path, embd_ctx=embd_ctx)
+                       slot_save_path=args.slot_save_path, embd_ctx=embd_ctx, spm_infill=args.spm_infill)
 
 
 def _embedding_context(args: argparse.Namespace, model: object) -> object:

@@ -77,6 +77,7 @@ class ServerState:
     registry: Any = None
     slot_save_path: str = ""  # --slot-save-path: the directory of /slots/{id}?action=save|restore files
     embd_ctx: Any = None  # --embedding: the LlamaContext of /v1/embeddings (embeddings on, the server's pooling)
+    spm_infill: bool = False  # --spm-infill: /infill's prompt in suffix/prefix/middle order
     #: one text tokenization at a time: each holds the GIL for up to the bound above, and many at once
     #: would starve the decode thread (clients whose turn comes after they left are skipped)
     tokenize_lock: anyio.Lock = field(default_factory=anyio.Lock)

@@ -144,8 +144,9 @@ def format_infill(state: ServerState, prefix: list[int], suffix: list[int], extr
     n_prefix_take = min(len(prefix), 3 * (n_batch // 4))
     n_suffix_take = min(len(suffix), max(0, n_batch // 4 - (2 + len(prompt))))
     n_extra_take = min(max(0, n_ctx - n_batch - 2 * n_predict), len(extra_tokens))
-    head = [v.fim_pre, *prefix[len(prefix) - n_prefix_take:], *prompt]
-    tail = [v.fim_suf, *suffix[:n_suffix_take]]
+    pre = [v.fim_pre, *prefix[len(prefix) - n_prefix_take:], *prompt]
+    suf = [v.fim_suf, *suffix[:n_suffix_take]]
+    head, tail = (suf, pre) if state.spm_infill else (pre, suf)  # --spm-infill: suffix/prefix/middle
     if v.add_bos:
         head.insert(0, v.bos)
     return extra_tokens[len(extra_tokens) - n_extra_take:] + head + tail + [v.fim_mid]
