@@ -162,6 +162,15 @@ def test_completion_prompt_forms_stop_and_logit_bias(client: TestClient, name: s
     same_values(ours["body"], ref["body"], skip=frozenset(SETTINGS_DIFFER))
 
 
+def test_cache_prompt(client: TestClient) -> None:
+    """A prompt a slot already holds is reused (all but its last token), unless cache_prompt is false."""
+    for name, cached in (("completion_cached", 7), ("completion_no_cache", 0)):
+        ours, ref = ask(client, name)["body"], TINY[name]["body"]
+        assert ours["content"] == ref["content"]
+        assert ours["timings"]["cache_n"] == ref["timings"]["cache_n"] == cached
+        assert ours["timings"]["prompt_n"] == ref["timings"]["prompt_n"] == 8 - cached
+
+
 def test_completion_stream_events_match(client: TestClient) -> None:
     ours, ref = ask(client, "completion_stream"), TINY["completion_stream"]
     ev, rev = ours["events"], ref["events"]
