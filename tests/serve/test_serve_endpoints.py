@@ -437,3 +437,23 @@ def test_infill_layout_cuts_and_orders_like_llama_server() -> None:
     assert out == [*repo, SUF, *suffix[:4], PRE, *prefix[-24:], *prompt, MID]
     out = format_infill(state(32, 32 + 2 * 4 + 5), prefix, suffix, extra, prompt, 4)  # room for 5 repo tokens
     assert out[:6] == [*repo[-5:], PRE]
+
+
+def test_slot_action_on_a_busy_slot_waits_for_its_task(client: TestClient, served: tuple[TestClient, Any]) -> None:
+    """As llama-server defers it: a save asked while slot 0 generates runs once the task is done, and so
+    holds the whole prompt and answer (8 + 24 tokens, the last one never decoded)."""
+    import threading
+    import time
+
+    engine = served[1].engine
+    body = {"prompt": "hello world", "n_predict": 24, "temperature": 0, "id_slot": 0, "cache_prompt": False,
+            "ignore_eos": True}
+    worker = threading.Thread(target=lambda: client.post("/completion", json=body))
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not engine.slots[0].is_processing and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert engine.slots[0].is_processing
+    r = client.post("/slots/0?action=save", json={"filename": "busy.bin"})
+    worker.join()
+    assert r.status_code == 200 and r.json()["n_saved"] == 8 + 24 - 1

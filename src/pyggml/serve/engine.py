@@ -257,7 +257,10 @@ class Engine:
             except Exception as e:  # never let the thread die: fail the tasks in flight and go on
                 self._fail_all(APIError(f"internal error: {e}", ErrorType.SERVER))
         self._fail_all(APIError("the server is shutting down", ErrorType.UNAVAILABLE))
-        self._run_controls()
+        with self._cond:
+            controls, self._controls = list(self._controls), deque()
+        for _, fut in controls:
+            fut.set_exception(APIError("the server is shutting down", ErrorType.UNAVAILABLE))
 
     def _fail_all(self, err: APIError) -> None:
         with self._cond:
@@ -279,7 +282,7 @@ class Engine:
             except Exception as e:
                 fut.set_exception(e)
                 continue
-            if out is DEFER and not self._stop:
+            if out is DEFER:
                 again.append((fn, fut))  # its slot is busy: tried again after the next step, as llama-server defers
             else:
                 fut.set_result(out)
