@@ -184,6 +184,16 @@ def test_completion_stream_events_match(client: TestClient) -> None:
     check_probs(ours_probs, [p for e in rev[:-1] for p in e["completion_probabilities"]], n_top=1)
 
 
+def test_completion_stream_timings_per_token(client: TestClient) -> None:
+    ours, ref = ask(client, "completion_stream_timings"), TINY["completion_stream_timings"]
+    ev, rev = ours["events"], ref["events"]
+    same_values(ev[-1], rev[-1], skip=frozenset(SETTINGS_DIFFER))
+    assert ev[-1]["generation_settings"]["timings_per_token"] is True
+    for e in ev[:-1]:
+        same_shape(e, rev[0])  # each partial with its timings
+    assert [e["timings"]["predicted_n"] for e in ev[:-1]] == [e["tokens_predicted"] for e in ev[:-1]]
+
+
 def test_completion_checks_its_fields(client: TestClient) -> None:
     r = client.post("/completion", json={"prompt": ["hi", 10**9], "n_predict": 1})
     assert r.status_code == 400 and "invalid token id" in r.json()["error"]["message"]

@@ -54,6 +54,7 @@ class TaskParams:
     cache_prompt: bool = True
     ignore_eos: bool = False
     grammar: GrammarSampler | None = None  # the request's grammar (json_schema, grammar, response_format)
+    timings_per_token: bool = False  # each TokenEvent carries the timings so far
     id_slot: int = -1  # the slot this task must run in (llama-server's "id_slot"); -1: any idle one
 
 
@@ -64,6 +65,7 @@ class TokenEvent:
     token: int
     text: str
     probs: dict[str, Any] | None = None
+    timings: dict[str, float] | None = None  # the task's timings so far (``timings_per_token``)
 
 
 @dataclass
@@ -445,13 +447,13 @@ class Engine:
                 finish = "length"
             if not finish:
                 s.next_token = tok
-                task.post(TokenEvent(tok, ready, probs))
+                task.post(TokenEvent(tok, ready, probs, self._timings(s) if p.timings_per_token else None))
                 return
         if not s.stop.stopped:
             ready += s.stop.feed(s.decoder.decode(b"", final=True))
         tail = ready + s.stop.flush()  # a partial stop string held back is text after all
         if probs is not None or tail:
-            task.post(TokenEvent(tok, tail, probs))
+            task.post(TokenEvent(tok, tail, probs, self._timings(s) if p.timings_per_token else None))
         self._finish(s, finish)
 
     def _finish(self, s: Slot, finish: str) -> None:
@@ -460,19 +462,25 @@ class Engine:
         assert task is not None and s.stop is not None
         self.stats.n_requests += 1
         self.stats.n_tokens_max = max(self.stats.n_tokens_max, len(s.cached) + 1)
-        now = time.perf_counter()
-        t_prompt = (s.t_prompt_end - s.t_start) * 1e3
-        t_gen = (now - s.t_prompt_end) * 1e3
-        n_pp = len(task.tokens) - s.n_cached
-        timings = {"cache_n": s.n_cached, "prompt_n": n_pp, "prompt_ms": t_prompt,
-                   "prompt_per_token_ms": t_prompt / max(n_pp, 1),
-                   "prompt_per_second": n_pp / (t_prompt / 1e3) if t_prompt > 0 else 0.0,
-                   "predicted_n": s.n_decoded, "predicted_ms": t_gen,
-                   "predicted_per_token_ms": t_gen / max(s.n_decoded, 1),
-                   "predicted_per_second": s.n_decoded / (t_gen / 1e3) if t_gen > 0 else 0.0}
+        timings = self._timings(s)
         task.post(DoneEvent("", s.stop.text, finish, s.stop.word, len(task.tokens), s.n_cached, s.n_decoded,
                             timings, s.generated, s.id))
         self._release(s)
+
+
+    @staticmethod
+    def _timings(s: Slot) -> dict[str, float]:
+        """llama-server's timings of the slot's task so far (result_timings)."""
+        assert s.task is not None
+        t_prompt = (s.t_prompt_end - s.t_start) * 1e3
+        t_gen = (time.perf_counter() - s.t_prompt_end) * 1e3
+        n_pp = len(s.task.tokens) - s.n_cached
+        return {"cache_n": s.n_cached, "prompt_n": n_pp, "prompt_ms": t_prompt,
+                "prompt_per_token_ms": t_prompt / max(n_pp, 1),
+                "prompt_per_second": n_pp / (t_prompt / 1e3) if t_prompt > 0 else 0.0,
+                "predicted_n": s.n_decoded, "predicted_ms": t_gen,
+                "predicted_per_token_ms": t_gen / max(s.n_decoded, 1),
+                "predicted_per_second": s.n_decoded / (t_gen / 1e3) if t_gen > 0 else 0.0}
 
 
 def token_probs(vocab: Any, logits: np.ndarray, token: int, n_probs: int) -> dict[str, Any]:

@@ -57,6 +57,7 @@ class NativeCompletionRequest(GenerationParams):
     id_slot: int = -1
     n_cmpl: Annotated[int, Field(ge=1)] | None = None  # outputs per prompt (llama-server reads "n" as its alias)
     post_sampling_probs: bool = False
+    timings_per_token: bool = False
     response_fields: list[str] | None = None
 
     def n_outputs(self) -> int:
@@ -180,7 +181,7 @@ def generation_settings(p: TaskParams, stream: bool, grammar: str, only_metrics:
         "n_probs": p.n_probs, "min_keep": sp.min_keep, "grammar": grammar, "grammar_lazy": False,
         "grammar_triggers": [], "preserved_tokens": [], "chat_format": "Content-only", "reasoning_format": "none",
         "reasoning_in_content": False, "generation_prompt": "", "samplers": list(sp.samplers),
-        "speculative.types": "none", "timings_per_token": False, "post_sampling_probs": False,
+        "speculative.types": "none", "timings_per_token": p.timings_per_token, "post_sampling_probs": False,
         "backend_sampling": False, "lora": [],
     }
     if only_metrics:  # /props' default_generation_settings.params leaves these out
@@ -228,6 +229,8 @@ class NativeFormatter:
     def partial(self, ev: TokenEvent, n_decoded: int, n_prompt: int, index: int) -> dict[str, Any]:
         body: dict[str, Any] = {"index": index, "content": ev.text, "tokens": [ev.token], "stop": False,
                                 "id_slot": -1, "tokens_predicted": n_decoded, "tokens_evaluated": n_prompt}
+        if ev.timings is not None:
+            body["timings"] = ev.timings
         if ev.probs is not None:
             body["completion_probabilities"] = [ev.probs]
         return body
@@ -264,6 +267,7 @@ async def _run_native(request: Request, state: ServerState, req: NativeCompletio
                        f"{len(state.engine.slots) - 1} (-1: any)")
     base = await anyio.to_thread.run_sync(task_params, req, req.n_probs, state.defaults, state.vocab)
     base.id_slot = req.id_slot
+    base.timings_per_token = req.timings_per_token
     grammar = grammar_text(req) or ""
     per_task, plist = [], []
     for tokens in prompts:

@@ -48,6 +48,8 @@ TINY_REQUESTS: list[tuple[str, str, dict[str, Any] | None]] = [
     ("completion_multi", "/completion", {"prompt": ["hello world", [1, 2, 3]], "n_predict": 3, "temperature": 0}),
     ("completion_stream", "/completion", {"prompt": "hello world", "n_predict": 4, "temperature": 0, "n_probs": 1,
                                           "stream": True}),
+    ("completion_stream_timings", "/completion", {"prompt": "hello world", "n_predict": 3, "temperature": 0,
+                                                  "stream": True, "timings_per_token": True}),
     ("completion_stop", "/completion", {"prompt": "hello world", "n_predict": 8, "temperature": 0, "stop": [" snake"]}),
     ("completion_bias", "/completion", {"prompt": "hello world", "n_predict": 3, "temperature": 0,
                                         "logit_bias": [[352, -100], ["hello", False]], "samplers": "kt"}),
