@@ -171,6 +171,23 @@ def test_cache_prompt(client: TestClient) -> None:
         assert ours["timings"]["prompt_n"] == ref["timings"]["prompt_n"] == 8 - cached
 
 
+@pytest.mark.parametrize("name", ["completion_post_probs_greedy", "completion_post_probs",
+                                  "completion_post_probs_topk"])
+def test_post_sampling_probs(client: TestClient, name: str) -> None:
+    """post_sampling_probs: the probabilities of the candidates the chain kept (after top-k, top-p, min-p and
+    temperature; the chosen token alone when greedy), drawn with llama.cpp's RNG from the same seed."""
+    ours, ref = ask(client, name)["body"], TINY[name]["body"]
+    assert ours["content"] == ref["content"]
+    probs, ref_probs = ours["completion_probabilities"], ref["completion_probabilities"]
+    by_id = {e["id"]: e for e in probs}
+    for e in ref_probs:  # llama-server leaves out a token that ends in part of a character (see check_probs)
+        mine = by_id[e["id"]]
+        assert set(mine) == set(e) and mine["prob"] == pytest.approx(e["prob"], abs=1e-4)
+        assert [t["id"] for t in mine["top_probs"]] == [t["id"] for t in e["top_probs"]]
+        for a, b in zip(mine["top_probs"], e["top_probs"], strict=True):
+            assert set(a) == set(b) and a["prob"] == pytest.approx(b["prob"], abs=1e-4)
+
+
 def test_completion_stream_events_match(client: TestClient) -> None:
     ours, ref = ask(client, "completion_stream"), TINY["completion_stream"]
     ev, rev = ours["events"], ref["events"]
@@ -201,8 +218,9 @@ def test_completion_checks_its_fields(client: TestClient) -> None:
     assert r.status_code == 400 and "empty" in r.json()["error"]["message"]
     r = client.post("/completion", json={"prompt": "hi", "n_predict": 1, "id_slot": 5})
     assert r.status_code == 400 and "id_slot" in r.json()["error"]["message"]
-    r = client.post("/completion", json={"prompt": "hi", "n_predict": 1, "post_sampling_probs": True})
-    assert r.status_code == 501
+    r = client.post("/completion", json={"prompt": "hi", "n_predict": 1, "post_sampling_probs": True, "n_probs": 1,
+                                         "mirostat": 2})
+    assert r.status_code == 501 and "mirostat" in r.json()["error"]["message"]
     r = client.post("/completion", json={"prompt": "hi", "n_predict": 2, "temperature": 0,
                                          "response_fields": ["content", "generation_settings/n_predict"]})
     assert set(r.json()) == {"content", "generation_settings/n_predict"}

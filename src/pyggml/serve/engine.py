@@ -36,7 +36,7 @@ import numpy as np
 from ..llm.batch import Batch, DecodeError
 from ..llm.generate import Timings
 from ..llm.grammar import GrammarSampler
-from ..llm.sampling import Sampler, SamplingParams
+from ..llm.sampling import Candidates, Sampler, SamplingParams
 from .errors import APIError, ErrorType
 from .textstop import StopMatcher, StopSet
 
@@ -55,6 +55,7 @@ class TaskParams:
     ignore_eos: bool = False
     grammar: GrammarSampler | None = None  # the request's grammar (json_schema, grammar, response_format)
     timings_per_token: bool = False  # each TokenEvent carries the timings so far
+    post_sampling_probs: bool = False  # n_probs from the candidates the chain kept, as probabilities
     id_slot: int = -1  # the slot this task must run in (llama-server's "id_slot"); -1: any idle one
 
 
@@ -426,12 +427,20 @@ class Engine:
         if p.n_predict == 0:  # the prompt only (it is cached for the next request): no token
             self._finish(s, "length")
             return
-        tok = s.sampler.sample(logits)
+        post: list[tuple[int, float]] | None = None
+        if p.post_sampling_probs and p.n_probs > 0:
+            tok, post = sample_keeping_candidates(s.sampler, logits)
+        else:
+            tok = s.sampler.sample(logits)
         s.sampler.accept(tok)
         s.n_decoded += 1
         s.generated.append(tok)
         self.stats.work.n_gen += 1
-        probs = token_probs(self.vocab, logits, tok, p.n_probs) if p.n_probs > 0 else None
+        probs = None
+        if post is not None:
+            probs = post_sampling_probs(self.vocab, post, tok, p.n_probs)
+        elif p.n_probs > 0:
+            probs = token_probs(self.vocab, logits, tok, p.n_probs)
         finish = ""
         if self.vocab.is_eog(tok) and not p.ignore_eos:
             finish = "stop"
@@ -500,4 +509,36 @@ def token_probs(vocab: Any, logits: np.ndarray, token: int, n_probs: int) -> dic
 
     out = entry(token)
     out["top_logprobs"] = [entry(int(t)) for t in top]
+    return out
+
+
+def sample_keeping_candidates(sampler: Sampler, logits: np.ndarray) -> tuple[int, list[tuple[int, float]]]:
+    """Sampler.sample, also returning what llama.cpp's common_sampler_get_candidates holds afterwards: the
+    candidates the chain kept with their probabilities, most likely first (post_sampling_probs). A greedy
+    chain (temperature <= 0) keeps the chosen token alone, at probability 1."""
+    if sampler._greedy_only:  # the chain's own shortcut: the first maximum of the logits
+        tok = sampler.sample(logits)
+        return tok, [(tok, 1.0)]
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        c = Candidates(logits)
+        tok = sampler.sample_candidates(c)
+        g = sampler.grammar
+        if g is not None and not g.allows(tok):  # as Sampler.sample: filter every candidate and draw again
+            c = Candidates(g.apply(logits))
+            tok = sampler.sample_candidates(c)
+    p = c.p if c.p is not None else np.zeros(c.ids.size, dtype=np.float32)
+    order = np.argsort(-p, kind="stable")
+    return tok, [(int(c.ids[i]), float(p[i])) for i in order]
+
+
+def post_sampling_probs(vocab: Any, candidates: list[tuple[int, float]], token: int, n_probs: int) -> dict[str, Any]:
+    """llama-server's entry with post_sampling_probs: ``prob`` and ``top_probs`` (at most n_probs of the kept
+    candidates) instead of the raw logits' ``logprob`` and ``top_logprobs``."""
+
+    def entry(t: int, prob: float) -> dict[str, Any]:
+        piece = vocab.token_to_piece(int(t), special=True)
+        return {"id": int(t), "token": piece.decode("utf-8", errors="replace"), "prob": prob, "bytes": list(piece)}
+
+    out = entry(token, next((q for t, q in candidates if t == token), 0.0))
+    out["top_probs"] = [entry(t, q) for t, q in candidates[:n_probs]]
     return out

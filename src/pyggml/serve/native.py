@@ -181,7 +181,8 @@ def generation_settings(p: TaskParams, stream: bool, grammar: str, only_metrics:
         "n_probs": p.n_probs, "min_keep": sp.min_keep, "grammar": grammar, "grammar_lazy": False,
         "grammar_triggers": [], "preserved_tokens": [], "chat_format": "Content-only", "reasoning_format": "none",
         "reasoning_in_content": False, "generation_prompt": "", "samplers": list(sp.samplers),
-        "speculative.types": "none", "timings_per_token": p.timings_per_token, "post_sampling_probs": False,
+        "speculative.types": "none", "timings_per_token": p.timings_per_token,
+        "post_sampling_probs": p.post_sampling_probs,
         "backend_sampling": False, "lora": [],
     }
     if only_metrics:  # /props' default_generation_settings.params leaves these out
@@ -257,9 +258,6 @@ def _pick(body: dict[str, Any], fields: list[str] | None) -> dict[str, Any]:
 async def _run_native(request: Request, state: ServerState, req: NativeCompletionRequest,
                       prompts: list[list[int]]) -> Response:
     """Every prompt ``n_cmpl`` times, one task each; one reply object, or an array when there are several."""
-    if req.post_sampling_probs:
-        raise APIError("'post_sampling_probs' is not supported: probabilities are those of the raw logits",
-                       ErrorType.NOT_SUPPORTED)
     n = req.n_outputs()
     multitask.check_n(n, len(state.engine.slots), "n_cmpl")
     if not -1 <= req.id_slot < len(state.engine.slots):
@@ -268,6 +266,10 @@ async def _run_native(request: Request, state: ServerState, req: NativeCompletio
     base = await anyio.to_thread.run_sync(task_params, req, req.n_probs, state.defaults, state.vocab)
     base.id_slot = req.id_slot
     base.timings_per_token = req.timings_per_token
+    base.post_sampling_probs = req.post_sampling_probs
+    if base.post_sampling_probs and base.sampling.mirostat:
+        raise APIError("'post_sampling_probs' with mirostat is not supported (its kept candidates are not kept here)",
+                       ErrorType.NOT_SUPPORTED)
     grammar = grammar_text(req) or ""
     per_task, plist = [], []
     for tokens in prompts:
