@@ -151,10 +151,11 @@ def test_completion_matches_llama_server_field_by_field(client: TestClient) -> N
         assert body["generation_settings"][name] != rb["generation_settings"][name]
 
 
-@pytest.mark.parametrize("name", ["completion_mixed", "completion_multi", "completion_stop", "completion_bias",
+@pytest.mark.parametrize("name", ["completion_mixed", "completion_multi", "completion_n_cmpl", "completion_stop",
+                                  "completion_bias",
                                   "completion_bias_dict", "completion_ignore_eos"])
 def test_completion_prompt_forms_stop_and_logit_bias(client: TestClient, name: str) -> None:
-    """Ids and text mixed (one prompt), several prompts (an array of replies), a stop word (stop_type
+    """Ids and text mixed (one prompt), several prompts (an array of replies; n_cmpl of each), a stop word (stop_type
     "word", the word cut), logit_bias as llama.cpp's pairs (ids and texts, false bans) and OpenAI's dict, and
     ignore_eos adding a ban of every end-of-generation token to them."""
     ours, ref = ask(client, name), TINY[name]

@@ -46,6 +46,8 @@ TINY_REQUESTS: list[tuple[str, str, dict[str, Any] | None]] = [
                                    "return_tokens": True}),
     ("completion_mixed", "/completion", {"prompt": ["hello", 101, " world"], "n_predict": 4, "temperature": 0}),
     ("completion_multi", "/completion", {"prompt": ["hello world", [1, 2, 3]], "n_predict": 3, "temperature": 0}),
+    ("completion_n_cmpl", "/completion", {"prompt": ["hello world", "a cat"], "n_predict": 2, "temperature": 0,
+                                          "n_cmpl": 2}),
     ("completion_stream", "/completion", {"prompt": "hello world", "n_predict": 4, "temperature": 0, "n_probs": 1,
                                           "stream": True}),
     ("completion_stream_timings", "/completion", {"prompt": "hello world", "n_predict": 3, "temperature": 0,
