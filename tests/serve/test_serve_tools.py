@@ -209,7 +209,8 @@ def test_qwen_tool_round_trip_and_json_schema_as_llama_server(tmp_path) -> None:
     weather = {"type": "function", "function": {
         "name": "get_weather", "description": "Get the current weather of a city",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-    with live_server(["-m", str(qwen), "-c", "4096", "-np", "1", "-t", "2", "-q"], tmp_path / "serve.log") as url:
+    args = ["-m", str(qwen), "-c", "4096", "-np", "1", "-t", "2", "-q", "-fa", "off"]  # as the reference ran
+    with live_server(args, tmp_path / "serve.log") as url:
         client = _client(url)
         ref = json.loads(REFERENCE.read_text())
         for case in ref["cases"]:  # the same requests, the same replies as llama-server (greedy, -fa off)

@@ -3,18 +3,16 @@
 
 from __future__ import annotations
 
-from .api import (
-    Llama,
-    LlamaState,
-    LlamaTokenizer,
+from .api import Llama, LlamaState, LlamaTokenizer
+from .chat_format import ChatFormatterResponse, Jinja2ChatFormatter
+from .grammar import JSON_GBNF, LlamaGrammar
+from .processors import (
     LogitsProcessor,
     LogitsProcessorList,
     MinTokensLogitsProcessor,
     StoppingCriteria,
     StoppingCriteriaList,
 )
-from .chat_format import ChatFormatterResponse, Jinja2ChatFormatter
-from .grammar import JSON_GBNF, LlamaGrammar
 
 __all__ = ["JSON_GBNF", "ChatFormatterResponse", "Jinja2ChatFormatter", "Llama", "LlamaGrammar", "LlamaState",
            "LlamaTokenizer", "LogitsProcessor", "LogitsProcessorList", "MinTokensLogitsProcessor", "StoppingCriteria",

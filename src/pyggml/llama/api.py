@@ -43,6 +43,10 @@ from ..llm.tokenizer.vocab import Vocab
 from ..types import GGMLType
 from . import chat_format as _chat
 from .grammar import LlamaGrammar
+from .processors import (
+    LogitsProcessorList,
+    StoppingCriteriaList,
+)
 from .sampler import ChainParams, ChainSampler
 
 #: llama.cpp's enum values llama-cpp-python exposes as module constants
@@ -51,41 +55,6 @@ LLAMA_ATTENTION_TYPE_UNSPECIFIED, LLAMA_ATTENTION_TYPE_CAUSAL, LLAMA_ATTENTION_T
 LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED = -1
 LLAMA_SPLIT_MODE_LAYER = 1
 LLAMA_MAX_PARALLEL_SEQUENCES = 64  # pyggml's LLAMA_MAX_SEQ (llama.cpp's is 256)
-
-LogitsProcessor = Callable[[npt.NDArray[np.intc], npt.NDArray[np.single]], npt.NDArray[np.single]]
-StoppingCriteria = Callable[[npt.NDArray[np.intc], npt.NDArray[np.single]], bool]
-
-
-class LogitsProcessorList(list):
-    """Logits processors applied in order: each gets (input_ids, scores) and returns new scores."""
-
-    def __call__(self, input_ids: npt.NDArray[np.intc], scores: npt.NDArray[np.single]) -> npt.NDArray[np.single]:
-        for processor in self:
-            scores = processor(input_ids, scores)
-        return scores
-
-
-class StoppingCriteriaList(list):
-    """Stopping criteria: generation stops when any returns True for (input_ids, logits)."""
-
-    def __call__(self, input_ids: npt.NDArray[np.intc], logits: npt.NDArray[np.single]) -> bool:
-        return any([criterion(input_ids, logits) for criterion in self])
-
-
-class MinTokensLogitsProcessor:
-    """Forbid EOS until ``min_tokens`` tokens have been generated (counted from the first call's input)."""
-
-    def __init__(self, min_tokens: int, token_eos: int) -> None:
-        self.min_tokens, self.token_eos = min_tokens, token_eos
-        self.prompt_tokens: int | None = None
-
-    def __call__(self, input_ids: npt.NDArray[np.intc], scores: npt.NDArray[np.single]) -> npt.NDArray[np.single]:
-        if self.prompt_tokens is None:
-            self.prompt_tokens = len(input_ids)
-        if len(input_ids) - self.prompt_tokens < self.min_tokens:
-            scores[self.token_eos] = -np.inf
-        return scores
-
 
 class LlamaState:
     """A saved context: the evaluated tokens, their logits (with ``logits_all``), the KV cache of the

@@ -38,9 +38,10 @@ from jinja2.utils import htmlsafe_json_dumps
 from ..llm import tool_calls
 from ..llm.chat import ChatTemplate
 from .grammar import JSON_GBNF, LlamaGrammar
+from .processors import StoppingCriteriaList
 
 if TYPE_CHECKING:
-    from .api import Llama, StoppingCriteriaList
+    from .api import Llama
 
 
 @dataclass
@@ -98,8 +99,6 @@ class Jinja2ChatFormatter:
     def __call__(self, *, messages: list[dict[str, Any]], functions: list[dict[str, Any]] | None = None,
                  function_call: Any = None, tools: list[dict[str, Any]] | None = None, tool_choice: Any = None,
                  **kwargs: Any) -> ChatFormatterResponse:
-        from .api import StoppingCriteriaList
-
         prompt = self._template.render(
             messages=messages, eos_token=self.eos_token, bos_token=self.bos_token, raise_exception=_raise,
             add_generation_prompt=self.add_generation_prompt, functions=functions, function_call=function_call,

@@ -521,11 +521,8 @@ async def _stream_choices(tasks: list[Task], fmt: oai.Formatter, include_usage: 
             if ev.text or ev.probs is not None:
                 yield oai.sse(fmt.chunk(ev.text, [ev.probs] if ev.probs is not None else None, index=i))
             continue
-        final = fmt.chunk(None if fmt.chat else "", finish=ev.finish_reason, index=i)
-        if not include_usage:
-            final["usage"] = oai.usage(ev)
-            final["timings"] = ev.timings
-        yield oai.sse(final)
+        yield oai.sse(oai.with_usage(fmt.chunk(None if fmt.chat else "", finish=ev.finish_reason, index=i), ev,
+                                     include_usage))
         first = first if first is not None else ev
     if include_usage and first is not None:
         yield oai.sse(fmt.usage_chunk(first))
@@ -545,14 +542,9 @@ async def _stream(task: Task, fmt: oai.Formatter, include_usage: bool) -> AsyncI
                 yield oai.sse(fmt.chunk(ev.text, [ev.probs] if ev.probs is not None else None))
             continue
         assert isinstance(ev, DoneEvent)
-        final = fmt.chunk(None if fmt.chat else "", finish=ev.finish_reason)
-        if not include_usage:
-            final["usage"] = oai.usage(ev)
-            final["timings"] = ev.timings
-        yield oai.sse(final)
-        if include_usage:
-            yield oai.sse(fmt.usage_chunk(ev))
-        yield oai.sse("[DONE]")
+        for part in oai.stream_end(fmt, fmt.chunk(None if fmt.chat else "", finish=ev.finish_reason), ev,
+                                   include_usage):
+            yield part
         return
 
 

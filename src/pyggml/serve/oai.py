@@ -117,6 +117,23 @@ def completion_logprobs(probs: list[dict[str, Any]], offsets: list[int]) -> dict
             "text_offset": offsets}
 
 
+def with_usage(final: dict[str, Any], done: DoneEvent, include_usage: bool) -> dict[str, Any]:
+    """A stream's finishing chunk: it carries usage and timings itself unless a usage chunk follows
+    (stream_options.include_usage), as llama-server's."""
+    if not include_usage:
+        final["usage"] = usage(done)
+        final["timings"] = done.timings
+    return final
+
+
+def stream_end(fmt: Formatter, final: dict[str, Any], done: DoneEvent, include_usage: bool) -> list[bytes]:
+    """A one-choice stream's last events: the finishing chunk, the usage chunk when asked, ``[DONE]``."""
+    tail = [sse(with_usage(final, done, include_usage))]
+    if include_usage:
+        tail.append(sse(fmt.usage_chunk(done)))
+    return [*tail, sse("[DONE]")]
+
+
 def sse(obj: dict[str, Any] | str) -> bytes:
     """One server-sent event."""
     data = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)

@@ -161,12 +161,7 @@ async def stream_parsed(task: Task, fmt: oai.Formatter, include_usage: bool, cha
         reply, deltas = parser.finish(truncated=ev.finish_reason == "length")
         for d in deltas:
             yield oai.sse(fmt.delta_chunk(d))
-        final = fmt.delta_chunk({}, finish=_finish(ev, bool(reply.tool_calls)))
-        if not include_usage:
-            final["usage"] = oai.usage(ev)
-            final["timings"] = ev.timings
-        yield oai.sse(final)
-        if include_usage:
-            yield oai.sse(fmt.usage_chunk(ev))
-        yield oai.sse("[DONE]")
+        for part in oai.stream_end(fmt, fmt.delta_chunk({}, finish=_finish(ev, bool(reply.tool_calls))), ev,
+                                   include_usage):
+            yield part
         return

@@ -7,17 +7,17 @@ and the one-token decodes after 300 tokens, over 512 cells (the split-KV path, w
 the thread count: 2 here and in the test). n_ctx 1024, one ubatch per prompt, F16 cache, 2 threads.
 Needs llama.cpp 0c1e570's libllama and the llama-cpp-python 0.3.36 sdist's ctypes bindings:
 
-    PYTHONPATH=<sdist>/llama_cpp_python-0.3.36:<diskcache> LLAMA_CPP_LIB_PATH=<llama.cpp>/build/bin \\
+    PYTHONPATH=tests:<sdist>/llama_cpp_python-0.3.36:<diskcache> LLAMA_CPP_LIB_PATH=<llama.cpp>/build/bin \\
         python tests/data/archs/make_flash_attn.py
 """
 
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
 
 import numpy as np
 from llama_cpp import llama_cpp as L  # the sdist's bindings, over LLAMA_CPP_LIB_PATH's libllama
+from make_reference import decoder  # beside this file
 
 HERE = Path(__file__).resolve().parent
 MODELS = ("llama-q8_0", "gemma3-q8_0")
@@ -36,21 +36,7 @@ def run(model: L.llama_model_p, n_prompt: int, n_vocab: int) -> dict[str, np.nda
     cp.n_threads = cp.n_threads_batch = 2
     cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED
     ctx = L.llama_init_from_model(model, cp)
-
-    def decode(toks: list[int], pos0: int, all_logits: bool) -> np.ndarray:
-        b = L.llama_batch_init(len(toks), 0, 1)
-        for i, t in enumerate(toks):
-            b.token[i], b.pos[i], b.n_seq_id[i] = t, pos0 + i, 1
-            b.seq_id[i][0] = 0
-            b.logits[i] = all_logits or i == len(toks) - 1
-        b.n_tokens = len(toks)
-        if L.llama_decode(ctx, b) != 0:
-            raise RuntimeError("llama_decode failed")
-        n_out = len(toks) if all_logits else 1
-        ptr = ctypes.cast(L.llama_get_logits(ctx), ctypes.POINTER(ctypes.c_float))
-        out = np.ctypeslib.as_array(ptr, shape=(n_out, n_vocab)).copy()
-        L.llama_batch_free(b)
-        return out
+    decode = decoder(ctx, n_vocab)
 
     toks = prompt(n_prompt, n_vocab)
     logits = decode(toks, 0, True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -33,17 +34,8 @@ def prompt() -> list[int]:
     return np.random.default_rng(1).integers(2, arch_models.N_VOCAB - 1, N_PROMPT).tolist()
 
 
-def run_llamacpp(path: Path, tokens: list[int]) -> tuple[np.ndarray, list[int]]:
-    mp = L.llama_model_default_params()
-    mp.n_gpu_layers = 0
-    model = L.llama_model_load_from_file(str(path).encode(), mp)
-    if not model:
-        raise RuntimeError(f"llama.cpp could not load {path}")
-    cp = L.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_threads, cp.n_threads_batch = 64, 64, 64, 2, 2
-    cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    ctx = L.llama_init_from_model(model, cp)
-    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+def decoder(ctx: L.llama_context_p, n_vocab: int) -> Callable[[list[int], int, bool], np.ndarray]:
+    """decode(tokens, first position, all_logits) on sequence 0 of ``ctx``: the logits of every token, or the last."""
 
     def decode(toks: list[int], pos0: int, all_logits: bool) -> np.ndarray:
         b = L.llama_batch_init(len(toks), 0, 1)
@@ -60,6 +52,20 @@ def run_llamacpp(path: Path, tokens: list[int]) -> tuple[np.ndarray, list[int]]:
         L.llama_batch_free(b)
         return out
 
+    return decode
+
+
+def run_llamacpp(path: Path, tokens: list[int]) -> tuple[np.ndarray, list[int]]:
+    mp = L.llama_model_default_params()
+    mp.n_gpu_layers = 0
+    model = L.llama_model_load_from_file(str(path).encode(), mp)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load {path}")
+    cp = L.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_threads, cp.n_threads_batch = 64, 64, 64, 2, 2
+    cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    ctx = L.llama_init_from_model(model, cp)
+    decode = decoder(ctx, L.llama_vocab_n_tokens(L.llama_model_get_vocab(model)))
     logits = decode(tokens, 0, True)
     greedy, last = [], logits[-1]
     for step in range(N_GREEDY):
