@@ -148,25 +148,27 @@ def check_vocab_compatible(vocab_tgt: Any, vocab_dft: Any) -> None:
 # ---------------------------------------------------------------------------------------------- n-gram lookup
 def ngram_simple_draft(history: Sequence[int], last: int, size_n: int, size_m: int) -> list[int]:
     """llama.cpp's ngram-simple lookup: the n-gram ending in ``last`` (``size_n`` tokens, the last
-    ``size_n - 1`` of ``history`` and ``last``) is searched backwards in ``history``, skipping its own
-    place; the tokens that followed the match (at most ``size_m``) are the draft. Nothing is proposed
-    while history is shorter than ``size_n + size_m + 1`` tokens, nor from a match followed by fewer
-    than ``size_n`` tokens, as in llama.cpp; unlike llama.cpp, which gives up when the most recent
-    match is such a one, the search goes on back to an earlier match: in a loop shorter than the
-    n-gram (small models' greedy output often is one) llama.cpp never drafts, here the loop is
-    drafted."""
+    ``size_n - 1`` of ``history`` and ``last``) is searched for in ``history`` before its own place;
+    the tokens that followed a match (at most ``size_m``) are the draft. Nothing is proposed while
+    history is shorter than ``size_n + size_m + 1`` tokens, nor from a match followed by fewer than
+    ``size_n`` tokens, as in llama.cpp. llama.cpp takes the most recent match and gives up if it is
+    such a one; here the most recent match followed by ``size_m`` tokens is taken, else the most recent
+    followed by at least ``size_n``: in a loop shorter than the n-gram (small models' greedy output
+    often is one) llama.cpp never drafts, here the loop is drafted at full length."""
     cur = len(history)
     if cur <= size_n + size_m + 1:
         return []
     h = np.asarray(history, dtype=np.int64)
     pattern = np.append(h[cur - size_n + 1:], last)
-    # a match starting at j covers j .. j+size_n-1 and must leave size_n tokens after it
-    last_start = cur - 2 * size_n
-    starts = np.flatnonzero(h[1 : last_start + 1] == pattern[0]) + 1  # start 0 is skipped, as llama.cpp
-    for j in starts[::-1]:
-        if np.array_equal(h[j : j + size_n], pattern):
-            return h[j + size_n : j + size_n + min(size_m, cur - (j + size_n))].tolist()
-    return []
+    # a match starting at j covers j .. j+size_n-1 and leaves cur - j - size_n tokens after it (>= size_n);
+    # start 0 is skipped, as in llama.cpp
+    windows = np.lib.stride_tricks.sliding_window_view(h[: cur - size_n], size_n)
+    starts = np.flatnonzero((windows[1:] == pattern).all(axis=1)) + 1
+    if starts.size == 0:
+        return []
+    full = starts[cur - starts - size_n >= size_m]
+    j = int(full[-1] if full.size else starts[-1])
+    return h[j + size_n : j + size_n + size_m].tolist()
 
 
 class NgramDrafter:
