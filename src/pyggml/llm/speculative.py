@@ -42,6 +42,8 @@ VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_TOKEN_ID = 5
 #: the draft model's candidates its top token's probability is taken among (llama.cpp's draft top-k)
 DRAFT_TOP_K = 10
+#: the draft model decodes up to this many new tokens one by one rather than as a batch (see ModelDrafter._sync)
+SYNC_ONE_BY_ONE = 4
 
 
 class SpeculativeError(PyGGMLError):
@@ -227,8 +229,12 @@ class ModelDrafter:
         ctx.seq_rm(seq_id, keep, -1)
         self.cached[seq_id] = want[:keep]
         logits = None
-        for s in range(keep, len(want), ctx.n_batch):
-            chunk = want[s : s + ctx.n_batch]
+        # a few tokens (those accepted since the last draft) go one at a time: the draft's one-token graph
+        # is then reused step after step, where a batch of a new size would build and plan another graph,
+        # which costs pyggml more than decoding the tokens (llama.cpp builds graphs in microseconds)
+        step = 1 if len(want) - keep <= SYNC_ONE_BY_ONE else ctx.n_batch
+        for s in range(keep, len(want), step):
+            chunk = want[s : s + step]
             logits = ctx.decode(chunk, positions=range(s, s + len(chunk)), seq_id=seq_id)
             self.cached[seq_id] = want[: s + len(chunk)]
         assert logits is not None
@@ -301,12 +307,15 @@ class Speculator:
     "decode the last token, sample the next" and returns one or more tokens. ``history`` mirrors the
     tokens in the target's cache for the sequence, in position order."""
 
-    def __init__(self, ctx: Any, drafters: Sequence[Drafter], seq_id: int = 0) -> None:
+    def __init__(self, ctx: Any, drafters: Sequence[Drafter], seq_id: int = 0, pad_to: int = 0) -> None:
+        """``pad_to`` > 0: a draft shorter than that is padded (with its last token repeated) so that every
+        verification decodes the same number of positions and reuses one graph; see :meth:`step`."""
         if not ctx.caches:
             raise SpeculativeError(f"{ctx.model.hparams.arch} models keep no KV cache: nothing to speculate with")
         self.ctx = ctx
         self.drafters = list(drafters)
         self.seq_id = seq_id
+        self.pad_to = pad_to
         self.history: list[int] = []
         self.stats = SpecStats()
 
@@ -335,7 +344,13 @@ class Speculator:
         ``n_max_tokens``, at least one). The draft leaves room in the context as llama.cpp's: its
         positions end at most at n_ctx - 2."""
         n_past = len(self.history)
-        name, draft = self.draft(last, min(n_max_tokens - 1, n_ctx - n_past - 2))
+        n_max = min(n_max_tokens - 1, n_ctx - n_past - 2)
+        name, draft = self.draft(last, n_max)
+        n_real = len(draft)
+        if draft and len(draft) < min(self.pad_to, n_max):
+            # any token is a valid guess: padding only costs the rows it adds, a batch of another size
+            # costs pyggml a new graph (built, allocated and planned), several times more
+            draft += [draft[-1]] * (min(self.pad_to, n_max) - len(draft))
         n = len(draft) + 1
         logits = self.ctx.decode([last, *draft], positions=range(n_past, n_past + n), outputs=[True] * n,
                                  seq_id=self.seq_id)
@@ -345,7 +360,7 @@ class Speculator:
         self.history += [last, *ids[:-1]]
         self.stats.n_steps += 1
         if draft:
-            self.stats.record(name, len(draft), len(ids) - 1)
+            self.stats.record(name, n_real, min(len(ids) - 1, n_real))
         return ids
 
     def shifted(self, n_keep: int, n_discard: int) -> None:
