@@ -72,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--keep must be -1 (the whole prompt) or a count >= 0, got {args.keep}")
     spec_params_from_args(args)  # bad speculative flags fail before any model loads
     _model, vocab, ctx = load_model_and_context(args)
-    drafters = drafters_from_args(args, vocab)
-    speculator = Speculator(ctx, drafters) if drafters else None
+    drafters, pad_to = drafters_from_args(args, vocab)
+    speculator = Speculator(ctx, drafters, pad_to=pad_to) if drafters else None
     add_bos = not args.no_bos
     tokens = vocab.tokenize(prompt, add_special=add_bos, parse_special=True)
     bos = 1 if add_bos and vocab.add_bos and tokens and tokens[0] == vocab.bos else 0

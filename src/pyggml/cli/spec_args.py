@@ -73,7 +73,8 @@ def spec_params_from_args(args: argparse.Namespace) -> SpecParams | None:
     return params if types else None
 
 
-def load_draft_context(args: argparse.Namespace, vocab: Any, n_seq_max: int = 1) -> LlamaContext:
+def load_draft_context(args: argparse.Namespace, vocab: Any, n_seq_max: int = 1,
+                       n_ctx: int | None = None) -> LlamaContext:
     """Load -md, check its vocabulary against the target's and give it a context like the target's."""
     path = resolve(args.model_draft)
     if not path.is_file():
@@ -89,16 +90,19 @@ def load_draft_context(args: argparse.Namespace, vocab: Any, n_seq_max: int = 1)
         raise CLIError(f"-md {args.model_draft}: {model.hparams.arch} models compute embeddings, not logits: "
                        "they cannot draft")
     threads = args.threads if args.threads_draft is None else args.threads_draft
-    params = ContextParams(n_ctx=args.ctx_size, n_batch=args.batch_size, n_ubatch=args.ubatch_size,
-                           n_threads=threads, flash_attn=args.flash_attn == "on", n_seq_max=n_seq_max,
-                           kv_unified=getattr(args, "kv_unified", True))
+    params = ContextParams(n_ctx=args.ctx_size if n_ctx is None else n_ctx, n_batch=args.batch_size,
+                           n_ubatch=args.ubatch_size, n_threads=threads, flash_attn=args.flash_attn == "on",
+                           n_seq_max=n_seq_max, kv_unified=getattr(args, "kv_unified", True))
     return LlamaContext(model, params)
 
 
-def drafters_from_args(args: argparse.Namespace, vocab: Any, n_seq_max: int = 1) -> list[Any] | None:
-    """The drafters the flags ask for (a draft model loaded and checked), None when speculation is off."""
+def drafters_from_args(args: argparse.Namespace, vocab: Any, n_seq_max: int = 1,
+                       n_ctx: int | None = None) -> tuple[list[Any] | None, int]:
+    """The drafters the flags ask for (a draft model loaded and checked; None when speculation is off)
+    and the length drafts are padded to: a draft model's drafts to --spec-draft-n-max, so that every
+    verification batch has one shape (n-gram drafts, up to --spec-ngram-simple-size-m long, are not)."""
     params = spec_params_from_args(args)
     if params is None:
-        return None
-    draft_ctx = load_draft_context(args, vocab, n_seq_max) if "draft-simple" in params.types else None
-    return make_drafters(params, draft_ctx)
+        return None, 0
+    draft_ctx = load_draft_context(args, vocab, n_seq_max, n_ctx) if "draft-simple" in params.types else None
+    return make_drafters(params, draft_ctx), params.n_max if draft_ctx is not None else 0
