@@ -124,7 +124,8 @@ def main() -> int:
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; medians are printed (default 2)")
     ap.add_argument("--prompts", default="rename,typehints,write", help=f"of {', '.join(PROMPTS)}")
-    ap.add_argument("--modes", default="plain,ngram,draft", help="of plain, ngram, draft (default: all)")
+    ap.add_argument("--modes", default="plain,ngram,draft",
+                    help="of plain, ngram (or ngram-N-M: size_n N, size_m M), draft (default: plain,ngram,draft)")
     ap.add_argument("--draft-max", type=int, default=3, help="draft model tokens per step (default 3)")
     ap.add_argument("--ngram-n", type=int, default=4, help="ngram-simple size_n (default 4)")
     ap.add_argument("--ngram-m", type=int, default=8, help="ngram-simple size_m (default 8)")
@@ -145,8 +146,9 @@ def main() -> int:
     modes = args.modes.split(",")
 
     def drafters(mode: str) -> tuple[list | None, int]:
-        if mode == "ngram":
-            return [NgramDrafter(args.ngram_n, args.ngram_m)], args.ngram_m if args.pad < 0 else args.pad
+        if mode.startswith("ngram"):  # ngram, or ngram-N-M for another size_n and size_m than the flags'
+            n, m = (int(v) for v in mode.split("-")[1:]) if "-" in mode else (args.ngram_n, args.ngram_m)
+            return [NgramDrafter(n, m)], m if args.pad < 0 else args.pad
         if mode == "draft":
             return [ModelDrafter(draft_ctx, args.draft_max)], args.draft_max if args.pad < 0 else args.pad
         return None, 0

@@ -29,6 +29,7 @@ from pyggml.llm.speculative import (
     check_vocab_compatible,
     make_drafters,
     ngram_simple_draft,
+    pad_draft,
 )
 from pyggml.llm.tokenizer import Vocab
 
@@ -55,10 +56,10 @@ def _ctx(model: Model, n_ctx: int = 256) -> LlamaContext:
 
 
 def _run(target: tuple[Model, Vocab], drafters: Sequence | None, params: SamplingParams = GREEDY,
-         n_predict: int = N_PREDICT, n_ctx: int = 256, **kw) -> tuple[Generation, Speculator | None]:
+         n_predict: int = N_PREDICT, n_ctx: int = 256, pad_to: int = 0, **kw) -> tuple[Generation, Speculator | None]:
     model, vocab = target
     ctx = _ctx(model, n_ctx)
-    spec = Speculator(ctx, drafters) if drafters is not None else None
+    spec = Speculator(ctx, drafters, pad_to=pad_to) if drafters is not None else None
     prompt = vocab.tokenize(PROMPT, add_special=True)
     out = generate(ctx, vocab, prompt, Sampler(params), n_predict, ignore_eos=True, speculator=spec, n_ctx=n_ctx,
                    **kw)
@@ -119,11 +120,17 @@ def test_right_draft_saves_the_decodes(target, plain, n_max):
     assert spec.stats.n_steps == math.ceil((N_PREDICT - 1) / (n_max + 1))
 
 
-@pytest.mark.parametrize(("size_n", "size_m"), [(1, 4), (2, 8), (4, 16)])
-def test_ngram_lookup_is_plain_greedy(target, plain, size_n, size_m):
-    out, spec = _run(target, [NgramDrafter(size_n, size_m)])
+@pytest.mark.parametrize(("size_n", "size_m", "pad_to"), [(1, 4, 4), (2, 8, 0), (4, 16, 16)])
+def test_ngram_lookup_is_plain_greedy(target, plain, size_n, size_m, pad_to):
+    out, spec = _run(target, [NgramDrafter(size_n, size_m)], pad_to=pad_to)
     assert out.tokens == plain.tokens
     assert spec.stats.n_accepted > 0  # the tiny model's greedy text loops: lookup finds it
+
+
+def test_pad_draft():
+    assert pad_draft([5, 6], 5) == [5, 6, 6, 6, 6]
+    assert pad_draft([5], 6) == [5]  # 5 short: a new graph costs less than 5 wasted positions
+    assert pad_draft([], 4) == [] and pad_draft([1, 2, 3], 2) == [1, 2, 3]
 
 
 def test_ngram_and_draft_model_chained(target, other, plain):

@@ -99,10 +99,12 @@ def load_draft_context(args: argparse.Namespace, vocab: Any, n_seq_max: int = 1,
 def drafters_from_args(args: argparse.Namespace, vocab: Any, n_seq_max: int = 1,
                        n_ctx: int | None = None) -> tuple[list[Any] | None, int]:
     """The drafters the flags ask for (a draft model loaded and checked; None when speculation is off)
-    and the length drafts are padded to: a draft model's drafts to --spec-draft-n-max, so that every
-    verification batch has one shape (n-gram drafts, up to --spec-ngram-simple-size-m long, are not)."""
+    and the length drafts are padded to where they fall a little short (speculative.pad_draft): the
+    longest draft any of them makes (--spec-draft-n-max, --spec-ngram-simple-size-m)."""
     params = spec_params_from_args(args)
     if params is None:
         return None, 0
     draft_ctx = load_draft_context(args, vocab, n_seq_max, n_ctx) if "draft-simple" in params.types else None
-    return make_drafters(params, draft_ctx), params.n_max if draft_ctx is not None else 0
+    lengths = [params.n_max] if draft_ctx is not None else []
+    lengths += [params.ngram_size_m] if "ngram-simple" in params.types else []
+    return make_drafters(params, draft_ctx), max(lengths)

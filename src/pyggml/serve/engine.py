@@ -35,7 +35,7 @@ from ..llm.batch import Batch, DecodeError
 from ..llm.generate import Timings
 from ..llm.grammar import GrammarSampler
 from ..llm.sampling import Sampler, SamplingParams
-from ..llm.speculative import SpecStats
+from ..llm.speculative import SpecStats, pad_draft
 from .errors import APIError, ErrorType
 from .textstop import StopMatcher, StopSet
 
@@ -346,14 +346,9 @@ class Engine:
         for d in self.drafters:
             draft = d.draft(s.cached, s.next_token, n_max, s.id)[:n_max]
             if draft:
-                s.spec_name = d.name
-                if len(draft) < min(self.spec_pad, n_max):  # one batch shape: see Speculator.step
-                    s.spec_n_real = len(draft)
-                    draft += [draft[-1]] * (min(self.spec_pad, n_max) - len(draft))
-                else:
-                    s.spec_n_real = len(draft)
+                s.spec_name, s.spec_n_real = d.name, len(draft)
                 self.spec_stats.t_draft += time.perf_counter() - t0
-                return draft
+                return pad_draft(draft, min(self.spec_pad, n_max))  # one batch shape where it is cheap
         self.spec_stats.t_draft += time.perf_counter() - t0
         return []
 
