@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..llm.generate import Generation, GenerationInterrupted, generate
+from ..llm.speculative import Speculator
 from .common import (
     add_grammar_args,
     add_model_args,
@@ -21,6 +22,7 @@ from .common import (
     usable_ctx,
 )
 from .errors import CLIError
+from .spec_args import add_speculative_args, drafters_from_args, spec_params_from_args
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,6 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--echo", action="store_true", help="also print the prompt before the generated text")
     add_sampling_args(p)
     add_grammar_args(p)
+    add_speculative_args(p)
     p.set_defaults(func=run)
 
 
@@ -67,7 +70,10 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"-n/--n-predict must be -1 (no limit) or a count >= 0, got {args.n_predict}")
     if args.keep < -1:
         raise CLIError(f"--keep must be -1 (the whole prompt) or a count >= 0, got {args.keep}")
+    spec_params_from_args(args)  # bad speculative flags fail before any model loads
     _model, vocab, ctx = load_model_and_context(args)
+    drafters, pad_to = drafters_from_args(args, vocab)
+    speculator = Speculator(ctx, drafters, pad_to=pad_to) if drafters else None
     add_bos = not args.no_bos
     tokens = vocab.tokenize(prompt, add_special=add_bos, parse_special=True)
     bos = 1 if add_bos and vocab.add_bos and tokens and tokens[0] == vocab.bos else 0
@@ -81,12 +87,12 @@ def run(args: argparse.Namespace) -> int:
         out = generate(ctx, vocab, tokens, sampler, args.n_predict,
                        on_text=lambda s: (sys.stdout.write(s), sys.stdout.flush()),
                        context_shift=args.context_shift, n_keep=min(n_keep, n_ctx // 2), ignore_eos=args.ignore_eos,
-                       n_ctx=n_ctx)
+                       n_ctx=n_ctx, speculator=speculator)
     except GenerationInterrupted as e:  # Ctrl-C: what was done so far, then main's "error: interrupted"
         sys.stdout.write("\n")
         sys.stdout.flush()
         if not args.quiet:
-            _report(e.generation, ctx, sampler.seed)
+            _report(e.generation, ctx, sampler.seed, speculator)
         raise
     sys.stdout.write("\n")
     sys.stdout.flush()
@@ -94,13 +100,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"\ncontext full ({n_ctx} tokens) and context shift is off: stopping "
               "(use --context-shift to go on, or a larger -c)", file=sys.stderr)
     if not args.quiet:
-        _report(out, ctx, sampler.seed)
+        _report(out, ctx, sampler.seed, speculator)
     return 0
 
 
-def _report(out: Generation, ctx: Any, seed: int) -> None:
+def _report(out: Generation, ctx: Any, seed: int, speculator: Speculator | None = None) -> None:
     """The timings and the stop reason, on stderr (after a normal end or a Ctrl-C)."""
     print(f"\n{out.timings.summary()}", file=sys.stderr)
     shifts = f"; {out.n_shifts} context shifts" if out.n_shifts else ""
     print(f"stop: {out.stop_reason}{shifts}; seed {seed}; graph reused {ctx.n_reused} times "
           f"({ctx.n_graph_builds} builds); threads {ctx.backend.n_threads} of {os.cpu_count()}", file=sys.stderr)
+    if speculator is not None:
+        print(speculator.stats.summary(), file=sys.stderr)

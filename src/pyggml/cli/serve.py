@@ -25,6 +25,7 @@ from .common import (
     sampling_params_from_args,
 )
 from .errors import CLIError
+from .spec_args import add_speculative_args, drafters_from_args, spec_params_from_args
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -77,6 +78,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="tokens to generate when a request gives no max_tokens; -1 = until end of generation or a "
                         "full slot (default -1)")
     add_sampling_args(p)  # the defaults of requests that leave these fields out, as llama-server's flags
+    add_speculative_args(p)
     p.set_defaults(func=run)
 
 
@@ -85,6 +87,7 @@ def build_state(args: argparse.Namespace) -> object:
     from ..serve.app import ServerState  # deferred: serve/ needs the optional serve extra (starlette)
     from ..serve.engine import Engine
 
+    spec_params_from_args(args)  # bad speculative flags fail before any model loads
     model, vocab = load_model(args, CHAT_MODEL)
     hp = model.hparams
     n_ctx = args.ctx_size or hp.n_ctx_train
@@ -95,8 +98,9 @@ def build_state(args: argparse.Namespace) -> object:
         raise CLIError(f"{hp.arch} models compute embeddings, not text: serve them with --embedding")
     else:
         ctx = make_context(args, model, n_ctx=n_ctx, n_seq_max=args.parallel, n_batch=args.batch_size)
+    drafters, spec_pad = drafters_from_args(args, vocab, n_seq_max=args.parallel, n_ctx=n_ctx)
     engine = Engine(ctx, vocab, args.parallel, n_ctx, max_queue=args.max_queue,
-                    can_generate=model.arch.has_logits)
+                    can_generate=model.arch.has_logits, drafters=drafters, spec_pad=spec_pad)
     try:
         template, template_error = template_for(model.reader, vocab, args.chat_template), ""
     except NoChatTemplateError as e:

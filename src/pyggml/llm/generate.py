@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,6 +18,7 @@ from ..errors import PyGGMLError
 from ..notice import first_run_seconds
 from .context import LlamaContext
 from .sampling import Sampler
+from .speculative import Speculator
 
 
 @dataclass
@@ -69,7 +71,8 @@ class GenerationInterrupted(KeyboardInterrupt):
 
 def generate(ctx: LlamaContext, vocab: object, prompt_tokens: list[int], sampler: Sampler, n_predict: int = -1,
              on_text: Callable[[str], None] | None = None, context_shift: bool = False,
-             n_keep: int = 0, ignore_eos: bool = False, n_ctx: int | None = None) -> Generation:
+             n_keep: int = 0, ignore_eos: bool = False, n_ctx: int | None = None,
+             speculator: Speculator | None = None) -> Generation:
     """Generate after ``prompt_tokens``; ``on_text`` receives text pieces as they complete.
 
     When the context fills up, generation stops (stop_reason "context full"), or with
@@ -81,6 +84,10 @@ def generate(ctx: LlamaContext, vocab: object, prompt_tokens: list[int], sampler
     cache holds whole pages of 256 cells, so ``-c 10`` gets 256 cells, but the prompt and the
     generation keep to the 10 asked for. Seconds spent compiling kernels (notice.first_run_time)
     are left out of the timings. Ctrl-C raises :class:`GenerationInterrupted` with what was done.
+
+    With a ``speculator`` (llm/speculative.py) each step decodes the last token with a draft after it
+    and may yield several tokens; they are taken one by one exactly as plain decoding's (the same
+    stops, the same context checks), so greedy output is plain greedy output.
     """
     n_ctx = ctx.n_ctx if n_ctx is None else min(n_ctx, ctx.n_ctx)
     if not prompt_tokens:
@@ -101,15 +108,25 @@ def generate(ctx: LlamaContext, vocab: object, prompt_tokens: list[int], sampler
         for s in range(0, len(prompt_tokens), ctx.n_batch):
             logits = ctx.decode(prompt_tokens[s : s + ctx.n_batch])
             tm.n_prompt = min(s + ctx.n_batch, len(prompt_tokens))
+        if speculator is not None:
+            speculator.begin(prompt_tokens)
         tm.t_prompt = clock.lap()
         generating = True
+        ready: deque[int] = deque()  # tokens sampled ahead by a speculative step, their cells already decoded
         while True:
             if 0 <= n_predict <= len(out.tokens):
                 out.stop_reason = "n_predict"
                 break
-            assert logits is not None
-            tok = sampler.sample(logits[-1])
-            sampler.accept(tok)
+            if ready:
+                tok = ready.popleft()
+            elif speculator is not None and out.tokens:
+                left = n_predict - len(out.tokens) if n_predict >= 0 else n_ctx
+                ready.extend(speculator.step(sampler, out.tokens[-1], left, n_ctx))
+                tok = ready.popleft()
+            else:
+                assert logits is not None
+                tok = sampler.sample(logits[-1])
+                sampler.accept(tok)
             if vocab.is_eog(tok) and not ignore_eos:
                 out.stop_reason = "eog"
                 break
@@ -119,13 +136,18 @@ def generate(ctx: LlamaContext, vocab: object, prompt_tokens: list[int], sampler
                 pieces.append(text)
                 if on_text is not None:
                     on_text(text)
-            if ctx.n_past + 1 >= n_ctx:  # llama.cpp's test: the next token would fill the context
+            # llama.cpp's test: the next token would fill the context (cells decoded ahead not counted;
+            # a speculative step's drafts end early enough that it can only hold for its last token)
+            if ctx.n_past - len(ready) + 1 >= n_ctx:
                 if not context_shift:
                     out.stop_reason = "context full"
                     break
-                ctx.context_shift(n_keep)
+                n_discard = ctx.context_shift(n_keep)
+                if speculator is not None:
+                    speculator.shifted(n_keep, n_discard)
                 out.n_shifts += 1
-            logits = ctx.decode([tok])
+            if speculator is None:
+                logits = ctx.decode([tok])
         tail = decoder.decode(b"", final=True)
         if tail:
             pieces.append(tail)

@@ -37,6 +37,7 @@ from ..llm.batch import Batch, DecodeError
 from ..llm.generate import Timings
 from ..llm.grammar import GrammarSampler
 from ..llm.sampling import Candidates, Sampler, SamplingParams
+from ..llm.speculative import SpecStats, pad_draft
 from .errors import APIError, ErrorType
 from .textstop import StopMatcher, StopSet
 
@@ -138,6 +139,7 @@ class Slot:
         self.n_decoded = 0
         self.generated: list[int] = []
         self.next_token = -1
+        self.spec_name, self.spec_n_real = "", 0  # the drafter of the slot's draft in flight, its unpadded length
         self.sampler: Sampler | None = None
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.stop: StopMatcher | None = None
@@ -179,8 +181,13 @@ class Engine:
     """The slots, the waiting queue and the decode thread (see the module docstring)."""
 
     def __init__(self, ctx: Any, vocab: Any, n_parallel: int, n_ctx: int, max_queue: int = 64,
-                 can_generate: bool = True) -> None:
+                 can_generate: bool = True, drafters: list[Any] | None = None, spec_pad: int = 0) -> None:
+        """``drafters`` (llm/speculative.py; a draft model's context holds n_parallel sequences): speculative
+        decoding, each generating slot's next token decoded with a draft after it (see _draft)."""
         self.ctx = ctx
+        self.drafters = drafters or []
+        self.spec_pad = spec_pad
+        self.spec_stats = SpecStats()
         self.vocab = vocab
         self.n_slot_ctx = n_ctx // n_parallel
         self.slots = [Slot(i, self.n_slot_ctx) for i in range(n_parallel)]
@@ -310,14 +317,18 @@ class Engine:
         outputs: list[bool] = []
         readers: list[tuple[Slot, int]] = []  # slots whose logits this batch yields, and their batch index
         fed: list[tuple[Slot, list[int]]] = []
+        drafts: dict[int, list[int]] = {}  # slot id -> the draft decoded after its next token
         for s in self.slots:
             if s.state == GENERATING:
+                draft = self._draft(s) if self.drafters else []
+                drafts[s.id] = draft
                 readers.append((s, len(tokens)))
                 fed.append((s, [s.next_token]))
-                tokens.append(s.next_token)
-                pos.append(len(s.cached))
-                seqs.append(s.id)
-                outputs.append(True)
+                p0 = len(s.cached)
+                tokens += [s.next_token, *draft]
+                pos += range(p0, p0 + 1 + len(draft))
+                seqs += [s.id] * (1 + len(draft))
+                outputs += [True] * (1 + len(draft))
         budget = self.ctx.n_batch - len(tokens)
         for s in sorted((s for s in self.slots if s.state == PROMPT), key=lambda s: s.t_start):
             if budget <= 0:
@@ -349,7 +360,7 @@ class Engine:
         st = self.stats
         st.n_decode += 1
         st.n_busy_slots += len(fed)
-        n_gen = sum(1 for s, _ in fed if s.state == GENERATING)
+        n_gen = sum(1 + len(drafts.get(s.id, ())) for s, _ in fed if s.state == GENERATING)
         n_pp = len(tokens) - n_gen
         # the step's time is shared by prompt and generation tokens in proportion
         st.work.t_prompt += dt * n_pp / len(tokens)
@@ -366,7 +377,40 @@ class Engine:
                 s.state = GENERATING
                 s.t_prompt_end = time.perf_counter()
             self._sample(s, self.ctx.get_logits_ith(i))
+            draft = drafts.get(s.id)
+            if draft:
+                self._accept_draft(s, i, draft)
         return True
+
+    def _draft(self, s: Slot) -> list[int]:
+        """The first drafter's non-empty draft after the slot's next token, short enough that the tokens
+        it may yield stay within the request's n_predict and the slot's context (as llama-server's)."""
+        n_max = s.n_ctx - len(s.cached) - 2
+        if s.n_remain() >= 0:
+            n_max = min(n_max, s.n_remain() - 1)
+        if n_max <= 0:
+            return []
+        t0 = time.perf_counter()
+        for d in self.drafters:
+            draft = d.draft(s.cached, s.next_token, n_max, s.id)[:n_max]
+            if draft:
+                s.spec_name, s.spec_n_real = d.name, len(draft)
+                self.spec_stats.t_draft += time.perf_counter() - t0
+                return pad_draft(draft, min(self.spec_pad, n_max))  # one batch shape where it is cheap
+        self.spec_stats.t_draft += time.perf_counter() - t0
+        return []
+
+    def _accept_draft(self, s: Slot, i: int, draft: list[int]) -> None:
+        """Row 0 was sampled; go on through the draft's rows while the sampled token equals the draft's
+        (llama.cpp's sample-and-accept), then drop the cells of the rows not taken."""
+        n_acc = 0
+        while n_acc < len(draft) and s.task is not None and s.next_token == draft[n_acc]:
+            s.cached.append(draft[n_acc])
+            n_acc += 1
+            self._sample(s, self.ctx.get_logits_ith(i + n_acc))
+        self.ctx.seq_rm(s.id, len(s.cached), -1)
+        self.spec_stats.n_steps += 1
+        self.spec_stats.record(s.spec_name, s.spec_n_real, min(n_acc, s.spec_n_real))
 
     def _launch_pending(self) -> None:
         """Start waiting tasks in queue order while slots are idle; a task asking for a busy slot (``id_slot``)
