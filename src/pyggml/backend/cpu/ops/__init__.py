@@ -30,8 +30,9 @@ from . import (
     shape,
     train,
     unary,
+    wkv_jit,
 )
 
 __all__ = ["conv", "custom", "elementwise", "elementwise_jit", "fusion", "gate_up_jit", "mat", "mat_f_jit",
            "mat_id_jit", "mat_jit", "nn", "nn_jit", "recurrent", "reduce", "reduce_jit", "rows", "rows_jit", "shape",
-           "train", "unary"]
+           "train", "unary", "wkv_jit"]

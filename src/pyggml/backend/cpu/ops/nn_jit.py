@@ -131,6 +131,92 @@ def k_rms_norm_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
 _OP_ADD = int(Op.ADD)
 
 
+@jit_kernel
+def k_l2_norm(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    """y = x / max(sqrt(sum x^2), eps) per row: the float squares summed in double, in order, the sum narrowed
+    to float for sqrtf (ggml_compute_forward_l2_norm_f32)."""
+    r = rec(node)
+    eps = params_f32(node)[0]
+    ne0, ne1, ne2 = r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
+    ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
+    for ir in range(ir0, ir1):
+        i1, i2, i3 = row_index(ir, ne1, ne2)
+        x = numba.carray(f32p(row_at(r, T_SRC0, i1, i2, i3)), ne0)
+        y = numba.carray(f32p(row_at(r, T_DST, i1, i2, i3)), ne0)
+        s = 0.0
+        for i in range(ne0):
+            v = x[i]
+            s += np.float64(v * v)
+        scale = np.float32(1.0) / max(np.float32(math.sqrt(np.float32(s))), eps)
+        for i in range(ne0):
+            y[i] = x[i] * scale
+
+
+@selector(Op.L2_NORM)
+def _sel_l2_norm(node: Tensor) -> Choice | None:
+    a = node.src[0]
+    if not all_f32(node, a) or a.ne != node.ne or not rows_contiguous(node, a) or node.get_op_params_f32(0) < 0:
+        return None
+    return Choice(k_l2_norm)
+
+
+@numba.njit(**_opts)
+def _group_sum(r, c0, c1, i3, mean, center):  # pragma: no cover - compiled
+    """The double sum over the group's rows (channels c0..c1 of batch i3): of x (center False), or of
+    (x - mean)^2 with x - mean written to the output (center True); each row summed on its own first."""
+    ne0, ne1 = r[T_DST + 1], r[T_DST + 2]
+    total = 0.0
+    for i2 in range(c0, c1):
+        for i1 in range(ne1):
+            x = numba.carray(f32p(row_at(r, T_SRC0, i1, i2, i3)), ne0)
+            y = numba.carray(f32p(row_at(r, T_DST, i1, i2, i3)), ne0)
+            s = 0.0
+            for i in range(ne0):
+                if center:
+                    v = x[i] - mean
+                    y[i] = v
+                    s += np.float64(v * v)
+                else:
+                    s += np.float64(x[i])
+            total += s
+    return total
+
+
+@jit_kernel
+def k_group_norm(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    """GROUP_NORM (ggml_compute_forward_group_norm_f32): channels (dim 2) in groups of ceil(ne2 / n_groups),
+    each normalized over ne0 * ne1 * its channels per batch; mean and variance from double sums of per-row
+    double sums, narrowed to float. Thread ith takes groups ith, ith + nth, ..."""
+    r = rec(node)
+    n_groups = params_i32(node)[0]
+    eps = params_f32(node)[1]
+    ne0, ne1, ne2, ne3 = r[T_DST + 1], r[T_DST + 2], r[T_DST + 3], r[T_DST + 4]
+    per = (ne2 + n_groups - 1) // n_groups
+    for g in range(ith, n_groups, nth):
+        c0 = g * per
+        c1 = min(c0 + per, ne2)
+        if c1 <= c0:
+            continue
+        cnt = ne0 * ne1 * (c1 - c0)
+        for i3 in range(ne3):
+            mean = np.float32(_group_sum(r, c0, c1, i3, np.float32(0.0), False) / cnt)
+            variance = np.float32(_group_sum(r, c0, c1, i3, mean, True) / cnt)
+            scale = np.float32(1.0) / np.float32(math.sqrt(variance + eps))
+            for i2 in range(c0, c1):
+                for i1 in range(ne1):
+                    y = numba.carray(f32p(row_at(r, T_DST, i1, i2, i3)), ne0)
+                    for i in range(ne0):
+                        y[i] = y[i] * scale
+
+
+@selector(Op.GROUP_NORM)
+def _sel_group_norm(node: Tensor) -> Choice | None:
+    a = node.src[0]
+    if not all_f32(node, a) or a.ne != node.ne or not rows_contiguous(node, a) or node.get_op_params_i32(0) <= 0:
+        return None
+    return Choice(k_group_norm)
+
+
 def fuse_norm(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Choice | None:
     """The norm chains: RMS_NORM then the MUL of its output by a weight (ggml-cpu's rms_norm + mul fusion),
     with or without the residual ADD whose sum the RMS_NORM reads; or None. ADD + RMS_NORM waits for the MUL."""
