@@ -208,6 +208,14 @@ class Keys:
     ATTENTION_SLIDING_WINDOW = "{arch}.attention.sliding_window"
     ATTENTION_SLIDING_WINDOW_PATTERN = "{arch}.attention.sliding_window_pattern"
 
+    # state-space (Mamba) layers
+    SSM_CONV_KERNEL = "{arch}.ssm.conv_kernel"
+    SSM_INNER_SIZE = "{arch}.ssm.inner_size"
+    SSM_STATE_SIZE = "{arch}.ssm.state_size"
+    SSM_TIME_STEP_RANK = "{arch}.ssm.time_step_rank"
+    SSM_GROUP_COUNT = "{arch}.ssm.group_count"
+    SSM_DT_B_C_RMS = "{arch}.ssm.dt_b_c_rms"
+
     ROPE_DIMENSION_COUNT = "{arch}.rope.dimension_count"
     ROPE_FREQ_BASE = "{arch}.rope.freq_base"
     ROPE_FREQ_BASE_SWA = "{arch}.rope.freq_base_swa"

@@ -94,6 +94,20 @@ class Layer:
     rope_freqs: Tensor | None = None
     rope_long: Tensor | None = None
     rope_short: Tensor | None = None
+    # state-space (Mamba) layers
+    ssm_in: Tensor | None = None
+    ssm_conv1d: Tensor | None = None
+    ssm_conv1d_b: Tensor | None = None
+    ssm_x: Tensor | None = None
+    ssm_dt: Tensor | None = None
+    ssm_dt_b: Tensor | None = None
+    ssm_a: Tensor | None = None
+    ssm_d: Tensor | None = None
+    ssm_norm: Tensor | None = None
+    ssm_dt_norm: Tensor | None = None
+    ssm_b_norm: Tensor | None = None
+    ssm_c_norm: Tensor | None = None
+    ssm_out: Tensor | None = None
 
 
 class Model:

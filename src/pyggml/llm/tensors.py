@@ -51,6 +51,17 @@ class LLMTensor(StrEnum):
     FFN_GATE_SHEXP = "blk.{bid}.ffn_gate_shexp"
     FFN_UP_SHEXP = "blk.{bid}.ffn_up_shexp"
     FFN_DOWN_SHEXP = "blk.{bid}.ffn_down_shexp"
+    SSM_IN = "blk.{bid}.ssm_in"
+    SSM_CONV1D = "blk.{bid}.ssm_conv1d"
+    SSM_X = "blk.{bid}.ssm_x"
+    SSM_DT = "blk.{bid}.ssm_dt"
+    SSM_DT_NORM = "blk.{bid}.ssm_dt_norm"
+    SSM_A = "blk.{bid}.ssm_a"
+    SSM_B_NORM = "blk.{bid}.ssm_b_norm"
+    SSM_C_NORM = "blk.{bid}.ssm_c_norm"
+    SSM_D = "blk.{bid}.ssm_d"
+    SSM_NORM = "blk.{bid}.ssm_norm"
+    SSM_OUT = "blk.{bid}.ssm_out"
 
     def name_of(self, suffix: str | None = "weight", bid: int | None = None) -> str:
         """llama.cpp's ``tn(tensor, suffix, bid)``: ``blk.3.attn_q.weight``."""
