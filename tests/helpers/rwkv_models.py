@@ -1,4 +1,5 @@
-"""Tiny random-weight RWKV-6 and RWKV-7 GGUF models, written with the independent ``gguf`` package.
+"""Tiny random-weight RWKV-6 and RWKV-7 GGUF models (and their Qwen2-block variants rwkv6qwen2 and arwkv7),
+written with the independent ``gguf`` package.
 
 Each has 2 layers, n_embd 64 in 2 WKV heads of 32 (ggml-cpu's RWKV_WKV7 reads a head in whole steps of
 32 floats, so smaller heads would make llama.cpp read past them), an FFN of 96, small LoRA ranks and the
@@ -80,7 +81,42 @@ def _rwkv6_layer(il: int) -> dict[str, tuple[int, ...]]:
             p + "channel_mix_receptance.weight": (n, n)}
 
 
+#: rwkv6qwen2's key/value heads (GQA: its K and V are n_head_kv * head_size wide, repeated to the heads)
+N_HEAD_KV = 1
+
+
+def _qwen_ffn(il: int) -> dict[str, tuple[int, ...]]:
+    """The Qwen2-style blocks of rwkv6qwen2 and arwkv7 (RMSNorm without bias, SwiGLU FFN)."""
+    p, n = f"blk.{il}.", N_EMBD
+    return {p + "attn_norm.weight": (n,), p + "ffn_norm.weight": (n,), p + "ffn_gate.weight": (n, N_FF),
+            p + "ffn_up.weight": (n, N_FF), p + "ffn_down.weight": (N_FF, n)}
+
+
+def _rwkv6qwen2_layer(il: int) -> dict[str, tuple[int, ...]]:
+    """QRWKV6: no time_mix_first (the GATED_LINEAR_ATTN path), no ln, biased r/k/v, GQA keys and values."""
+    p, n, kv = f"blk.{il}.", N_EMBD, N_HEAD_KV * HEAD_SIZE
+    t = {k: v for k, v in _rwkv6_layer(il).items()
+         if "channel_mix" not in k and "norm" not in k and "time_mix_first" not in k and "time_mix_ln" not in k}
+    t |= {p + "time_mix_key.weight": (n, kv), p + "time_mix_value.weight": (n, kv),
+          p + "time_mix_key.bias": (kv,), p + "time_mix_value.bias": (kv,), p + "time_mix_receptance.bias": (n,)}
+    return t | _qwen_ffn(il)
+
+
+def _arwkv7_layer(il: int) -> dict[str, tuple[int, ...]]:
+    """ARWKV-7: RWKV-7's time mix without the gate (5 mixes) and without ln, a SwiGLU FFN."""
+    p = f"blk.{il}."
+    t = {k: v for k, v in _rwkv7_layer(il).items()
+         if "channel_mix" not in k and "norm" not in k and "_g1" not in k and "_g2" not in k and "time_mix_ln" not in k}
+    return t | {p + "time_mix_lerp_fused.weight": (N_EMBD, 1, 1, 5)} | _qwen_ffn(il)
+
+
 def _keys(arch: str) -> dict[str, int]:
+    if arch == "rwkv6qwen2":
+        return {"time_mix_extra_dim": TIME_MIX_EXTRA, "time_decay_extra_dim": TIME_DECAY_EXTRA,
+                "token_shift_count": 1, "attention.head_count_kv": N_HEAD_KV}
+    if arch == "arwkv7":
+        return {"attention.decay_lora_rank": LORA_DECAY, "attention.iclr_lora_rank": LORA_ICLR,
+                "attention.value_residual_mix_lora_rank": LORA_VALUE, "token_shift_count": 1}
     if arch == "rwkv7":
         return {"attention.decay_lora_rank": LORA_DECAY, "attention.iclr_lora_rank": LORA_ICLR,
                 "attention.value_residual_mix_lora_rank": LORA_VALUE, "attention.gate_lora_rank": LORA_GATE}
@@ -88,11 +124,13 @@ def _keys(arch: str) -> dict[str, int]:
             "rescale_every_n_layers": RESCALE_EVERY}
 
 
-LAYERS = {"rwkv7": _rwkv7_layer, "rwkv6": _rwkv6_layer}
+LAYERS = {"rwkv7": _rwkv7_layer, "rwkv6": _rwkv6_layer, "rwkv6qwen2": _rwkv6qwen2_layer, "arwkv7": _arwkv7_layer}
 
 
 def tensors(arch: str) -> dict[str, tuple[int, ...]]:
     t = _common(N_EMBD)
+    if arch in ("rwkv6qwen2", "arwkv7"):  # no LN0, an RMSNorm head without bias
+        t = {k: v for k, v in t.items() if "token_embd_norm" not in k and k != "output_norm.bias"}
     for il in range(N_LAYER):
         t.update(LAYERS[arch](il))
     return t
@@ -115,7 +153,7 @@ def _value(name: str, ne: tuple[int, ...], rng: np.random.Generator) -> np.ndarr
 
 
 def write(arch: str, path: Path, seed: int = 0) -> Path:
-    """Write the tiny ``arch`` model ("rwkv6" or "rwkv7") in F32 to ``path``."""
+    """Write the tiny ``arch`` model (a key of LAYERS) in F32 to ``path``."""
     if arch not in LAYERS:
         raise ValueError(f"no tiny RWKV model for {arch!r} (have {sorted(LAYERS)})")
     rng = np.random.default_rng(seed)
@@ -126,6 +164,7 @@ def write(arch: str, path: Path, seed: int = 0) -> Path:
     w.add_feed_forward_length(N_FF)
     w.add_head_count(0)  # as llama.cpp's converter: required, unused (the heads are n_embd / wkv.head_size)
     w.add_layer_norm_eps(1e-5)
+    w.add_layer_norm_rms_eps(1e-6)
     w.add_uint32(f"{arch}.wkv.head_size", HEAD_SIZE)
     for key, value in _keys(arch).items():
         w.add_uint32(f"{arch}.{key}", value)

@@ -56,5 +56,6 @@ def test_every_registered_architecture_has_reference_data() -> None:
     embeddings = np.load(DATA / "embeddings.npz").files
     encoders = {k.rsplit("-", 1)[0] for k in embeddings if k.endswith("-none")}
     recurrent = {k.split("-")[0] for k in np.load(DATA / "recurrent.npz").files if k.endswith("-logits")}
-    covered = set(ARCHS) | encoders | recurrent
+    rwkv = {k.split("-")[0] for k in np.load(DATA / "rwkv.npz").files if k.endswith("-logits")}  # test_llm_rwkv.py
+    covered = set(ARCHS) | encoders | recurrent | rwkv
     assert set(supported_archs()) <= covered, sorted(set(supported_archs()) - covered)

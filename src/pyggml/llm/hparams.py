@@ -118,6 +118,15 @@ class HParams:
     n_ff_exp: int = 0
     n_ff_shexp: int = 0
     expert_weights_scale: float = 0.0
+    # RWKV-6 (token-shift and decay LoRA sizes, the halving of the residual stream every n layers) and RWKV-7
+    # (LoRA ranks of the decay, in-context learning rate, value residual mix and gate)
+    time_mix_extra_dim: int = 0
+    time_decay_extra_dim: int = 0
+    rescale_every_n_layers: int = 0
+    n_lora_decay: int = 0
+    n_lora_iclr: int = 0
+    n_lora_value_res_mix: int = 0
+    n_lora_gate: int = 0
     # encoders and embeddings: attention over the whole sequence, the default pooling, the classifier head
     causal_attn: bool = True
     swa_type: str = "standard"  # llama_swa_type: "standard" (a window behind) or "symmetric" (half each side)
