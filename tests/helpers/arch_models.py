@@ -44,7 +44,7 @@ class Spec:
     globals_: dict[str, tuple[int, ...]] = field(default_factory=dict)
     tied: bool = False
     n_layer: int = N_LAYER
-    n_head_kv: int = N_HEAD_KV
+    n_head_kv: int | list[int] = N_HEAD_KV  #: a list: per layer (0 marks a hybrid's recurrent layer)
     quant: str = "q8_0"  #: the quantized variant's llama-quantize type
     head: bool = True  #: output_norm (and output unless tied); encoders end without them
     vocab: str = "gpt2"  #: the tokenizer: "gpt2" (byte-level BPE) or "bert" (WordPiece)
@@ -167,6 +167,7 @@ BERT_GLOBALS = {"token_types.weight": (N_EMBD, N_TOKEN_TYPES), "position_embd.we
                 "cls.output.bias": (len(CLS_LABELS),)}
 DENSE_FEAT = 96
 
+
 # state-space layers: Mamba's expansion factor 2, a conv of 4, and (Mamba-2) heads of 16 in 2 groups; for speed
 # models (PYGGML_ARCH_MODEL_DIMS) the real models' state size 128 and heads of 64
 SSM_INNER, SSM_CONV = 2 * N_EMBD, 4
@@ -200,6 +201,18 @@ def _mamba2(il: int, norm: bool = True) -> dict[str, tuple[int, ...]]:
     if norm:
         t[p + "ssm_norm.weight"] = (SSM_INNER // SSM_GROUPS, SSM_GROUPS)
     return t
+
+def _jamba(il: int) -> dict[str, tuple[int, ...]]:
+    """Jamba: a Mamba-1 layer with dt/B/C norms and a dense FFN, then an attention layer with experts (the
+    FFN length, N_FF_EXP, is the experts')."""
+    p = f"blk.{il}."
+    if il == 0:
+        return _mamba(il) | {p + "ssm_dt_norm.weight": (SSM_DT_RANK,), p + "ssm_b_norm.weight": (SSM_STATE,),
+                             p + "ssm_c_norm.weight": (SSM_STATE,), p + "ffn_norm.weight": (N_EMBD,),
+                             p + "ffn_gate.weight": (N_EMBD, N_FF_EXP), p + "ffn_up.weight": (N_EMBD, N_FF_EXP),
+                             p + "ffn_down.weight": (N_FF_EXP, N_EMBD)}
+    return _attn(il) | _moe(il)
+
 
 SPECS: dict[str, Spec] = {
     "llama": Spec("llama", {"rope.freq_base": 500000.0}, lambda il: _attn(il) | _ffn(il),
@@ -255,6 +268,15 @@ SPECS: dict[str, Spec] = {
                             tied=True),
     "mamba": Spec("mamba", MAMBA_KEYS, _mamba, attention=False, tied=True),
     "mamba2": Spec("mamba2", MAMBA2_KEYS, _mamba2, attention=False),
+    "granitehybrid": Spec("granitehybrid", MAMBA2_KEYS | {"logit_scale": 2.5, "residual_scale": 0.4,
+                                                          "embedding_scale": 6.0, "attention.scale": 0.25},
+                          lambda il: (_attn(il) if il == 1 else _mamba2(il)) | _ffn(il), n_layer=3,
+                          n_head_kv=[0, N_HEAD_KV, 0]),
+    "falcon-h1": Spec("falcon-h1", MAMBA2_KEYS | {"rope.freq_base": 10000.0, "attention.key_length": HEAD,
+                                                  "attention.value_length": HEAD},
+                      lambda il: _mamba2(il) | _attn(il) | _ffn(il, norm=False) | {f"blk.{il}.ffn_norm": (N_EMBD,)}),
+    "jamba": Spec("jamba", MAMBA_KEYS | MOE_KEYS | {"feed_forward_length": N_FF_EXP}, _jamba,
+                  n_head_kv=[0, N_HEAD_KV]),
 }
 
 

@@ -55,7 +55,7 @@ def test_every_registered_architecture_has_reference_data() -> None:
     (test_llm_recurrent.py)."""
     embeddings = np.load(DATA / "embeddings.npz").files
     encoders = {k.rsplit("-", 1)[0] for k in embeddings if k.endswith("-none")}
-    recurrent = {k.split("-")[0] for k in np.load(DATA / "recurrent.npz").files if k.endswith("-logits")}
-    rwkv = {k.split("-")[0] for k in np.load(DATA / "rwkv.npz").files if k.endswith("-logits")}  # test_llm_rwkv.py
-    covered = set(ARCHS) | encoders | recurrent | rwkv
+    recurrent = {k[: -len("-f32-logits")] for k in np.load(DATA / "recurrent.npz").files if k.endswith("-f32-logits")}
+    rwkv = {k[: -len("-f32-logits")] for k in np.load(DATA / "rwkv.npz").files if k.endswith("-f32-logits")}
+    covered = set(ARCHS) | encoders | recurrent | rwkv  # rwkv.npz: test_llm_rwkv.py
     assert set(supported_archs()) <= covered, sorted(set(supported_archs()) - covered)

@@ -20,7 +20,7 @@ from pyggml.llm.model import Model
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "archs"
 REF = np.load(DATA / "recurrent.npz")
-ARCHS = sorted({k.split("-")[0] for k in REF.files if k.endswith("-logits")})
+ARCHS = sorted(k[: -len("-f32-logits")] for k in REF.files if k.endswith("-f32-logits"))
 TOKENS = REF["tokens"].tolist()
 
 
@@ -33,9 +33,10 @@ def _ctx(model: Model, n_seq_max: int = 1, n_ubatch: int = 64) -> LlamaContext:
                                              n_seq_max=n_seq_max))
 
 
-@pytest.fixture(scope="module")
-def mamba2() -> Model:
-    return _model("mamba2")
+@pytest.fixture(scope="module", params=["mamba2", "granitehybrid"])
+def model(request: pytest.FixtureRequest) -> Model:
+    """A recurrent model (Mamba-2), and a hybrid one whose attention layer keeps a KV cache beside the states."""
+    return _model(request.param)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -62,12 +63,12 @@ def _alone(model: Model, prompt: list[int], cont: list[int]) -> np.ndarray:
     return ctx.decode(cont, outputs=[True] * len(cont))
 
 
-def test_sequences_decoded_together_equal_each_alone(mamba2: Model) -> None:
+def test_sequences_decoded_together_equal_each_alone(model: Model) -> None:
     """A shared prompt copied with seq_cp, each copy extended differently in one batch (split_equal: equal
     runs per sequence), then seq_rm of one and seq_keep of another: every sequence's logits are the ones it
     gets decoded alone."""
     prompt, conts = TOKENS[:10], [TOKENS[10:14], TOKENS[14:18], TOKENS[18:22]]
-    ctx = _ctx(mamba2, n_seq_max=3)
+    ctx = _ctx(model, n_seq_max=3)
     ctx.decode(prompt)
     for s in (1, 2):
         ctx.seq_cp(0, s)
@@ -77,20 +78,20 @@ def test_sequences_decoded_together_equal_each_alone(mamba2: Model) -> None:
                   logits=[True] * (3 * n))
     out = ctx.decode_batch(batch)
     for s, c in enumerate(conts):
-        np.testing.assert_allclose(out[s * n : (s + 1) * n], _alone(mamba2, prompt, c), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out[s * n : (s + 1) * n], _alone(model, prompt, c), rtol=1e-5, atol=1e-5)
     assert ctx.seq_rm(1, -1, -1) and ctx.seq_pos_max(1) == -1
     ctx.seq_keep(2)
     assert (ctx.seq_pos_max(0), ctx.seq_pos_max(2)) == (-1, 13)
     # sequence 2 goes on from its state; sequence 0 starts afresh from a zeroed state in the same batch
     out = ctx.decode_batch(Batch(token=[5, 6, 7, 8], seq_id=[2, 2, 0, 0], pos=[14, 15, 0, 1], logits=[True] * 4))
-    np.testing.assert_allclose(out[:2], _alone(mamba2, prompt + conts[2], [5, 6]), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(out[2:], _ctx(mamba2).decode([7, 8], outputs=[True, True]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out[:2], _alone(model, prompt + conts[2], [5, 6]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out[2:], _ctx(model).decode([7, 8], outputs=[True, True]), rtol=1e-5, atol=1e-5)
 
 
-def test_seq_rm_drops_only_whole_states(mamba2: Model) -> None:
+def test_seq_rm_drops_only_whole_states(model: Model) -> None:
     """llama.cpp's rule: the state of an earlier position is gone, so [p0, end) with p0 > 0 is refused (False,
     nothing changed); a range before the last position changes nothing; from 0 drops the sequence."""
-    ctx = _ctx(mamba2)
+    ctx = _ctx(model)
     ctx.decode(TOKENS[:8])
     assert ctx.seq_rm(0, 4, -1) is False and ctx.seq_pos_max(0) == 7
     assert ctx.seq_rm(0, 2, 5) is True and ctx.seq_pos_max(0) == 7
@@ -98,8 +99,8 @@ def test_seq_rm_drops_only_whole_states(mamba2: Model) -> None:
     assert ctx.seq_rm(0, 0, -1) is True and ctx.seq_pos_max(0) == -1
 
 
-def test_coupled_sequences_are_refused(mamba2: Model) -> None:
-    ctx = _ctx(mamba2, n_seq_max=2)
+def test_coupled_sequences_are_refused() -> None:
+    ctx = _ctx(_model("mamba2"), n_seq_max=2)
     with pytest.raises(DecodeError, match="coupled"):
         ctx.decode_batch(Batch(token=[3, 4], seq_id=[[0, 1], [0, 1]]))
 
@@ -108,13 +109,13 @@ def _states(ctx: LlamaContext) -> list[np.ndarray]:
     return [t.numpy().copy() for t in (*ctx.recr.r.values(), *ctx.recr.s.values())]
 
 
-def test_a_failure_in_the_second_ubatch_restores_every_state(mamba2: Model, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failure_in_the_second_ubatch_restores_every_state(model: Model, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first ubatch has rolled the states forward when the second fails (an exception after it ran, or an
     abort part-way through its graph): states, positions and cells are all as before the call."""
-    ctx = _ctx(mamba2, n_ubatch=8)
+    ctx = _ctx(model, n_ubatch=8)
     ctx.decode(TOKENS[:4])
     before, cells = _states(ctx), ctx.recr.state()
-    ref = _ctx(mamba2, n_ubatch=8)
+    ref = _ctx(model, n_ubatch=8)
     ref.decode(TOKENS[:4])
     want = ref.decode(TOKENS[4:24])
     real = ctx._process_ubatch
@@ -144,22 +145,22 @@ def test_a_failure_in_the_second_ubatch_restores_every_state(mamba2: Model, monk
     np.testing.assert_array_equal(ctx.decode(TOKENS[4:24]), want)
 
 
-def test_a_saved_state_continues_identically(mamba2: Model, tmp_path: Path) -> None:
+def test_a_saved_state_continues_identically(model: Model, tmp_path: Path) -> None:
     """state_seq_get/set_data and the ggsq file round trip: the restored sequence (into another sequence id
     and another context) gives the original's next logits bit for bit; a truncated state is refused."""
-    ctx = _ctx(mamba2, n_seq_max=2)
+    ctx = _ctx(model, n_seq_max=2)
     ctx.decode(TOKENS[:12])
     data = ctx.state_seq_get_data(0)
     want = ctx.decode(TOKENS[12:16], outputs=[True] * 4)
-    other = _ctx(mamba2, n_seq_max=2)
+    other = _ctx(model, n_seq_max=2)
     assert other.state_seq_set_data(data, 1) == len(data) and other.seq_pos_max(1) == 11
     got = other.decode(TOKENS[12:16], outputs=[True] * 4, seq_id=1)
     np.testing.assert_array_equal(got, want)
     path = tmp_path / "seq.ggsq"
-    ctx2 = _ctx(mamba2)
+    ctx2 = _ctx(model)
     ctx2.decode(TOKENS[:12])
     ctx2.state_seq_save_file(path, 0, TOKENS[:12])
-    fresh = _ctx(mamba2)
+    fresh = _ctx(model)
     assert fresh.state_seq_load_file(path, 0) == TOKENS[:12]
     np.testing.assert_array_equal(fresh.decode(TOKENS[12:16], outputs=[True] * 4), want)
     from pyggml.llm.state import StateError

@@ -234,6 +234,7 @@ class Keys:
     ROPE_SCALING_FACTOR = "{arch}.rope.scaling.factor"
     ROPE_SCALING_ATTN_FACTOR = "{arch}.rope.scaling.attn_factor"
     ROPE_SCALING_ORIG_CTX_LEN = "{arch}.rope.scaling.original_context_length"
+    ROPE_SCALING_FINETUNED = "{arch}.rope.scaling.finetuned"
 
     # split files (gguf-split)
     SPLIT_NO = "split.no"

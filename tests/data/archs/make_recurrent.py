@@ -19,7 +19,7 @@ from make_reference import HERE, L, prompt, run_llamacpp
 
 from helpers import arch_models
 
-RECURRENT = ("mamba", "mamba2")
+RECURRENT = ("mamba", "mamba2", "granitehybrid", "falcon-h1", "jamba")
 
 
 def main(archs: list[str]) -> None:

@@ -50,9 +50,11 @@ def load_mamba_layer(m: Model, layer: Layer, il: int) -> None:
     layer.ssm_out = m.create_tensor(T.SSM_OUT, (d_inner, hp.n_embd), il)
 
 
-def load_mamba2_layer(m: Model, layer: Layer, il: int, norm: bool = True) -> None:
-    """A Mamba-2 layer's tensors: one input projection to z, x, B, C and dt, the conv over x|B|C, dt's bias,
-    A and D per head, the grouped RMSNorm's weight (when ``norm``) and the output projection."""
+def load_mamba2_layer(m: Model, layer: Layer, il: int, norm_required: bool = True,
+                      conv_bias_required: bool = True) -> None:
+    """A Mamba-2 layer's tensors: one input projection to z, x, B, C and dt, the conv over x|B|C (and its
+    bias), dt's bias, A and D per head, the grouped RMSNorm's weight and the output projection (the hybrids
+    make the norm and the conv bias optional)."""
     hp = m.hparams
     d_conv, d_inner, d_state, n_group, n_head = (hp.ssm_d_conv, hp.ssm_d_inner, hp.ssm_d_state, hp.ssm_n_group,
                                                  hp.ssm_dt_rank)
@@ -61,12 +63,11 @@ def load_mamba2_layer(m: Model, layer: Layer, il: int, norm: bool = True) -> Non
     conv_dim = d_inner + 2 * n_group * d_state
     layer.ssm_in = m.create_tensor(T.SSM_IN, (hp.n_embd, d_inner + conv_dim + n_head), il)
     layer.ssm_conv1d = m.create_tensor(T.SSM_CONV1D, (d_conv, conv_dim), il)
-    layer.ssm_conv1d_b = m.create_tensor(T.SSM_CONV1D, (conv_dim,), il, "bias")
+    layer.ssm_conv1d_b = m.create_tensor(T.SSM_CONV1D, (conv_dim,), il, "bias", required=conv_bias_required)
     layer.ssm_dt_b = m.create_tensor(T.SSM_DT, (n_head,), il, "bias")
     layer.ssm_a = m.create_tensor(T.SSM_A, (1, n_head), il, suffix=None)
     layer.ssm_d = m.create_tensor(T.SSM_D, (1, n_head), il, suffix=None)
-    if norm:
-        layer.ssm_norm = m.create_tensor(T.SSM_NORM, (d_inner // n_group, n_group), il)
+    layer.ssm_norm = m.create_tensor(T.SSM_NORM, (d_inner // n_group, n_group), il, required=norm_required)
     layer.ssm_out = m.create_tensor(T.SSM_OUT, (d_inner, hp.n_embd), il)
 
 
@@ -147,7 +148,9 @@ def build_mamba2_layer(g: GraphBuilder, layer: Layer, cur: Tensor, il: int) -> T
     last = B.view_3d(ctx, conv_x, d_conv - 1, conv_dim, n_seqs, conv_x.nb[1], conv_x.nb[2], n_seq_tokens * conv_x.nb[0])
     _store(g, last, conv_all, (d_conv - 1) * conv_dim * n_seqs)
     xbc = B.ssm_conv(ctx, conv_x, layer.ssm_conv1d)
-    xbc = B.silu(ctx, B.add(ctx, xbc, layer.ssm_conv1d_b))
+    if layer.ssm_conv1d_b is not None:
+        xbc = B.add(ctx, xbc, layer.ssm_conv1d_b)
+    xbc = B.silu(ctx, xbc)
     es = xbc.nb[0]
     x = B.view_4d(ctx, xbc, head_dim, n_head, n_seq_tokens, n_seqs, head_dim * es, xbc.nb[1], xbc.nb[2], 0)
     bb = B.view_4d(ctx, xbc, d_state, n_group, n_seq_tokens, n_seqs, d_state * es, xbc.nb[1], xbc.nb[2], d_inner * es)

@@ -23,6 +23,7 @@ from . import (
     nn,
     nn_jit,
     recurrent,
+    recurrent_jit,
     reduce,
     reduce_jit,
     rows,
@@ -34,5 +35,5 @@ from . import (
 )
 
 __all__ = ["conv", "custom", "elementwise", "elementwise_jit", "fusion", "gate_up_jit", "mat", "mat_f_jit",
-           "mat_id_jit", "mat_jit", "nn", "nn_jit", "recurrent", "reduce", "reduce_jit", "rows", "rows_jit", "shape",
-           "train", "unary", "wkv_jit"]
+           "mat_id_jit", "mat_jit", "nn", "nn_jit", "recurrent", "recurrent_jit", "reduce", "reduce_jit", "rows",
+           "rows_jit", "shape", "train", "unary", "wkv_jit"]
