@@ -191,6 +191,7 @@ class Keys:
     ATTENTION_ICLR_LORA_RANK = "{arch}.attention.iclr_lora_rank"
     ATTENTION_VALUE_RESIDUAL_MIX_LORA_RANK = "{arch}.attention.value_residual_mix_lora_rank"
     ATTENTION_GATE_LORA_RANK = "{arch}.attention.gate_lora_rank"
+    SHORTCONV_L_CACHE = "{arch}.shortconv.l_cache"
     EXPERT_WEIGHTS_NORM = "{arch}.expert_weights_norm"
     EXPERT_GATING_FUNC = "{arch}.expert_gating_func"
     USE_PARALLEL_RESIDUAL = "{arch}.use_parallel_residual"

@@ -127,6 +127,8 @@ class HParams:
     n_lora_iclr: int = 0
     n_lora_value_res_mix: int = 0
     n_lora_gate: int = 0
+    # LFM2's short convolutions: the conv window (its state keeps l_cache - 1 past inputs)
+    n_shortconv_l_cache: int = 0
     # encoders and embeddings: attention over the whole sequence, the default pooling, the classifier head
     causal_attn: bool = True
     swa_type: str = "standard"  # llama_swa_type: "standard" (a window behind) or "symmetric" (half each side)
@@ -161,6 +163,8 @@ class HParams:
         window: d_conv - 1 columns of the conv input, x and, for Mamba-2, B and C)."""
         if self.wkv_head_size:
             return self.token_shift_count * self.n_embd
+        if self.n_shortconv_l_cache:  # LFM2: the conv window's l_cache - 1 past inputs
+            return self.n_embd * (self.n_shortconv_l_cache - 1)
         return max(self.ssm_d_conv - 1, 0) * (self.ssm_d_inner + 2 * self.ssm_n_group * self.ssm_d_state)
 
     def n_embd_s(self) -> int:

@@ -71,6 +71,10 @@ class Layer:
     attn_out_norm_b: Tensor | None = None
     layer_out_norm: Tensor | None = None
     layer_out_norm_b: Tensor | None = None
+    # LFM2's short convolution blocks
+    shortconv_conv: Tensor | None = None
+    shortconv_in_proj: Tensor | None = None
+    shortconv_out_proj: Tensor | None = None
     # RWKV blocks (time mix and channel mix) and their second LayerNorm
     attn_norm_2: Tensor | None = None
     attn_norm_2_b: Tensor | None = None

@@ -28,6 +28,10 @@ class LLMTensor(StrEnum):
     DENSE_3_OUT = "dense_3"
     ATTN_NORM = "blk.{bid}.attn_norm"
     ATTN_NORM_2 = "blk.{bid}.attn_norm_2"
+    # LFM2's short convolution blocks
+    SHORTCONV_CONV = "blk.{bid}.shortconv.conv"
+    SHORTCONV_INPROJ = "blk.{bid}.shortconv.in_proj"
+    SHORTCONV_OUTPROJ = "blk.{bid}.shortconv.out_proj"
     # RWKV's time mix (attention-like) and channel mix (FFN-like) blocks
     TIME_MIX_W0 = "blk.{bid}.time_mix_w0"
     TIME_MIX_W1 = "blk.{bid}.time_mix_w1"

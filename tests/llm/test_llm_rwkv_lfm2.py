@@ -1,11 +1,12 @@
-"""The RWKV architectures (rwkv6, rwkv7, rwkv6qwen2, arwkv7) on their tiny models against llama.cpp, and
-their recurrent state.
+"""The RWKV architectures (rwkv6, rwkv7, rwkv6qwen2, arwkv7) and the LFM2 hybrid on their tiny models against
+llama.cpp, and their recurrent state.
 
-tests/data/archs/make_rwkv.py wrote the models (tests/helpers/rwkv_models.py) and llama.cpp 0c1e570's logits
-at every position of a 24-token prompt and 8 greedy tokens after it (rwkv.npz); pyggml must give the same
-logits (cosine >= 0.9999 per position, the same top-1) and the same greedy tokens. Several sequences in one
-batch (split into equal runs, n_seqs > 1 in the graph) must each get what they get alone, and a prompt fed in
-pieces what it gets in one piece: the token shift and the WKV state carried by the recurrent memory.
+tests/data/archs/make_rwkv.py and make_lfm2.py wrote the models (tests/helpers/rwkv_models.py, lfm2_model.py)
+and llama.cpp 0c1e570's logits at every position of a 24-token prompt and 8 greedy tokens after it (rwkv.npz,
+lfm2.npz); pyggml must give the same logits (cosine >= 0.9999 per position, the same top-1) and the same greedy
+tokens. Several sequences in one batch (split into equal runs, n_seqs > 1 in the graph) must each get what they
+get alone, and a prompt fed in pieces what it gets in one piece: the token shift and WKV state (LFM2: the conv
+window, beside the KV cache) carried by the recurrent memory.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from pyggml.llm.context import ContextParams, LlamaContext
 from pyggml.llm.model import Model
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "archs"
-REF = np.load(DATA / "rwkv.npz")
-ARCHS = ("rwkv6", "rwkv7", "rwkv6qwen2", "arwkv7")
+REF = {**np.load(DATA / "rwkv.npz"), **np.load(DATA / "lfm2.npz")}
+ARCHS = ("rwkv6", "rwkv7", "rwkv6qwen2", "arwkv7", "lfm2")
 
 
 def _context(arch: str, **kw: int) -> LlamaContext:
