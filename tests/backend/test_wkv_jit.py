@@ -1,4 +1,4 @@
-"""The compiled RWKV_WKV6, GATED_LINEAR_ATTN, RWKV_WKV7, L2_NORM and GROUP_NORM kernels (ops/wkv_jit.py,
+"""The compiled RWKV_WKV6, GATED_LINEAR_ATTN, RWKV_WKV7, NORM, L2_NORM and GROUP_NORM kernels (ops/wkv_jit.py,
 ops/nn_jit.py): ggml-cpu's bits on x86/AVX2 (checked against a numpy transcription of ops.cpp's float order,
 written here apart from the kernels), close to the numpy kernels, the same bits on any thread count, and
 several sequences in one batch equal to each run alone."""
@@ -196,3 +196,31 @@ def test_group_norm(n_groups: int) -> None:
     got = _compiled(out, 2).reshape(2, 5, 4, 6)
     np.testing.assert_array_equal(got, _group_norm_ggml(values(a), n_groups, 1e-5))
     np.testing.assert_allclose(got, _numpy(out).reshape(2, 5, 4, 6), rtol=1e-5, atol=1e-6)
+
+
+def _norm_ggml(x: np.ndarray, eps: float) -> np.ndarray:
+    """ggml_compute_forward_norm_f32 on AVX2: float mean from a double sum; ggml_vec_cvar_f32's variance."""
+    n = x.shape[-1]
+    mean = np.float32(x.astype(np.float64).sum(-1).astype(np.float32)) / np.float32(n)  # exact: a short sum
+    d = (x - mean[..., None]).astype(np.float32)
+    q = d * d
+    nv = n - n % 8
+    g = q[..., :nv].reshape(*q.shape[:-1], -1, 8)
+    lanes = ((g[..., 4] + g[..., 0]) + (g[..., 6] + g[..., 2])) + ((g[..., 5] + g[..., 1]) + (g[..., 7] + g[..., 3]))
+    total = np.zeros(q.shape[:-1], np.float64)
+    for k in range(lanes.shape[-1]):  # in order
+        total += lanes[..., k].astype(np.float64)
+    for i in range(nv, n):
+        total += q[..., i].astype(np.float64)
+    scale = np.float32(1.0) / np.sqrt((total / n).astype(np.float32) + np.float32(eps))
+    return d * scale[..., None]
+
+
+@pytest.mark.parametrize("ne0", [64, 37])
+def test_norm(ne0: int) -> None:
+    c = OpCase()
+    a = c.tensor(F32, ne0, 5, 3, lo=-2, hi=3)
+    out = B.norm(c.ctx, a, 1e-5)
+    got = _compiled(out, 2).reshape(3, 5, ne0)
+    np.testing.assert_array_equal(got, _norm_ggml(values(a)[0], 1e-5))
+    np.testing.assert_allclose(got, _numpy(out).reshape(3, 5, ne0), rtol=1e-5, atol=1e-6)

@@ -66,3 +66,17 @@ def test_sequences_together_equal_each_alone(arch: str) -> None:
         pieces = _context(arch)
         pieces.decode(p[:2])
         np.testing.assert_allclose(pieces.decode(p[2:])[0], first[5 * s + 4], rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("arch", ["rwkv7", "lfm2"])
+def test_a_saved_sequence_state_continues_identically(arch: str) -> None:
+    """The token shift and WKV state (LFM2: conv window and KV cells) saved with state_seq_get_data and
+    restored into another context and sequence id give the original's next logits bit for bit."""
+    tokens = REF["tokens"].tolist()
+    ctx = _context(arch)
+    ctx.decode(tokens[:10])
+    data = ctx.state_seq_get_data(0)
+    want = ctx.decode(tokens[10:14], outputs=[True] * 4)
+    other = _context(arch, n_seq_max=2)
+    assert other.state_seq_set_data(data, 1) == len(data)
+    np.testing.assert_array_equal(other.decode(tokens[10:14], outputs=[True] * 4, seq_id=1), want)
