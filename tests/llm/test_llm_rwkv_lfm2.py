@@ -1,8 +1,8 @@
 """The RWKV architectures (rwkv6, rwkv7, rwkv6qwen2, arwkv7) and the LFM2 hybrid on their tiny models against
 llama.cpp, and their recurrent state.
 
-tests/data/archs/make_rwkv.py and make_lfm2.py wrote the models (tests/helpers/rwkv_models.py, lfm2_model.py)
-and llama.cpp 0c1e570's logits at every position of a 24-token prompt and 8 greedy tokens after it (rwkv.npz,
+tests/data/archs/make_rwkv.py and make_lfm2.py wrote the models (tests/helpers/rwkv_models.py, lfm2_model.py; F32
+and Q8_0) and llama.cpp 0c1e570's logits at every position of a 24-token prompt and 8 greedy tokens after it (rwkv.npz,
 lfm2.npz); pyggml must give the same logits (cosine >= 0.9999 per position, the same top-1) and the same greedy
 tokens. Several sequences in one batch (split into equal runs, n_seqs > 1 in the graph) must each get what they
 get alone, and a prompt fed in pieces what it gets in one piece: the token shift and WKV state (LFM2: the conv
@@ -23,28 +23,31 @@ from pyggml.llm.model import Model
 DATA = Path(__file__).resolve().parents[1] / "data" / "archs"
 REF = {**np.load(DATA / "rwkv.npz"), **np.load(DATA / "lfm2.npz")}
 ARCHS = ("rwkv6", "rwkv7", "rwkv6qwen2", "arwkv7", "lfm2")
+KINDS = ("f32", "q8_0")  # the F32 file and its Q8_0 quantization (pyggml quantize == llama_model_quantize)
 
 
-def _context(arch: str, **kw: int) -> LlamaContext:
+def _context(arch: str, kind: str = "f32", **kw: int) -> LlamaContext:
     params = {"n_ctx": 64, "n_batch": 64, "n_ubatch": 64, "n_threads": 2} | kw
-    return LlamaContext(Model(DATA / f"{arch}.gguf", progress=False), ContextParams(**params))
+    name = f"{arch}.gguf" if kind == "f32" else f"{arch}-{kind}.gguf"
+    return LlamaContext(Model(DATA / name, progress=False), ContextParams(**params))
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_logits_and_greedy_equal_llamacpp(arch: str) -> None:
+def test_logits_and_greedy_equal_llamacpp(arch: str, kind: str) -> None:
     tokens = REF["tokens"].tolist()
-    ref = REF[f"{arch}-f32-logits"]
-    ctx = _context(arch)
+    ref = REF[f"{arch}-{kind}-logits"]
+    ctx = _context(arch, kind)
     out = ctx.decode(tokens, outputs=[True] * len(tokens))
     cos = (out * ref).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(ref, axis=1))
-    assert cos.min() >= 0.9999, f"{arch}: cosine per position {np.round(cos, 6)}"
-    assert np.array_equal(out.argmax(1), ref.argmax(1)), f"{arch}: top-1 differs"
+    assert cos.min() >= 0.9999, f"{arch} {kind}: cosine per position {np.round(cos, 6)}"
+    assert np.array_equal(out.argmax(1), ref.argmax(1)), f"{arch} {kind}: top-1 differs"
     greedy, last = [], out[-1]
-    for _ in range(len(REF[f"{arch}-f32-greedy"])):
+    for _ in range(len(REF[f"{arch}-{kind}-greedy"])):
         t = int(np.argmax(last))
         greedy.append(t)
         last = ctx.decode([t])[0]
-    assert greedy == REF[f"{arch}-f32-greedy"].tolist()
+    assert greedy == REF[f"{arch}-{kind}-greedy"].tolist()
 
 
 @pytest.mark.parametrize("arch", ARCHS)

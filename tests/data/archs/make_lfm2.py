@@ -7,13 +7,15 @@ attention, 2 threads, then 8 greedy tokens one at a time):
     PYTHONPATH=tests:tests/data/archs:<sdist>/llama_cpp_python-0.3.36:<diskcache> \\
         LLAMA_CPP_LIB_PATH=<llama.cpp>/build/bin python tests/data/archs/make_lfm2.py
 
-into ``lfm2.npz`` (its own file: reference.npz is make_reference.py's).
+on ``lfm2.gguf`` (F32) and ``lfm2-q8_0.gguf`` (quantized by ``pyggml quantize``, as make_rwkv.py), into
+``lfm2.npz`` (its own file: reference.npz is make_reference.py's).
 """
 
 from __future__ import annotations
 
 import numpy as np
 from make_reference import HERE, L, prompt, run_llamacpp
+from make_rwkv import write_pair
 
 from helpers import lfm2_model
 
@@ -21,11 +23,13 @@ from helpers import lfm2_model
 def main() -> None:
     L.llama_backend_init()
     toks = prompt()
-    path = lfm2_model.write(HERE / "lfm2.gguf")
-    logits, greedy = run_llamacpp(path, toks)
-    print(f"lfm2: logits {logits.shape}, greedy {greedy}")
-    np.savez_compressed(HERE / "lfm2.npz", tokens=np.array(toks, dtype=np.int32),
-                        **{"lfm2-f32-logits": logits.astype(np.float32), "lfm2-f32-greedy": np.array(greedy)})
+    out = {"tokens": np.array(toks, dtype=np.int32)}
+    for kind, path in write_pair(lfm2_model.write, "lfm2"):
+        logits, greedy = run_llamacpp(path, toks)
+        print(f"lfm2 {kind}: logits {logits.shape}, greedy {greedy}")
+        out[f"lfm2-{kind}-logits"] = logits.astype(np.float32)
+        out[f"lfm2-{kind}-greedy"] = np.array(greedy, dtype=np.int32)
+    np.savez_compressed(HERE / "lfm2.npz", **out)
 
 
 if __name__ == "__main__":
