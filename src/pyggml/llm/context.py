@@ -145,8 +145,6 @@ class LlamaContext:
         self.embd = np.zeros((0, hp.n_embd), dtype=np.float32)  # pooling none: per output token, as logits
         self.embd_seq: dict[int, np.ndarray] = {}  # pooled: sequence id -> its vector (or RANK's scores)
         self.abort_callback: Callable[[], bool] | None = None
-        #: during a decode: the recurrent state rows each ubatch overwrites, saved before it runs
-        self._rs_rows: list = []
 
     def set_abort_callback(self, callback: Callable[[], bool] | None) -> None:
         """llama_set_abort_callback: asked after every computed node; True stops the decode, which then
@@ -391,14 +389,14 @@ class LlamaContext:
         embd = np.empty((0 if pooled or not self.embeddings else ub_all.n_outputs, hp.n_embd), dtype=np.float32)
         embd_seq: dict[int, np.ndarray] = {}
         row_of = np.cumsum(ub_all.output) - 1  # batch index -> logits row, for outputs
+        if self.recr is not None:
+            self.recr.begin()
         try:
             for ub in ubatches:
                 self._process_ubatch(ub, logits, row_of[ub.index[ub.output]], embd, embd_seq)
         except BaseException:  # a failure, an abort or Ctrl-C part-way: the memory is as it was
             self._restore_state(saved)
             raise
-        finally:
-            self._rs_rows = []
         self.logits = logits
         self.embd, self.embd_seq = embd, embd_seq
         self.output_ids = np.full(ub_all.n_tokens, -1, dtype=np.int64)
@@ -455,7 +453,7 @@ class LlamaContext:
     def _save_state(self) -> dict:
         """The cache cells' bookkeeping a decode changes (the K/V data of cells it writes is not
         needed: restored cells hold positions no later token can attend to again). A recurrent state is
-        overwritten in place, so its rows are saved too, by each ubatch before it runs (``_rs_rows``)."""
+        overwritten in place, so its rows are saved too, by each ubatch before it runs (save_rows)."""
         saved: dict = {name: c.state() for name, c in self.caches.items()}
         if self.recr is not None:
             saved[_RECR] = self.recr.state()
@@ -464,8 +462,7 @@ class LlamaContext:
     def _restore_state(self, saved: dict) -> None:
         for name, cells in saved.items():
             if name == _RECR:
-                for rows in reversed(self._rs_rows):  # the oldest copy of a row last: it is the one before
-                    RecurrentMemory.rows_restore(rows)
+                self.recr.restore_rows()
                 self.recr.set_state(cells)
             else:
                 self.caches[name].set_state(cells)
@@ -502,7 +499,7 @@ class LlamaContext:
             recr = self.recr
             if not recr.find_slot(RecurrentMemory.runs_of(ub.seq_mask, ub.seq_first, ub.pos, ub.n_seqs)):
                 raise DecodeError("decode: the recurrent memory found no cells for the ubatch")
-            self._rs_rows.append(recr.rows_backup(recr.head, recr.head + recr.n))
+            recr.save_rows(recr.head, recr.head + recr.n)
             rs_key = (recr.head, recr.n, recr.rs_z, ub.n_seqs)
         for name, cache in self.caches.items():
             slots[name] = cache.find_slot(ub.seq_first, ub.n_seqs)
