@@ -332,7 +332,7 @@ class Engine:
         s.state = PROMPT
         n_keep = common_prefix(s.cached, task.tokens) if task.params.cache_prompt else 0
         n_keep = min(n_keep, len(task.tokens) - 1)  # decode at least one token, for its logits
-        if n_keep > 0 and not self.ctx.seq_rm(s.id, n_keep, -1):
+        if n_keep > 0 and self.ctx.seq_rm(s.id, n_keep, -1) is False:
             n_keep = 0  # a recurrent state cannot be cut back to the shared prefix (llama-server starts over)
         if n_keep > 0:
             # a sliding-window cache may have dropped cells the new tokens still need to see: start over
