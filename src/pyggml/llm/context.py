@@ -51,7 +51,7 @@ class ContextParams:
     n_batch: int = 2048
     n_ubatch: int = 512
     n_threads: int = 0  # 0: all cores
-    flash_attn: bool = False
+    flash_attn: bool | None = False  # None: llama.cpp's auto (on where every device holding layers has it)
     type_k: GGMLType = GGMLType.F16
     type_v: GGMLType = GGMLType.F16
     swa_full: bool = False
@@ -60,6 +60,26 @@ class ContextParams:
     embeddings: bool = False  # also output embeddings (llama_context_params.embeddings)
     pooling_type: PoolingType = PoolingType.UNSPECIFIED  # UNSPECIFIED: the model's ({arch}.pooling_type)
     causal_attn: bool | None = None  # llama_attention_type: None the model's ({arch}.attention.causal)
+
+
+def resolve_flash_attn(model: Model) -> bool:
+    """llama.cpp's ``-fa auto``: flash attention unless a device holding layers cannot compute FLASH_ATTN_EXT
+    (llama_context::resolve_fused_ops turns it off when the op would leave its layer's device). The CPU
+    computes it always; another device is asked with a probe of the model's head shapes, one decode step
+    over 256 F16 cells."""
+    from ..context import Context, tensor_overhead  # deferred: only for the probe
+    from ..ops.nn import flash_attn_ext
+
+    hp = model.hparams
+    for dev in model.devices:
+        ctx = Context(8 * tensor_overhead(), no_alloc=True)
+        q = ctx.new_tensor(GGMLType.F32, hp.n_embd_head_k, 1, hp.n_head[0], 1)
+        k = ctx.new_tensor(GGMLType.F16, hp.n_embd_head_k, 256, hp.n_head_kv[0], 1)
+        v = ctx.new_tensor(GGMLType.F16, hp.n_embd_head_v, 256, hp.n_head_kv[0], 1)
+        mask = ctx.new_tensor(GGMLType.F16, 256, 1, 1, 1)
+        if not dev.supports_op(flash_attn_ext(ctx, q, k, v, mask, 1.0, 0.0, 0.0)):
+            return False
+    return True
 
 
 class LlamaContext:
@@ -91,9 +111,9 @@ class LlamaContext:
         self.n_ctx_seq = self.n_ctx if p.kv_unified else ggml_pad(self.n_ctx // p.n_seq_max, KV_PAD)
         self.n_ctx = self.n_ctx_seq * (1 if p.kv_unified else p.n_seq_max)
         n_stream = 1 if p.kv_unified else p.n_seq_max
-        self.flash_attn = p.flash_attn
+        self.flash_attn = resolve_flash_attn(model) if p.flash_attn is None else p.flash_attn
         buft = {il: model.layer_buft(il) for il in range(hp.n_layer)}
-        v_trans = not p.flash_attn
+        v_trans = not self.flash_attn
         #: the recurrent layers' states (llama_memory_recurrent), one cell per sequence; None without them
         self.recr: RecurrentMemory | None = None
         if not model.arch.has_memory:  # an encoder: no KV cache (llama_model::create_memory gives none)
