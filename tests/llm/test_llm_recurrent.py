@@ -186,3 +186,17 @@ def test_embeddings_split_by_sequence(model: Model) -> None:
         alone = ctx(1)
         alone.decode_batch(Batch(token=toks))
         np.testing.assert_allclose(both.get_embeddings_seq(s), alone.get_embeddings_seq(0), rtol=1e-5, atol=1e-6)
+
+
+def test_a_state_of_another_model_is_refused() -> None:
+    """A Mamba-2 sequence state read into a Mamba context: its rows have another width, so it is refused
+    (StateError naming the layer) and the sequence holds nothing."""
+    from pyggml.llm.state import StateError
+
+    src = _ctx(_model("mamba2"))
+    src.decode(TOKENS[:6])
+    dst = _ctx(_model("mamba"))
+    dst.decode(TOKENS[:2])
+    with pytest.raises(StateError, match="layer 0: the state's r rows"):
+        dst.state_seq_set_data(src.state_seq_get_data(0), 0)
+    assert dst.seq_pos_max(0) == -1

@@ -488,7 +488,8 @@ class RecurrentMemory:
                 t = tensors[il]
                 ty, row = r.unpack("<iQ")
                 if ty != int(t.type) or row != t.nb[1]:
-                    raise StateError(f"layer {il}: the state's {kind} rows are type {ty}, {row} bytes; the "
-                                              f"memory's {t.type.name}, {t.nb[1]} bytes")
+                    name = GGMLType(ty).name if ty in GGMLType._value2member_map_ else f"type {ty}"
+                    raise StateError(f"layer {il}: the state's {kind} rows are {name}, {row} bytes; the memory's "
+                                     f"{t.type.name}, {t.nb[1]} bytes (another model?)")
                 data = np.frombuffer(r.take(row * cell_count), np.uint8)
                 backend_tensor_set(t, data, head * row, data.size)
