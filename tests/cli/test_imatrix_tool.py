@@ -298,9 +298,9 @@ def test_batch_size_decodes_several_chunks_per_batch(tok2: Path, tmp_path: Path,
     calls: list[int] = []
     real = LlamaContext.decode_batch
 
-    def spy(self: LlamaContext, batch: object) -> np.ndarray:
+    def spy(self: LlamaContext, batch: object, **kw: object) -> np.ndarray:
         calls.append(len(batch.token))  # type: ignore[attr-defined]
-        return real(self, batch)  # type: ignore[arg-type]
+        return real(self, batch, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(LlamaContext, "decode_batch", spy)
     ims, ppls = {}, {}

@@ -26,13 +26,13 @@ def test_stop_matcher_holds_back_partial_stop_strings() -> None:
     assert m.feed("<|") == "<|" and m.flush() == ""
 
 
-def test_schemas_refuse_wrong_types_and_accept_unknown_fields() -> None:
+def test_schemas_refuse_wrong_types_and_unknown_fields() -> None:
     pytest.importorskip("pydantic")
     from pyggml.serve.errors import APIError
     from pyggml.serve.schemas import ChatCompletionRequest, CompletionRequest, parse
 
     req = parse(b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}], "max_tokens": 3,'
-                b' "logprobs": true, "top_logprobs": 2, "unknown_field": {"x": 1}}', ChatCompletionRequest)
+                b' "logprobs": true, "top_logprobs": 2}', ChatCompletionRequest)
     assert req.n_predict_value() == 3 and req.n_probs_value() == 2 and req.messages[0].text() == "hi"
     assert parse(b'{"prompt": "x", "stop": "a"}', CompletionRequest).stop_list() == ["a"]
     for bad in (b'{"prompt": "x", "max_tokens": 1.5}', b'{"prompt": "x", "stream": "yes"}', b'{"prompt": 3}',
@@ -40,6 +40,11 @@ def test_schemas_refuse_wrong_types_and_accept_unknown_fields() -> None:
         with pytest.raises(APIError) as e:
             parse(bad, CompletionRequest)
         assert e.value.body()["error"]["code"] == 400 and e.value.body()["error"]["type"] == "invalid_request_error"
+    # no field is silently ignored: an unknown one (at any depth) is refused by name
+    for body, name in ((b'{"prompt": "x", "n_keep": 4}', "'n_keep'"),
+                       (b'{"messages": [{"role": "user", "content": "x", "weight": 1}]}', "'messages.0.weight'")):
+        with pytest.raises(APIError, match=f"{name}: this server does not support this field"):
+            parse(body, ChatCompletionRequest if b"messages" in body else CompletionRequest)
 
 
 def test_registry_names_and_missing_packages(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:

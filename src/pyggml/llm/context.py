@@ -39,6 +39,8 @@ _RECR = "\0recurrent"
 #: ggml's eval callback: called with ask=True to ask whether a node is wanted, then with ask=False
 #: once it has been computed; returning False from the second call stops the graph.
 EvalCallback = Callable[[Tensor, bool], bool]
+#: decode_batch's per-ubatch consumer of logits: (batch indices of the ubatch's outputs, their logits)
+LogitsSink = Callable[[np.ndarray, np.ndarray], None]
 
 
 class DecodeAborted(DecodeError):
@@ -365,10 +367,14 @@ class LlamaContext:
         return self.decode_batch(Batch(token=tokens, pos=positions, seq_id=[seq_id] * n if seq_id else None,
                                        logits=outputs))
 
-    def decode_batch(self, batch: Batch) -> np.ndarray:
+    def decode_batch(self, batch: Batch, logits_sink: LogitsSink | None = None) -> np.ndarray:
         """llama_decode: run a batch of tokens of any sequences; returns the logits of its output tokens
         in batch order, [n_outputs, n_vocab] (``output_ids`` maps batch index -> row), or for a model
         without an output head an empty [n_outputs, 0].
+
+        ``logits_sink`` takes each ubatch's logits as it is computed, with the batch indices of its outputs,
+        and the batch's logits are not kept (an empty array is returned): what perplexity and imatrix need,
+        where a batch's outputs over a 262k vocabulary would be gigabytes. Not with embeddings.
 
         The batch is checked and completed as llama.cpp does (see llm/batch.py), split into ubatches
         of at most n_ubatch tokens, and each ubatch finds its cells, builds (or reuses) its graph
@@ -404,7 +410,9 @@ class LlamaContext:
         # each ubatch's logits go straight to their rows in batch order (split_equal reorders tokens):
         # one copy of what can be a gigabyte (1024 outputs of a 262k vocabulary)
         n_vocab_out = hp.n_vocab if self.model.arch.has_logits else 0
-        logits = np.empty((ub_all.n_outputs, n_vocab_out), dtype=np.float32)
+        if logits_sink is not None and self.embeddings:
+            raise PyGGMLError("decode_batch: a logits sink cannot be used with embeddings on")
+        logits = np.empty((0 if logits_sink else ub_all.n_outputs, n_vocab_out), dtype=np.float32)
         pooled = self.embeddings and self.pooling_type is not PoolingType.NONE
         embd = np.empty((0 if pooled or not self.embeddings else ub_all.n_outputs, hp.n_embd), dtype=np.float32)
         embd_seq: dict[int, np.ndarray] = {}
@@ -413,14 +421,20 @@ class LlamaContext:
             self.recr.begin()
         try:
             for ub in ubatches:
-                self._process_ubatch(ub, logits, row_of[ub.index[ub.output]], embd, embd_seq)
+                if logits_sink is None:
+                    self._process_ubatch(ub, logits, row_of[ub.index[ub.output]], embd, embd_seq)
+                    continue
+                block = np.empty((int(ub.output.sum()), n_vocab_out), dtype=np.float32)
+                self._process_ubatch(ub, block, np.arange(len(block)), embd, embd_seq)
+                logits_sink(ub.index[ub.output], block)
         except BaseException:  # a failure, an abort or Ctrl-C part-way: the memory is as it was
             self._restore_state(saved)
             raise
         self.logits = logits
         self.embd, self.embd_seq = embd, embd_seq
         self.output_ids = np.full(ub_all.n_tokens, -1, dtype=np.int64)
-        self.output_ids[ub_all.output] = np.arange(ub_all.n_outputs)
+        if logits_sink is None:
+            self.output_ids[ub_all.output] = np.arange(ub_all.n_outputs)
         return self.logits
 
     def set_embeddings(self, embeddings: bool) -> None:
