@@ -52,6 +52,8 @@ def main() -> int:
     ap.add_argument("-r", type=int, default=3, help="repetitions per run (default 3)")
     ap.add_argument("-t", type=int, default=2, help="threads (default 2)")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds (default 2)")
+    ap.add_argument("-fa", "--flash-attn", choices=["on", "off", "auto"], default="auto",
+                    help="flash attention for both programs (default auto, both programs' default: on for the CPU)")
     ap.add_argument("--pyggml", default=None, help="pyggml command (default: the one next to this Python)")
     args = ap.parse_args()
     lb = Path(args.llama_bench)
@@ -72,13 +74,15 @@ def main() -> int:
     samples: dict[tuple[str, str, str], list[float]] = {}
     for rnd in range(args.rounds):
         for path, p, n in models:
-            common = ["-m", path, "-p", str(p), "-n", str(n), "-r", str(args.r), "-t", str(args.t), "-o", "json"]
+            common = ["-m", path, "-p", str(p), "-n", str(n), "-r", str(args.r), "-t", str(args.t),
+                      "-fa", args.flash_attn, "-o", "json"]
             runs = [("pyggml", [pyggml, "bench", *common]), ("llama.cpp", [str(lb), *common])]
             for prog, cmd in runs if rnd % 2 == 0 else runs[::-1]:
                 for test, ts in _tests(_run_json(cmd)).items():
                     samples.setdefault((path, test, prog), []).append(ts)
                     print(f"round {rnd + 1}: {Path(path).name} {test} {prog}: {ts:.2f} t/s", file=sys.stderr)
-    print(f"\n{args.t} threads, {args.rounds} rounds x {args.r} repetitions, medians of the rounds\n")
+    print(f"\n{args.t} threads, flash attention {args.flash_attn}, {args.rounds} rounds x {args.r} repetitions, "
+          "medians of the rounds\n")
     print("| model | test | pyggml t/s | llama.cpp t/s | ratio |")
     print("|---|---|---:|---:|---:|")
     for path, p, n in models:

@@ -123,11 +123,20 @@ def is_permuted(t: Tensor) -> bool:
     return t.is_permuted()
 
 
+#: llama-cpp-python's names, exported lazily
+_LLAMA_API = ("Llama", "LlamaGrammar", "LlamaState", "LogitsProcessorList", "StoppingCriteriaList")
+
+
 def __getattr__(name: str) -> object:
-    """Lazy exports of llama.cpp's quantization tools (``pyggml.quantize_model``, ``pyggml.IMatrixCollector``):
-    importing them loads the quantizers, which a plain ``import pyggml`` should not pay for."""
+    """Lazy exports of llama.cpp's quantization tools (``pyggml.quantize_model``, ``pyggml.IMatrixCollector``)
+    and of llama-cpp-python's API (``pyggml.Llama``, ``pyggml.LlamaGrammar``...): importing them loads the
+    quantizers or the LLM stack, which a plain ``import pyggml`` should not pay for."""
     if name in ("quantize_model", "QuantizeOptions", "IMatrixCollector"):
         from . import quantize  # deferred (see the docstring)
 
         return getattr(quantize, name)
+    if name in _LLAMA_API:  # llama-cpp-python's API (``from pyggml import Llama``): loads the LLM stack
+        from . import llama
+
+        return getattr(llama, name)
     raise AttributeError(f"module 'pyggml' has no attribute {name!r}")

@@ -119,6 +119,39 @@ def test_soft_max(mask_type: GGMLType | None, max_bias: float) -> None:
     close(*both(B.soft_max_ext(c.ctx, a, mask, 0.3, max_bias)))
 
 
+@pytest.mark.parametrize(
+    ("kv_type", "n_q", "n_kv", "softcap", "max_bias", "sinks"),
+    [
+        (F16, 1, 96, 0.0, 0.0, False),  # one chunk (a short decode)
+        (F16, 5, 96, 0.0, 8.0, True),
+        (F32, 5, 96, 30.0, 0.0, False),
+        (F16, 1, 600, 0.0, 0.0, True),  # split KV: the cells shared out over the threads, partials merged
+        (F32, 1, 520, 0.0, 0.0, False),
+        (F16, 70, 150, 0.0, 0.0, False),  # tiled: 64 query rows by 64 cells
+        (F32, 130, 96, 20.0, 8.0, True),
+    ],
+)
+def test_flash_attn_ext(kv_type: GGMLType, n_q: int, n_kv: int, softcap: float, max_bias: float, sinks: bool) -> None:
+    """The compiled kernel's three paths against the numpy kernel: the same attention, rounded otherwise (ggml's
+    fp16 accumulator on the one-chunk path); the bits are llama.cpp's (tests/llm/test_llm_flash_attn.py)."""
+    c = OpCase()
+    d, n_head, n_head_kv = 64, 4, 2
+    q = c.tensor(F32, d, n_q, n_head)
+    k = c.tensor(kv_type, d, n_kv, n_head_kv)
+    v = c.tensor(kv_type, d, n_kv, n_head_kv)
+    m = np.zeros((n_q, n_kv), np.float32)
+    for i in range(n_q):  # causal over a history, and one row's early cells masked
+        m[i, n_kv - n_q + i + 1:] = -np.inf
+    m[0, :3] = -np.inf
+    mask = c.tensor(F16, n_kv, n_q, data=m)
+    out = B.flash_attn_ext(c.ctx, q, k, v, mask, 1.0 / 8, max_bias, softcap)
+    if sinks:
+        B.flash_attn_ext_add_sinks(out, c.tensor(F32, n_head))
+    got, ref = both(out)
+    close(got, ref, rtol=2e-3 if kv_type == F16 and n_q < 64 else 2e-5)
+    assert np.isfinite(got).all()
+
+
 @pytest.mark.parametrize("mode", [0, 2])
 @pytest.mark.parametrize("variant", ["plain", "yarn", "freq_factors", "partial", "back"])
 def test_rope(mode: int, variant: str) -> None:

@@ -24,7 +24,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "archs"
 REF = np.load(DATA / "embeddings.npz")
 BERT = str(DATA / "bert.gguf")
 PROMPTS = "hello world\nthe cat sat on the mat"
-BASE = ["embedding", "-m", BERT, "-t", "2", "-q"]
+BASE = ["embedding", "-m", BERT, "-t", "2", "-q", "-fa", "off"]  # the reference ran without flash attention
 
 
 def _run(capsys: pytest.CaptureFixture[str], *flags: str, prompt: str = PROMPTS) -> str:

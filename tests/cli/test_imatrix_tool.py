@@ -170,7 +170,7 @@ def test_gemma_imatrix_matches_llama_imatrix(tmp_path: Path, gemma_path: Path) -
     os.chdir(DATA)  # imatrix.datasets records the text's path as given
     try:
         assert main(["imatrix", "-q", "-m", str(gemma_path), "-f", "imatrix-text.txt", "-o", str(out), "-c", "128",
-                     "--chunks", "4"]) == 0
+                     "--chunks", "4", "-fa", "off"]) == 0
     finally:
         os.chdir(cwd)
     ours, ref = load_imatrix(out), load_imatrix(DATA / "gemma-imatrix-c128-chunks4.gguf")
@@ -203,7 +203,7 @@ def test_imatrix_cli_matches_llama_imatrix_on_a_small_model(tmp_path: Path,
     os.chdir(DATA)  # imatrix.datasets records the text's path as given
     try:
         assert main(["imatrix", "-q", "-m", str(model), "-f", "imatrix-text.txt", "-o", str(out), "-c", "32",
-                     "--chunks", "3", "-t", "1"]) == 0
+                     "--chunks", "3", "-t", "1", "-fa", "off"]) == 0
     finally:
         os.chdir(cwd)
     printed = capsys.readouterr().out
@@ -226,7 +226,7 @@ def test_imatrix_cli_matches_llama_imatrix_on_a_small_model(tmp_path: Path,
     os.chdir(DATA)
     try:
         assert main(["imatrix", "-q", "-m", str(model), "-f", "imatrix-text.txt", "-o", str(tmp_path / "im.dat"),
-                     "--output-format", "dat", "-c", "32", "--chunks", "3", "-t", "1"]) == 0
+                     "--output-format", "dat", "-c", "32", "--chunks", "3", "-t", "1", "-fa", "off"]) == 0
     finally:
         os.chdir(cwd)
     ours, ref = load_imatrix(tmp_path / "im.dat"), load_imatrix(DATA / "tok2-imatrix-c32-chunks3.dat")
@@ -298,9 +298,9 @@ def test_batch_size_decodes_several_chunks_per_batch(tok2: Path, tmp_path: Path,
     calls: list[int] = []
     real = LlamaContext.decode_batch
 
-    def spy(self: LlamaContext, batch: object) -> np.ndarray:
+    def spy(self: LlamaContext, batch: object, **kw: object) -> np.ndarray:
         calls.append(len(batch.token))  # type: ignore[attr-defined]
-        return real(self, batch)  # type: ignore[arg-type]
+        return real(self, batch, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(LlamaContext, "decode_batch", spy)
     ims, ppls = {}, {}
@@ -314,7 +314,7 @@ def test_batch_size_decodes_several_chunks_per_batch(tok2: Path, tmp_path: Path,
     for b in ("96", "16"):
         _assert_same(ims[b], ims["32"], rtol=2e-4)
         np.testing.assert_allclose(ppls[b], ppls["32"], rtol=1e-5)
-    # llama-imatrix -c 32 -b 96 --chunks 5 printed these
+    # llama-imatrix -c 32 -b 96 --chunks 5 printed these (its default: flash attention on, as pyggml's)
     np.testing.assert_allclose(ppls["96"], [373.9888, 365.3886, 341.4179, 322.5995, 317.9555], rtol=2e-4)
 
 

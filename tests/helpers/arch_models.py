@@ -178,6 +178,8 @@ SSM_HEADS = SSM_INNER // SSM_HEAD_DIM
 MAMBA_KEYS = {"ssm.conv_kernel": SSM_CONV, "ssm.inner_size": SSM_INNER, "ssm.state_size": SSM_STATE,
               "ssm.time_step_rank": SSM_DT_RANK}
 MAMBA2_KEYS = MAMBA_KEYS | {"ssm.time_step_rank": SSM_HEADS, "ssm.group_count": SSM_GROUPS}
+#: granitehybrid: an attention layer in every 4 (the second), the others Mamba-2; at least 3 layers
+GH_LAYERS = max(3, N_LAYER)
 
 
 def _mamba(il: int) -> dict[str, tuple[int, ...]]:
@@ -270,8 +272,8 @@ SPECS: dict[str, Spec] = {
     "mamba2": Spec("mamba2", MAMBA2_KEYS, _mamba2, attention=False),
     "granitehybrid": Spec("granitehybrid", MAMBA2_KEYS | {"logit_scale": 2.5, "residual_scale": 0.4,
                                                           "embedding_scale": 6.0, "attention.scale": 0.25},
-                          lambda il: (_attn(il) if il == 1 else _mamba2(il)) | _ffn(il), n_layer=3,
-                          n_head_kv=[0, N_HEAD_KV, 0]),
+                          lambda il: (_attn(il) if il % 4 == 1 else _mamba2(il)) | _ffn(il), n_layer=GH_LAYERS,
+                          n_head_kv=[N_HEAD_KV if il % 4 == 1 else 0 for il in range(GH_LAYERS)]),
     "falcon-h1": Spec("falcon-h1", MAMBA2_KEYS | {"rope.freq_base": 10000.0, "attention.key_length": HEAD,
                                                   "attention.value_length": HEAD},
                       lambda il: _mamba2(il) | _attn(il) | _ffn(il, norm=False) | {f"blk.{il}.ffn_norm": (N_EMBD,)}),

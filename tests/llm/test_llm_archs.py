@@ -55,8 +55,8 @@ def test_every_registered_architecture_has_reference_data() -> None:
     (test_llm_recurrent.py)."""
     embeddings = np.load(DATA / "embeddings.npz").files
     encoders = {k.rsplit("-", 1)[0] for k in embeddings if k.endswith("-none")}
-    recurrent = {k[: -len("-f32-logits")] for k in np.load(DATA / "recurrent.npz").files if k.endswith("-f32-logits")}
-    rwkv = {k[: -len("-f32-logits")] for name in ("rwkv.npz", "lfm2.npz") for k in np.load(DATA / name).files
-            if k.endswith("-f32-logits")}
+    recurrent = {k.rsplit("-", 2)[0] for k in np.load(DATA / "recurrent.npz").files if k.endswith("-logits")}
+    rwkv = {k.rsplit("-", 2)[0] for name in ("rwkv.npz", "lfm2.npz") for k in np.load(DATA / name).files
+            if k.endswith("-logits")}
     covered = set(ARCHS) | encoders | recurrent | rwkv  # rwkv.npz, lfm2.npz: test_llm_rwkv_lfm2.py
     assert set(supported_archs()) <= covered, sorted(set(supported_archs()) - covered)

@@ -20,12 +20,12 @@ from pyggml.llm.model import Model
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "archs"
 REF = np.load(DATA / "recurrent.npz")
-ARCHS = sorted(k[: -len("-f32-logits")] for k in REF.files if k.endswith("-f32-logits"))
+CASES = sorted(tuple(k[: -len("-logits")].rsplit("-", 1)) for k in REF.files if k.endswith("-logits"))
 TOKENS = REF["tokens"].tolist()
 
 
-def _model(arch: str) -> Model:
-    return Model(DATA / f"{arch}.gguf", progress=False)
+def _model(arch: str, kind: str = "f32") -> Model:
+    return Model(DATA / (f"{arch}.gguf" if kind == "f32" else f"{arch}-{kind}.gguf"), progress=False)
 
 
 def _ctx(model: Model, n_seq_max: int = 1, n_ubatch: int = 64) -> LlamaContext:
@@ -39,22 +39,23 @@ def model(request: pytest.FixtureRequest) -> Model:
     return _model(request.param)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_logits_and_greedy_equal_llamacpp(arch: str) -> None:
-    ref = REF[f"{arch}-f32-logits"]
-    ctx = _ctx(_model(arch))
+@pytest.mark.parametrize(("arch", "kind"), CASES, ids=[f"{a}-{k}" for a, k in CASES])
+def test_logits_and_greedy_equal_llamacpp(arch: str, kind: str) -> None:
+    """F32 and Q8_0 files (the SSM convs, A, D and norms stay F32 in both)."""
+    ref = REF[f"{arch}-{kind}-logits"]
+    ctx = _ctx(_model(arch, kind))
     out = ctx.decode(TOKENS, outputs=[True] * len(TOKENS))
     cos = (out * ref).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(ref, axis=1))
-    assert cos.min() >= 0.9999, f"{arch}: cosine per position {np.round(cos, 6)}"
+    assert cos.min() >= 0.9999, f"{arch} {kind}: cosine per position {np.round(cos, 6)}"
     top2 = np.sort(ref, axis=1)[:, -2:]
     clear = top2[:, 1] - top2[:, 0] > 1e-3
-    assert np.array_equal(out.argmax(1)[clear], ref.argmax(1)[clear]), f"{arch}: top-1 differs"
+    assert np.array_equal(out.argmax(1)[clear], ref.argmax(1)[clear]), f"{arch} {kind}: top-1 differs"
     greedy, last = [], out[-1]
-    for _ in range(len(REF[f"{arch}-f32-greedy"])):
+    for _ in range(len(REF[f"{arch}-{kind}-greedy"])):
         t = int(np.argmax(last))
         greedy.append(t)
         last = ctx.decode([t])[0]
-    assert greedy == REF[f"{arch}-f32-greedy"].tolist()
+    assert greedy == REF[f"{arch}-{kind}-greedy"].tolist()
 
 
 def _alone(model: Model, prompt: list[int], cont: list[int]) -> np.ndarray:
@@ -168,3 +169,34 @@ def test_a_saved_state_continues_identically(model: Model, tmp_path: Path) -> No
     with pytest.raises(StateError, match="truncated"):
         fresh.state_seq_set_data(data[:-8], 0)
     assert fresh.seq_pos_max(0) == -1
+
+
+def test_embeddings_split_by_sequence(model: Model) -> None:
+    """With embeddings every token is an output and the batch is split sequence by sequence (split_seq): two
+    sequences pooled in one batch get the vectors each gets alone."""
+    from pyggml.llm.hparams import PoolingType
+
+    def ctx(n_seq_max: int) -> LlamaContext:
+        return LlamaContext(model, ContextParams(n_ctx=64, n_threads=2, n_seq_max=n_seq_max, embeddings=True,
+                                                 pooling_type=PoolingType.MEAN))
+
+    both = ctx(2)
+    both.decode_batch(Batch(token=TOKENS[:5], seq_id=[0, 0, 0, 1, 1]))
+    for s, toks in ((0, TOKENS[:3]), (1, TOKENS[3:5])):
+        alone = ctx(1)
+        alone.decode_batch(Batch(token=toks))
+        np.testing.assert_allclose(both.get_embeddings_seq(s), alone.get_embeddings_seq(0), rtol=1e-5, atol=1e-6)
+
+
+def test_a_state_of_another_model_is_refused() -> None:
+    """A Mamba-2 sequence state read into a Mamba context: its rows have another width, so it is refused
+    (StateError naming the layer) and the sequence holds nothing."""
+    from pyggml.llm.state import StateError
+
+    src = _ctx(_model("mamba2"))
+    src.decode(TOKENS[:6])
+    dst = _ctx(_model("mamba"))
+    dst.decode(TOKENS[:2])
+    with pytest.raises(StateError, match="layer 0: the state's r rows"):
+        dst.state_seq_set_data(src.state_seq_get_data(0), 0)
+    assert dst.seq_pos_max(0) == -1

@@ -343,3 +343,30 @@ def test_a_state_that_does_not_fit_is_refused(model: Model, tmp_path) -> None:
                                           type_v=GGMLType.F32)).state_seq_load_file(path, 0)
     with pytest.raises(StateError, match="cannot read"):
         src.state_seq_load_file(tmp_path / "missing.seq", 0)
+
+
+def test_logits_sink_takes_each_ubatch_outputs_instead_of_keeping_them(model: Model) -> None:
+    """decode_batch(logits_sink=...) hands every ubatch's outputs over with their batch indices (the logits a
+    plain decode returns for those rows) and keeps none; it refuses to run with embeddings on."""
+    rng = np.random.default_rng(4)
+    n = 40
+    batch = Batch(token=rng.integers(1, 200, n).tolist(), pos=list(range(20)) * 2, seq_id=[0] * 20 + [1] * 20,
+                  logits=[i % 3 == 0 for i in range(n)])
+    plain = _ctx(model, n_ubatch=16)
+    want = plain.decode_batch(batch).copy()
+    rows = plain.output_ids
+    got: dict[int, np.ndarray] = {}
+    sizes: list[int] = []
+
+    def sink(idx: np.ndarray, logits: np.ndarray) -> None:
+        sizes.append(len(idx))
+        got.update(zip(idx.tolist(), logits.copy(), strict=True))
+
+    ctx = _ctx(model, n_ubatch=16)
+    assert ctx.decode_batch(batch, logits_sink=sink).shape[0] == 0
+    assert sorted(got) == [i for i in range(n) if i % 3 == 0] and len(sizes) == 3  # 40 tokens in ubatches of 16
+    for i, row in got.items():
+        np.testing.assert_array_equal(row, want[rows[i]])
+    ctx.set_embeddings(True)
+    with pytest.raises(PyGGMLError, match="logits sink"):
+        ctx.decode_batch(Batch(token=[1, 2], pos=[20, 21], seq_id=[0, 0]), logits_sink=sink)

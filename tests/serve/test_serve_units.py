@@ -26,13 +26,13 @@ def test_stop_matcher_holds_back_partial_stop_strings() -> None:
     assert m.feed("<|") == "<|" and m.flush() == ""
 
 
-def test_schemas_refuse_wrong_types_and_accept_unknown_fields() -> None:
+def test_schemas_refuse_wrong_types_and_unknown_fields() -> None:
     pytest.importorskip("pydantic")
     from pyggml.serve.errors import APIError
     from pyggml.serve.schemas import ChatCompletionRequest, CompletionRequest, parse
 
     req = parse(b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}], "max_tokens": 3,'
-                b' "logprobs": true, "top_logprobs": 2, "unknown_field": {"x": 1}}', ChatCompletionRequest)
+                b' "logprobs": true, "top_logprobs": 2}', ChatCompletionRequest)
     assert req.n_predict_value() == 3 and req.n_probs_value() == 2 and req.messages[0].text() == "hi"
     assert parse(b'{"prompt": "x", "stop": "a"}', CompletionRequest).stop_list() == ["a"]
     for bad in (b'{"prompt": "x", "max_tokens": 1.5}', b'{"prompt": "x", "stream": "yes"}', b'{"prompt": 3}',
@@ -40,6 +40,11 @@ def test_schemas_refuse_wrong_types_and_accept_unknown_fields() -> None:
         with pytest.raises(APIError) as e:
             parse(bad, CompletionRequest)
         assert e.value.body()["error"]["code"] == 400 and e.value.body()["error"]["type"] == "invalid_request_error"
+    # no field is silently ignored: an unknown one (at any depth) is refused by name
+    for body, name in ((b'{"prompt": "x", "n_keep": 4}', "'n_keep'"),
+                       (b'{"messages": [{"role": "user", "content": "x", "weight": 1}]}', "'messages.0.weight'")):
+        with pytest.raises(APIError, match=f"{name}: this server does not support this field"):
+            parse(body, ChatCompletionRequest if b"messages" in body else CompletionRequest)
 
 
 def test_registry_names_and_missing_packages(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
@@ -252,3 +257,30 @@ def test_app_without_template_or_metrics_says_how_to_enable_them() -> None:
         assert r.status_code == 501 and "--metrics" in r.json()["error"]["message"]
         r = client.get("/v1/chat/completions")
         assert r.status_code == 405 and r.json()["error"]["code"] == 405
+
+
+def test_engine_decodes_the_whole_prompt_where_the_memory_refuses_to_cut_it() -> None:
+    """A recurrent model's memory refuses seq_rm of a range it cannot honour (it returns False, as
+    llama_memory_seq_rm): the slot then forgets the sequence and decodes the whole prompt, as llama-server."""
+    import asyncio
+
+    from pyggml.llm.sampling import SamplingParams
+    from pyggml.serve.engine import Engine, Task, TaskParams
+
+    class _Recurrent(_FakeCtx):
+        def seq_rm(self, seq, p0=-1, p1=-1):
+            super().seq_rm(seq, p0, p1)
+            return p0 <= 0  # only whole sequences can go
+
+    async def run() -> None:
+        ctx = _Recurrent()
+        eng = Engine(ctx, _FakeVocab(), n_parallel=1, n_ctx=256)
+        greedy = SamplingParams(temp=0)
+        for _ in range(2):
+            eng.submit(Task([1, 2, 3, 4], TaskParams(n_predict=1, sampling=greedy)))
+            while eng.step():
+                pass
+        assert ctx.rm[-2:] == [(0, 3, -1), (0, -1, -1)]
+        assert list(ctx.batches[-1].token) == [1, 2, 3, 4] and list(ctx.batches[-1].pos) == [0, 1, 2, 3]
+
+    asyncio.run(run())

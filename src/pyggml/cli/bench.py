@@ -20,7 +20,15 @@ from ..llm.context import ContextParams, LlamaContext
 from ..llm.model import Model
 from ..llm.packaged import resolve
 from ..llm.tokenizer import Vocab
-from .common import add_kv_unified_arg, add_model_args, apply_poll, load_model, make_context, placement_from_args
+from .common import (
+    add_kv_unified_arg,
+    add_model_args,
+    apply_poll,
+    flash_attn_arg,
+    load_model,
+    make_context,
+    placement_from_args,
+)
 from .errors import CLIError
 
 
@@ -103,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for n_prompt, n_gen in tests:
         params = ContextParams(n_ctx=n_prompt + n_gen, n_batch=args.batch_size, n_ubatch=args.ubatch_size,
-                               n_threads=threads, flash_attn=args.flash_attn == "on")
+                               n_threads=threads, flash_attn=flash_attn_arg(args))
         ctx = LlamaContext(model, params)
 
         def once(ctx: LlamaContext = ctx, n_prompt: int = n_prompt, n_gen: int = n_gen, warm: bool = False) -> None:
@@ -125,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
             "model_filename": str(path), "model_type": f"{hp.arch} {hp.n_layer}L", "model_size": model.size_bytes(),
             "model_n_params": model.n_params(), "n_batch": args.batch_size, "n_ubatch": args.ubatch_size,
             "n_threads": threads, "type_k": params.type_k.type_name, "type_v": params.type_v.type_name,
-            "n_gpu_layers": args.n_gpu_layers, "flash_attn": params.flash_attn, "n_prompt": n_prompt, "n_gen": n_gen,
+            "n_gpu_layers": args.n_gpu_layers, "flash_attn": ctx.flash_attn, "n_prompt": n_prompt, "n_gen": n_gen,
             "test_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "avg_ns": int(statistics.mean(samples)), "stddev_ns": int(statistics.stdev(samples)) if len(samples) > 1
             else 0, "avg_ts": statistics.mean(ts), "stddev_ts": statistics.stdev(ts) if len(ts) > 1 else 0.0,

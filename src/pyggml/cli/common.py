@@ -40,8 +40,9 @@ def add_model_args(p: argparse.ArgumentParser, ctx_size: int = 4096, model_help:
     p.add_argument("--poll", type=int, default=50, metavar="<0...100>",
                    help="how long a waiting thread spins before it sleeps, as llama.cpp's --poll: 0 sleeps at once "
                         "(kindest to other busy processes), 100 spins twice the default (default 50)")
-    p.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="off",
-                   help="flash attention (default off, which keeps V transposed in the cache as llama.cpp does)")
+    p.add_argument("-fa", "--flash-attn", choices=["on", "off", "auto"], default="auto",
+                   help="flash attention: on, off (V kept transposed in the cache), or auto (the default, as "
+                        "llama.cpp's: on unless a device holding layers lacks it)")
     p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0,
                    help="layers to offload to the offload devices (-1 = all; default 0). As in llama.cpp, "
                         "k offloads the last k-1 repeating layers and the output layer")
@@ -287,13 +288,18 @@ def load_model(args: argparse.Namespace, default: str | None = None) -> tuple[An
     return model, Vocab.from_metadata(model.reader)
 
 
+def flash_attn_arg(args: argparse.Namespace) -> bool | None:
+    """-fa as ContextParams.flash_attn takes it: True, False, or None for auto."""
+    return {"on": True, "off": False}.get(args.flash_attn)
+
+
 def make_context(args: argparse.Namespace, model: Any, n_ctx: int | None = None, n_seq_max: int = 1,
                  n_batch: int | None = None) -> Any:
     """A context for the model from -c, -b, -ub, -t, -fa, -kvu (or the values given here)."""
 
     params = ContextParams(n_ctx=args.ctx_size if n_ctx is None else n_ctx,
                            n_batch=args.batch_size if n_batch is None else n_batch, n_ubatch=args.ubatch_size,
-                           n_threads=args.threads, flash_attn=args.flash_attn == "on", n_seq_max=n_seq_max,
+                           n_threads=args.threads, flash_attn=flash_attn_arg(args), n_seq_max=n_seq_max,
                            kv_unified=getattr(args, "kv_unified", True))
     ctx = LlamaContext(model, params)
     if not args.quiet:

@@ -26,7 +26,7 @@ from ..llm.batch import Batch
 from ..llm.context import ContextParams, LlamaContext
 from ..llm.embeddings import embd_normalize, similarity_cos
 from ..llm.hparams import PoolingType
-from .common import add_model_args, load_model
+from .common import add_model_args, flash_attn_arg, load_model
 from .errors import CLIError
 
 FORMATS = ("", "array", "json", "json+", "raw")
@@ -239,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     causal = None if args.attention is None else args.attention == "causal"
     ctx = LlamaContext(model, ContextParams(n_ctx=n_ctx, n_batch=n_batch,
                                             n_ubatch=args.ubatch_size if causal else n_batch, n_threads=args.threads,
-                                            flash_attn=args.flash_attn == "on", n_seq_max=N_SEQ_MAX, kv_unified=True,
+                                            flash_attn=flash_attn_arg(args), n_seq_max=N_SEQ_MAX, kv_unified=True,
                                             embeddings=True, pooling_type=pooling, causal_attn=causal))
     pooling = ctx.pooling_type
     texts = text.split(args.embd_separator)

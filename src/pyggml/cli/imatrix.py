@@ -173,7 +173,7 @@ def compute(args: argparse.Namespace, col: Any, text: str) -> int:
     at --save-frequency. Returns the number of chunks processed."""
     from .common import load_model, make_context
     from .errors import CLIError
-    from .perplexity import decode_chunk_groups, neg_log_probs
+    from .perplexity import chunk_nlls
 
     n_ctx = args.ctx_size
     n_seq = max(1, args.batch_size // n_ctx)  # chunks per batch, one sequence (and KV stream) each
@@ -223,15 +223,12 @@ def compute(args: argparse.Namespace, col: Any, text: str) -> int:
     held: list[str] | None = [] if bar is not None and _same_destination(sys.stdout, sys.stderr) else None
     nll = nll2 = 0.0
     count = 0
-    first = n_ctx // 2
     bos = vocab.bos if vocab.add_bos and vocab.bos >= 0 else -1
     try:
         with col.attach(ctx):
             # every token an output, as llama-imatrix asks: the last layer then sees every row
-            for c, logits in decode_chunk_groups(ctx, tokens, n_ctx, n_seq, n_batch, n_chunk, bos, 0,
-                                                 after_decode):
+            for c, v in chunk_nlls(ctx, tokens, n_ctx, n_seq, n_batch, n_chunk, bos, 0, after_decode):
                 if args.ppl:  # llama-imatrix's process_logits: the second half predicts its next tokens
-                    v = neg_log_probs(logits[first:n_ctx - 1], tokens[c * n_ctx + first + 1:(c + 1) * n_ctx])
                     nll += float(v.sum())
                     nll2 += float((v * v).sum())
                     count += len(v)

@@ -17,6 +17,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -54,15 +55,18 @@ def neg_log_probs(logits: np.ndarray, targets: Sequence[int], rows_per_block: in
     return out
 
 
-def decode_chunk_groups(ctx: Any, tokens: Sequence[int], n_ctx: int, n_seq: int, n_batch: int, n_chunk: int,
-                        bos: int, first_output: int,
-                        after_decode: Callable[[], None] | None = None) -> Iterator[tuple[int, np.ndarray]]:
+def chunk_nlls(ctx: Any, tokens: Sequence[int], n_ctx: int, n_seq: int, n_batch: int, n_chunk: int, bos: int,
+               first_output: int, after_decode: Callable[[], None] | None = None) -> Iterator[tuple[int, np.ndarray]]:
     """Decode chunks ``0..n_chunk-1`` of ``tokens`` (``n_ctx`` tokens each) as llama-perplexity and llama-imatrix
     do: ``n_seq`` chunks at a time, one sequence (KV stream) each, in a cleared cache, in batches of ``n_batch``
     tokens per chunk span (several batches per chunk when ``n_batch < n_ctx``); each chunk's first token is
-    replaced by ``bos`` when ``bos >= 0``. Positions ``>= first_output`` request logits; ``after_decode`` runs
-    after every decode. Yields, chunk by chunk once its group is done, ``(chunk index, logits of positions
-    first_output..n_ctx-1)``."""
+    replaced by ``bos`` when ``bos >= 0``. Positions ``>= first_output`` are outputs (imatrix asks for every
+    one, so that the last layer sees every row); ``after_decode`` runs after every decode. Yields, chunk by
+    chunk once its group is done, ``(chunk index, -log p of each next token from the second half's positions
+    n_ctx/2 .. n_ctx-2)``. The scores are taken ubatch by ubatch (LlamaContext's logits sink), so no more
+    than one ubatch's logits live at once."""
+    first = n_ctx // 2
+    toks = np.asarray(tokens, dtype=np.int64)
     for c0 in range(0, n_chunk, n_seq):
         group = range(c0, min(c0 + n_seq, n_chunk))
         ctx.clear()
@@ -72,21 +76,26 @@ def decode_chunk_groups(ctx: Any, tokens: Sequence[int], n_ctx: int, n_seq: int,
             if bos >= 0:
                 chunk[0] = bos
             chunks.append(chunk)
-        rows = []
+        nlls = np.zeros((len(chunks), n_ctx - first - 1), dtype=np.float64)
         for b0 in range(0, n_ctx, n_batch):  # the same span of every chunk per batch
             b1 = min(b0 + n_batch, n_ctx)
-            batch = Batch(token=[t for ch in chunks for t in ch[b0:b1]],
-                          pos=[p for _ in chunks for p in range(b0, b1)],
-                          seq_id=[s for s in range(len(chunks)) for _ in range(b0, b1)],
-                          logits=[p >= first_output for _ in chunks for p in range(b0, b1)])
-            rows.append(ctx.decode_batch(batch))  # a new array each decode: no copy needed
+            pos = np.tile(np.arange(b0, b1), len(chunks))
+            which = np.repeat(np.arange(len(chunks)), b1 - b0)
+            targets = toks[np.minimum((c0 + which) * n_ctx + pos + 1, len(toks) - 1)]
+            ctx.decode_batch(Batch(token=[t for ch in chunks for t in ch[b0:b1]], pos=pos.tolist(),
+                                   seq_id=which.tolist(), logits=(pos >= first_output).tolist()),
+                             logits_sink=partial(_score, nlls, which, pos, targets, first))
             if after_decode is not None:
                 after_decode()
-        # rows of one chunk after another within a batch; batches go along the chunk (n_seq is then 1)
-        logits = (rows[0] if len(rows) == 1 else np.concatenate(rows, axis=0)).reshape(len(chunks),
-                                                                                        n_ctx - first_output, -1)
         for k, c in enumerate(group):
-            yield c, logits[k]
+            yield c, nlls[k]
+
+
+def _score(nlls: np.ndarray, which: np.ndarray, pos: np.ndarray, targets: np.ndarray, first: int,
+           idx: np.ndarray, logits: np.ndarray) -> None:
+    """A ubatch's share of chunk_nlls: the scores of its outputs at positions first .. n_ctx-2 into ``nlls``."""
+    keep = (pos[idx] >= first) & (pos[idx] < first + nlls.shape[1])
+    nlls[which[idx][keep], pos[idx][keep] - first] = neg_log_probs(logits[keep], targets[idx][keep])
 
 
 def _eta(seconds: float) -> str:
@@ -131,9 +140,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"perplexity: {len(tokens)} tokens, computing over {n_chunk} chunks, n_ctx={n_ctx}{why}, "
               f"batch_size={n_batch}, n_seq={n_seq}", file=sys.stderr)
     t_start = time.perf_counter()
-    for c, logits in decode_chunk_groups(ctx, tokens, n_ctx, n_seq, n_batch, n_chunk, vocab.bos if add_bos else -1,
-                                         first):
-        nlls += neg_log_probs(logits[: n_ctx - first - 1], tokens[c * n_ctx + first + 1 : (c + 1) * n_ctx]).tolist()
+    for c, chunk in chunk_nlls(ctx, tokens, n_ctx, n_seq, n_batch, n_chunk, vocab.bos if add_bos else -1, first):
+        nlls += chunk.tolist()
         if c == 0 and not args.quiet:  # llama-perplexity's estimate after the first pass
             t_pass = time.perf_counter() - t_start
             print(f"perplexity: {t_pass:.2f} seconds per pass - ETA {_eta(t_pass * n_chunk / n_seq)}",

@@ -19,6 +19,7 @@ from .common import (
     add_kv_unified_arg,
     add_model_args,
     add_sampling_args,
+    flash_attn_arg,
     load_model,
     make_context,
     sampling_params_from_args,
@@ -30,7 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "serve", help="OpenAI-compatible HTTP server with parallel slots (like llama-server)",
         description="Serve a GGUF model over HTTP with llama-server's OpenAI-compatible API: /v1/chat/completions, "
-                    "/v1/completions, /v1/models, /health, /metrics, /tokenize, /detokenize, /slots. Requests are "
+                    "/v1/completions, /v1/models, /health, /metrics, /tokenize, /detokenize, /slots, and the native "
+                    "/completion, /infill, /props, /apply-template, /slots/ID?action=..., /v1/embeddings and "
+                    "/embedding (with --embedding). Requests are "
                     "decoded together, one batch per step for all busy slots. Needs the serve extra: "
                     "pip install 'pyggml[serve]'.")
     add_model_args(p, ctx_size=0, model_help="GGUF model file or a packaged model's name (default: "
@@ -54,6 +57,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics", action="store_true",
                    help="enable the Prometheus /metrics endpoint (default off, as in llama-server)")
     p.add_argument("--no-slots", dest="slots", action="store_false", help="disable the /slots endpoint (default on)")
+    p.add_argument("--embedding", "--embeddings", dest="embedding", action="store_true",
+                   help="serve /v1/embeddings and /embedding(s) from a second context of the model with embeddings on "
+                        "(default off, as llama-server; an embedding-only model such as bert serves nothing else)")
+    p.add_argument("--pooling", choices=["none", "mean", "cls", "last"], default=None,
+                   help="with --embedding: how a text's token vectors become one (default: the model's "
+                        "{arch}.pooling_type; none: a vector per token, /embedding only)")
+    p.add_argument("--spm-infill", action="store_true",
+                   help="/infill prompts in suffix/prefix/middle order, as some models are trained (default: "
+                        "prefix/suffix/middle)")
+    p.add_argument("--slot-save-path", default="", metavar="DIR",
+                   help="directory of the slot state files of POST /slots/{id}?action=save|restore (default: none, "
+                        "those actions are refused)")
     p.add_argument("--max-queue", type=int, default=64,
                    help="requests that may wait for a slot when all are busy; more get 503 (default 64)")
     p.add_argument("--max-body", type=int, default=8 << 20, metavar="BYTES",
@@ -73,8 +88,15 @@ def build_state(args: argparse.Namespace) -> object:
     model, vocab = load_model(args, CHAT_MODEL)
     hp = model.hparams
     n_ctx = args.ctx_size or hp.n_ctx_train
-    ctx = make_context(args, model, n_ctx=n_ctx, n_seq_max=args.parallel, n_batch=args.batch_size)
-    engine = Engine(ctx, vocab, args.parallel, n_ctx, max_queue=args.max_queue)
+    embd_ctx = _embedding_context(args, model) if args.embedding else None
+    if embd_ctx is not None and not model.arch.has_logits:
+        ctx = embd_ctx  # an embedding-only model: the engine only runs /v1/embeddings' work
+    elif not model.arch.has_logits:
+        raise CLIError(f"{hp.arch} models compute embeddings, not text: serve them with --embedding")
+    else:
+        ctx = make_context(args, model, n_ctx=n_ctx, n_seq_max=args.parallel, n_batch=args.batch_size)
+    engine = Engine(ctx, vocab, args.parallel, n_ctx, max_queue=args.max_queue,
+                    can_generate=model.arch.has_logits)
     try:
         template, template_error = template_for(model.reader, vocab, args.chat_template), ""
     except NoChatTemplateError as e:
@@ -96,20 +118,37 @@ def build_state(args: argparse.Namespace) -> object:
     longest_piece = max(len(vocab.token_to_piece(t, special=True)) for t in range(vocab.n_tokens))
     return ServerState(engine=engine, vocab=vocab, model_name=name, template=template, template_error=template_error,
                        api_keys=keys, metrics=args.metrics, slots=args.slots, max_body=args.max_body, model_meta=meta,
-                       defaults=defaults, max_prompt_bytes=engine.n_slot_ctx * max(longest_piece, 1))
+                       defaults=defaults, max_prompt_bytes=engine.n_slot_ctx * max(longest_piece, 1),
+                       slot_save_path=args.slot_save_path, embd_ctx=embd_ctx, spm_infill=args.spm_infill)
+
+
+def _embedding_context(args: argparse.Namespace, model: object) -> object:
+    """The context of the embedding endpoints: embeddings on, the --pooling asked for, batch = ubatch = -ub
+    (llama-server's rule for embeddings: an input must fit one ubatch), up to 64 inputs per batch."""
+    from ..llm.context import ContextParams, LlamaContext
+    from ..llm.hparams import PoolingType
+    from .embedding import N_SEQ_MAX
+
+    pooling = PoolingType.UNSPECIFIED if args.pooling is None else PoolingType.parse(args.pooling)
+    n = args.ubatch_size
+    return LlamaContext(model, ContextParams(n_ctx=n, n_batch=n, n_ubatch=n, n_threads=args.threads,
+                                             flash_attn=flash_attn_arg(args), n_seq_max=N_SEQ_MAX,
+                                             embeddings=True, pooling_type=pooling))
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from ..serve.app import create_app
+        from ..serve.server import create_app
     except ImportError as e:
         raise CLIError(f"pyggml serve needs the serve extra ({e.name} is missing): pip install 'pyggml[serve]'") from e
     if args.max_queue < 0:
         raise CLIError(f"--max-queue must be 0 or more, got {args.max_queue}")
     if args.max_body < 1024:
         raise CLIError(f"--max-body must be at least 1024 bytes, got {args.max_body}")
+    if args.slot_save_path and not Path(args.slot_save_path).is_dir():
+        raise CLIError(f"--slot-save-path {args.slot_save_path}: not a directory")
     _check_address(args.host, args.port)  # before minutes of loading, not after
     state = build_state(args)
     app = create_app(state)  # type: ignore[arg-type]

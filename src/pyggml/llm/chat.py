@@ -61,10 +61,12 @@ class ChatTemplate:
         self.bos_token, self.eos_token = bos_token, eos_token
         self.add_bos, self.add_eos = add_bos, add_eos
 
-    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **context: Any) -> str:
+        """The prompt text; ``context`` adds template variables (``tools``, ``chat_template_kwargs`` such as
+        ``enable_thinking``), which cannot replace the ones above."""
         try:
-            text = self._tpl.render(messages=messages, bos_token=self.bos_token, eos_token=self.eos_token,
-                                    add_generation_prompt=add_generation_prompt)
+            text = self._tpl.render({**context, "messages": messages, "bos_token": self.bos_token,
+                                     "eos_token": self.eos_token, "add_generation_prompt": add_generation_prompt})
         except ChatTemplateError:
             raise
         except Exception as e:  # a template bug or a message it rejects

@@ -39,6 +39,8 @@ _RECR = "\0recurrent"
 #: ggml's eval callback: called with ask=True to ask whether a node is wanted, then with ask=False
 #: once it has been computed; returning False from the second call stops the graph.
 EvalCallback = Callable[[Tensor, bool], bool]
+#: decode_batch's per-ubatch consumer of logits: (batch indices of the ubatch's outputs, their logits)
+LogitsSink = Callable[[np.ndarray, np.ndarray], None]
 
 
 class DecodeAborted(DecodeError):
@@ -51,7 +53,7 @@ class ContextParams:
     n_batch: int = 2048
     n_ubatch: int = 512
     n_threads: int = 0  # 0: all cores
-    flash_attn: bool = False
+    flash_attn: bool | None = False  # None: llama.cpp's auto (on where every device holding layers has it)
     type_k: GGMLType = GGMLType.F16
     type_v: GGMLType = GGMLType.F16
     swa_full: bool = False
@@ -60,6 +62,26 @@ class ContextParams:
     embeddings: bool = False  # also output embeddings (llama_context_params.embeddings)
     pooling_type: PoolingType = PoolingType.UNSPECIFIED  # UNSPECIFIED: the model's ({arch}.pooling_type)
     causal_attn: bool | None = None  # llama_attention_type: None the model's ({arch}.attention.causal)
+
+
+def resolve_flash_attn(model: Model) -> bool:
+    """llama.cpp's ``-fa auto``: flash attention unless a device holding layers cannot compute FLASH_ATTN_EXT
+    (llama_context::resolve_fused_ops turns it off when the op would leave its layer's device). The CPU
+    computes it always; another device is asked with a probe of the model's head shapes, one decode step
+    over 256 F16 cells."""
+    from ..context import Context, tensor_overhead  # deferred: only for the probe
+    from ..ops.nn import flash_attn_ext
+
+    hp = model.hparams
+    for dev in model.devices:
+        ctx = Context(8 * tensor_overhead(), no_alloc=True)
+        q = ctx.new_tensor(GGMLType.F32, hp.n_embd_head_k, 1, hp.n_head[0], 1)
+        k = ctx.new_tensor(GGMLType.F16, hp.n_embd_head_k, 256, hp.n_head_kv[0], 1)
+        v = ctx.new_tensor(GGMLType.F16, hp.n_embd_head_v, 256, hp.n_head_kv[0], 1)
+        mask = ctx.new_tensor(GGMLType.F16, 256, 1, 1, 1)
+        if not dev.supports_op(flash_attn_ext(ctx, q, k, v, mask, 1.0, 0.0, 0.0)):
+            return False
+    return True
 
 
 class LlamaContext:
@@ -91,9 +113,9 @@ class LlamaContext:
         self.n_ctx_seq = self.n_ctx if p.kv_unified else ggml_pad(self.n_ctx // p.n_seq_max, KV_PAD)
         self.n_ctx = self.n_ctx_seq * (1 if p.kv_unified else p.n_seq_max)
         n_stream = 1 if p.kv_unified else p.n_seq_max
-        self.flash_attn = p.flash_attn
+        self.flash_attn = resolve_flash_attn(model) if p.flash_attn is None else p.flash_attn
         buft = {il: model.layer_buft(il) for il in range(hp.n_layer)}
-        v_trans = not p.flash_attn
+        v_trans = not self.flash_attn
         #: the recurrent layers' states (llama_memory_recurrent), one cell per sequence; None without them
         self.recr: RecurrentMemory | None = None
         if not model.arch.has_memory:  # an encoder: no KV cache (llama_model::create_memory gives none)
@@ -145,8 +167,6 @@ class LlamaContext:
         self.embd = np.zeros((0, hp.n_embd), dtype=np.float32)  # pooling none: per output token, as logits
         self.embd_seq: dict[int, np.ndarray] = {}  # pooled: sequence id -> its vector (or RANK's scores)
         self.abort_callback: Callable[[], bool] | None = None
-        #: during a decode: the recurrent state rows each ubatch overwrites, saved before it runs
-        self._rs_rows: list = []
 
     def set_abort_callback(self, callback: Callable[[], bool] | None) -> None:
         """llama_set_abort_callback: asked after every computed node; True stops the decode, which then
@@ -347,10 +367,14 @@ class LlamaContext:
         return self.decode_batch(Batch(token=tokens, pos=positions, seq_id=[seq_id] * n if seq_id else None,
                                        logits=outputs))
 
-    def decode_batch(self, batch: Batch) -> np.ndarray:
+    def decode_batch(self, batch: Batch, logits_sink: LogitsSink | None = None) -> np.ndarray:
         """llama_decode: run a batch of tokens of any sequences; returns the logits of its output tokens
         in batch order, [n_outputs, n_vocab] (``output_ids`` maps batch index -> row), or for a model
         without an output head an empty [n_outputs, 0].
+
+        ``logits_sink`` takes each ubatch's logits as it is computed, with the batch indices of its outputs,
+        and the batch's logits are not kept (an empty array is returned): what perplexity and imatrix need,
+        where a batch's outputs over a 262k vocabulary would be gigabytes. Not with embeddings.
 
         The batch is checked and completed as llama.cpp does (see llm/batch.py), split into ubatches
         of at most n_ubatch tokens, and each ubatch finds its cells, builds (or reuses) its graph
@@ -386,23 +410,31 @@ class LlamaContext:
         # each ubatch's logits go straight to their rows in batch order (split_equal reorders tokens):
         # one copy of what can be a gigabyte (1024 outputs of a 262k vocabulary)
         n_vocab_out = hp.n_vocab if self.model.arch.has_logits else 0
-        logits = np.empty((ub_all.n_outputs, n_vocab_out), dtype=np.float32)
+        if logits_sink is not None and self.embeddings:
+            raise PyGGMLError("decode_batch: a logits sink cannot be used with embeddings on")
+        logits = np.empty((0 if logits_sink else ub_all.n_outputs, n_vocab_out), dtype=np.float32)
         pooled = self.embeddings and self.pooling_type is not PoolingType.NONE
         embd = np.empty((0 if pooled or not self.embeddings else ub_all.n_outputs, hp.n_embd), dtype=np.float32)
         embd_seq: dict[int, np.ndarray] = {}
         row_of = np.cumsum(ub_all.output) - 1  # batch index -> logits row, for outputs
+        if self.recr is not None:
+            self.recr.begin()
         try:
             for ub in ubatches:
-                self._process_ubatch(ub, logits, row_of[ub.index[ub.output]], embd, embd_seq)
+                if logits_sink is None:
+                    self._process_ubatch(ub, logits, row_of[ub.index[ub.output]], embd, embd_seq)
+                    continue
+                block = np.empty((int(ub.output.sum()), n_vocab_out), dtype=np.float32)
+                self._process_ubatch(ub, block, np.arange(len(block)), embd, embd_seq)
+                logits_sink(ub.index[ub.output], block)
         except BaseException:  # a failure, an abort or Ctrl-C part-way: the memory is as it was
             self._restore_state(saved)
             raise
-        finally:
-            self._rs_rows = []
         self.logits = logits
         self.embd, self.embd_seq = embd, embd_seq
         self.output_ids = np.full(ub_all.n_tokens, -1, dtype=np.int64)
-        self.output_ids[ub_all.output] = np.arange(ub_all.n_outputs)
+        if logits_sink is None:
+            self.output_ids[ub_all.output] = np.arange(ub_all.n_outputs)
         return self.logits
 
     def set_embeddings(self, embeddings: bool) -> None:
@@ -455,7 +487,7 @@ class LlamaContext:
     def _save_state(self) -> dict:
         """The cache cells' bookkeeping a decode changes (the K/V data of cells it writes is not
         needed: restored cells hold positions no later token can attend to again). A recurrent state is
-        overwritten in place, so its rows are saved too, by each ubatch before it runs (``_rs_rows``)."""
+        overwritten in place, so its rows are saved too, by each ubatch before it runs (save_rows)."""
         saved: dict = {name: c.state() for name, c in self.caches.items()}
         if self.recr is not None:
             saved[_RECR] = self.recr.state()
@@ -464,8 +496,7 @@ class LlamaContext:
     def _restore_state(self, saved: dict) -> None:
         for name, cells in saved.items():
             if name == _RECR:
-                for rows in reversed(self._rs_rows):  # the oldest copy of a row last: it is the one before
-                    RecurrentMemory.rows_restore(rows)
+                self.recr.restore_rows()
                 self.recr.set_state(cells)
             else:
                 self.caches[name].set_state(cells)
@@ -502,7 +533,7 @@ class LlamaContext:
             recr = self.recr
             if not recr.find_slot(RecurrentMemory.runs_of(ub.seq_mask, ub.seq_first, ub.pos, ub.n_seqs)):
                 raise DecodeError("decode: the recurrent memory found no cells for the ubatch")
-            self._rs_rows.append(recr.rows_backup(recr.head, recr.head + recr.n))
+            recr.save_rows(recr.head, recr.head + recr.n)
             rs_key = (recr.head, recr.n, recr.rs_z, ub.n_seqs)
         for name, cache in self.caches.items():
             slots[name] = cache.find_slot(ub.seq_first, ub.n_seqs)

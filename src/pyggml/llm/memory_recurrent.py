@@ -64,6 +64,17 @@ class RSRun:
     last_pos: int
 
 
+def _spans(rows: list[int]) -> list[tuple[int, int]]:
+    """[first, end) of each run of consecutive row indices (ascending)."""
+    out: list[tuple[int, int]] = []
+    for i in rows:
+        if out and out[-1][1] == i:
+            out[-1] = (out[-1][0], i + 1)
+        else:
+            out.append((i, i + 1))
+    return out
+
+
 def _bits(mask: int) -> list[int]:
     out = []
     while mask:
@@ -118,6 +129,9 @@ class RecurrentMemory:
         self.used = 0
         self.n = 0  # cells of the last find_slot: head .. head+n-1
         self.rs_z = -1  # the row the graph zeroes for new sequences
+        # rollback: the rows a decode overwrites are copied once, before the first ubatch that writes them
+        self._backup: dict[int, np.ndarray] | None = None
+        self._saved_rows = [False] * mem_size
 
     # ------------------------------------------------------------------ bookkeeping
     def clear(self, data: bool = True) -> None:
@@ -140,17 +154,53 @@ class RecurrentMemory:
         (pos, seq, src, src0, tail, self.head, self.used, self.n, self.rs_z) = st
         self.pos, self.seq, self.src, self.src0, self.tail = list(pos), list(seq), list(src), list(src0), list(tail)
 
-    def rows_backup(self, lo: int, hi: int) -> list[tuple[Tensor, int, np.ndarray]]:
-        """The bytes of rows [lo, hi) of every state tensor, to put back with :meth:`rows_restore`."""
-        out = []
-        for t in (*self.r.values(), *self.s.values()):
-            out.append((t, lo * t.nb[1], backend_tensor_get(t, offset=lo * t.nb[1], size=(hi - lo) * t.nb[1])))
-        return out
+    # ------------------------------------------------------------------ rollback of the state rows
+    def begin(self) -> None:
+        """A decode starts: no row is saved yet (see :meth:`save_rows`)."""
+        self._saved_rows = [False] * self.size
+
+    def save_rows(self, lo: int, hi: int) -> None:
+        """Before a ubatch overwrites rows [lo, hi) of every state tensor: keep the ones not kept yet in this
+        decode (the first copy is the state before the decode), in buffers allocated once and reused, so a
+        token costs one copy of its sequences' rows and no allocation."""
+        todo = [i for i in range(lo, hi) if not self._saved_rows[i]]
+        if not todo:
+            return
+        if self._backup is None:
+            self._backup = {id(t): np.empty((self.size, t.nb[1]), dtype=np.uint8) for t in self._tensors()}
+        for a, b in _spans(todo):
+            for t in self._tensors():
+                dst = self._backup[id(t)][a:b]
+                src = self._host_rows(t)
+                if src is not None:
+                    np.copyto(dst, src[a:b])
+                else:
+                    dst[...] = backend_tensor_get(t, offset=a * t.nb[1], size=(b - a) * t.nb[1]).reshape(dst.shape)
+            for i in range(a, b):
+                self._saved_rows[i] = True
+
+    def restore_rows(self) -> None:
+        """A decode failed: put back every row saved since :meth:`begin`."""
+        rows = [i for i in range(self.size) if self._saved_rows[i]]
+        for a, b in _spans(rows):
+            for t in self._tensors():
+                src = self._backup[id(t)][a:b]
+                dst = self._host_rows(t)
+                if dst is not None:
+                    np.copyto(dst[a:b], src)
+                else:
+                    backend_tensor_set(t, src.reshape(-1), a * t.nb[1], src.size)
+        self.begin()
+
+    def _tensors(self) -> list[Tensor]:
+        return [*self.r.values(), *self.s.values()]
 
     @staticmethod
-    def rows_restore(saved: list[tuple[Tensor, int, np.ndarray]]) -> None:
-        for t, offset, data in saved:
-            backend_tensor_set(t, data, offset, data.size)
+    def _host_rows(t: Tensor) -> np.ndarray | None:
+        """The tensor's rows as a writable uint8 view [rows, row bytes] when it lives in host memory."""
+        if t.buffer is None or not t.buffer.is_host():
+            return None
+        return t.numpy().view(np.uint8).reshape(t.ne[1], t.nb[1])
 
     def _empty(self, i: int) -> bool:
         return self.seq[i] == 0
@@ -438,7 +488,8 @@ class RecurrentMemory:
                 t = tensors[il]
                 ty, row = r.unpack("<iQ")
                 if ty != int(t.type) or row != t.nb[1]:
-                    raise StateError(f"layer {il}: the state's {kind} rows are type {ty}, {row} bytes; the "
-                                              f"memory's {t.type.name}, {t.nb[1]} bytes")
+                    name = GGMLType(ty).name if ty in GGMLType._value2member_map_ else f"type {ty}"
+                    raise StateError(f"layer {il}: the state's {kind} rows are {name}, {row} bytes; the memory's "
+                                     f"{t.type.name}, {t.nb[1]} bytes (another model?)")
                 data = np.frombuffer(r.take(row * cell_count), np.uint8)
                 backend_tensor_set(t, data, head * row, data.size)

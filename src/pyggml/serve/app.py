@@ -12,6 +12,7 @@ an ``http.disconnect`` cancels the task, so the engine frees the slot at its nex
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import threading
@@ -39,7 +40,7 @@ from ..llm.sampling import (
     samplers_from_names,
 )
 from ..llm.tokenizer.errors import TokenizeError
-from . import metrics, oai
+from . import metrics, multitask, oai, toolchat
 from .engine import DoneEvent, Engine, ErrorEvent, Task, TaskParams, TokenEvent
 from .errors import APIError, ErrorType, error_body
 from .schemas import (
@@ -74,6 +75,9 @@ class ServerState:
     defaults: dict[str, Any] = field(default_factory=dict)  # request fields' values when a request omits them
     max_prompt_bytes: int = 0  # a prompt longer than this cannot fit a slot (0: no early check)
     registry: Any = None
+    slot_save_path: str = ""  # --slot-save-path: the directory of /slots/{id}?action=save|restore files
+    embd_ctx: Any = None  # --embedding: the LlamaContext of /v1/embeddings (embeddings on, the server's pooling)
+    spm_infill: bool = False  # --spm-infill: /infill's prompt in suffix/prefix/middle order
     #: one text tokenization at a time: each holds the GIL for up to the bound above, and many at once
     #: would starve the decode thread (clients whose turn comes after they left are skipped)
     tokenize_lock: anyio.Lock = field(default_factory=anyio.Lock)
@@ -274,8 +278,6 @@ def task_params(req: GenerationParams, n_probs: int, defaults: dict[str, Any] | 
     """The task's parameters: the request's fields, and for those it leaves out the server's defaults
     (its --temp, --top-k, ... -n flags, as llama-server's command-line sampling settings). ``vocab``
     checks and tokenizes ``logit_bias`` (without it, ``logit_bias`` is refused)."""
-    if req.n != 1:
-        raise APIError("Only one completion choice is allowed")
     d = defaults or {}
     given = req.model_fields_set
 
@@ -289,6 +291,8 @@ def task_params(req: GenerationParams, n_probs: int, defaults: dict[str, Any] | 
     breakers = req.dry_sequence_breakers if req.dry_sequence_breakers is not None else \
         d.get("dry_sequence_breakers", base.dry_sequence_breakers)
     bias = _logit_bias(req.logit_bias, vocab) if req.logit_bias is not None else d.get("logit_bias", ())
+    if req.ignore_eos and vocab is not None:  # llama-server bans every end-of-generation token (logit_bias_eog)
+        bias = [*bias, *((t, -math.inf) for t in sorted(vocab.eog_ids))]
     sp = SamplingParams(seed=seed, top_k=pick("top_k"), top_p=pick("top_p"), min_p=pick("min_p"),
                         temp=pick("temperature"), penalty_last_n=pick("repeat_last_n"),
                         penalty_repeat=pick("repeat_penalty"), penalty_freq=pick("frequency_penalty"),
@@ -355,11 +359,12 @@ def json_preview(v: Any) -> str:
     return json.dumps(v)[:60] if isinstance(v, str | int | float | bool | type(None)) else type(v).__name__
 
 
-def grammar_text(req: GenerationParams) -> str | None:
+def grammar_text(req: GenerationParams, as_schema: bool = False) -> Any:
     """The GBNF a request asks for, as llama-server reads it: "grammar", or "json_schema" converted (an
     empty schema is any object; on /v1/completions it wins over "grammar", on chat both are refused),
     and on chat requests OpenAI's "response_format" ("json_object", with an optional "schema", or
-    "json_schema": {"schema": ...})."""
+    "json_schema": {"schema": ...}). ``as_schema``: the JSON schema itself (None when there is none),
+    which a chat wraps as llama-server does (tool_calls.build_response_format_grammar)."""
     schema: Any = req.json_schema
     grammar = req.grammar or ""
     if isinstance(req, ChatCompletionRequest) and schema is not None and grammar:  # oaicompat_chat_params_parse
@@ -381,25 +386,26 @@ def grammar_text(req: GenerationParams) -> str | None:
     if schema is not None and not grammar:
         if isinstance(schema, dict) and not schema:
             schema = {"type": "object"}  # an empty schema means any object
+        if as_schema:
+            return schema
         try:
             return json_schema_to_grammar(schema, warn=lambda _msg: None)
         except GrammarError as e:
             raise APIError(f'"json_schema": {e}') from None
-    return grammar or None
+    return None if as_schema else grammar or None
 
 
-async def _grammar_sampler(state: ServerState, req: GenerationParams) -> GrammarSampler | None:
+async def _grammar_sampler(state: ServerState, req: GenerationParams, chat: Any = None,
+                           preserved: set[int] | None = None) -> GrammarSampler | None:
     """The request's grammar over the model's vocabulary (parsed before the task is queued, so a bad
-    grammar is a 400 error)."""
-    text = grammar_text(req)
-    if text is None:
+    grammar is a 400 error): a chat's tool-call grammar, or the request's, lazy when it asks
+    (toolchat.grammar_sampler)."""
+    text = grammar_text(req) if chat is None or chat.grammar is None else None
+    if text is None and chat is None and not req.grammar_lazy and not req.grammar_triggers:
         return None
 
-    def build() -> GrammarSampler:
-        try:
-            return GrammarSampler(state.vocab, text)
-        except GrammarError as e:
-            raise APIError(f"failed to parse grammar: {e}") from None
+    def build() -> GrammarSampler | None:
+        return toolchat.grammar_sampler(state.vocab, req, text, chat, preserved or set())
 
     return await anyio.to_thread.run_sync(build)
 
@@ -408,9 +414,11 @@ async def completions(request: Request, state: ServerState) -> Response:
     req = parse(await read_body(request, state.max_body), CompletionRequest)
     prompt = req.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-        if len(prompt) != 1:
-            raise APIError("several prompts in one request are not supported: send one prompt per request",
-                           ErrorType.NOT_SUPPORTED)
+        if len(prompt) != 1:  # several prompts: a choice each (times n), as llama-server
+            texts, vocab = list(prompt), state.vocab
+            prompts = await tokenize_text(request, state, lambda cancelled: [
+                _prompt_tokens(vocab, t, state, cancelled) for t in texts])
+            return await _run(request, state, req, prompts[0], req.n_probs_value(), chat=False, prompts=prompts)
         prompt = prompt[0]
     if isinstance(prompt, str):
         text, vocab = prompt, state.vocab
@@ -425,30 +433,40 @@ async def chat_completions(request: Request, state: ServerState) -> Response:
     req = parse(await read_body(request, state.max_body), ChatCompletionRequest)
     if state.template is None:
         raise APIError(state.template_error, ErrorType.NOT_SUPPORTED)
-    messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+    rendered: list[Any] = []
 
     def render(cancelled: Callable[[], bool]) -> list[int]:
-        try:
-            text = state.template.render(messages, add_generation_prompt=True)
+        try:  # tools, tool_choice, reasoning and template kwargs: toolchat.py
+            rendered.append(toolchat.render_chat(state.template, req, grammar_text(req, as_schema=True)))
         except ChatTemplateError as e:
             raise APIError(str(e)) from None
-        return _prompt_tokens(state.vocab, text, state, cancelled)
+        return _prompt_tokens(state.vocab, rendered[0].prompt, state, cancelled)
 
     tokens = await tokenize_text(request, state, render)
-    return await _run(request, state, req, tokens, req.n_probs_value(), chat=True)
+    return await _run(request, state, req, tokens, req.n_probs_value(), chat=True, chat_params=rendered[0])
 
 
 async def _run(request: Request, state: ServerState, req: GenerationParams, tokens: list[int], n_probs: int,
-               chat: bool) -> Response:
+               chat: bool, chat_params: Any = None, prompts: list[list[int]] | None = None) -> Response:
     # compiles the stop list, tokenizes logit_bias texts
+    multitask.check_n(req.n, len(state.engine.slots))
     params = await anyio.to_thread.run_sync(task_params, req, n_probs, state.defaults, state.vocab)
-    params.grammar = await _grammar_sampler(state, req)
+    preserved = toolchat.preserved_ids(state.vocab, (req.preserved_tokens or [])
+                                       + (chat_params.preserved_tokens if chat_params is not None else []))
+    params.preserved = frozenset(preserved)
+    params.grammar = await _grammar_sampler(state, req, chat_params, preserved)
+    if req.n > 1 or prompts is not None:
+        if chat_params is not None and chat_params.parse:
+            raise APIError("n > 1 with tools or reasoning is not supported", ErrorType.NOT_SUPPORTED)
+        return await _run_choices(request, state, req, prompts or [tokens], params, n_probs, chat, chat_params)
     task = Task(tokens, params)
     state.engine.submit(task)
     fmt = oai.Formatter(chat, req.model or state.model_name)
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return EventStream(_stream(task, fmt, include_usage), lambda: state.engine.cancel(task))
+        body = toolchat.stream_parsed(task, fmt, include_usage, chat_params) if chat_params is not None \
+            and chat_params.parse else _stream(task, fmt, include_usage)
+        return EventStream(body, lambda: state.engine.cancel(task))
     probs: list[dict[str, Any]] = []
     async with _watch_disconnect(request.receive, lambda: state.engine.cancel(task)):
         while True:
@@ -459,8 +477,59 @@ async def _run(request: Request, state: ServerState, req: GenerationParams, toke
                 if ev.probs is not None:
                     probs.append(ev.probs)
                 continue
-            return JSONResponse(fmt.full(ev, probs if n_probs > 0 else None))
+            message, finish = toolchat.final_message(ev, chat_params)
+            return JSONResponse(fmt.full(ev, probs if n_probs > 0 else None, message=message, finish=finish))
     return Response(status_code=499)  # the client went away (nobody reads this)
+
+
+async def _run_choices(request: Request, state: ServerState, req: GenerationParams, prompts: list[list[int]],
+                       params: TaskParams, n_probs: int, chat: bool, chat_params: Any = None) -> Response:
+    """``n`` > 1 or several prompts: one task per choice, as llama-server's tasks and child tasks (each its own
+    grammar state); the choices are indexed prompt by prompt, n each, and, as in llama-server, ``usage`` is the
+    first choice's."""
+    n_tasks = len(prompts) * req.n
+    plist = [params] + [dataclasses.replace(params, grammar=await _grammar_sampler(state, req, chat_params,
+                                                                                 set(params.preserved)))
+                        for _ in range(n_tasks - 1)]
+    tasks = multitask.submit_all(state.engine, [t for t in prompts for _ in range(req.n)], plist)
+    cancel = multitask.cancel_all(state.engine, tasks)
+    fmt = oai.Formatter(chat, req.model or state.model_name)
+    if req.stream:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        return EventStream(_stream_choices(tasks, fmt, include_usage, cancel), cancel)
+    async with _watch_disconnect(request.receive, cancel):
+        outs = await multitask.collect(tasks, n_probs > 0)
+        body = fmt.full(outs[0].done, outs[0].probs if n_probs > 0 else None)
+        for i, o in enumerate(outs[1:], 1):
+            body["choices"].append(fmt.full(o.done, o.probs if n_probs > 0 else None, i)["choices"][0])
+        return JSONResponse(body)
+    return Response(status_code=499)  # the client went away (nobody reads this)
+
+
+async def _stream_choices(tasks: list[Task], fmt: oai.Formatter, include_usage: bool,
+                          cancel: Callable[[], None]) -> AsyncIterator[bytes]:
+    if fmt.chat:
+        for i in range(len(tasks)):
+            yield oai.sse(fmt.chunk(None, role=True, index=i))
+    first: DoneEvent | None = None
+    async for i, ev in multitask.merged(tasks):
+        if isinstance(ev, ErrorEvent):
+            cancel()
+            yield oai.sse_error(ev.error.body())
+            return
+        if isinstance(ev, TokenEvent):
+            if ev.text or ev.probs is not None:
+                yield oai.sse(fmt.chunk(ev.text, [ev.probs] if ev.probs is not None else None, index=i))
+            continue
+        final = fmt.chunk(None if fmt.chat else "", finish=ev.finish_reason, index=i)
+        if not include_usage:
+            final["usage"] = oai.usage(ev)
+            final["timings"] = ev.timings
+        yield oai.sse(final)
+        first = first if first is not None else ev
+    if include_usage and first is not None:
+        yield oai.sse(fmt.usage_chunk(first))
+    yield oai.sse("[DONE]")
 
 
 async def _stream(task: Task, fmt: oai.Formatter, include_usage: bool) -> AsyncIterator[bytes]:
@@ -570,7 +639,7 @@ def create_app(state: ServerState) -> Starlette:
         route("/v1/models", models, "GET"), route("/models", models, "GET"),
         route("/metrics", get_metrics, "GET"), route("/slots", get_slots, "GET"),
         route("/tokenize", tokenize, "POST"), route("/detokenize", detokenize, "POST"),
-        route("/v1/completions", completions, "POST"), route("/completions", completions, "POST"),
+        route("/v1/completions", completions, "POST"),
         route("/v1/chat/completions", chat_completions, "POST"), route("/chat/completions", chat_completions, "POST"),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import concurrent.futures
 import contextlib
 import itertools
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +36,7 @@ import numpy as np
 from ..llm.batch import Batch, DecodeError
 from ..llm.generate import Timings
 from ..llm.grammar import GrammarSampler
-from ..llm.sampling import Sampler, SamplingParams
+from ..llm.sampling import Candidates, Sampler, SamplingParams
 from .errors import APIError, ErrorType
 from .textstop import StopMatcher, StopSet
 
@@ -52,6 +54,10 @@ class TaskParams:
     cache_prompt: bool = True
     ignore_eos: bool = False
     grammar: GrammarSampler | None = None  # the request's grammar (json_schema, grammar, response_format)
+    preserved: frozenset[int] = frozenset()  # tokens whose text is sent even when special (preserved_tokens)
+    timings_per_token: bool = False  # each TokenEvent carries the timings so far
+    post_sampling_probs: bool = False  # n_probs from the candidates the chain kept, as probabilities
+    id_slot: int = -1  # the slot this task must run in (llama-server's "id_slot"); -1: any idle one
 
 
 @dataclass
@@ -61,6 +67,7 @@ class TokenEvent:
     token: int
     text: str
     probs: dict[str, Any] | None = None
+    timings: dict[str, float] | None = None  # the task's timings so far (``timings_per_token``)
 
 
 @dataclass
@@ -75,6 +82,8 @@ class DoneEvent:
     n_cached: int
     n_decoded: int
     timings: dict[str, float]
+    tokens: list[int] = field(default_factory=list)  # every sampled token, the end-of-generation one included
+    id_slot: int = -1
 
 
 @dataclass
@@ -104,6 +113,9 @@ class Task:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
 
 
+#: what a control function (Engine.call) returns to be run again after the next step
+DEFER = object()
+
 IDLE, PROMPT, GENERATING = "idle", "processing prompt", "generating"
 
 
@@ -124,6 +136,7 @@ class Slot:
         self.n_prompt_done = 0  # prompt tokens in the cache so far
         self.n_cached = 0  # of them, reused from the previous task
         self.n_decoded = 0
+        self.generated: list[int] = []
         self.next_token = -1
         self.sampler: Sampler | None = None
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -165,16 +178,20 @@ class Stats:
 class Engine:
     """The slots, the waiting queue and the decode thread (see the module docstring)."""
 
-    def __init__(self, ctx: Any, vocab: Any, n_parallel: int, n_ctx: int, max_queue: int = 64) -> None:
+    def __init__(self, ctx: Any, vocab: Any, n_parallel: int, n_ctx: int, max_queue: int = 64,
+                 can_generate: bool = True) -> None:
         self.ctx = ctx
         self.vocab = vocab
         self.n_slot_ctx = n_ctx // n_parallel
         self.slots = [Slot(i, self.n_slot_ctx) for i in range(n_parallel)]
         self.max_queue = max_queue
+        #: False for a model that computes embeddings only (bert, ...): completions are refused
+        self.can_generate = can_generate
         self.pending: deque[Task] = deque()
         self.stats = Stats()
         self.n_swa = ctx.model.hparams.n_swa if ctx.model.hparams.uses_swa else 0
         self._cond = threading.Condition()
+        self._controls: deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = deque()
         self._stop = False
         self._thread: threading.Thread | None = None
 
@@ -182,6 +199,8 @@ class Engine:
     def submit(self, task: Task) -> None:
         """Queue a task; 503 when the queue is full, 400 when the prompt cannot fit a slot."""
         n = len(task.tokens)
+        if not self.can_generate:
+            raise APIError("this model computes embeddings, not text: use /v1/embeddings", ErrorType.NOT_SUPPORTED)
         if n == 0:
             raise APIError("the prompt is empty (no tokens to start from)")
         if n >= self.n_slot_ctx:
@@ -205,6 +224,15 @@ class Engine:
             task.cancelled = True
             self._cond.notify()
 
+    def call(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        """Run ``fn`` in the engine thread between two decodes (it may touch the cache and the slots);
+        its result or error arrives on the returned future."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._cond:
+            self._controls.append((fn, fut))
+            self._cond.notify()
+        return fut
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="pyggml-serve-engine", daemon=True)
         self._thread.start()
@@ -224,7 +252,7 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._stop and not self.pending and not any(s.task for s in self.slots):
+                while not (self._stop or self.pending or self._controls or any(s.task for s in self.slots)):
                     self._cond.wait()
                 if self._stop:
                     break
@@ -233,6 +261,10 @@ class Engine:
             except Exception as e:  # never let the thread die: fail the tasks in flight and go on
                 self._fail_all(APIError(f"internal error: {e}", ErrorType.SERVER))
         self._fail_all(APIError("the server is shutting down", ErrorType.UNAVAILABLE))
+        with self._cond:
+            controls, self._controls = list(self._controls), deque()
+        for _, fut in controls:
+            fut.set_exception(APIError("the server is shutting down", ErrorType.UNAVAILABLE))
 
     def _fail_all(self, err: APIError) -> None:
         with self._cond:
@@ -244,17 +276,34 @@ class Engine:
                 s.task.post(ErrorEvent(err))
                 self._release(s)
 
+    def _run_controls(self) -> None:
+        with self._cond:
+            controls, self._controls = list(self._controls), deque()
+        again = []
+        for fn, fut in controls:
+            try:
+                out = fn()
+            except Exception as e:
+                fut.set_exception(e)
+                continue
+            if out is DEFER:
+                again.append((fn, fut))  # its slot is busy: tried again after the next step, as llama-server defers
+            else:
+                fut.set_result(out)
+        if again:
+            with self._cond:
+                self._controls.extendleft(reversed(again))
+
     def step(self) -> bool:
         """One scheduling step and (when any slot has work) one decode; False when there was nothing to do."""
+        if self._controls:
+            self._run_controls()
         with self._cond:
             for s in self.slots:
                 if s.task is not None and s.task.cancelled:
                     self.stats.n_cancelled += 1
                     self._release(s)
-            while self.pending and any(s.task is None for s in self.slots):
-                task = self.pending.popleft()
-                if not task.cancelled:
-                    self._launch(task)
+            self._launch_pending()
         tokens: list[int] = []
         pos: list[int] = []
         seqs: list[int] = []
@@ -319,9 +368,26 @@ class Engine:
             self._sample(s, self.ctx.get_logits_ith(i))
         return True
 
+    def _launch_pending(self) -> None:
+        """Start waiting tasks in queue order while slots are idle; a task asking for a busy slot (``id_slot``)
+        waits for it without holding back the tasks behind it."""
+        waiting: deque[Task] = deque()
+        while self.pending and any(s.task is None for s in self.slots):
+            task = self.pending.popleft()
+            if task.cancelled:
+                continue
+            if task.params.id_slot >= 0 and self.slots[task.params.id_slot].task is not None:
+                waiting.append(task)
+                continue
+            self._launch(task)
+        self.pending.extendleft(reversed(waiting))
+
     def _launch(self, task: Task) -> None:
-        """Give a task an idle slot: the one sharing the longest prefix with it, else the least recently used."""
+        """Give a task an idle slot: the one it asks for, else the one sharing the longest prefix with it, else
+        the least recently used."""
         idle = [s for s in self.slots if s.task is None]
+        if task.params.id_slot >= 0:
+            idle = [self.slots[task.params.id_slot]]
         best = max(idle, key=lambda s: (common_prefix(s.cached, task.tokens) if task.params.cache_prompt else 0,
                                         -s.t_last_used))
         if common_prefix(best.cached, task.tokens) == 0:
@@ -332,7 +398,7 @@ class Engine:
         s.state = PROMPT
         n_keep = common_prefix(s.cached, task.tokens) if task.params.cache_prompt else 0
         n_keep = min(n_keep, len(task.tokens) - 1)  # decode at least one token, for its logits
-        if n_keep > 0 and not self.ctx.seq_rm(s.id, n_keep, -1):
+        if n_keep > 0 and self.ctx.seq_rm(s.id, n_keep, -1) is False:
             n_keep = 0  # a recurrent state cannot be cut back to the shared prefix (llama-server starts over)
         if n_keep > 0:
             # a sliding-window cache may have dropped cells the new tokens still need to see: start over
@@ -363,17 +429,26 @@ class Engine:
         if p.n_predict == 0:  # the prompt only (it is cached for the next request): no token
             self._finish(s, "length")
             return
-        tok = s.sampler.sample(logits)
+        post: list[tuple[int, float]] | None = None
+        if p.post_sampling_probs and p.n_probs > 0:
+            tok, post = sample_keeping_candidates(s.sampler, logits)
+        else:
+            tok = s.sampler.sample(logits)
         s.sampler.accept(tok)
         s.n_decoded += 1
+        s.generated.append(tok)
         self.stats.work.n_gen += 1
-        probs = token_probs(self.vocab, logits, tok, p.n_probs) if p.n_probs > 0 else None
+        probs = None
+        if post is not None:
+            probs = post_sampling_probs(self.vocab, post, tok, p.n_probs)
+        elif p.n_probs > 0:
+            probs = token_probs(self.vocab, logits, tok, p.n_probs)
         finish = ""
         if self.vocab.is_eog(tok) and not p.ignore_eos:
             finish = "stop"
             piece = ""
         else:
-            piece = s.decoder.decode(self.vocab.token_to_piece(tok, special=False))
+            piece = s.decoder.decode(self.vocab.token_to_piece(tok, special=tok in p.preserved))
         ready = ""
         if not finish:
             ready = s.stop.feed(piece)
@@ -383,13 +458,13 @@ class Engine:
                 finish = "length"
             if not finish:
                 s.next_token = tok
-                task.post(TokenEvent(tok, ready, probs))
+                task.post(TokenEvent(tok, ready, probs, self._timings(s) if p.timings_per_token else None))
                 return
         if not s.stop.stopped:
             ready += s.stop.feed(s.decoder.decode(b"", final=True))
         tail = ready + s.stop.flush()  # a partial stop string held back is text after all
         if probs is not None or tail:
-            task.post(TokenEvent(tok, tail, probs))
+            task.post(TokenEvent(tok, tail, probs, self._timings(s) if p.timings_per_token else None))
         self._finish(s, finish)
 
     def _finish(self, s: Slot, finish: str) -> None:
@@ -398,19 +473,25 @@ class Engine:
         assert task is not None and s.stop is not None
         self.stats.n_requests += 1
         self.stats.n_tokens_max = max(self.stats.n_tokens_max, len(s.cached) + 1)
-        now = time.perf_counter()
-        t_prompt = (s.t_prompt_end - s.t_start) * 1e3
-        t_gen = (now - s.t_prompt_end) * 1e3
-        n_pp = len(task.tokens) - s.n_cached
-        timings = {"cache_n": s.n_cached, "prompt_n": n_pp, "prompt_ms": t_prompt,
-                   "prompt_per_token_ms": t_prompt / max(n_pp, 1),
-                   "prompt_per_second": n_pp / (t_prompt / 1e3) if t_prompt > 0 else 0.0,
-                   "predicted_n": s.n_decoded, "predicted_ms": t_gen,
-                   "predicted_per_token_ms": t_gen / max(s.n_decoded, 1),
-                   "predicted_per_second": s.n_decoded / (t_gen / 1e3) if t_gen > 0 else 0.0}
+        timings = self._timings(s)
         task.post(DoneEvent("", s.stop.text, finish, s.stop.word, len(task.tokens), s.n_cached, s.n_decoded,
-                            timings))
+                            timings, s.generated, s.id))
         self._release(s)
+
+
+    @staticmethod
+    def _timings(s: Slot) -> dict[str, float]:
+        """llama-server's timings of the slot's task so far (result_timings)."""
+        assert s.task is not None
+        t_prompt = (s.t_prompt_end - s.t_start) * 1e3
+        t_gen = (time.perf_counter() - s.t_prompt_end) * 1e3
+        n_pp = len(s.task.tokens) - s.n_cached
+        return {"cache_n": s.n_cached, "prompt_n": n_pp, "prompt_ms": t_prompt,
+                "prompt_per_token_ms": t_prompt / max(n_pp, 1),
+                "prompt_per_second": n_pp / (t_prompt / 1e3) if t_prompt > 0 else 0.0,
+                "predicted_n": s.n_decoded, "predicted_ms": t_gen,
+                "predicted_per_token_ms": t_gen / max(s.n_decoded, 1),
+                "predicted_per_second": s.n_decoded / (t_gen / 1e3) if t_gen > 0 else 0.0}
 
 
 def token_probs(vocab: Any, logits: np.ndarray, token: int, n_probs: int) -> dict[str, Any]:
@@ -430,4 +511,36 @@ def token_probs(vocab: Any, logits: np.ndarray, token: int, n_probs: int) -> dic
 
     out = entry(token)
     out["top_logprobs"] = [entry(int(t)) for t in top]
+    return out
+
+
+def sample_keeping_candidates(sampler: Sampler, logits: np.ndarray) -> tuple[int, list[tuple[int, float]]]:
+    """Sampler.sample, also returning what llama.cpp's common_sampler_get_candidates holds afterwards: the
+    candidates the chain kept with their probabilities, most likely first (post_sampling_probs). A greedy
+    chain (temperature <= 0) keeps the chosen token alone, at probability 1."""
+    if sampler._greedy_only:  # the chain's own shortcut: the first maximum of the logits
+        tok = sampler.sample(logits)
+        return tok, [(tok, 1.0)]
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        c = Candidates(logits)
+        tok = sampler.sample_candidates(c)
+        g = sampler.grammar
+        if g is not None and not g.allows(tok):  # as Sampler.sample: filter every candidate and draw again
+            c = Candidates(g.apply(logits))
+            tok = sampler.sample_candidates(c)
+    p = c.p if c.p is not None else np.zeros(c.ids.size, dtype=np.float32)
+    order = np.argsort(-p, kind="stable")
+    return tok, [(int(c.ids[i]), float(p[i])) for i in order]
+
+
+def post_sampling_probs(vocab: Any, candidates: list[tuple[int, float]], token: int, n_probs: int) -> dict[str, Any]:
+    """llama-server's entry with post_sampling_probs: ``prob`` and ``top_probs`` (at most n_probs of the kept
+    candidates) instead of the raw logits' ``logprob`` and ``top_logprobs``."""
+
+    def entry(t: int, prob: float) -> dict[str, Any]:
+        piece = vocab.token_to_piece(int(t), special=True)
+        return {"id": int(t), "token": piece.decode("utf-8", errors="replace"), "prob": prob, "bytes": list(piece)}
+
+    out = entry(token, next((q for t, q in candidates if t == token), 0.0))
+    out["top_probs"] = [entry(t, q) for t, q in candidates[:n_probs]]
     return out

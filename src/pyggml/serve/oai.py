@@ -4,7 +4,9 @@ Non-streamed: ``chat.completion`` / ``text_completion`` objects with ``usage`` a
 ``timings``. Streamed: one ``*.chunk`` per piece of text as server-sent events (``data: {...}``),
 a last chunk with the finish reason, an optional usage chunk (``stream_options.include_usage``),
 then ``data: [DONE]``. Token probabilities use the ``logprobs.content`` layout for both endpoints,
-as llama-server writes them.
+as llama-server writes them; on /v1/completions the same object also carries OpenAI's legacy
+completions fields (``tokens``, ``token_logprobs``, ``top_logprobs`` as ``{text: logprob}``,
+``text_offset``), so clients written for either API find theirs.
 """
 
 from __future__ import annotations
@@ -40,27 +42,47 @@ class Formatter:
         self.id = completion_id("chatcmpl-" if chat else "cmpl-")
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
+        self.text_offset: dict[int, int] = {}  # per choice: characters of text sent so far (text_offset)
+
+    def logprobs(self, probs: list[dict[str, Any]] | None, index: int = 0) -> dict[str, Any] | None:
+        """The choice's ``logprobs`` object: llama-server's ``content`` list, and on /v1/completions
+        OpenAI's completions fields beside it."""
+        if probs is None:
+            return None
+        out: dict[str, Any] = {"content": probs}
+        if not self.chat:
+            offset = self.text_offset.get(index, 0)
+            offsets = []
+            for p in probs:
+                offsets.append(offset)
+                offset += len(p["token"])
+            self.text_offset[index] = offset
+            out.update(completion_logprobs(probs, offsets))
+        return out
 
     def _envelope(self, choices: list[dict[str, Any]], chunk: bool) -> dict[str, Any]:
         obj = self.object + ".chunk" if chunk and self.chat else self.object
         return {"choices": choices, "created": self.created, "model": self.model,
                 "system_fingerprint": FINGERPRINT, "object": obj, "id": self.id}
 
-    def full(self, done: DoneEvent, probs: list[dict[str, Any]] | None) -> dict[str, Any]:
-        choice: dict[str, Any] = {"finish_reason": done.finish_reason, "index": 0}
+    def full(self, done: DoneEvent, probs: list[dict[str, Any]] | None, index: int = 0,
+             message: dict[str, Any] | None = None, finish: str | None = None) -> dict[str, Any]:
+        """The whole response; ``message``/``finish``: the parsed assistant message (tool calls, reasoning)
+        and its finish reason, when the reply was parsed (tool_calls.parse_reply)."""
+        choice: dict[str, Any] = {"finish_reason": finish or done.finish_reason, "index": index}
         if self.chat:
-            choice["message"] = {"role": "assistant", "content": done.full_text}
+            choice["message"] = message or {"role": "assistant", "content": done.full_text}
         else:
             choice["text"] = done.full_text
-        choice["logprobs"] = {"content": probs} if probs is not None else None
+        choice["logprobs"] = self.logprobs(probs, index)
         body = self._envelope([choice], chunk=False)
         body["usage"] = usage(done)
         body["timings"] = done.timings
         return body
 
     def chunk(self, text: str | None, probs: list[dict[str, Any]] | None = None, finish: str | None = None,
-              role: bool = False) -> dict[str, Any]:
-        choice: dict[str, Any] = {"finish_reason": finish, "index": 0}
+              role: bool = False, index: int = 0) -> dict[str, Any]:
+        choice: dict[str, Any] = {"finish_reason": finish, "index": index}
         if self.chat:
             delta: dict[str, Any] = {}
             if role:
@@ -70,7 +92,14 @@ class Formatter:
             choice["delta"] = delta
         else:
             choice["text"] = text or ""
-        choice["logprobs"] = {"content": probs} if probs is not None else None
+        choice["logprobs"] = self.logprobs(probs, index)
+        return self._envelope([choice], chunk=True)
+
+    def delta_chunk(self, delta: dict[str, Any], probs: list[dict[str, Any]] | None = None,
+                    finish: str | None = None) -> dict[str, Any]:
+        """A chat chunk with a delta made by tool_calls.StreamParser (content, reasoning_content, tool_calls)."""
+        choice = {"finish_reason": finish, "index": 0, "delta": delta,
+                  "logprobs": self.logprobs(probs, 0)}
         return self._envelope([choice], chunk=True)
 
     def usage_chunk(self, done: DoneEvent) -> dict[str, Any]:
@@ -78,6 +107,14 @@ class Formatter:
         body["usage"] = usage(done)
         body["timings"] = done.timings
         return body
+
+
+def completion_logprobs(probs: list[dict[str, Any]], offsets: list[int]) -> dict[str, Any]:
+    """OpenAI's legacy completions ``logprobs`` fields from llama-server's per-token entries: each token's
+    text, its log-probability, its alternatives as ``{text: logprob}`` and its offset in the text."""
+    return {"tokens": [p["token"] for p in probs], "token_logprobs": [p["logprob"] for p in probs],
+            "top_logprobs": [{t["token"]: t["logprob"] for t in p["top_logprobs"]} for p in probs],
+            "text_offset": offsets}
 
 
 def sse(obj: dict[str, Any] | str) -> bytes:

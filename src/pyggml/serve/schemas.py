@@ -1,8 +1,11 @@
 """Request bodies as pydantic models, with llama-server's field names and defaults.
 
-Unknown fields are accepted and ignored (as llama-server ignores them), but a known field of the
-wrong type is refused: the models are strict, so ``"max_tokens": "5"`` is an error rather than a
-silent conversion. :func:`parse` turns any failure into one readable 400 error message.
+No field is silently ignored: a field this server does not know is refused with a 400 error naming
+it (llama-server would act on many of them: ``lora``, ``n_keep``, ``image_data``..., so dropping them
+would answer a different request than the one sent); the few OpenAI fields that have no effect in
+llama-server either are declared and accepted (see ``NO_EFFECT``). A known field of the wrong type is
+refused too: the models are strict, so ``"max_tokens": "5"`` is an error rather than a silent
+conversion. :func:`parse` turns any failure into one readable 400 error message.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from .errors import APIError
 
-_CONFIG = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+_CONFIG = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 T = TypeVar("T", bound="BaseModel")
 
 #: ``stop``: at most this many strings of at most this many characters. llama-server takes any list and
@@ -77,6 +80,11 @@ class GenerationParams(BaseModel):
     ignore_eos: bool = False
     grammar: str | None = None  # GBNF (llama-server's "grammar")
     json_schema: dict[str, Any] | None = None  # a JSON schema the output must follow (llama-server's "json_schema")
+    # llama-server's lazy grammar: "grammar" constrains only once a trigger appears in the output
+    grammar_lazy: bool = False
+    #: [{"type": 0 token | 1 word | 2 pattern | 3 pattern_full, "value": str, "token": id (type 0)}, ...]
+    grammar_triggers: list[dict[str, Any]] | None = None
+    preserved_tokens: list[str] | None = None  # single-token texts sent as text (and usable as token triggers)
     # llama.cpp's other samplers, as llama-server names and limits them (server-schema.cpp)
     typical_p: F32 = 1.0
     top_n_sigma: F32 = -1.0
@@ -128,10 +136,50 @@ class TextPart(BaseModel):
     text: str | None = None
 
 
+class ToolCallFunction(BaseModel):
+    model_config = _CONFIG
+    name: str
+    arguments: str | dict[str, Any] = "{}"  # OpenAI sends a JSON string; an object is taken too
+
+
+class ToolCallIn(BaseModel):
+    """An assistant message's tool call sent back in the conversation."""
+
+    model_config = _CONFIG
+    id: str = ""
+    type: str = "function"
+    function: ToolCallFunction
+    index: int | None = None  # what a client accumulating streamed deltas may leave in
+
+
 class Message(BaseModel):
     model_config = _CONFIG
     role: str
     content: str | list[TextPart] | None = None
+    name: str | None = None  # OpenAI's participant/tool name, handed to the template
+    tool_calls: list[ToolCallIn] | None = None  # assistant messages: the calls it made
+    tool_call_id: str | None = None  # tool messages: the call they answer
+    reasoning_content: str | None = None  # assistant messages: its reasoning (templates that show it)
+    refusal: str | None = None  # OpenAI's assistant refusal text: accepted, not shown (as llama-server)
+
+    def to_template(self) -> dict[str, Any]:
+        """The message as the chat template (and tool_calls.apply_chat_template) sees it."""
+        if self.role != "assistant" and self.content is None:
+            raise APIError("All non-assistant messages must contain 'content'")
+        if self.role == "assistant" and self.content is None and not self.tool_calls:
+            raise APIError("Assistant message must contain either 'content' or 'tool_calls'!")
+        out: dict[str, Any] = {"role": self.role, "content": self.text()}
+        if self.name is not None:
+            out["name"] = self.name
+        if self.tool_calls:
+            out["tool_calls"] = [{"id": c.id, "type": c.type, "function": {"name": c.function.name,
+                                                                           "arguments": c.function.arguments}}
+                                 for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.reasoning_content:
+            out["reasoning_content"] = self.reasoning_content
+        return out
 
     def text(self) -> str:
         """The content as the template sees it: text parts joined (llama-server refuses other parts
@@ -151,6 +199,19 @@ class ChatCompletionRequest(GenerationParams):
     logprobs: bool = False
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
     response_format: dict[str, Any] | None = None  # OpenAI's {"type": "text" | "json_object" | "json_schema", ...}
+    # tool calling (tool_calls.py): checked there, so a bad one gets a message naming what is wrong
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_format: str | None = None  # llama-server's: none, auto, deepseek, deepseek-legacy
+    reasoning_effort: str | None = None  # OpenAI's; "none" turns thinking off, else a template variable
+    add_generation_prompt: bool = True
+    # NO_EFFECT: OpenAI fields llama-server accepts and ignores too (bookkeeping of OpenAI's platform)
+    user: str | None = None
+    store: bool | None = None
+    metadata: dict[str, Any] | None = None
+    service_tier: str | None = None
 
     def n_probs_value(self) -> int:
         """OpenAI's logprobs/top_logprobs in llama-server's terms (n_probs >= 1 when logprobs is on)."""
@@ -219,10 +280,17 @@ def _check_unicode(data: dict[str, Any]) -> None:
         raise APIError("the request body is not valid JSON: it is nested too deeply") from None
 
 
+#: declared fields that are accepted and change nothing (llama-server ignores them as well)
+NO_EFFECT = ("user", "store", "metadata", "service_tier", "refusal")
+
+
 def _describe(e: ValidationError) -> str:
     parts = []
     for err in e.errors()[:4]:
         where = ".".join(str(x) for x in err["loc"]) or "body"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"'{where}': this server does not support this field (it is refused rather than ignored)")
+            continue
         got: Any = err.get("input")
         shown = json.dumps(got)[:60] if isinstance(got, str | int | float | bool | type(None)) else type(got).__name__
         parts.append(f"'{where}': {err['msg']} (got {shown})")

@@ -119,6 +119,20 @@ def f16_round8(typingctx, src, dst):
 
 
 @intrinsic
+def f16_widen8(typingctx, src, dst):
+    """The 8 fp16 values at src stored as f32 at dst (vcvtph2ps; use where _F16C)."""
+    sig = types.void(types.int64, types.int64)
+
+    def codegen(context, builder, sig, args):
+        f8, h8 = _vec(8, ir.FloatType()), _vec(8, ir.HalfType())
+        v = builder.load(builder.inttoptr(args[0], h8.as_pointer()), align=2)
+        builder.store(builder.fpext(v, f8), builder.inttoptr(args[1], f8.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
 def f16_store8(typingctx, src, dst):
     """The 8 floats at src stored as fp16 at dst (use where _F16C)."""
     sig = types.void(types.int64, types.int64)

@@ -10,6 +10,7 @@ nodes as one record. Importing this package registers every kernel and selector.
 from __future__ import annotations
 
 from . import (
+    attn_jit,
     conv,
     custom,
     elementwise,
@@ -34,6 +35,6 @@ from . import (
     wkv_jit,
 )
 
-__all__ = ["conv", "custom", "elementwise", "elementwise_jit", "fusion", "gate_up_jit", "mat", "mat_f_jit",
+__all__ = ["attn_jit", "conv", "custom", "elementwise", "elementwise_jit", "fusion", "gate_up_jit", "mat", "mat_f_jit",
            "mat_id_jit", "mat_jit", "nn", "nn_jit", "recurrent", "recurrent_jit", "reduce", "reduce_jit", "rows",
            "rows_jit", "shape", "train", "unary", "wkv_jit"]

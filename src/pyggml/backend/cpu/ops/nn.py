@@ -341,7 +341,9 @@ def flash_attn_ext(node: Tensor, n_threads: int) -> None:
 
     Q is first converted to K's vec_dot_type (fp16 for an F16 cache) except on ggml's tiled path
     (>= 64 query rows with F16/F32 K and V of one type), where Q stays F32. KV heads broadcast
-    over query heads (GQA): query head h uses KV head h // (n_head / n_head_kv).
+    over query heads (GQA): query head h uses KV head h // (n_head / n_head_kv). The softmax is taken
+    whole, in float32, so the result differs from ggml's by round-off (its online softmax, fp16 V
+    accumulator and split decodes); the compiled kernel (attn_jit.py) takes ggml's steps.
     """
     q, k, v, mask, sinks = (node.src[i] for i in range(5))
     require_f32(node, q)

@@ -6,9 +6,10 @@ window times the conv weights (not ggml's double-summing vec_dot). SSM_SCAN: eac
 share of the heads and rolls their states token by token, the first token reading the state its
 sequence starts from (``ids``) and the later ones the state just written to the output. The
 softplus of dt and the decays use the C library's expf/logf. Mamba-2 (a scalar decay per head)
-runs ggml's vector loop where d_state allows: four accumulators of 8 lanes over steps of 32 (the
-state itself updated with a separate multiply and add, the sum with fma), reduced as
-GGML_F32x8_REDUCE, then the leftover state dims in float; Mamba-1 is ggml's scalar loop.
+runs ggml's vector loop where d_state allows (an LLVM intrinsic): four accumulators of 8 lanes over
+steps of 32, reduced as GGML_F32x8_REDUCE, then the leftover state dims in float; Mamba-1 is ggml's
+scalar loop. As GCC builds ggml (``-ffp-contract=fast``), ``s0*dA + B*x_dt`` is one fma over the
+second product and ``sum += state*C`` an fma.
 
 SSM_SCAN has seven sources; the record holds the first three (s, x, dt), the selector puts the
 addresses of A, B, C and ids and the token and sequence strides of B and C in the AUX words, and
@@ -21,6 +22,10 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from ....ops.enums import Op
 from ....tensor import Tensor
@@ -29,6 +34,7 @@ from ..jit import Choice, jit_kernel, selector
 from ..jit.mathf import libm_expf
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_i32, rec, span
 from ..native import f32p, fmaf, i32p
+from ..simd import _fma, _splat
 
 F32, I32 = GGMLType.F32, GGMLType.I32
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
@@ -77,29 +83,59 @@ def _softplus(x):  # pragma: no cover - compiled
     return np.float32(math.log(np.float32(1.0) + libm_expf(x)))
 
 
-@numba.njit(**_opts)
-def _state_row2(s0, s, b, c, da, x_dt, nc, acc):  # pragma: no cover - compiled
-    """One row of a Mamba-2 state (nc dims): s = s0*dA + B*x_dt, returning sum(s*C) in ggml's order."""
-    np_ = nc & ~(_STEP - 1)
-    for i in range(_STEP):
-        acc[i] = np.float32(0.0)
-    for i in range(0, np_, _STEP):
-        for k in range(_STEP):
-            v = s0[i + k] * da + b[i + k] * x_dt
-            acc[k] = fmaf(v, c[i + k], acc[k])
-            s[i + k] = v
-    sumf = np.float32(0.0)
-    if np_:
-        # GGML_F32x8_REDUCE: x0+x2, x1+x3, then x0+x1, the two halves, two horizontal adds
-        t = np.empty(8, dtype=np.float32)
-        for k in range(8):
-            t[k] = (acc[k] + acc[16 + k]) + (acc[8 + k] + acc[24 + k])
-        sumf = ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]))
-    for i in range(np_, nc):
-        v = s0[i] * da + b[i] * x_dt
-        sumf += v * c[i]
-        s[i] = v
-    return sumf
+_F32T = ir.FloatType()
+_I32T = ir.IntType(32)
+_I64T = ir.IntType(64)
+
+
+@intrinsic
+def _state_row2(typingctx, s0, s, b, c, da, x_dt, nc):
+    """One row of a Mamba-2 state: s[i] = s0[i]*dA + B[i]*x_dt over nc dims (addresses), returning sum(s*C)
+    in ggml's AVX2 order: four <8 x float> fma accumulators over steps of 32, GGML_F32x8_REDUCE (x0+x2,
+    x1+x3, then x0+x1, the two halves, two horizontal adds), then the leftover dims in float."""
+    sig = types.float32(types.int64, types.int64, types.int64, types.int64, types.float32, types.float32,
+                        types.int64)
+
+    def codegen(context, builder, sig, args):
+        f8 = ir.VectorType(_F32T, 8)
+        p_s0, p_s, p_b, p_c = (builder.inttoptr(a, _F32T.as_pointer()) for a in args[:4])
+        da, x_dt, n = args[4], args[5], args[6]
+        vda, vxdt = _splat(builder, da, 8), _splat(builder, x_dt, 8)
+
+        def at(base, i, vec=True):
+            ptr = builder.gep(base, [i])
+            return builder.bitcast(ptr, f8.as_pointer()) if vec else ptr
+
+        nsteps = builder.sdiv(n, ir.Constant(_I64T, _STEP))
+        accs = [cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in range(4)]
+        with cgutils.for_range(builder, nsteps) as loop:
+            i0 = builder.mul(loop.index, ir.Constant(_I64T, _STEP))
+            for j, acc in enumerate(accs):
+                o = builder.add(i0, ir.Constant(_I64T, 8 * j))
+                v = _fma(builder, builder.load(at(p_s0, o), align=4), vda,
+                         builder.fmul(builder.load(at(p_b, o), align=4), vxdt))
+                builder.store(_fma(builder, v, builder.load(at(p_c, o), align=4), builder.load(acc)), acc)
+                builder.store(v, at(p_s, o), align=4)
+        x0, x1, x2, x3 = (builder.load(a) for a in accs)
+        x0 = builder.fadd(builder.fadd(x0, x2), builder.fadd(x1, x3))
+
+        def pick(v, idx):
+            return builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
+                                          ir.Constant(ir.VectorType(_I32T, len(idx)), idx))
+
+        t0 = builder.fadd(pick(x0, [0, 1, 2, 3]), pick(x0, [4, 5, 6, 7]))
+        t1 = builder.fadd(pick(t0, [0, 2]), pick(t0, [1, 3]))
+        red = builder.fadd(builder.extract_element(t1, ir.Constant(_I32T, 0)),
+                           builder.extract_element(t1, ir.Constant(_I32T, 1)))
+        total = cgutils.alloca_once_value(builder, red)
+        start = builder.mul(nsteps, ir.Constant(_I64T, _STEP))
+        with cgutils.for_range_slice(builder, start, n, ir.Constant(_I64T, 1), inc=True) as (i, _):
+            v = _fma(builder, builder.load(at(p_s0, i, False)), da, builder.fmul(builder.load(at(p_b, i, False)), x_dt))
+            builder.store(_fma(builder, v, builder.load(at(p_c, i, False)), builder.load(total)), total)
+            builder.store(v, at(p_s, i, False))
+        return builder.load(total)
+
+    return sig, codegen
 
 
 @jit_kernel
@@ -121,7 +157,6 @@ def k_ssm_scan(node, ith, nth, ctrl):  # pragma: no cover - compiled
     a = numba.carray(f32p(a_p), a_ne0 * nh)
     ih0, ih1 = span(nh, ith, nth)
     hpg = nh // ng
-    acc = np.empty(_STEP, dtype=np.float32)
     for i3 in range(ns):
         s0_base = s_src + ids[i3] * snb3
         s_base = d + i3 * snb3 + s_off
@@ -140,10 +175,8 @@ def k_ssm_scan(node, ith, nth, ctrl):  # pragma: no cover - compiled
                     da = libm_expf(dt_sp * a[h])
                     for i1 in range(nr):
                         ii = i1 + h * nr
-                        x_dt = x[ii] * dt_sp
-                        s0 = numba.carray(f32p(s0_base + ii * nc * 4), nc)
-                        s = numba.carray(f32p(s_base + ii * nc * 4), nc)
-                        y[ii] = _state_row2(s0, s, b, c, da, x_dt, nc, acc)
+                        y[ii] = _state_row2(s0_base + ii * nc * 4, s_base + ii * nc * 4, b_row + g * nc * 4,
+                                            c_row + g * nc * 4, da, x[ii] * dt_sp, nc)
                 else:  # Mamba-1: one decay per state dim, the scalar loop
                     for i1 in range(nr):
                         ii = i1 + h * nr
@@ -152,8 +185,8 @@ def k_ssm_scan(node, ith, nth, ctrl):  # pragma: no cover - compiled
                         s = numba.carray(f32p(s_base + ii * nc * 4), nc)
                         sumf = np.float32(0.0)
                         for i0 in range(nc):
-                            v = s0[i0] * libm_expf(dt_sp * a[i0 + h * nc]) + b[i0] * x_dt
-                            sumf += v * c[i0]
+                            v = fmaf(s0[i0], libm_expf(dt_sp * a[i0 + h * nc]), b[i0] * x_dt)
+                            sumf = fmaf(v, c[i0], sumf)
                             s[i0] = v
                         y[ii] = sumf
             slot = nt - 1 - i2
