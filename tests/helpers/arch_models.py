@@ -44,10 +44,11 @@ class Spec:
     globals_: dict[str, tuple[int, ...]] = field(default_factory=dict)
     tied: bool = False
     n_layer: int = N_LAYER
-    n_head_kv: int = N_HEAD_KV
+    n_head_kv: int | list[int] = N_HEAD_KV  #: a list: per layer (0 marks a hybrid's recurrent layer)
     quant: str = "q8_0"  #: the quantized variant's llama-quantize type
     head: bool = True  #: output_norm (and output unless tied); encoders end without them
     vocab: str = "gpt2"  #: the tokenizer: "gpt2" (byte-level BPE) or "bert" (WordPiece)
+    attention: bool = True  #: False for a model without attention (Mamba): head counts and FFN length 0
 
 
 def _attn(il: int, bias: bool = False, qk_norm: int = 0, fused: bool = False) -> dict[str, tuple[int, ...]]:
@@ -166,6 +167,55 @@ BERT_GLOBALS = {"token_types.weight": (N_EMBD, N_TOKEN_TYPES), "position_embd.we
                 "cls.output.bias": (len(CLS_LABELS),)}
 DENSE_FEAT = 96
 
+
+# state-space layers: Mamba's expansion factor 2, a conv of 4, and (Mamba-2) heads of 16 in 2 groups; for speed
+# models (PYGGML_ARCH_MODEL_DIMS) the real models' state size 128 and heads of 64
+SSM_INNER, SSM_CONV = 2 * N_EMBD, 4
+SSM_STATE = 16 if N_EMBD <= 64 else 128
+SSM_DT_RANK = -(-N_EMBD // 16)
+SSM_GROUPS, SSM_HEAD_DIM = (2, 16) if N_EMBD <= 64 else (1, 64)
+SSM_HEADS = SSM_INNER // SSM_HEAD_DIM
+MAMBA_KEYS = {"ssm.conv_kernel": SSM_CONV, "ssm.inner_size": SSM_INNER, "ssm.state_size": SSM_STATE,
+              "ssm.time_step_rank": SSM_DT_RANK}
+MAMBA2_KEYS = MAMBA_KEYS | {"ssm.time_step_rank": SSM_HEADS, "ssm.group_count": SSM_GROUPS}
+#: granitehybrid: an attention layer in every 4 (the second), the others Mamba-2; at least 3 layers
+GH_LAYERS = max(3, N_LAYER)
+
+
+def _mamba(il: int) -> dict[str, tuple[int, ...]]:
+    """A Mamba-1 layer (src/models/mamba.cpp's tensors)."""
+    p = f"blk.{il}."
+    return {p + "attn_norm.weight": (N_EMBD,), p + "ssm_in.weight": (N_EMBD, 2 * SSM_INNER),
+            p + "ssm_conv1d.weight": (SSM_CONV, SSM_INNER), p + "ssm_conv1d.bias": (SSM_INNER,),
+            p + "ssm_x.weight": (SSM_INNER, SSM_DT_RANK + 2 * SSM_STATE), p + "ssm_dt.weight": (SSM_DT_RANK, SSM_INNER),
+            p + "ssm_dt.bias": (SSM_INNER,), p + "ssm_a": (SSM_STATE, SSM_INNER), p + "ssm_d": (SSM_INNER,),
+            p + "ssm_out.weight": (SSM_INNER, N_EMBD)}
+
+
+def _mamba2(il: int, norm: bool = True) -> dict[str, tuple[int, ...]]:
+    """A Mamba-2 layer: z|x|B|C|dt in one projection, per-head A, D and dt bias, the grouped norm."""
+    p = f"blk.{il}."
+    conv_dim = SSM_INNER + 2 * SSM_GROUPS * SSM_STATE
+    t = {p + "attn_norm.weight": (N_EMBD,), p + "ssm_in.weight": (N_EMBD, SSM_INNER + conv_dim + SSM_HEADS),
+         p + "ssm_conv1d.weight": (SSM_CONV, conv_dim), p + "ssm_conv1d.bias": (conv_dim,),
+         p + "ssm_dt.bias": (SSM_HEADS,), p + "ssm_a": (1, SSM_HEADS), p + "ssm_d": (1, SSM_HEADS),
+         p + "ssm_out.weight": (SSM_INNER, N_EMBD)}
+    if norm:
+        t[p + "ssm_norm.weight"] = (SSM_INNER // SSM_GROUPS, SSM_GROUPS)
+    return t
+
+def _jamba(il: int) -> dict[str, tuple[int, ...]]:
+    """Jamba: a Mamba-1 layer with dt/B/C norms and a dense FFN, then an attention layer with experts (the
+    FFN length, N_FF_EXP, is the experts')."""
+    p = f"blk.{il}."
+    if il == 0:
+        return _mamba(il) | {p + "ssm_dt_norm.weight": (SSM_DT_RANK,), p + "ssm_b_norm.weight": (SSM_STATE,),
+                             p + "ssm_c_norm.weight": (SSM_STATE,), p + "ffn_norm.weight": (N_EMBD,),
+                             p + "ffn_gate.weight": (N_EMBD, N_FF_EXP), p + "ffn_up.weight": (N_EMBD, N_FF_EXP),
+                             p + "ffn_down.weight": (N_FF_EXP, N_EMBD)}
+    return _attn(il) | _moe(il)
+
+
 SPECS: dict[str, Spec] = {
     "llama": Spec("llama", {"rope.freq_base": 500000.0}, lambda il: _attn(il) | _ffn(il),
                   {"rope_freqs.weight": (HEAD // 2,)}),
@@ -218,6 +268,17 @@ SPECS: dict[str, Spec] = {
                             lambda il: _attn(il, qk_norm=HEAD) | _ffn(il) | _post_norms(il),
                             {"dense_2.weight": (N_EMBD, DENSE_FEAT), "dense_3.weight": (DENSE_FEAT, N_EMBD)},
                             tied=True),
+    "mamba": Spec("mamba", MAMBA_KEYS, _mamba, attention=False, tied=True),
+    "mamba2": Spec("mamba2", MAMBA2_KEYS, _mamba2, attention=False),
+    "granitehybrid": Spec("granitehybrid", MAMBA2_KEYS | {"logit_scale": 2.5, "residual_scale": 0.4,
+                                                          "embedding_scale": 6.0, "attention.scale": 0.25},
+                          lambda il: (_attn(il) if il % 4 == 1 else _mamba2(il)) | _ffn(il), n_layer=GH_LAYERS,
+                          n_head_kv=[N_HEAD_KV if il % 4 == 1 else 0 for il in range(GH_LAYERS)]),
+    "falcon-h1": Spec("falcon-h1", MAMBA2_KEYS | {"rope.freq_base": 10000.0, "attention.key_length": HEAD,
+                                                  "attention.value_length": HEAD},
+                      lambda il: _mamba2(il) | _attn(il) | _ffn(il, norm=False) | {f"blk.{il}.ffn_norm": (N_EMBD,)}),
+    "jamba": Spec("jamba", MAMBA_KEYS | MOE_KEYS | {"feed_forward_length": N_FF_EXP}, _jamba,
+                  n_head_kv=[0, N_HEAD_KV]),
 }
 
 
@@ -238,6 +299,8 @@ def _value(name: str, ne: tuple[int, ...], rng: np.random.Generator) -> np.ndarr
     shape = tuple(reversed(ne))
     if name.startswith(("rope_freqs", "rope_factors")):  # llama3 / LongRoPE: low frequencies stretched
         return np.linspace(1.0, 8.0 if "short" not in name else 2.0, ne[0], dtype=np.float32)
+    if name.endswith(".ssm_a"):  # A = -exp(A_log): a decay, as a trained SSM's
+        return (-np.exp(0.5 * rng.standard_normal(shape))).astype(np.float32)
     if name.endswith(".bias"):
         return (0.1 * rng.standard_normal(shape)).astype(np.float32)
     if "norm" in name:
@@ -255,9 +318,9 @@ def write(name: str, path: Path, seed: int = 0) -> Path:
     w.add_embedding_length(N_EMBD)
     w.add_block_count(spec.n_layer)
     if "feed_forward_length" not in spec.keys:
-        w.add_feed_forward_length(N_FF)
-    w.add_head_count(N_HEAD)
-    w.add_head_count_kv(spec.n_head_kv)
+        w.add_feed_forward_length(N_FF if spec.attention else 0)
+    w.add_head_count(N_HEAD if spec.attention else 0)
+    w.add_head_count_kv(spec.n_head_kv if spec.attention else 0)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_layer_norm_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)

@@ -50,8 +50,13 @@ def test_logits_and_greedy_equal_llamacpp(arch: str, kind: str) -> None:
 
 
 def test_every_registered_architecture_has_reference_data() -> None:
-    """A new architecture module comes with its tiny model and llama.cpp's outputs: logits here, or for an
-    encoder its embeddings (test_llm_embeddings.py)."""
+    """A new architecture module comes with its tiny model and llama.cpp's outputs: logits here, for an
+    encoder its embeddings (test_llm_embeddings.py), for a recurrent or hybrid model recurrent.npz
+    (test_llm_recurrent.py)."""
     embeddings = np.load(DATA / "embeddings.npz").files
     encoders = {k.rsplit("-", 1)[0] for k in embeddings if k.endswith("-none")}
-    assert set(supported_archs()) <= set(ARCHS) | encoders, sorted(set(supported_archs()) - set(ARCHS) - encoders)
+    recurrent = {k.rsplit("-", 2)[0] for k in np.load(DATA / "recurrent.npz").files if k.endswith("-logits")}
+    rwkv = {k.rsplit("-", 2)[0] for name in ("rwkv.npz", "lfm2.npz") for k in np.load(DATA / name).files
+            if k.endswith("-logits")}
+    covered = set(ARCHS) | encoders | recurrent | rwkv  # rwkv.npz, lfm2.npz: test_llm_rwkv_lfm2.py
+    assert set(supported_archs()) <= covered, sorted(set(supported_archs()) - covered)

@@ -257,3 +257,30 @@ def test_app_without_template_or_metrics_says_how_to_enable_them() -> None:
         assert r.status_code == 501 and "--metrics" in r.json()["error"]["message"]
         r = client.get("/v1/chat/completions")
         assert r.status_code == 405 and r.json()["error"]["code"] == 405
+
+
+def test_engine_decodes_the_whole_prompt_where_the_memory_refuses_to_cut_it() -> None:
+    """A recurrent model's memory refuses seq_rm of a range it cannot honour (it returns False, as
+    llama_memory_seq_rm): the slot then forgets the sequence and decodes the whole prompt, as llama-server."""
+    import asyncio
+
+    from pyggml.llm.sampling import SamplingParams
+    from pyggml.serve.engine import Engine, Task, TaskParams
+
+    class _Recurrent(_FakeCtx):
+        def seq_rm(self, seq, p0=-1, p1=-1):
+            super().seq_rm(seq, p0, p1)
+            return p0 <= 0  # only whole sequences can go
+
+    async def run() -> None:
+        ctx = _Recurrent()
+        eng = Engine(ctx, _FakeVocab(), n_parallel=1, n_ctx=256)
+        greedy = SamplingParams(temp=0)
+        for _ in range(2):
+            eng.submit(Task([1, 2, 3, 4], TaskParams(n_predict=1, sampling=greedy)))
+            while eng.step():
+                pass
+        assert ctx.rm[-2:] == [(0, 3, -1), (0, -1, -1)]
+        assert list(ctx.batches[-1].token) == [1, 2, 3, 4] and list(ctx.batches[-1].pos) == [0, 1, 2, 3]
+
+    asyncio.run(run())

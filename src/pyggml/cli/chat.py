@@ -72,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
         keep = 0
         while keep < min(len(cached), len(tokens) - 1) and cached[keep] == tokens[keep]:
             keep += 1
-        ctx.seq_rm(0, keep)
+        if ctx.seq_rm(0, keep) is False:  # a recurrent state cannot be cut back: the prompt is decoded anew
+            ctx.seq_rm(0)
+            keep = 0
         shown: list[str] = []
 
         def show(text: str, shown: list[str] = shown) -> None:

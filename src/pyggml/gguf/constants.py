@@ -181,6 +181,17 @@ class Keys:
     EXPERT_FEED_FORWARD_LENGTH = "{arch}.expert_feed_forward_length"
     EXPERT_SHARED_FEED_FORWARD_LENGTH = "{arch}.expert_shared_feed_forward_length"
     EXPERT_WEIGHTS_SCALE = "{arch}.expert_weights_scale"
+    # RWKV: the WKV head size, the token-shift states per layer, the LoRA ranks of RWKV-6 and RWKV-7
+    WKV_HEAD_SIZE = "{arch}.wkv.head_size"
+    TOKEN_SHIFT_COUNT = "{arch}.token_shift_count"
+    RESCALE_EVERY_N_LAYERS = "{arch}.rescale_every_n_layers"
+    TIME_MIX_EXTRA_DIM = "{arch}.time_mix_extra_dim"
+    TIME_DECAY_EXTRA_DIM = "{arch}.time_decay_extra_dim"
+    ATTENTION_DECAY_LORA_RANK = "{arch}.attention.decay_lora_rank"
+    ATTENTION_ICLR_LORA_RANK = "{arch}.attention.iclr_lora_rank"
+    ATTENTION_VALUE_RESIDUAL_MIX_LORA_RANK = "{arch}.attention.value_residual_mix_lora_rank"
+    ATTENTION_GATE_LORA_RANK = "{arch}.attention.gate_lora_rank"
+    SHORTCONV_L_CACHE = "{arch}.shortconv.l_cache"
     EXPERT_WEIGHTS_NORM = "{arch}.expert_weights_norm"
     EXPERT_GATING_FUNC = "{arch}.expert_gating_func"
     USE_PARALLEL_RESIDUAL = "{arch}.use_parallel_residual"
@@ -208,6 +219,14 @@ class Keys:
     ATTENTION_SLIDING_WINDOW = "{arch}.attention.sliding_window"
     ATTENTION_SLIDING_WINDOW_PATTERN = "{arch}.attention.sliding_window_pattern"
 
+    # state-space (Mamba) layers
+    SSM_CONV_KERNEL = "{arch}.ssm.conv_kernel"
+    SSM_INNER_SIZE = "{arch}.ssm.inner_size"
+    SSM_STATE_SIZE = "{arch}.ssm.state_size"
+    SSM_TIME_STEP_RANK = "{arch}.ssm.time_step_rank"
+    SSM_GROUP_COUNT = "{arch}.ssm.group_count"
+    SSM_DT_B_C_RMS = "{arch}.ssm.dt_b_c_rms"
+
     ROPE_DIMENSION_COUNT = "{arch}.rope.dimension_count"
     ROPE_FREQ_BASE = "{arch}.rope.freq_base"
     ROPE_FREQ_BASE_SWA = "{arch}.rope.freq_base_swa"
@@ -216,6 +235,7 @@ class Keys:
     ROPE_SCALING_FACTOR = "{arch}.rope.scaling.factor"
     ROPE_SCALING_ATTN_FACTOR = "{arch}.rope.scaling.attn_factor"
     ROPE_SCALING_ORIG_CTX_LEN = "{arch}.rope.scaling.original_context_length"
+    ROPE_SCALING_FINETUNED = "{arch}.rope.scaling.finetuned"
 
     # split files (gguf-split)
     SPLIT_NO = "split.no"

@@ -25,12 +25,16 @@ from ..sched import BackendSched, backend_sched_new, backend_sched_set_eval_call
 from ..tensor import Tensor, ggml_pad
 from ..types import GGMLType
 from . import state
-from .batch import Batch, DecodeError, PreparedBatch, prepare, split_equal, split_simple
+from .batch import Batch, DecodeError, PreparedBatch, prepare, split_equal, split_seq, split_simple
 from .embeddings import mean_weights, no_cache_mask, pooled_rows, pools_last
 from .graph import GRAPH_MAX_NODES, GraphBuilder, UbatchGraph, build_k_shift
 from .hparams import PoolingType
 from .kv_cache import KV_PAD, KVCache
+from .memory_recurrent import RecurrentMemory
 from .model import Model, cpu_device
+
+#: the key of the recurrent memory's bookkeeping in a saved decode state
+_RECR = "\0recurrent"
 
 #: ggml's eval callback: called with ask=True to ask whether a node is wanted, then with ask=False
 #: once it has been computed; returning False from the second call stops the graph.
@@ -112,9 +116,22 @@ class LlamaContext:
         self.flash_attn = resolve_flash_attn(model) if p.flash_attn is None else p.flash_attn
         buft = {il: model.layer_buft(il) for il in range(hp.n_layer)}
         v_trans = not self.flash_attn
+        #: the recurrent layers' states (llama_memory_recurrent), one cell per sequence; None without them
+        self.recr: RecurrentMemory | None = None
         if not model.arch.has_memory:  # an encoder: no KV cache (llama_model::create_memory gives none)
             self.caches = {}
             self.layer_cache = []
+        elif model.arch.recurrent:
+            # llama_memory_recurrent, or llama_memory_hybrid: the attention layers on a KV cache beside it
+            if hp.uses_swa:
+                raise PyGGMLError(f"{hp.arch}: a hybrid model with sliding-window layers is not supported yet")
+            self.recr = RecurrentMemory(hp, model.arch.recr_layers(hp), max(1, p.n_seq_max), p.n_seq_max, buft)
+            attn_layers = model.arch.attn_layers(hp) if model.arch.hybrid else []
+            self.caches = {}
+            if attn_layers:
+                self.caches["base"] = KVCache(hp, attn_layers, self.n_ctx_seq, buft, p.type_k, p.type_v, v_trans, 0,
+                                              "base", p.n_seq_max, n_stream)
+            self.layer_cache = ["base"] * hp.n_layer
         elif hp.uses_swa:
             base_layers = [il for il in range(hp.n_layer) if not hp.is_swa(il)]
             swa_layers = [il for il in range(hp.n_layer) if hp.is_swa(il)]
@@ -166,16 +183,29 @@ class LlamaContext:
         a subset of the base cache's cells, as llama_kv_cache_iswa answers from kv_swa)."""
         return self.caches.get("swa") or self.caches["base"]
 
+    @property
+    def has_memory(self) -> bool:
+        """Whether batches leave anything behind (a KV cache, a recurrent memory or both)."""
+        return bool(self.caches) or self.recr is not None
+
     def seq_pos_min(self, seq_id: int = 0) -> int:
-        """The smallest position of the sequence in memory, -1 when it has none (always, without memory)."""
-        return self._pos_cache.seq_pos_min(seq_id) if self.caches else -1
+        """The smallest position of the sequence in memory, -1 when it has none (always, without memory);
+        in a hybrid memory the larger of its two parts' (llama_memory_hybrid::seq_pos_min)."""
+        vals = [self._pos_cache.seq_pos_min(seq_id)] if self.caches else []
+        if self.recr is not None:
+            vals.append(self.recr.seq_pos_min(seq_id))
+        return max(vals) if vals else -1
 
     def seq_pos_max(self, seq_id: int = 0) -> int:
-        """The largest position of the sequence in memory, -1 when it has none (always, without memory)."""
-        return self._pos_cache.seq_pos_max(seq_id) if self.caches else -1
+        """The largest position of the sequence in memory, -1 when it has none (always, without memory);
+        in a hybrid memory the smaller of its two parts'."""
+        vals = [self._pos_cache.seq_pos_max(seq_id)] if self.caches else []
+        if self.recr is not None:
+            vals.append(self.recr.seq_pos_max(seq_id))
+        return min(vals) if vals else -1
 
     def _need_memory(self, what: str) -> None:
-        if not self.caches:
+        if not self.has_memory:
             raise PyGGMLError(f"{what}: {self.model.hparams.arch} models keep no memory between batches")
 
     @property
@@ -191,25 +221,39 @@ class LlamaContext:
         """Forget every cached token of every sequence (llama_memory_clear)."""
         for c in self.caches.values():
             c.clear()
+        if self.recr is not None:
+            self.recr.clear()
 
-    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> None:
-        """The sequence (seq_id < 0: all) forgets positions [p0, p1) (p0 < 0: from 0, p1 < 0: to the end)."""
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        """The sequence (seq_id < 0: all) forgets positions [p0, p1) (p0 < 0: from 0, p1 < 0: to the end).
+
+        Returns False, changing nothing, where the memory cannot honour the range (llama_memory_seq_rm): a
+        recurrent state can only be dropped whole, so a range that ends the sequence but starts after 0 is
+        refused (in a hybrid memory the recurrent part is asked first)."""
         self._seq(seq_id, allow_all=True)
+        if self.recr is not None and not self.recr.seq_rm(seq_id, p0, p1):
+            return False
         for c in self.caches.values():
             c.seq_rm(seq_id, p0, p1)
+        return True
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
-        """Sequence dst shares src's cells for positions [p0, p1) (the cells, not copies of them)."""
+        """Sequence dst shares src's cells for positions [p0, p1) (the cells, not copies of them); a recurrent
+        state is shared whole (copied on the next write)."""
         self._seq(src)
         self._seq(dst)
         for c in self.caches.values():
             c.seq_cp(src, dst, p0, p1)
+        if self.recr is not None:
+            self.recr.seq_cp(src, dst, p0, p1)
 
     def seq_keep(self, seq_id: int) -> None:
         """Every sequence but seq_id forgets everything."""
         self._seq(seq_id)
         for c in self.caches.values():
             c.seq_keep(seq_id)
+        if self.recr is not None:
+            self.recr.seq_keep(seq_id)
 
     def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
         """Move the sequence's positions [p0, p1) by ``delta`` (llama_memory_seq_add); the cached K
@@ -217,12 +261,16 @@ class LlamaContext:
         self._seq(seq_id)
         for c in self.caches.values():
             c.seq_add(seq_id, p0, p1, delta)
+        if self.recr is not None:
+            self.recr.seq_add(seq_id, p0, p1, delta)
 
     def seq_div(self, seq_id: int, p0: int, p1: int, d: int) -> None:
         """Integer-divide the sequence's positions [p0, p1) by ``d`` (llama_memory_seq_div)."""
         self._seq(seq_id)
         for c in self.caches.values():
             c.seq_div(seq_id, p0, p1, d)
+        if self.recr is not None:
+            self.recr.seq_div(seq_id, p0, p1, d)
 
     def context_shift(self, n_keep: int, seq_id: int = 0) -> int:
         """llama.cpp's context shift when the context is full: keep the first ``n_keep`` positions,
@@ -255,27 +303,27 @@ class LlamaContext:
         self._need_memory("state_seq_get_data")
         self._seq(seq_id)
         self._apply_k_shift()  # saved K must be rotated to the saved positions
-        return state.seq_state_bytes(self.caches, seq_id)
+        return state.seq_state_bytes(self.caches, seq_id, self.recr)
 
     def state_seq_set_data(self, data: bytes, seq_id: int = 0) -> int:
         """Replace sequence seq_id's cells with a saved state (from any sequence); returns the bytes read.
         Raises StateError if it does not fit this context (the sequence then holds nothing)."""
         self._need_memory("state_seq_set_data")
         self._seq(seq_id)
-        return state.set_seq_state(self.caches, seq_id, data)
+        return state.set_seq_state(self.caches, seq_id, data, self.recr)
 
     def state_seq_save_file(self, path: str | os.PathLike, seq_id: int, tokens: Sequence[int]) -> int:
         """llama_state_seq_save_file: the sequence's tokens and cells, written atomically; returns bytes."""
         self._need_memory("state_seq_save_file")
         self._seq(seq_id)
         self._apply_k_shift()
-        return state.save_seq_file(path, self.caches, seq_id, list(tokens))
+        return state.save_seq_file(path, self.caches, seq_id, list(tokens), self.recr)
 
     def state_seq_load_file(self, path: str | os.PathLike, seq_id: int) -> list[int]:
         """llama_state_seq_load_file: restore a saved sequence into seq_id; returns its tokens."""
         self._need_memory("state_seq_load_file")
         self._seq(seq_id)
-        return state.load_seq_file(path, self.caches, seq_id)
+        return state.load_seq_file(path, self.caches, seq_id, self.recr)
 
     # ------------------------------------------------------------------ inspection
     @contextmanager
@@ -340,8 +388,8 @@ class LlamaContext:
         if batch.n_tokens > self.n_batch:
             raise DecodeError(f"decode: {batch.n_tokens} tokens exceed n_batch = {self.n_batch}")
         ub_all = prepare(batch, hp.n_vocab, hp.n_embd, self.n_seq_max, self.seq_pos_min, self.seq_pos_max,
-                         output_all=self.embeddings or not self.caches)
-        if not self.caches:
+                         output_all=self.embeddings or not self.has_memory)
+        if not self.has_memory:
             if ub_all.n_tokens > self.n_ubatch:  # attention spans the whole batch: it cannot be cut
                 raise DecodeError(f"decode: an encoder runs the batch as one ubatch: {ub_all.n_tokens} tokens "
                                   f"exceed n_ubatch = {self.n_ubatch}")
@@ -351,6 +399,8 @@ class LlamaContext:
         elif not self.causal_attn and ub_all.n_tokens > self.n_ubatch:
             raise DecodeError(f"decode: non-causal attention needs the batch in one ubatch: {ub_all.n_tokens} tokens "
                               f"exceed n_ubatch = {self.n_ubatch}")
+        elif self.recr is not None:
+            ubatches = self._split_recurrent(ub_all)
         elif self.kv_unified:
             ubatches = split_simple(ub_all, self.n_ubatch)
         else:
@@ -367,6 +417,8 @@ class LlamaContext:
         embd = np.empty((0 if pooled or not self.embeddings else ub_all.n_outputs, hp.n_embd), dtype=np.float32)
         embd_seq: dict[int, np.ndarray] = {}
         row_of = np.cumsum(ub_all.output) - 1  # batch index -> logits row, for outputs
+        if self.recr is not None:
+            self.recr.begin()
         try:
             for ub in ubatches:
                 if logits_sink is None:
@@ -434,13 +486,39 @@ class LlamaContext:
 
     def _save_state(self) -> dict:
         """The cache cells' bookkeeping a decode changes (the K/V data of cells it writes is not
-        needed: restored cells hold positions no later token can attend to again)."""
-        return {name: c.state() for name, c in self.caches.items()}
+        needed: restored cells hold positions no later token can attend to again). A recurrent state is
+        overwritten in place, so its rows are saved too, by each ubatch before it runs (save_rows)."""
+        saved: dict = {name: c.state() for name, c in self.caches.items()}
+        if self.recr is not None:
+            saved[_RECR] = self.recr.state()
+        return saved
 
     def _restore_state(self, saved: dict) -> None:
         for name, cells in saved.items():
-            self.caches[name].set_state(cells)
+            if name == _RECR:
+                self.recr.restore_rows()
+                self.recr.set_state(cells)
+            else:
+                self.caches[name].set_state(cells)
         self._graph = None  # a failure may have left the scheduler half-way: plan the next graph anew
+
+    def _split_recurrent(self, ub_all: PreparedBatch) -> list[PreparedBatch]:
+        """llama_memory_recurrent / llama_memory_hybrid::init_batch: with embeddings split_seq, else
+        split_equal (sequential unless a hybrid's KV cache is unified); every ubatch must find its cells."""
+        if self.embeddings:
+            ubatches = split_seq(ub_all, self.n_ubatch)
+        else:
+            sequential = not self.caches or not self.kv_unified
+            masks = ub_all.seq_mask
+            if sequential and np.any(masks & (masks - np.uint64(1))):
+                raise DecodeError("decode: a recurrent memory splits batches sequence by sequence, which does not "
+                                  "support tokens shared by several sequences (coupled sequences)")
+            ubatches = split_equal(ub_all, self.n_ubatch, sequential)
+        runs = [RecurrentMemory.runs_of(ub.seq_mask, ub.seq_first, ub.pos, ub.n_seqs) for ub in ubatches]
+        if not self.recr.prepare(runs):
+            raise DecodeError(f"decode: the recurrent memory ({self.recr.size} cells, one per sequence) cannot hold "
+                              "the batch's sequences")
+        return ubatches
 
     def _process_ubatch(self, ub: PreparedBatch, logits: np.ndarray, rows: np.ndarray, embd: np.ndarray,
                         embd_seq: dict[int, np.ndarray]) -> None:
@@ -450,6 +528,13 @@ class LlamaContext:
         out_ids = np.flatnonzero(ub.output).astype(np.int32)
         n_outputs = out_ids.size
         slots = {}
+        rs_key: tuple = ()
+        if self.recr is not None:  # the recurrent cells first (a hybrid's init_batch prepares them first)
+            recr = self.recr
+            if not recr.find_slot(RecurrentMemory.runs_of(ub.seq_mask, ub.seq_first, ub.pos, ub.n_seqs)):
+                raise DecodeError("decode: the recurrent memory found no cells for the ubatch")
+            recr.save_rows(recr.head, recr.head + recr.n)
+            rs_key = (recr.head, recr.n, recr.rs_z, ub.n_seqs)
         for name, cache in self.caches.items():
             slots[name] = cache.find_slot(ub.seq_first, ub.n_seqs)
             cache.apply(slots[name], ub.pos, ub.seq_mask)
@@ -462,13 +547,14 @@ class LlamaContext:
         n_seqs_unq = len(ub.seqs)
         # llama.cpp reuses a graph for the same shapes and, with a stream per sequence, the same sequences
         key = (n_tokens, n_outputs, tuple(sorted(n_kv.items())), embd_input, ns, s0, self.embeddings, pooling,
-               n_seqs_unq if pooling is not PoolingType.NONE else 0)
+               n_seqs_unq if pooling is not PoolingType.NONE else 0, rs_key)
         g = self._graph
         if g is not None and g.key == key and os.environ.get("LLAMA_GRAPH_REUSE_DISABLE") is None:
             self.n_reused += 1
         else:
             b = GraphBuilder(self.model, self.caches, self.layer_cache, n_tokens, n_outputs, n_kv, self.flash_attn,
-                             embd_input, s0, ns, self.n_ctx_seq, self.embeddings, pooling, n_seqs_unq)
+                             embd_input, s0, ns, self.n_ctx_seq, self.embeddings, pooling, n_seqs_unq, self.recr,
+                             ub.n_seqs)
             g = b.build(key)
             self.sched.reset()
             if not self.sched.alloc_graph(g.gf):
@@ -477,7 +563,8 @@ class LlamaContext:
             self.n_graph_builds += 1
         # inputs, through the backend API: they may live on any backend
         backend_tensor_set(g.tokens, ub.embd if embd_input else ub.token.astype(np.int32))
-        backend_tensor_set(g.pos, ub.pos.astype(np.int32))
+        if g.pos.buffer is not None:  # (a graph without RoPE or position embeddings never reads it: Mamba)
+            backend_tensor_set(g.pos, ub.pos.astype(np.int32))
         if n_outputs:
             backend_tensor_set(g.out_ids, out_ids)
         for name, inp in g.attn.items():
@@ -487,6 +574,8 @@ class LlamaContext:
             backend_tensor_set(inp.v_idxs, cache.v_idxs_data(sl, cache.layer_ids[0]))
             mask = cache.mask_data(sl, ub.pos, ub.seq_first, inp.n_kv, self.causal_attn)
             backend_tensor_set(inp.kq_mask, mask.astype(np.float16) if inp.kq_mask.type == GGMLType.F16 else mask)
+        if g.rs is not None:
+            backend_tensor_set(g.rs.s_copy, self.recr.s_copy_data())
         self._set_encoder_inputs(g, ub)
         backend_sched_set_eval_callback(self.sched, self.eval_callback)
         status = self.sched.graph_compute(g.gf)
@@ -518,7 +607,7 @@ class LlamaContext:
         if g.inp_mean is not None:
             backend_tensor_set(g.inp_mean, mean_weights(ub.seq_mask, ub.seqs))
         if g.inp_cls is not None:
-            last = pools_last(self.pooling_type, self.causal_attn and bool(self.caches))
+            last = pools_last(self.pooling_type, self.causal_attn and self.has_memory)
             backend_tensor_set(g.inp_cls, pooled_rows(ub.seq_mask, ub.seqs, ub.pos, last))
 
 

@@ -11,6 +11,7 @@ positions. Intermediate tensors get llama.cpp's callback names (``attn_norm-3``,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -21,6 +22,7 @@ from ..tensor import Tensor
 from ..types import GGMLType
 from .hparams import LLAMA_ROPE_TYPE_NONE, HParams, PoolingType
 from .kv_cache import KVCache
+from .memory_recurrent import RecurrentMemory
 from .model import Layer, Model
 
 GRAPH_MAX_NODES = 8192
@@ -34,6 +36,27 @@ class AttnInput:
     k_idxs: Tensor
     v_idxs: Tensor
     kq_mask: Tensor
+
+
+@dataclass
+class RSInput:
+    """llm_graph_input_rs: the recurrent memory's input of one ubatch. ``s_copy`` (I32 [n_rs], set per
+    ubatch from RecurrentMemory.s_copy_data) names, for each cell of the block head .. head+n_rs-1, the
+    row its state starts from; the first n_seqs are the ubatch's sequences (``s_copy_main``), the rest
+    cells moved by the gather (``s_copy_extra``). ``rs_z``: the row zeroed for new sequences (-1: none)."""
+
+    mem: RecurrentMemory
+    s_copy: Tensor
+    s_copy_main: Tensor
+    s_copy_extra: Tensor | None
+    head: int
+    n_rs: int
+    rs_z: int
+
+
+#: build_rs's get_state_rows: (ctx, states {state_size, mem_size}, ids) -> the ubatch's states, or what the
+#: layer computes from them (Mamba's SSM_SCAN reads the states through the ids itself)
+GetStateRows = Callable[[Context, Tensor, Tensor], Tensor]
 
 
 @dataclass
@@ -54,6 +77,7 @@ class UbatchGraph:
     kq_mask_swa: Tensor | None = None
     inp_mean: Tensor | None = None  # MEAN pooling: [n_tokens, n_seqs] weights
     inp_cls: Tensor | None = None  # CLS / LAST / RANK pooling: the row of each sequence
+    rs: RSInput | None = None  # the recurrent memory's s_copy (recurrent and hybrid models)
 
 
 @dataclass
@@ -109,13 +133,17 @@ class GraphBuilder:
     def __init__(self, model: Model, caches: dict[str, KVCache], layer_cache: list[str], n_tokens: int,
                  n_outputs: int, n_kv: dict[str, int], flash_attn: bool, embd_input: bool = False, s0: int = 0,
                  ns: int = 1, n_ctx_seq: int = 0, embeddings: bool = False,
-                 pooling: PoolingType = PoolingType.NONE, n_seqs_unq: int = 1) -> None:
+                 pooling: PoolingType = PoolingType.NONE, n_seqs_unq: int = 1,
+                 recr: RecurrentMemory | None = None, n_seqs: int = 1) -> None:
         self.model = model
         self.hp = model.hparams
         self.caches = caches
         self.layer_cache = layer_cache
         self.n_tokens = n_tokens
         self.n_outputs = n_outputs
+        # the ubatch's sequence sets: n_seqs equal runs of n_seq_tokens tokens (llama_ubatch's n_seqs)
+        self.n_seqs = n_seqs
+        self.n_seq_tokens = n_tokens // n_seqs
         self.flash_attn = flash_attn
         self.n_ctx_seq = n_ctx_seq
         self.s0, self.ns = s0, ns  # attention over streams s0 .. s0+ns-1, n_tokens/ns tokens each
@@ -148,10 +176,17 @@ class GraphBuilder:
                 self._input(ctx.new_tensor(F16 if flash_attn else F32, nk, n_tokens // ns, 1, ns),
                             f"attn_inp_kq_mask{sfx}"),
             )
+        # build_rs_inp: the recurrent memory's copy indices
+        self.rs: RSInput | None = None
+        if recr is not None:
+            s_copy = self._input(ctx.new_tensor(I32, recr.n), "rs_s_copy")
+            main = B.view_1d(ctx, s_copy, n_seqs, 0)
+            extra = B.view_1d(ctx, s_copy, recr.n - n_seqs, n_seqs * s_copy.nb[0]) if recr.n > n_seqs else None
+            self.rs = RSInput(recr, s_copy, main, extra, recr.head, recr.n, recr.rs_z)
         # build_attn_inp_no_cache: a model without memory attends over this ubatch's tokens, one mask for the
         # dense layers and one for the sliding-window ones
         self.kq_mask = self.kq_mask_swa = None
-        if not caches:
+        if not caches and recr is None:
             mask_type = F16 if flash_attn else F32
             self.kq_mask = self._input(ctx.new_tensor(mask_type, n_tokens, n_tokens), "self_kq_mask")
             if self.hp.uses_swa:
@@ -284,6 +319,38 @@ class GraphBuilder:
             cur = B.cont_2d(ctx, cur, cur.ne[0] * hp.n_head[il], self.n_tokens)
         self.cb(cur, "kqv_out", il)
         return self.mm(layer.wo, cur, layer.bo)
+
+    def build_rs(self, s: Tensor, state_size: int, n_seqs: int, get_rows: GetStateRows | None = None) -> Tensor:
+        """build_rs: the states the ubatch's sequences start from, out of one layer's state tensor ``s`` (r or
+        s, {state_size, mem_size}). The zero row is cleared first (new sequences start from it), the
+        sequences' rows are gathered by ``get_rows`` (GET_ROWS by default) and the other cells of the block,
+        which the gather moved, get their states copied in place."""
+        ctx, gf, rs = self.ctx, self.gf, self.rs
+        if rs is None:
+            raise ValueError(f"{self.hp.arch}: build_rs needs a recurrent memory")
+        states = B.reshape_2d(ctx, s, state_size, s.ne[1])
+        if rs.rs_z >= 0:
+            zero = B.view_1d(ctx, states, state_size, rs.rs_z * states.nb[1])
+            gf.build_forward_expand(B.scale_inplace(ctx, zero, 0.0))
+        out = (get_rows or B.get_rows)(ctx, states, rs.s_copy_main)
+        gf.build_forward_expand(out)
+        if rs.s_copy_extra is not None:
+            extra = B.get_rows(ctx, states, rs.s_copy_extra)
+            dst = B.view_2d(ctx, s, state_size, rs.n_rs - n_seqs, s.nb[1], (rs.head + n_seqs) * s.nb[1])
+            gf.build_forward_expand(B.cpy(ctx, extra, dst))
+        return out
+
+    def rs_r(self, il: int) -> Tensor:
+        """get_r_l: layer il's r states (Mamba's conv window, RWKV's token shift), {n_embd_r, mem_size}."""
+        if self.rs is None:
+            raise ValueError(f"{self.hp.arch}: layer {il} has no recurrent memory")
+        return self.rs.mem.r[il]
+
+    def rs_s(self, il: int) -> Tensor:
+        """get_s_l: layer il's s states (the SSM or WKV state), {n_embd_s, mem_size}."""
+        if self.rs is None:
+            raise ValueError(f"{self.hp.arch}: layer {il} has no recurrent memory")
+        return self.rs.mem.s[il]
 
     def ffn(self, cur: Tensor, up: Tensor | None, gate: Tensor | None, down: Tensor | None, op: FFNOp, il: int,
             up_b: Tensor | None = None, gate_b: Tensor | None = None, down_b: Tensor | None = None,
@@ -453,7 +520,7 @@ class GraphBuilder:
             embd.set_output()
             self.gf.build_forward_expand(embd)
         return UbatchGraph(self.ctx, self.gf, self.tokens, self.pos, self.out_ids, self.attn_inputs, logits, key,
-                           self.named, embd, self.kq_mask, self.kq_mask_swa, self.inp_mean, self.inp_cls)
+                           self.named, embd, self.kq_mask, self.kq_mask_swa, self.inp_mean, self.inp_cls, self.rs)
 
 
 @dataclass

@@ -118,6 +118,17 @@ class HParams:
     n_ff_exp: int = 0
     n_ff_shexp: int = 0
     expert_weights_scale: float = 0.0
+    # RWKV-6 (token-shift and decay LoRA sizes, the halving of the residual stream every n layers) and RWKV-7
+    # (LoRA ranks of the decay, in-context learning rate, value residual mix and gate)
+    time_mix_extra_dim: int = 0
+    time_decay_extra_dim: int = 0
+    rescale_every_n_layers: int = 0
+    n_lora_decay: int = 0
+    n_lora_iclr: int = 0
+    n_lora_value_res_mix: int = 0
+    n_lora_gate: int = 0
+    # LFM2's short convolutions: the conv window (its state keeps l_cache - 1 past inputs)
+    n_shortconv_l_cache: int = 0
     # encoders and embeddings: attention over the whole sequence, the default pooling, the classifier head
     causal_attn: bool = True
     swa_type: str = "standard"  # llama_swa_type: "standard" (a window behind) or "symmetric" (half each side)
@@ -131,6 +142,36 @@ class HParams:
     dense_2_feat_out: int = 0
     dense_3_feat_in: int = 0
     dense_3_feat_out: int = 0
+    # recurrent layers (llama_hparams' ssm_* for Mamba, token_shift_count / wkv_head_size for RWKV):
+    # recurrent_layers[il] is llama.cpp's recurrent_layer_arr, the state sizes follow n_embd_r / n_embd_s
+    recurrent_layers: list[bool] = field(default_factory=list)
+    ssm_d_conv: int = 0
+    ssm_d_inner: int = 0
+    ssm_d_state: int = 0
+    ssm_dt_rank: int = 0
+    ssm_n_group: int = 0
+    ssm_dt_b_c_rms: bool = False
+    token_shift_count: int = 2
+    wkv_head_size: int = 0
+
+    def is_recurrent(self, il: int) -> bool:
+        """llama_hparams::is_recurrent: whether layer il keeps a recurrent state instead of KV rows."""
+        return bool(self.recurrent_layers) and self.recurrent_layers[il]
+
+    def n_embd_r(self) -> int:
+        """llama_hparams::n_embd_r: the width of a layer's r state (RWKV's token shift, or Mamba's conv
+        window: d_conv - 1 columns of the conv input, x and, for Mamba-2, B and C)."""
+        if self.wkv_head_size:
+            return self.token_shift_count * self.n_embd
+        if self.n_shortconv_l_cache:  # LFM2: the conv window's l_cache - 1 past inputs
+            return self.n_embd * (self.n_shortconv_l_cache - 1)
+        return max(self.ssm_d_conv - 1, 0) * (self.ssm_d_inner + 2 * self.ssm_n_group * self.ssm_d_state)
+
+    def n_embd_s(self) -> int:
+        """llama_hparams::n_embd_s: the width of a layer's s state (RWKV's WKV state, Mamba's SSM state)."""
+        if self.wkv_head_size:
+            return self.n_embd * self.wkv_head_size
+        return self.ssm_d_state * self.ssm_d_inner
 
     def n_embd_k_gqa(self, il: int) -> int:
         return self.n_embd_head_k * self.n_head_kv[il]
@@ -171,12 +212,13 @@ class HParams:
         if not 0 < n_layer <= 512:
             raise ModelLoadError(f"{Keys.arch(Keys.BLOCK_COUNT, arch.name)} = {n_layer} is out of range")
         n_embd = int(kv.get(Keys.EMBEDDING_LENGTH))
-        n_head = kv.per_layer(Keys.ATTENTION_HEAD_COUNT, n_layer)
+        n_head = kv.per_layer(Keys.ATTENTION_HEAD_COUNT, n_layer, 0 if arch.recurrent else _REQUIRED)
         n_head_kv = kv.per_layer(Keys.ATTENTION_HEAD_COUNT_KV, n_layer, n_head)
-        if n_head[0] <= 0:
+        if n_head[0] <= 0 and not arch.recurrent:  # a recurrent model's first layers may have no attention
             raise ModelLoadError(f"{Keys.arch(Keys.ATTENTION_HEAD_COUNT, arch.name)} must be positive")
-        head_k = int(kv.get(Keys.ATTENTION_KEY_LENGTH, n_embd // n_head[0]))
-        head_v = int(kv.get(Keys.ATTENTION_VALUE_LENGTH, n_embd // n_head[0]))
+        head_default = n_embd // n_head[0] if n_head[0] > 0 else 0
+        head_k = int(kv.get(Keys.ATTENTION_KEY_LENGTH, head_default))
+        head_v = int(kv.get(Keys.ATTENTION_VALUE_LENGTH, head_default))
         factor = float(kv.get(Keys.ROPE_SCALING_FACTOR, kv.get(Keys.ROPE_SCALE_LINEAR, 0.0)))
         n_ctx_train = int(kv.get(Keys.CONTEXT_LENGTH))
         hp = cls(

@@ -71,6 +71,53 @@ class Layer:
     attn_out_norm_b: Tensor | None = None
     layer_out_norm: Tensor | None = None
     layer_out_norm_b: Tensor | None = None
+    # LFM2's short convolution blocks
+    shortconv_conv: Tensor | None = None
+    shortconv_in_proj: Tensor | None = None
+    shortconv_out_proj: Tensor | None = None
+    # RWKV blocks (time mix and channel mix) and their second LayerNorm
+    attn_norm_2: Tensor | None = None
+    attn_norm_2_b: Tensor | None = None
+    time_mix_w0: Tensor | None = None
+    time_mix_w1: Tensor | None = None
+    time_mix_w2: Tensor | None = None
+    time_mix_a0: Tensor | None = None
+    time_mix_a1: Tensor | None = None
+    time_mix_a2: Tensor | None = None
+    time_mix_v0: Tensor | None = None
+    time_mix_v1: Tensor | None = None
+    time_mix_v2: Tensor | None = None
+    time_mix_g1: Tensor | None = None
+    time_mix_g2: Tensor | None = None
+    time_mix_lerp_x: Tensor | None = None
+    time_mix_lerp_w: Tensor | None = None
+    time_mix_lerp_k: Tensor | None = None
+    time_mix_lerp_v: Tensor | None = None
+    time_mix_lerp_r: Tensor | None = None
+    time_mix_lerp_g: Tensor | None = None
+    time_mix_lerp_fused: Tensor | None = None
+    time_mix_first: Tensor | None = None
+    time_mix_decay: Tensor | None = None
+    time_mix_decay_w1: Tensor | None = None
+    time_mix_decay_w2: Tensor | None = None
+    time_mix_key: Tensor | None = None
+    time_mix_value: Tensor | None = None
+    time_mix_receptance: Tensor | None = None
+    time_mix_gate: Tensor | None = None
+    time_mix_ln: Tensor | None = None
+    time_mix_output: Tensor | None = None
+    time_mix_k_k: Tensor | None = None
+    time_mix_k_a: Tensor | None = None
+    time_mix_r_k: Tensor | None = None
+    time_mix_ln_b: Tensor | None = None
+    time_mix_key_b: Tensor | None = None
+    time_mix_value_b: Tensor | None = None
+    time_mix_receptance_b: Tensor | None = None
+    channel_mix_lerp_k: Tensor | None = None
+    channel_mix_lerp_r: Tensor | None = None
+    channel_mix_key: Tensor | None = None
+    channel_mix_value: Tensor | None = None
+    channel_mix_receptance: Tensor | None = None
     ffn_norm: Tensor | None = None
     ffn_norm_b: Tensor | None = None
     ffn_gate: Tensor | None = None
@@ -94,6 +141,20 @@ class Layer:
     rope_freqs: Tensor | None = None
     rope_long: Tensor | None = None
     rope_short: Tensor | None = None
+    # state-space (Mamba) layers
+    ssm_in: Tensor | None = None
+    ssm_conv1d: Tensor | None = None
+    ssm_conv1d_b: Tensor | None = None
+    ssm_x: Tensor | None = None
+    ssm_dt: Tensor | None = None
+    ssm_dt_b: Tensor | None = None
+    ssm_a: Tensor | None = None
+    ssm_d: Tensor | None = None
+    ssm_norm: Tensor | None = None
+    ssm_dt_norm: Tensor | None = None
+    ssm_b_norm: Tensor | None = None
+    ssm_c_norm: Tensor | None = None
+    ssm_out: Tensor | None = None
 
 
 class Model:
@@ -256,6 +317,8 @@ def _test_mul_mat(buft: BufferType, w: Tensor, n_expert_used: int = 1) -> bool:
     weight_buft_supported)."""
     from ..ops.mat import mul_mat, mul_mat_id  # deferred: the op builders are only needed for this test
 
+    if w.n_dims() > 3:  # not a matrix or a stack of experts (RWKV's fused token-shift mixes, read by MUL/ADD),
+        return False  # which the extra (repacking) buffer types never compute
     ctx = Context(4 * tensor_overhead(), no_alloc=True)
     wt = ctx.new_tensor(w.type, *w.ne[: w.n_dims()])
     wt.buffer = buft.alloc_buffer(0)

@@ -22,18 +22,15 @@ from pathlib import Path
 import numpy as np
 
 from ..backend.api import backend_tensor_get, backend_tensor_set
-from ..errors import PyGGMLError
 from ..gguf.tempfiles import temp_beside
 from ..tensor import Tensor
 from .kv_cache import KVCache, seq_bit
+from .memory_recurrent import RecurrentMemory, StateError
+
+__all__ = ["StateError", "load_seq_file", "save_seq_file", "seq_state_bytes", "set_seq_state"]
 
 STATE_SEQ_MAGIC = 0x67677371  # 'ggsq'
 STATE_SEQ_VERSION = 3
-
-
-class StateError(PyGGMLError):
-    """A sequence state that cannot be read back: another format, another model or cache layout,
-    truncated data, or too few free cells."""
 
 
 def _runs(cells: np.ndarray) -> list[tuple[int, int]]:
@@ -176,29 +173,43 @@ def _read_data(cache: KVCache, st: int, cells: np.ndarray, r: _Reader) -> None:
         backend_tensor_set(v, plane.reshape(-1), st * v.nb[2])
 
 
-def seq_state_bytes(caches: dict[str, KVCache], seq_id: int) -> bytes:
+def seq_state_bytes(caches: dict[str, KVCache], seq_id: int, recr: RecurrentMemory | None = None) -> bytes:
+    """The KV caches' cells, then (recurrent and hybrid models) the recurrent memory's (llama_memory_hybrid's
+    order: attention first)."""
     buf = io.BytesIO()
     for cache in caches.values():
         write_cache(cache, seq_id, buf)
+    if recr is not None:
+        recr.state_write(seq_id, buf)
     return buf.getvalue()
 
 
-def set_seq_state(caches: dict[str, KVCache], seq_id: int, data: bytes | memoryview) -> int:
+def set_seq_state(caches: dict[str, KVCache], seq_id: int, data: bytes | memoryview,
+                  recr: RecurrentMemory | None = None) -> int:
     """Read a sequence state into seq_id; returns the bytes read. On failure seq_id holds nothing."""
     r = _Reader(data)
     try:
         for cache in caches.values():
             read_cache(cache, seq_id, r)
+        if recr is not None:
+            recr.state_read(seq_id, r)
     except BaseException:
-        for cache in caches.values():
-            cache.seq_rm(seq_id)
+        _forget(caches, seq_id, recr)
         raise
     return r.at
 
 
-def save_seq_file(path: str | os.PathLike, caches: dict[str, KVCache], seq_id: int, tokens: list[int]) -> int:
+def _forget(caches: dict[str, KVCache], seq_id: int, recr: RecurrentMemory | None) -> None:
+    for cache in caches.values():
+        cache.seq_rm(seq_id)
+    if recr is not None:
+        recr.seq_rm(seq_id, -1, -1)
+
+
+def save_seq_file(path: str | os.PathLike, caches: dict[str, KVCache], seq_id: int, tokens: list[int],
+                  recr: RecurrentMemory | None = None) -> int:
     """llama_state_seq_save_file, written atomically (a temporary file renamed over ``path``)."""
-    body = seq_state_bytes(caches, seq_id)
+    body = seq_state_bytes(caches, seq_id, recr)
     head = struct.pack(f"<III{len(tokens)}i", STATE_SEQ_MAGIC, STATE_SEQ_VERSION, len(tokens), *tokens)
     path = Path(path)
     fd, tmp = temp_beside(path)
@@ -213,7 +224,8 @@ def save_seq_file(path: str | os.PathLike, caches: dict[str, KVCache], seq_id: i
     return len(head) + len(body)
 
 
-def load_seq_file(path: str | os.PathLike, caches: dict[str, KVCache], seq_id: int) -> list[int]:
+def load_seq_file(path: str | os.PathLike, caches: dict[str, KVCache], seq_id: int,
+                  recr: RecurrentMemory | None = None) -> list[int]:
     """llama_state_seq_load_file: the sequence's cells restored into seq_id; returns the saved tokens."""
     try:
         data = Path(path).read_bytes()
@@ -228,9 +240,8 @@ def load_seq_file(path: str | os.PathLike, caches: dict[str, KVCache], seq_id: i
     if 4 * n_tokens > len(data) - r.at:
         raise StateError(f"{path}: {n_tokens} tokens announced, the file holds fewer")
     tokens = list(r.unpack(f"<{n_tokens}i"))
-    n = set_seq_state(caches, seq_id, r.data[r.at :])
+    n = set_seq_state(caches, seq_id, r.data[r.at :], recr)
     if r.at + n != len(data):
-        for cache in caches.values():
-            cache.seq_rm(seq_id)
+        _forget(caches, seq_id, recr)
         raise StateError(f"{path}: {len(data) - r.at - n} bytes left after the sequence state")
     return tokens

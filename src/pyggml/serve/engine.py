@@ -442,8 +442,9 @@ class Engine:
         s.state = PROMPT
         n_keep = common_prefix(s.cached, task.tokens) if task.params.cache_prompt else 0
         n_keep = min(n_keep, len(task.tokens) - 1)  # decode at least one token, for its logits
+        if n_keep > 0 and self.ctx.seq_rm(s.id, n_keep, -1) is False:
+            n_keep = 0  # a recurrent state cannot be cut back to the shared prefix (llama-server starts over)
         if n_keep > 0:
-            self.ctx.seq_rm(s.id, n_keep, -1)
             # a sliding-window cache may have dropped cells the new tokens still need to see: start over
             # (none left at all: the window had moved past the whole kept prefix)
             pos_min = self.ctx.seq_pos_min(s.id)

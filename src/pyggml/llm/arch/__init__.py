@@ -19,7 +19,9 @@ from .base import Arch
 #: the modules that define architectures, imported on first use
 _MODULES = ("llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "granite", "olmo2", "phi3", "starcoder2",
             "smollm3", "gpt2", "stablelm", "qwen3moe", "olmoe", "granitemoe",
-            "openai_moe", "bert", "gemma_embedding")
+            "openai_moe", "bert", "gemma_embedding", "mamba", "mamba2",
+            "granitehybrid", "falcon_h1", "jamba", "rwkv6", "rwkv7", "rwkv6qwen2", "arwkv7",
+            "lfm2")
 
 ARCHS: dict[str, type[Arch]] = {}
 

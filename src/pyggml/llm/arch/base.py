@@ -31,6 +31,20 @@ class Arch:
     has_memory: ClassVar[bool] = True
     #: False when the graph ends at the hidden states (t_embd) without a vocabulary projection
     has_logits: ClassVar[bool] = True
+    #: True for a model with recurrent layers (llm_arch_is_recurrent, or llm_arch_is_hybrid with ``hybrid``):
+    #: their states live in a RecurrentMemory (llm/memory_recurrent.py), the layers ``recr_layers`` names
+    recurrent: ClassVar[bool] = False
+    #: True when attention layers (``attn_layers``) keep a KV cache beside the recurrent memory (llama.cpp's
+    #: llama_memory_hybrid)
+    hybrid: ClassVar[bool] = False
+
+    def attn_layers(self, hp: HParams) -> list[int]:
+        """The layers with a KV cache (llama_memory_hybrid's filter_attn): the ones that are not recurrent."""
+        return [il for il in range(hp.n_layer) if not hp.is_recurrent(il)]
+
+    def recr_layers(self, hp: HParams) -> list[int]:
+        """The layers with a recurrent state (filter_recr): hparams.is_recurrent(il)."""
+        return [il for il in range(hp.n_layer) if hp.is_recurrent(il)]
 
     def load_hparams(self, hp: HParams, kv: KV) -> None:
         """load_arch_hparams: the keys this architecture adds to the generic ones (RMSNorm's eps by default)."""

@@ -24,6 +24,7 @@ from . import (
     nn,
     nn_jit,
     recurrent,
+    recurrent_jit,
     reduce,
     reduce_jit,
     rows,
@@ -31,8 +32,9 @@ from . import (
     shape,
     train,
     unary,
+    wkv_jit,
 )
 
 __all__ = ["attn_jit", "conv", "custom", "elementwise", "elementwise_jit", "fusion", "gate_up_jit", "mat", "mat_f_jit",
-           "mat_id_jit", "mat_jit", "nn", "nn_jit", "recurrent", "reduce", "reduce_jit", "rows", "rows_jit", "shape",
-           "train", "unary"]
+           "mat_id_jit", "mat_jit", "nn", "nn_jit", "recurrent", "recurrent_jit", "reduce", "reduce_jit", "rows",
+           "rows_jit", "shape", "train", "unary", "wkv_jit"]

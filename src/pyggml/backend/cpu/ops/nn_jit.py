@@ -1,4 +1,5 @@
-"""Compiled RMS_NORM, SOFT_MAX and ROPE (F32), with the numerics of ops/nn.py.
+"""Compiled RMS_NORM, NORM, L2_NORM, GROUP_NORM, SOFT_MAX and ROPE (F32), with the numerics of ops/nn.py
+(NORM and GROUP_NORM in ggml-cpu's exact summation order, which ops/nn.py only approaches).
 
 RMS_NORM sums the float32 squares in double and narrows the mean once; SOFT_MAX takes ggml's
 vector expf (mathf.py), sums the exponentials in double (prompt rows as ggml-cpu on AVX2 does:
@@ -129,6 +130,136 @@ def k_rms_norm_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 
 _OP_ADD = int(Op.ADD)
+
+
+@jit_kernel
+def k_norm(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    """LayerNorm without affine (ggml_compute_forward_norm_f32 on AVX2): the mean from the row's double sum
+    narrowed to float, divided in float; the variance as ggml_vec_cvar_f32 adds it, each 8 centred squares
+    summed in float as its horizontal add does ((0+4)+(2+6)) + ((1+5)+(3+7)), then in double, the rest in
+    double; the mean of squares narrowed to float; y = (x - mean) * (1 / sqrtf(var + eps))."""
+    r = rec(node)
+    eps = params_f32(node)[0]
+    ne0, ne1, ne2 = r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
+    nv = ne0 - ne0 % 8
+    ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
+    for ir in range(ir0, ir1):
+        i1, i2, i3 = row_index(ir, ne1, ne2)
+        x = numba.carray(f32p(row_at(r, T_SRC0, i1, i2, i3)), ne0)
+        y = numba.carray(f32p(row_at(r, T_DST, i1, i2, i3)), ne0)
+        s = 0.0
+        for i in range(ne0):
+            s += np.float64(x[i])
+        mean = np.float32(s) / np.float32(ne0)
+        total = 0.0
+        for i0 in range(0, nv, 8):
+            for j in range(8):
+                y[i0 + j] = x[i0 + j] - mean
+            q0, q1, q2, q3 = y[i0] * y[i0], y[i0 + 1] * y[i0 + 1], y[i0 + 2] * y[i0 + 2], y[i0 + 3] * y[i0 + 3]
+            q4, q5, q6, q7 = (y[i0 + 4] * y[i0 + 4], y[i0 + 5] * y[i0 + 5], y[i0 + 6] * y[i0 + 6],
+                              y[i0 + 7] * y[i0 + 7])
+            total += np.float64(((q4 + q0) + (q6 + q2)) + ((q5 + q1) + (q7 + q3)))
+        for i in range(nv, ne0):
+            v = x[i] - mean
+            y[i] = v
+            total += np.float64(v * v)
+        scale = np.float32(1.0) / np.float32(math.sqrt(np.float32(total / ne0) + eps))
+        for i in range(ne0):
+            y[i] = y[i] * scale
+
+
+@selector(Op.NORM)
+def _sel_norm(node: Tensor) -> Choice | None:
+    a = node.src[0]
+    if not all_f32(node, a) or a.ne != node.ne or not rows_contiguous(node, a) or node.get_op_params_f32(0) < 0:
+        return None
+    return Choice(k_norm)
+
+
+@jit_kernel
+def k_l2_norm(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    """y = x / max(sqrt(sum x^2), eps) per row: the float squares summed in double, in order, the sum narrowed
+    to float for sqrtf (ggml_compute_forward_l2_norm_f32)."""
+    r = rec(node)
+    eps = params_f32(node)[0]
+    ne0, ne1, ne2 = r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
+    ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
+    for ir in range(ir0, ir1):
+        i1, i2, i3 = row_index(ir, ne1, ne2)
+        x = numba.carray(f32p(row_at(r, T_SRC0, i1, i2, i3)), ne0)
+        y = numba.carray(f32p(row_at(r, T_DST, i1, i2, i3)), ne0)
+        s = 0.0
+        for i in range(ne0):
+            v = x[i]
+            s += np.float64(v * v)
+        scale = np.float32(1.0) / max(np.float32(math.sqrt(np.float32(s))), eps)
+        for i in range(ne0):
+            y[i] = x[i] * scale
+
+
+@selector(Op.L2_NORM)
+def _sel_l2_norm(node: Tensor) -> Choice | None:
+    a = node.src[0]
+    if not all_f32(node, a) or a.ne != node.ne or not rows_contiguous(node, a) or node.get_op_params_f32(0) < 0:
+        return None
+    return Choice(k_l2_norm)
+
+
+@numba.njit(**_opts)
+def _group_sum(r, c0, c1, i3, mean, center):  # pragma: no cover - compiled
+    """The double sum over the group's rows (channels c0..c1 of batch i3): of x (center False), or of
+    (x - mean)^2 with x - mean written to the output (center True); each row summed on its own first."""
+    ne0, ne1 = r[T_DST + 1], r[T_DST + 2]
+    total = 0.0
+    for i2 in range(c0, c1):
+        for i1 in range(ne1):
+            x = numba.carray(f32p(row_at(r, T_SRC0, i1, i2, i3)), ne0)
+            y = numba.carray(f32p(row_at(r, T_DST, i1, i2, i3)), ne0)
+            s = 0.0
+            for i in range(ne0):
+                if center:
+                    v = x[i] - mean
+                    y[i] = v
+                    s += np.float64(v * v)
+                else:
+                    s += np.float64(x[i])
+            total += s
+    return total
+
+
+@jit_kernel
+def k_group_norm(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    """GROUP_NORM (ggml_compute_forward_group_norm_f32): channels (dim 2) in groups of ceil(ne2 / n_groups),
+    each normalized over ne0 * ne1 * its channels per batch; mean and variance from double sums of per-row
+    double sums, narrowed to float. Thread ith takes groups ith, ith + nth, ..."""
+    r = rec(node)
+    n_groups = params_i32(node)[0]
+    eps = params_f32(node)[1]
+    ne0, ne1, ne2, ne3 = r[T_DST + 1], r[T_DST + 2], r[T_DST + 3], r[T_DST + 4]
+    per = (ne2 + n_groups - 1) // n_groups
+    for g in range(ith, n_groups, nth):
+        c0 = g * per
+        c1 = min(c0 + per, ne2)
+        if c1 <= c0:
+            continue
+        cnt = ne0 * ne1 * (c1 - c0)
+        for i3 in range(ne3):
+            mean = np.float32(_group_sum(r, c0, c1, i3, np.float32(0.0), False) / cnt)
+            variance = np.float32(_group_sum(r, c0, c1, i3, mean, True) / cnt)
+            scale = np.float32(1.0) / np.float32(math.sqrt(variance + eps))
+            for i2 in range(c0, c1):
+                for i1 in range(ne1):
+                    y = numba.carray(f32p(row_at(r, T_DST, i1, i2, i3)), ne0)
+                    for i in range(ne0):
+                        y[i] = y[i] * scale
+
+
+@selector(Op.GROUP_NORM)
+def _sel_group_norm(node: Tensor) -> Choice | None:
+    a = node.src[0]
+    if not all_f32(node, a) or a.ne != node.ne or not rows_contiguous(node, a) or node.get_op_params_i32(0) <= 0:
+        return None
+    return Choice(k_group_norm)
 
 
 def fuse_norm(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Choice | None:

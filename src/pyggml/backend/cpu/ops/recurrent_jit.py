@@ -1,0 +1,218 @@
+"""Compiled SSM_CONV and SSM_SCAN (F32), with ggml-cpu's loops and float order (ops.cpp,
+ggml_compute_forward_ssm_conv_f32 / ggml_compute_forward_ssm_scan_f32 on AVX2).
+
+SSM_CONV: each thread takes a share of the channels; every output is a float sum, in order, of the
+window times the conv weights (not ggml's double-summing vec_dot). SSM_SCAN: each thread takes a
+share of the heads and rolls their states token by token, the first token reading the state its
+sequence starts from (``ids``) and the later ones the state just written to the output. The
+softplus of dt and the decays use the C library's expf/logf. Mamba-2 (a scalar decay per head)
+runs ggml's vector loop where d_state allows (an LLVM intrinsic): four accumulators of 8 lanes over
+steps of 32, reduced as GGML_F32x8_REDUCE, then the leftover state dims in float; Mamba-1 is ggml's
+scalar loop. As GCC builds ggml (``-ffp-contract=fast``), ``s0*dA + B*x_dt`` is one fma over the
+second product and ``sum += state*C`` an fma.
+
+SSM_SCAN has seven sources; the record holds the first three (s, x, dt), the selector puts the
+addresses of A, B, C and ids and the token and sequence strides of B and C in the AUX words, and
+the group count as a float.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ....ops.enums import Op
+from ....tensor import Tensor
+from ....types import GGMLType
+from ..jit import Choice, jit_kernel, selector
+from ..jit.mathf import libm_expf
+from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_i32, rec, span
+from ..native import f32p, fmaf, i32p
+from ..simd import _fma, _splat
+
+F32, I32 = GGMLType.F32, GGMLType.I32
+_opts = {"inline": "always", "cache": True, "error_model": "numpy"}
+#: float32 index of the first selector float in the AUX words (record.AUX + 8 words in)
+_F0 = 16
+#: ggml's GGML_F32_STEP on AVX2: 4 vectors of 8 lanes
+_STEP = 32
+
+
+@jit_kernel
+def k_ssm_conv(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    r = rec(node)
+    sx, nb01, nb02 = r[T_SRC0], r[T_SRC0 + 6], r[T_SRC0 + 7]
+    w, nc, nb11 = r[T_SRC1], r[T_SRC1 + 1], r[T_SRC1 + 6]
+    d, nr, n_t, n_s = r[T_DST], r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
+    nb1, nb2 = r[T_DST + 6], r[T_DST + 7]
+    ir0, ir1 = span(nr, ith, nth)
+    for i3 in range(n_s):
+        for i2 in range(n_t):
+            base = sx + i2 * 4 + i3 * nb02
+            out = numba.carray(f32p(d + i2 * nb1 + i3 * nb2), nr)
+            for i1 in range(ir0, ir1):
+                s = numba.carray(f32p(base + i1 * nb01), nc)
+                c = numba.carray(f32p(w + i1 * nb11), nc)
+                sumf = np.float32(0.0)
+                for i0 in range(nc):
+                    sumf += s[i0] * c[i0]
+                out[i1] = sumf
+
+
+@selector(Op.SSM_CONV)
+def _sel_ssm_conv(node: Tensor) -> Choice | None:
+    sx, c = node.src[0], node.src[1]
+    if not (sx.type == c.type == node.type == F32) or not node.is_contiguous():
+        return None
+    if sx.nb[0] != 4 or c.nb[0] != 4 or sx.nb[1] != sx.ne[0] * 4:
+        return None
+    return Choice(k_ssm_conv)
+
+
+@numba.njit(**_opts)
+def _softplus(x):  # pragma: no cover - compiled
+    """ggml_compute_softplus_f32: x above 20, else logf(1 + expf(x))."""
+    if x > np.float32(20.0):
+        return x
+    return np.float32(math.log(np.float32(1.0) + libm_expf(x)))
+
+
+_F32T = ir.FloatType()
+_I32T = ir.IntType(32)
+_I64T = ir.IntType(64)
+
+
+@intrinsic
+def _state_row2(typingctx, s0, s, b, c, da, x_dt, nc):
+    """One row of a Mamba-2 state: s[i] = s0[i]*dA + B[i]*x_dt over nc dims (addresses), returning sum(s*C)
+    in ggml's AVX2 order: four <8 x float> fma accumulators over steps of 32, GGML_F32x8_REDUCE (x0+x2,
+    x1+x3, then x0+x1, the two halves, two horizontal adds), then the leftover dims in float."""
+    sig = types.float32(types.int64, types.int64, types.int64, types.int64, types.float32, types.float32,
+                        types.int64)
+
+    def codegen(context, builder, sig, args):
+        f8 = ir.VectorType(_F32T, 8)
+        p_s0, p_s, p_b, p_c = (builder.inttoptr(a, _F32T.as_pointer()) for a in args[:4])
+        da, x_dt, n = args[4], args[5], args[6]
+        vda, vxdt = _splat(builder, da, 8), _splat(builder, x_dt, 8)
+
+        def at(base, i, vec=True):
+            ptr = builder.gep(base, [i])
+            return builder.bitcast(ptr, f8.as_pointer()) if vec else ptr
+
+        nsteps = builder.sdiv(n, ir.Constant(_I64T, _STEP))
+        accs = [cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in range(4)]
+        with cgutils.for_range(builder, nsteps) as loop:
+            i0 = builder.mul(loop.index, ir.Constant(_I64T, _STEP))
+            for j, acc in enumerate(accs):
+                o = builder.add(i0, ir.Constant(_I64T, 8 * j))
+                v = _fma(builder, builder.load(at(p_s0, o), align=4), vda,
+                         builder.fmul(builder.load(at(p_b, o), align=4), vxdt))
+                builder.store(_fma(builder, v, builder.load(at(p_c, o), align=4), builder.load(acc)), acc)
+                builder.store(v, at(p_s, o), align=4)
+        x0, x1, x2, x3 = (builder.load(a) for a in accs)
+        x0 = builder.fadd(builder.fadd(x0, x2), builder.fadd(x1, x3))
+
+        def pick(v, idx):
+            return builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
+                                          ir.Constant(ir.VectorType(_I32T, len(idx)), idx))
+
+        t0 = builder.fadd(pick(x0, [0, 1, 2, 3]), pick(x0, [4, 5, 6, 7]))
+        t1 = builder.fadd(pick(t0, [0, 2]), pick(t0, [1, 3]))
+        red = builder.fadd(builder.extract_element(t1, ir.Constant(_I32T, 0)),
+                           builder.extract_element(t1, ir.Constant(_I32T, 1)))
+        total = cgutils.alloca_once_value(builder, red)
+        start = builder.mul(nsteps, ir.Constant(_I64T, _STEP))
+        with cgutils.for_range_slice(builder, start, n, ir.Constant(_I64T, 1), inc=True) as (i, _):
+            v = _fma(builder, builder.load(at(p_s0, i, False)), da, builder.fmul(builder.load(at(p_b, i, False)), x_dt))
+            builder.store(_fma(builder, v, builder.load(at(p_c, i, False)), builder.load(total)), total)
+            builder.store(v, at(p_s, i, False))
+        return builder.load(total)
+
+    return sig, codegen
+
+
+@jit_kernel
+def k_ssm_scan(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    r = rec(node)
+    aux = r[AUX:]
+    a_p, b_p, c_p, ids_p = aux[0], aux[1], aux[2], aux[3]
+    bnb2, bnb3, cnb2, cnb3 = aux[4], aux[5], aux[6], aux[7]
+    ng = np.int64(aux_f32(node)[_F0])
+    a_ne0 = np.int64(aux_f32(node)[_F0 + 1])
+    k_slots = max(np.int64(1), np.int64(params_i32(node)[0]))
+    s_src, nc, nr, snb3 = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2], r[T_SRC0 + 8]
+    x_p, nh, nt, ns = r[T_SRC1], r[T_SRC1 + 2], r[T_SRC1 + 3], r[T_SRC1 + 4]
+    xnb2, xnb3 = r[T_SRC1 + 7], r[T_SRC1 + 8]
+    dt_p, dtnb1, dtnb2 = r[T_SRC2], r[T_SRC2 + 6], r[T_SRC2 + 7]
+    d = r[T_DST]
+    s_off = nr * nh * nt * ns * 4
+    ids = numba.carray(i32p(ids_p), ns)
+    a = numba.carray(f32p(a_p), a_ne0 * nh)
+    ih0, ih1 = span(nh, ith, nth)
+    hpg = nh // ng
+    for i3 in range(ns):
+        s0_base = s_src + ids[i3] * snb3
+        s_base = d + i3 * snb3 + s_off
+        for i2 in range(nt):
+            x = numba.carray(f32p(x_p + i2 * xnb2 + i3 * xnb3), nr * nh)
+            dt = numba.carray(f32p(dt_p + i2 * dtnb1 + i3 * dtnb2), nh)
+            y = numba.carray(f32p(d + i2 * nh * nr * 4 + i3 * nt * nh * nr * 4), nr * nh)
+            b_row = b_p + i2 * bnb2 + i3 * bnb3
+            c_row = c_p + i2 * cnb2 + i3 * cnb3
+            for h in range(ih0, ih1):
+                dt_sp = _softplus(dt[h])
+                g = h // hpg
+                b = numba.carray(f32p(b_row + g * nc * 4), nc)
+                c = numba.carray(f32p(c_row + g * nc * 4), nc)
+                if a_ne0 == 1:  # Mamba-2: one decay per head
+                    da = libm_expf(dt_sp * a[h])
+                    for i1 in range(nr):
+                        ii = i1 + h * nr
+                        y[ii] = _state_row2(s0_base + ii * nc * 4, s_base + ii * nc * 4, b_row + g * nc * 4,
+                                            c_row + g * nc * 4, da, x[ii] * dt_sp, nc)
+                else:  # Mamba-1: one decay per state dim, the scalar loop
+                    for i1 in range(nr):
+                        ii = i1 + h * nr
+                        x_dt = x[ii] * dt_sp
+                        s0 = numba.carray(f32p(s0_base + ii * nc * 4), nc)
+                        s = numba.carray(f32p(s_base + ii * nc * 4), nc)
+                        sumf = np.float32(0.0)
+                        for i0 in range(nc):
+                            v = fmaf(s0[i0], libm_expf(dt_sp * a[i0 + h * nc]), b[i0] * x_dt)
+                            sumf = fmaf(v, c[i0], sumf)
+                            s[i0] = v
+                        y[ii] = sumf
+            slot = nt - 1 - i2
+            if k_slots > 1 and 0 < slot < k_slots:  # a rollback snapshot: this thread's heads of the state
+                snap = d + s_off + (slot * ns + i3) * snb3
+                row = nr * nc
+                src = numba.carray(f32p(s_base), nh * row)
+                dst = numba.carray(f32p(snap), nh * row)
+                for j in range(ih0 * row, ih1 * row):
+                    dst[j] = src[j]
+            s0_base = s_base  # later tokens read the state just written
+
+
+def _packed(t: Tensor) -> bool:
+    return t.nb[0] == 4 and t.nb[1] == t.ne[0] * 4
+
+
+@selector(Op.SSM_SCAN)
+def _sel_ssm_scan(node: Tensor) -> Choice | None:
+    s, x, dt, a, b, c, ids = node.src[:7]
+    if not all(t.type == F32 for t in (node, s, x, dt, a, b, c)) or ids.type != I32:
+        return None
+    if not (s.is_contiguous() and a.is_contiguous() and ids.is_contiguous() and _packed(x) and _packed(b)
+            and _packed(c) and dt.nb[0] == 4 and node.is_contiguous()):
+        return None
+    if x.nb[1] != x.ne[0] * 4 or s.nb[3] != s.ne[0] * s.ne[1] * s.ne[2] * 4:
+        return None
+    ints = (a.data, b.data, c.data, ids.data, b.nb[2], b.nb[3], c.nb[2], c.nb[3])
+    return Choice(k_ssm_scan, ints=ints, floats=(float(b.ne[1]), float(a.ne[0])))
