@@ -200,3 +200,16 @@ def test_a_state_of_another_model_is_refused() -> None:
     with pytest.raises(StateError, match="layer 0: the state's r rows"):
         dst.state_seq_set_data(src.state_seq_get_data(0), 0)
     assert dst.seq_pos_max(0) == -1
+
+
+def test_llama_api_reuses_no_prefix_a_state_cannot_be_cut_to() -> None:
+    """The Llama API keeps the prompt prefix it shares with what was evaluated; a recurrent memory refuses
+    to cut its state back to it, so the prompt is evaluated anew and the completion is a fresh model's."""
+    from pyggml.llama import Llama
+
+    path = str(DATA / "mamba2.gguf")
+    llm = Llama(path, n_ctx=64, verbose=False)
+    llm.create_completion("hello there friend", max_tokens=4, temperature=0)
+    again = llm.create_completion("hello there", max_tokens=4, temperature=0)["choices"][0]["text"]
+    fresh = Llama(path, n_ctx=64, verbose=False).create_completion("hello there", max_tokens=4, temperature=0)
+    assert again == fresh["choices"][0]["text"]

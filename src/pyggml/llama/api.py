@@ -325,8 +325,8 @@ class Llama:
             else:
                 # with nothing left to decode, step back one token to get its logits again
                 keep = prefix - 1 if consumed else prefix
-                if keep > 0:
-                    self._ctx.seq_rm(-1, keep, -1)
+                # (a recurrent model's memory refuses to cut its states back: the prompt is evaluated anew)
+                if keep > 0 and self._ctx.seq_rm(-1, keep, -1) is not False:
                     reset, tokens = False, tokens[keep:]
                     self.n_tokens = keep
                     self._requires_eval = True
@@ -344,8 +344,10 @@ class Llama:
                 extra = yield token
                 tokens = [token, *(extra or [])]
                 if sample_idx < self.n_tokens and token != self._input_ids[sample_idx]:
+                    if self._ctx.seq_rm(-1, sample_idx, -1) is False:
+                        raise NotImplementedError("a recurrent model's state cannot be rolled back past evaluated "
+                                                  "draft tokens (llama.cpp's n_rs_seq snapshots are not supported)")
                     self.n_tokens = sample_idx
-                    self._ctx.seq_rm(-1, self.n_tokens, -1)
                     self._requires_eval = True
                     break
 

@@ -41,7 +41,8 @@ class FalconH1(Arch):
         load_embd_output(m)
         for il, layer in enumerate(m.layers):
             load_mamba2_layer(m, layer, il, norm_required=False, conv_bias_required=False)
-            load_qkv(m, layer, il, biases=False)  # (the file may have attn_output.bias: the graph does not add it)
+            load_qkv(m, layer, il)
+            layer.bo = None  # (llama.cpp loads attn_output.bias but its graph does not add it)
             layer.attn_norm = m.create_tensor(T.ATTN_NORM, (hp.n_embd,), il)
             layer.ffn_norm = m.create_tensor(T.FFN_NORM, (hp.n_embd,), il, suffix=None)  # named without .weight
             load_ffn(m, layer, il, biases=True)

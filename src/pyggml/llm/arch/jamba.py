@@ -46,7 +46,8 @@ class Jamba(Arch):
                 layer.ssm_b_norm = m.create_tensor(T.SSM_B_NORM, (hp.ssm_d_state,), il)
                 layer.ssm_c_norm = m.create_tensor(T.SSM_C_NORM, (hp.ssm_d_state,), il)
             else:
-                load_qkv(m, layer, il, biases=False)
+                load_qkv(m, layer, il)  # optional Q/K/V biases, as create_tensor_qkv
+                layer.bo = None  # (no attn_output.bias in llama.cpp's jamba)
             layer.ffn_norm = m.create_tensor(T.FFN_NORM, (hp.n_embd,), il)
             layer.ffn_gate_inp = m.create_tensor(T.FFN_GATE_INP, (hp.n_embd, hp.n_expert), il, required=False)
             if layer.ffn_gate_inp is not None:
