@@ -73,11 +73,15 @@ def resolve_flash_attn(model: Model) -> bool:
     from ..ops.nn import flash_attn_ext
 
     hp = model.hparams
+    attn = [il for il in range(hp.n_layer) if hp.n_head[il] and hp.n_head_kv[il]]
+    if not attn:  # a recurrent model: no attention to run either way
+        return True
+    n_head, n_head_kv = hp.n_head[attn[0]], hp.n_head_kv[attn[0]]
     for dev in model.devices:
         ctx = Context(8 * tensor_overhead(), no_alloc=True)
-        q = ctx.new_tensor(GGMLType.F32, hp.n_embd_head_k, 1, hp.n_head[0], 1)
-        k = ctx.new_tensor(GGMLType.F16, hp.n_embd_head_k, 256, hp.n_head_kv[0], 1)
-        v = ctx.new_tensor(GGMLType.F16, hp.n_embd_head_v, 256, hp.n_head_kv[0], 1)
+        q = ctx.new_tensor(GGMLType.F32, hp.n_embd_head_k, 1, n_head, 1)
+        k = ctx.new_tensor(GGMLType.F16, hp.n_embd_head_k, 256, n_head_kv, 1)
+        v = ctx.new_tensor(GGMLType.F16, hp.n_embd_head_v, 256, n_head_kv, 1)
         mask = ctx.new_tensor(GGMLType.F16, 256, 1, 1, 1)
         if not dev.supports_op(flash_attn_ext(ctx, q, k, v, mask, 1.0, 0.0, 0.0)):
             return False
