@@ -38,13 +38,16 @@ def main() -> None:
                                                             "one token and its logits per sequence (with --prompt N: "
                                                             "B prompts of N tokens, as llama-batched-bench's pp)")
     ap.add_argument("--streams", action="store_true", help="a KV stream per sequence (default: unified)")
+    ap.add_argument("-fa", "--flash-attn", choices=["on", "off", "auto"], default="auto",
+                    help="flash attention (default auto, the tools' default: on for the CPU)")
     args = ap.parse_args()
     model = Model(args.model or default_model_path(), progress=False)
     n_ctx = max(256, 2 * args.n_past + (args.reps + 1) * args.prompt * 2)
     n_seq = max(1, args.parallel)
     ctx = LlamaContext(model, ContextParams(n_ctx=n_ctx * n_seq, n_threads=args.threads, n_seq_max=n_seq,
                                             n_batch=max(512, args.prompt * n_seq), n_ubatch=max(512, args.prompt),
-                                            kv_unified=not args.streams))
+                                            kv_unified=not args.streams,
+                                            flash_attn={"on": True, "off": False}.get(args.flash_attn)))
     ctx.decode(list(range(1, args.n_past + 1)))
     for s in range(1, n_seq):
         ctx.seq_cp(0, s)

@@ -28,6 +28,10 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from ....ops.enums import Op
 from ....quants.jitcache import variant
@@ -37,7 +41,7 @@ from ..jit import Choice, jit_kernel, selector
 from ..jit.mathf import libm_expf, v_expf
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, params_f32, rec, row_index, span
 from ..native import f32_bits, f32p, fmaf, i64p, u16p
-from ..simd import _F16C, TAB_ADDR, f16_bits, f16_round8, f16_widen8
+from ..simd import _F16C, TAB_ADDR, _fma, _splat, f16_bits, f16_round8, f16_widen8
 from ..threads import C_WDATA, available_cores, barrier
 from .elementwise_jit import rows_contiguous
 from .mat_f_jit import vec_dot_f16, vec_dot_f32
@@ -51,6 +55,77 @@ TILE_Q, TILE_KV, SPLIT_MIN_KV = 64, 64, 512
 #: the side record's words (an int64 array the selector fills; its address is AUX word 0)
 _M_DATA, _M_NB1, _M_NB2, _M_NB3, _M_NE2, _M_NE3, _SINKS, _SLOPES = range(8)
 _NEG_INF = np.float32(-np.inf)
+
+
+_F32T, _I64 = ir.FloatType(), ir.IntType(64)
+#: simd_gemm's register block on AVX2: 6 rows by 2 vectors of 8 (12 accumulators of the 16 registers)
+GEMM_RM, GEMM_RN = 6, 2
+
+
+def _gemm_tile_intrinsic(rm: int, rn: int):
+    """tile(c, a, b, k, lda, ldb, ldc): C[rm x 8rn] += A[rm x k] . B[k x 8rn] as ggml's simd_gemm_ukernel:
+    each output's accumulator takes one fma per kk in order (acc + B[kk, j] * A[i, kk]), so its bits do
+    not depend on the blocking. Float32 row-major, strides in elements."""
+
+    def typer(typingctx, c, a, b, k, lda, ldb, ldc):
+        sig = types.void(*([types.int64] * 7))
+
+        def codegen(context, builder, sig, args):
+            c_a, a_a, b_a, k_v, lda, ldb, ldc = args
+            f8 = ir.VectorType(_F32T, 8)
+            cp, ap, bp = (builder.inttoptr(x, _F32T.as_pointer()) for x in (c_a, a_a, b_a))
+
+            def at(base: ir.Value, row: ir.Value, stride: ir.Value, col: int) -> ir.Value:
+                return builder.gep(base, [builder.add(builder.mul(row, stride), ir.Constant(_I64, col))])
+
+            def vec_at(base: ir.Value, row: ir.Value, stride: ir.Value, col: int) -> ir.Value:
+                return builder.bitcast(at(base, row, stride, col), f8.as_pointer())
+
+            accs = [[cgutils.alloca_once_value(builder, builder.load(
+                vec_at(cp, ir.Constant(_I64, i), ldc, 8 * r), align=4)) for r in range(rn)] for i in range(rm)]
+            with cgutils.for_range(builder, k_v) as loop:
+                kk = loop.index
+                bv = [builder.load(vec_at(bp, kk, ldb, 8 * r), align=4) for r in range(rn)]
+                for i in range(rm):
+                    av = _splat(builder, builder.load(builder.gep(ap, [builder.add(
+                        builder.mul(ir.Constant(_I64, i), lda), kk)])), 8)
+                    for r in range(rn):
+                        builder.store(_fma(builder, bv[r], av, builder.load(accs[i][r])), accs[i][r])
+            for i in range(rm):
+                for r in range(rn):
+                    builder.store(builder.load(accs[i][r]), vec_at(cp, ir.Constant(_I64, i), ldc, 8 * r), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return intrinsic(typer)
+
+
+_tile_6x2, _tile_1x2, _tile_6x1, _tile_1x1 = (_gemm_tile_intrinsic(m, n) for m, n in ((6, 2), (1, 2), (6, 1), (1, 1)))
+
+
+@numba.njit(**_opts)
+def _gemm(c, a, b, m, k, n, lda, ldb, ldc):  # pragma: no cover - compiled
+    """ggml's simd_gemm: C[m x n] += A[m x k] . B[k x n] (addresses of float32, strides in elements), n a
+    multiple of 8; blocks of 6 rows by 16 columns, the leftovers by 1 row or 8 columns."""
+    i = 0
+    while i < m:
+        rows = GEMM_RM if m - i >= GEMM_RM else 1
+        ci, ai = c + 4 * i * ldc, a + 4 * i * lda
+        j = 0
+        while j < n:
+            wide = n - j >= 8 * GEMM_RN
+            if rows == GEMM_RM:
+                if wide:
+                    _tile_6x2(ci + 4 * j, ai, b + 4 * j, k, lda, ldb, ldc)
+                else:
+                    _tile_6x1(ci + 4 * j, ai, b + 4 * j, k, lda, ldb, ldc)
+            elif wide:
+                _tile_1x2(ci + 4 * j, ai, b + 4 * j, k, lda, ldb, ldc)
+            else:
+                _tile_1x1(ci + 4 * j, ai, b + 4 * j, k, lda, ldb, ldc)
+            j += 8 * GEMM_RN if wide else 8
+        i += rows
 
 
 @numba.njit(**_opts)
@@ -189,14 +264,11 @@ def _tile(r, side, iq1, n_rows, iq2, iq3, slope, scale, softcap, half, tab, buf)
             _load_row(kb + (ic + tk) * nbk1, dk, half, row, tab)
             for i in range(dk):
                 kt[i * TILE_KV + tk] = row[i]
+        for i in range(n_rows * TILE_KV):
+            kq[i] = 0.0
+        _gemm(kq.ctypes.data, qt.ctypes.data, kt.ctypes.data, n_rows, dk, TILE_KV, dk, TILE_KV, TILE_KV)
         for tq in range(n_rows):
             o = tq * TILE_KV
-            for tk in range(TILE_KV):
-                kq[o + tk] = 0.0
-            for i in range(dk):
-                a = qt[tq * dk + i]
-                for tk in range(TILE_KV):
-                    kq[o + tk] = fmaf(a, kt[i * TILE_KV + tk], kq[o + tk])
             for tk in range(TILE_KV):
                 x = kq[o + tk] * scale
                 if softcap != 0.0:
@@ -215,7 +287,9 @@ def _tile(r, side, iq1, n_rows, iq2, iq3, slope, scale, softcap, half, tab, buf)
             tmax = _NEG_INF
             for tk in range(TILE_KV):
                 tmax = max(tmax, kq[o + tk])
-            if tmax == _NEG_INF:
+            if tmax == _NEG_INF:  # nothing of this tile for the row: zeros in P, as ggml's skip[]
+                for tk in range(TILE_KV):
+                    kq[o + tk] = 0.0
                 continue
             mold = big[tq]
             mnew = max(mold, tmax)
@@ -228,10 +302,14 @@ def _tile(r, side, iq1, n_rows, iq2, iq3, slope, scale, softcap, half, tab, buf)
             for tk in range(TILE_KV):  # ggml_vec_soft_max_f32: vector expf over the 64 lanes
                 kq[o + tk] = v_expf(kq[o + tk] - mnew)
             total[tq] = np.float32(np.float64(total[tq]) + _row_sum_ggml(kq[o:o + TILE_KV]))
-            for tk in range(n_kv):
-                p = kq[o + tk]
-                for i in range(dv):
-                    vkq[tq * dv + i] = fmaf(p, v32[tk * dv + i], vkq[tq * dv + i])
+        if dv % 8 == 0:  # VKQ += P . V (the padding cells' probabilities are 0: their terms change nothing)
+            _gemm(vkq.ctypes.data, kq.ctypes.data, v32.ctypes.data, n_rows, n_kv, dv, TILE_KV, dv, dv)
+        else:
+            for tq in range(n_rows):
+                for tk in range(n_kv):
+                    p = kq[tq * TILE_KV + tk]
+                    for i in range(dv):
+                        vkq[tq * dv + i] = fmaf(p, v32[tk * dv + i], vkq[tq * dv + i])
     d = r[T_DST]
     for tq in range(n_rows):
         acc = vkq[tq * dv:(tq + 1) * dv]
