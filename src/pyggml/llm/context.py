@@ -378,7 +378,8 @@ class LlamaContext:
 
         ``logits_sink`` takes each ubatch's logits as it is computed, with the batch indices of its outputs,
         and the batch's logits are not kept (an empty array is returned): what perplexity and imatrix need,
-        where a batch's outputs over a 262k vocabulary would be gigabytes. Not with embeddings.
+        where a batch's outputs over a 262k vocabulary would be gigabytes. The array it gets may be a view of
+        the graph's output, valid during the call only (copy what must outlive it). Not with embeddings.
 
         The batch is checked and completed as llama.cpp does (see llm/batch.py), split into ubatches
         of at most n_ubatch tokens, and each ubatch finds its cells, builds (or reuses) its graph
@@ -425,12 +426,7 @@ class LlamaContext:
             self.recr.begin()
         try:
             for ub in ubatches:
-                if logits_sink is None:
-                    self._process_ubatch(ub, logits, row_of[ub.index[ub.output]], embd, embd_seq)
-                    continue
-                block = np.empty((int(ub.output.sum()), n_vocab_out), dtype=np.float32)
-                self._process_ubatch(ub, block, np.arange(len(block)), embd, embd_seq)
-                logits_sink(ub.index[ub.output], block)
+                self._process_ubatch(ub, logits, row_of[ub.index[ub.output]], embd, embd_seq, logits_sink)
         except BaseException:  # a failure, an abort or Ctrl-C part-way: the memory is as it was
             self._restore_state(saved)
             raise
@@ -525,9 +521,11 @@ class LlamaContext:
         return ubatches
 
     def _process_ubatch(self, ub: PreparedBatch, logits: np.ndarray, rows: np.ndarray, embd: np.ndarray,
-                        embd_seq: dict[int, np.ndarray]) -> None:
-        """Decode one ubatch; its output tokens' logits are written to ``logits[rows]``, and with embeddings
-        their embeddings to ``embd[rows]`` (pooling none) or each sequence's vector to ``embd_seq``."""
+                        embd_seq: dict[int, np.ndarray], logits_sink: LogitsSink | None = None) -> None:
+        """Decode one ubatch; its output tokens' logits are written to ``logits[rows]`` (or handed to
+        ``logits_sink``: a view of the output tensor where it is on the host, read during the call only),
+        and with embeddings their embeddings to ``embd[rows]`` (pooling none) or each sequence's vector to
+        ``embd_seq``."""
         n_tokens = ub.n_tokens
         out_ids = np.flatnonzero(ub.output).astype(np.int32)
         n_outputs = out_ids.size
@@ -589,7 +587,9 @@ class LlamaContext:
             raise DecodeError(f"the graph failed to compute: {status.name}")
         if n_outputs == 0:
             return
-        if g.logits is not None:
+        if g.logits is not None and logits_sink is not None:
+            logits_sink(ub.index[ub.output], _rows_of(g.logits, n_outputs))
+        elif g.logits is not None:
             _read_rows(g.logits, n_outputs, logits, rows)
         if g.embd is None:
             return
@@ -615,10 +615,15 @@ class LlamaContext:
             backend_tensor_set(g.inp_cls, pooled_rows(ub.seq_mask, ub.seqs, ub.pos, last))
 
 
+def _rows_of(t: Tensor, n_rows: int) -> np.ndarray:
+    """An output tensor's ``n_rows`` rows as float32: a view of its data when it lives on the host, else a copy."""
+    on_host = (t.buffer is None or t.buffer.is_host()) and t.type == GGMLType.F32 and t.is_contiguous()
+    return (t.numpy() if on_host else tensor_to_numpy(t)).reshape(n_rows, -1)
+
+
 def _read_rows(t: Tensor, n_rows: int, out: np.ndarray, rows: np.ndarray) -> None:
     """Copy an output tensor's ``n_rows`` rows to ``out[rows]`` (one slice when the rows are consecutive)."""
-    on_host = (t.buffer is None or t.buffer.is_host()) and t.type == GGMLType.F32 and t.is_contiguous()
-    src = (t.numpy() if on_host else tensor_to_numpy(t)).reshape(n_rows, -1)
+    src = _rows_of(t, n_rows)
     if rows[-1] - rows[0] == n_rows - 1 and np.all(np.diff(rows) == 1):
         out[rows[0] : rows[-1] + 1] = src
     else:
