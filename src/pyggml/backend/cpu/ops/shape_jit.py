@@ -81,17 +81,22 @@ def _concat(node, ith, nth, w):  # pragma: no cover - compiled
     ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
     i1, i2, i3 = row_index(ir0, ne1, ne2)
     for _ in range(ir0, ir1):
-        dp = d + i1 * nb1 + i2 * nb2 + i3 * nb3
+        if i1 == 0 or _ == ir0:  # the plane's offsets once per plane: a row then costs one multiply per tensor
+            d23 = d + i2 * nb2 + i3 * nb3
+            a23 = a + i2 * na2 + i3 * na3
+            b23 = b + i2 * nb12 + i3 * nb13
+        dp = d23 + i1 * nb1
         if dim == 0:
-            _copy_elems(dp, a + i1 * na1 + i2 * na2 + i3 * na3, ne00, na0, w)
-            _copy_elems(dp + ne00 * w, b + i1 * nb11 + i2 * nb12 + i3 * nb13, ne0 - ne00, nb10, w)
+            _copy_elems(dp, a23 + i1 * na1, ne00, na0, w)
+            _copy_elems(dp + ne00 * w, b23 + i1 * nb11, ne0 - ne00, nb10, w)
         elif (i1 if dim == 1 else (i2 if dim == 2 else i3)) < o:
-            _copy_elems(dp, a + i1 * na1 + i2 * na2 + i3 * na3, ne0, na0, w)
+            _copy_elems(dp, a23 + i1 * na1, ne0, na0, w)
+        elif dim == 1:
+            _copy_elems(dp, b23 + (i1 - o) * nb11, ne0, nb10, w)
         else:
-            j1 = i1 - o if dim == 1 else i1
             j2 = i2 - o if dim == 2 else i2
             j3 = i3 - o if dim == 3 else i3
-            _copy_elems(dp, b + j1 * nb11 + j2 * nb12 + j3 * nb13, ne0, nb10, w)
+            _copy_elems(dp, b + i1 * nb11 + j2 * nb12 + j3 * nb13, ne0, nb10, w)
         i1, i2, i3 = next_row(i1, i2, i3, ne1, ne2)
 
 
