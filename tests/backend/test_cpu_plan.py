@@ -10,6 +10,8 @@ order agree to float32 rounding.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import threading
 
 import numpy as np
@@ -79,12 +81,27 @@ def test_scale(bias: float) -> None:
     exact(*both(B.scale_bias(c.ctx, c.tensor(F32, 33, 7), 1.5, bias)))
 
 
-@pytest.mark.parametrize("fn", ["gelu", "relu", "silu", "tanh"])
+@pytest.mark.parametrize("fn", ["gelu", "relu", "silu", "tanh", "exp", "sigmoid", "neg", "abs", "sqr"])
 def test_unary(fn: str) -> None:
     c = OpCase()
     out = getattr(B, fn)(c.ctx, c.tensor(F32, 100, 9, lo=-12.0, hi=12.0))
     got, ref = both(out)
-    (exact if fn in ("gelu", "relu") else close)(got, ref)
+    (exact if fn in ("gelu", "relu", "neg", "abs", "sqr") else close)(got, ref)
+
+
+@pytest.mark.parametrize("fn", ["exp", "sigmoid"])
+def test_exp_and_sigmoid_take_libm_expf_on_every_element(fn: str) -> None:
+    """ggml's unary-ops.cpp calls the C library's expf per element (no ggml_v_expf): the compiled kernel's
+    bits are libm's, over a row long enough that a vector path would have shown (numpy's exp may differ)."""
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    libm.expf.restype, libm.expf.argtypes = ctypes.c_float, [ctypes.c_float]
+    c = OpCase()
+    x = c.tensor(F32, 67, 5, lo=-30.0, hi=30.0)
+    got, _ = both(getattr(B, fn)(c.ctx, x))
+    xs = values(x).reshape(-1)
+    one = np.float32(1.0)
+    e = np.array([libm.expf(float(v if fn == "exp" else -v)) for v in xs], dtype=np.float32)
+    exact(got.reshape(-1), e if fn == "exp" else one / (one + e))
 
 
 @pytest.mark.parametrize("op", [GluOp.GEGLU, GluOp.SWIGLU, GluOp.REGLU])
@@ -219,6 +236,49 @@ def test_cont_of_a_permuted_tensor(src_type: GGMLType, dst_type: GGMLType) -> No
     else:
         out = B.cpy(c.ctx, x, c.ctx.new_tensor(dst_type, 16, 6, 4))
     exact(*both(out))
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, 3])
+@pytest.mark.parametrize("ty", [F32, F16])
+def test_concat_along_each_dim(dim: int, ty: GGMLType) -> None:
+    c = OpCase()
+    ne_a, ne_b = [6, 5, 4, 3], [6, 5, 4, 3]
+    ne_b[dim] = 2
+    exact(*both(B.concat(c.ctx, c.tensor(ty, *ne_a), c.tensor(ty, *ne_b), dim)))
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_concat_of_permuted_sources(dim: int) -> None:
+    """Sources with any strides (Mamba-2 appends a transposed view to its conv state)."""
+    c = OpCase()
+    a = B.permute(c.ctx, c.tensor(F32, 5, 7, 3), 1, 0, 2, 3)  # ne (7, 5, 3): elements strided
+    ne_b = [7, 5, 3]
+    ne_b[dim] = 4
+    b = B.transpose(c.ctx, c.tensor(F32, ne_b[1], ne_b[0], ne_b[2]))
+    exact(*both(B.concat(c.ctx, a, b, dim)))
+
+
+@pytest.mark.parametrize("ty", [GGMLType.I32, GGMLType.I8])
+def test_concat_of_integers_and_a_row_view(ty: GGMLType) -> None:
+    c = OpCase()
+    w = ty.type_size
+    a = c.ints(ty, 3, 4, data=np.arange(12))
+    b = B.view_2d(c.ctx, c.ints(ty, 8, 4, data=np.arange(50, 82)), 5, 4, 8 * w, 3 * w)  # rows of a wider tensor
+    exact(*both(B.concat(c.ctx, a, b, 0)))
+
+
+@pytest.mark.parametrize(("src", "dst"), [((8, 1, 1, 1), (8, 3, 2, 2)), ((1, 3, 1, 1), (5, 3, 4, 1)),
+                                          ((4, 3, 2, 1), (12, 6, 2, 3)), ((1, 1, 1, 1), (9, 2, 1, 1))])
+@pytest.mark.parametrize("ty", [F32, F16])
+def test_repeat_broadcasts(src: tuple[int, ...], dst: tuple[int, ...], ty: GGMLType) -> None:
+    c = OpCase()
+    exact(*both(B.repeat_4d(c.ctx, c.tensor(ty, *src), *dst)))
+
+
+def test_repeat_of_a_transposed_source() -> None:
+    c = OpCase()
+    a = B.transpose(c.ctx, c.tensor(F32, 3, 4))  # ne (4, 3), elements strided
+    exact(*both(B.repeat_4d(c.ctx, a, 8, 6, 2, 1)))
 
 
 # ----------------------------------------------------------------------------- the MoE router's ops

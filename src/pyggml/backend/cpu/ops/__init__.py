@@ -30,6 +30,7 @@ from . import (
     rows,
     rows_jit,
     shape,
+    shape_jit,
     train,
     unary,
     wkv_jit,
@@ -37,4 +38,4 @@ from . import (
 
 __all__ = ["attn_jit", "conv", "custom", "elementwise", "elementwise_jit", "fusion", "gate_up_jit", "mat", "mat_f_jit",
            "mat_id_jit", "mat_jit", "nn", "nn_jit", "recurrent", "recurrent_jit", "reduce", "reduce_jit", "rows",
-           "rows_jit", "shape", "train", "unary", "wkv_jit"]
+           "rows_jit", "shape", "shape_jit", "train", "unary", "wkv_jit"]

@@ -1,7 +1,9 @@
-"""Compiled elementwise kernels: ADD/SUB/MUL/DIV with ggml broadcasting, SCALE, GLU and UNARY (F32).
+"""Compiled elementwise kernels: ADD/SUB/MUL/DIV with ggml broadcasting, SCALE, GLU, UNARY and SQR (F32).
 
 Same float32 operations, one rounding each, as the numpy kernels in ops/elementwise.py;
 GELU goes through ggml's fp16 table (activations.py), SiLU is ``x / (1 + expf(-x))`` with ggml's expf (mathf.py).
+EXP and SIGMOID take libm's expf on every element, as ggml's unary-ops.cpp does (it has no vector path for them);
+numpy's np.exp may differ from it in the last bit.
 """
 
 from __future__ import annotations
@@ -195,6 +197,40 @@ def _relu_row(xv, xb, table, dv):  # pragma: no cover - compiled
 
 
 @numba.njit(**_opts)
+def _exp_row(xv, xb, table, dv):  # pragma: no cover - compiled
+    """ggml's op_exp (unary-ops.cpp): libm expf on every element, no vector path."""
+    for i in range(xv.size):
+        dv[i] = libm_expf(xv[i])
+
+
+@numba.njit(**_opts)
+def _sigmoid_row(xv, xb, table, dv):  # pragma: no cover - compiled
+    """ggml's op_sigmoid: 1 / (1 + expf(-x)) with libm expf on every element."""
+    for i in range(xv.size):
+        dv[i] = np.float32(1.0) / (np.float32(1.0) + libm_expf(-xv[i]))
+
+
+@numba.njit(**_opts)
+def _neg_row(xv, xb, table, dv):  # pragma: no cover - compiled
+    for i in range(xv.size):
+        dv[i] = -xv[i]
+
+
+@numba.njit(**_opts)
+def _abs_row(xv, xb, table, dv):  # pragma: no cover - compiled
+    for i in range(xv.size):
+        dv[i] = abs(xv[i])
+
+
+@numba.njit(**_opts)
+def _sqr_row(xv, xb, table, dv):  # pragma: no cover - compiled
+    """ggml_vec_sqr_f32 (SQR, an op of its own): x * x."""
+    for i in range(xv.size):
+        v = xv[i]
+        dv[i] = v * v
+
+
+@numba.njit(**_opts)
 def _activation_rows(node, ith, nth, act_row, gated):  # pragma: no cover - compiled
     """dst = act(x) (UNARY) or act(x) * g (GLU: g from src1, or the other half of each src0 row)."""
     r = rec(node)
@@ -266,8 +302,34 @@ def k_tanh(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _activation_rows(node, ith, nth, _tanh_row, False)
 
 
+@jit_kernel
+def k_exp(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _activation_rows(node, ith, nth, _exp_row, False)
+
+
+@jit_kernel
+def k_sigmoid(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _activation_rows(node, ith, nth, _sigmoid_row, False)
+
+
+@jit_kernel
+def k_neg(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _activation_rows(node, ith, nth, _neg_row, False)
+
+
+@jit_kernel
+def k_abs(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _activation_rows(node, ith, nth, _abs_row, False)
+
+
+@jit_kernel
+def k_sqr(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _activation_rows(node, ith, nth, _sqr_row, False)
+
+
 _GLU = {GluOp.REGLU: k_reglu, GluOp.GEGLU: k_geglu, GluOp.SWIGLU: k_swiglu}
-_UNARY = {UnaryOp.RELU: k_relu, UnaryOp.GELU: k_gelu, UnaryOp.SILU: k_silu, UnaryOp.TANH: k_tanh}
+_UNARY = {UnaryOp.RELU: k_relu, UnaryOp.GELU: k_gelu, UnaryOp.SILU: k_silu, UnaryOp.TANH: k_tanh,
+          UnaryOp.EXP: k_exp, UnaryOp.SIGMOID: k_sigmoid, UnaryOp.NEG: k_neg, UnaryOp.ABS: k_abs}
 _TABLE_ADDR = int(_GELU_TABLE_F32.ctypes.data)
 
 
@@ -292,6 +354,14 @@ def _sel_unary(node: Tensor) -> Choice | None:
     if k is None or not all_f32(node, a) or a.ne != node.ne or not rows_contiguous(node, a):
         return None
     return Choice(k, ints=(_TABLE_ADDR, 0))
+
+
+@selector(Op.SQR)
+def _sel_sqr(node: Tensor) -> Choice | None:
+    a = node.src[0]
+    if not all_f32(node, a) or a.ne != node.ne or not rows_contiguous(node, a):
+        return None
+    return Choice(k_sqr, ints=(_TABLE_ADDR, 0))
 
 
 __all__ = ["all_f32", "aux_f32", "rows_contiguous"]
