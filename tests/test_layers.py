@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("sched", ("pyggml.sched",)),
     ("llm", ("pyggml.llm", "pyggml.quantize")),  # quantize: llama.cpp's llama_model_quantize and imatrix
     ("serve", ("pyggml.serve",)),
+    ("llama", ("pyggml.llama",)),  # llama-cpp-python's Llama API over llm/
     ("cli", ("pyggml.cli",)),
     ("api", ("pyggml",)),  # pyggml/__init__.py: the flat ggml API re-exports every layer; nothing imports it
 ]
