@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..gguf.constants import Keys
 from ..llm.batch import Batch
 from ..llm.context import ContextParams, LlamaContext
 from ..llm.hparams import PoolingType
@@ -172,10 +173,11 @@ class Llama:
         eos, bos = self.token_eos(), self.token_bos()
         eos_text = self._vocab.token_get_text(eos) if eos >= 0 else ""
         bos_text = self._vocab.token_get_text(bos) if bos >= 0 else ""
+        key = Keys.TOKENIZER_CHAT_TEMPLATE  # named ones: KEY.NAME, offered as chat formats "chat_template.NAME"
         templates = {name[len("tokenizer."):]: tpl for name, tpl in self.metadata.items()
-                     if name.startswith("tokenizer.chat_template.")}
-        if "tokenizer.chat_template" in self.metadata:
-            templates["chat_template.default"] = self.metadata["tokenizer.chat_template"]
+                     if name.startswith(key + ".")}
+        if key in self.metadata:
+            templates["chat_template.default"] = self.metadata[key]
         for name, tpl in templates.items():
             self._chat_handlers[name] = _chat.Jinja2ChatFormatter(
                 tpl, eos_token=eos_text, bos_token=bos_text, stop_token_ids=[eos]).to_chat_handler()
