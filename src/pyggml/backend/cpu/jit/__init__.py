@@ -143,7 +143,8 @@ def _compile(todo: list[JitKernel]) -> None:
 
 
 #: modules whose kernels take the longest to compile (1-2 s each: the products and the fused FFN)
-_SLOW = tuple(f"pyggml.backend.cpu.{m}:" for m in ("traits", "quants.repacked", "ops.gate_up_jit", "ops.mat_f_jit"))
+_SLOW = tuple(f"pyggml.backend.cpu.{m}:" for m in ("traits", "quants.repacked", "ops.gate_up_jit", "ops.mat_f_jit",
+                                                  "ops.attn_jit"))
 
 
 def _compile_claimed(kernels: Iterable[JitKernel], claims: str) -> None:

@@ -319,12 +319,15 @@ def _tile(r, side, iq1, n_rows, iq2, iq3, slope, scale, softcap, half, tab, buf)
         _finish(acc, dv, t, d + (iq1 + tq) * r[T_DST + 7] + iq2 * r[T_DST + 6] + iq3 * r[T_DST + 8])
 
 
-def _flash_attn_kernel(half: bool):
-    """The kernel for F16 K and V (half) or F32 ones; ``half`` is a closure constant, so numba drops the
-    other type's branches before typing them."""
+def _flash_attn_kernel(half: bool, path: str):
+    """The kernel for F16 K and V (half) or F32 ones, on one of ggml's paths (the selector knows which from the
+    shapes): "chunk", "split" or "tiled". ``half`` and the path are closure constants, so numba drops the other
+    branches before typing them: a kernel compiles in a few seconds, and a run compiles only the paths its
+    batches take (a short prompt and its decode: "chunk" alone)."""
+    split, tiled = path == "split", path == "tiled"
 
     @numba.njit(**_opts)
-    @variant(half)
+    @variant(half, path)
     def flash_attn(node, ith, nth, ctrl):  # pragma: no cover - compiled
         r = rec(node)
         side = numba.carray(i64p(r[AUX]), 8)
@@ -341,7 +344,7 @@ def _flash_attn_kernel(half: bool):
         qq = np.empty(dk, np.float32)
         acc = np.empty(dv, np.float32)
         vrow = np.empty(max(dk, dv), np.float32)
-        if n_q == 1 and ne3 == 1 and nek1 >= SPLIT_MIN_KV:
+        if split:
             # split KV: thread ith's share of the cells for every head, then the heads' partials merged
             cs = (nek1 + nth - 1) // nth
             ic0 = ith * cs
@@ -383,7 +386,7 @@ def _flash_attn_kernel(half: bool):
             return
         nr = n_q * n_head * ne3
         ir0, ir1 = span(nr, ith, nth)
-        if n_q >= TILE_Q:
+        if tiled:
             buf = (np.empty(TILE_Q * dk, np.float32), np.empty(2 * TILE_Q * TILE_KV, np.float32),
                    np.zeros(dk * TILE_KV, np.float32), np.empty(TILE_KV * dv, np.float32),
                    np.empty(TILE_Q * dv, np.float32), np.empty(TILE_Q, np.float32), np.empty(TILE_Q, np.float32),
@@ -415,18 +418,44 @@ def _flash_attn_kernel(half: bool):
     return flash_attn
 
 
-_fa_f16 = _flash_attn_kernel(True)
-_fa_f32 = _flash_attn_kernel(False)
+_fa_f16_chunk, _fa_f16_split, _fa_f16_tiled = (_flash_attn_kernel(True, p) for p in ("chunk", "split", "tiled"))
+_fa_f32_chunk, _fa_f32_split, _fa_f32_tiled = (_flash_attn_kernel(False, p) for p in ("chunk", "split", "tiled"))
 
 
 @jit_kernel
-def k_flash_attn_f16(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _fa_f16(node, ith, nth, ctrl)
+def k_flash_attn_f16_chunk(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _fa_f16_chunk(node, ith, nth, ctrl)
 
 
 @jit_kernel
-def k_flash_attn_f32(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _fa_f32(node, ith, nth, ctrl)
+def k_flash_attn_f16_split(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _fa_f16_split(node, ith, nth, ctrl)
+
+
+@jit_kernel
+def k_flash_attn_f16_tiled(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _fa_f16_tiled(node, ith, nth, ctrl)
+
+
+@jit_kernel
+def k_flash_attn_f32_chunk(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _fa_f32_chunk(node, ith, nth, ctrl)
+
+
+@jit_kernel
+def k_flash_attn_f32_split(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _fa_f32_split(node, ith, nth, ctrl)
+
+
+@jit_kernel
+def k_flash_attn_f32_tiled(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _fa_f32_tiled(node, ith, nth, ctrl)
+
+
+#: (K/V type is F16, path) -> kernel
+_KERNELS = {(True, "chunk"): k_flash_attn_f16_chunk, (True, "split"): k_flash_attn_f16_split,
+            (True, "tiled"): k_flash_attn_f16_tiled, (False, "chunk"): k_flash_attn_f32_chunk,
+            (False, "split"): k_flash_attn_f32_split, (False, "tiled"): k_flash_attn_f32_tiled}
 
 
 @selector(Op.FLASH_ATTN_EXT)
@@ -450,9 +479,13 @@ def _sel_flash_attn(node: Tensor) -> Choice | None:
         side[_M_NE2], side[_M_NE3] = mask.ne[2], mask.ne[3]
     side[_SINKS] = 0 if sinks is None else sinks.data
     side[_SLOPES] = slopes.ctypes.data
-    wsize = 4 * n_head * available_cores() * (2 + v.ne[0]) if q.ne[1] == 1 and k.ne[1] >= SPLIT_MIN_KV else 0
-    kern = k_flash_attn_f16 if k.type == F16 else k_flash_attn_f32
-    return Choice(kern, ints=(side.ctypes.data, TAB_ADDR), wsize=wsize, notes={"side": side, "slopes": slopes})
+    # ggml's choice of path (ggml_compute_forward_flash_attn_ext_f16)
+    path = ("split" if q.ne[1] == 1 and ne3 == 1 and k.ne[1] >= SPLIT_MIN_KV
+            else "tiled" if q.ne[1] >= TILE_Q else "chunk")
+    wsize = 4 * n_head * available_cores() * (2 + v.ne[0]) if path == "split" else 0
+    return Choice(_KERNELS[k.type == F16, path], ints=(side.ctypes.data, TAB_ADDR), wsize=wsize,
+                  notes={"side": side, "slopes": slopes})
 
 
-__all__ = ["k_flash_attn_f16", "k_flash_attn_f32"]
+__all__ = ["k_flash_attn_f16_chunk", "k_flash_attn_f16_split", "k_flash_attn_f16_tiled", "k_flash_attn_f32_chunk",
+           "k_flash_attn_f32_split", "k_flash_attn_f32_tiled"]
