@@ -44,6 +44,29 @@ def seq_bit(s: int) -> np.uint64:
     return _ONE << np.uint64(s)
 
 
+
+def alloc_layer_tensors(tensors: dict[int, tuple[Tensor, ...]], buft: BufferType | dict[int, BufferType]
+                        ) -> list[Buffer]:
+    """Allocate each layer's memory tensors (K/V, or a recurrent layer's r/s states) in one zeroed buffer per
+    buffer type, the layer's own (``buft`` per layer, or one for all): llama.cpp's memories keep a layer's
+    state with its weights."""
+    layer_buft = buft if isinstance(buft, dict) else dict.fromkeys(tensors, buft)
+    groups: dict[BufferType, list[Tensor]] = {}
+    for il, ts in tensors.items():
+        groups.setdefault(layer_buft[il], []).extend(ts)
+    buffers: list[Buffer] = []
+    for bt, group in groups.items():
+        align = bt.get_alignment()
+        buf = bt.alloc_buffer(sum(ggml_pad(bt.get_alloc_size(t), align) for t in group))
+        backend_buffer_set_usage(buf, BufferUsage.ANY)
+        addr = buf.get_base()
+        for t in group:
+            backend_tensor_alloc(buf, t, addr)
+            addr += ggml_pad(bt.get_alloc_size(t), align)
+        backend_buffer_clear(buf, 0)  # zeroed, so no NaN in a state nobody wrote
+        buffers.append(buf)
+    return buffers
+
 class KVCacheFullError(PyGGMLError):
     """No free cells left for the tokens of a ubatch (the context is full)."""
 
@@ -77,21 +100,7 @@ class KVCache:
             self.k[il] = self.ctx.new_tensor(type_k, hp.n_embd_k_gqa(il), kv_size, n_stream).set_name(f"cache_k_l{il}")
             self.v[il] = self.ctx.new_tensor(type_v, hp.n_embd_v_gqa(il), kv_size, n_stream).set_name(f"cache_v_l{il}")
         # each layer's cache lives with the layer (llama.cpp's offload_kqv): one buffer per buffer type
-        layer_buft = buft if isinstance(buft, dict) else dict.fromkeys(self.layer_ids, buft)
-        groups: dict[BufferType, list[Tensor]] = {}
-        for il in self.layer_ids:
-            groups.setdefault(layer_buft[il], []).extend((self.k[il], self.v[il]))
-        self.buffers: list[Buffer] = []
-        for bt, tensors in groups.items():
-            align = bt.get_alignment()
-            buf = bt.alloc_buffer(sum(ggml_pad(bt.get_alloc_size(t), align) for t in tensors))
-            backend_buffer_set_usage(buf, BufferUsage.ANY)
-            addr = buf.get_base()
-            for t in tensors:
-                backend_tensor_alloc(buf, t, addr)
-                addr += ggml_pad(bt.get_alloc_size(t), align)
-            backend_buffer_clear(buf, 0)
-            self.buffers.append(buf)
+        self.buffers = alloc_layer_tensors({il: (self.k[il], self.v[il]) for il in self.layer_ids}, buft)
         shape = (n_stream, kv_size)
         self.pos = np.full(shape, -1, dtype=np.int64)  # -1: empty cell
         self.seq = np.zeros(shape, dtype=np.uint64)  # bit s: sequence s uses the cell

@@ -27,17 +27,16 @@ import numpy as np
 
 from ..backend.api import (
     backend_buffer_clear,
-    backend_buffer_set_usage,
-    backend_tensor_alloc,
     backend_tensor_get,
     backend_tensor_set,
 )
-from ..backend.base import Buffer, BufferType, BufferUsage
+from ..backend.base import BufferType
 from ..context import Context, tensor_overhead
 from ..errors import PyGGMLError
-from ..tensor import Tensor, ggml_pad
+from ..tensor import Tensor
 from ..types import GGMLType
 from .hparams import HParams
+from .kv_cache import alloc_layer_tensors
 
 _POS_MAX = 2**31 - 1  # llama_pos's max: "to the end"
 
@@ -103,21 +102,7 @@ class RecurrentMemory:
         for il in self.layer_ids:
             self.r[il] = self.ctx.new_tensor(type_r, n_r, mem_size).set_name(f"cache_r_l{il}")
             self.s[il] = self.ctx.new_tensor(type_s, n_s, mem_size).set_name(f"cache_s_l{il}")
-        layer_buft = buft if isinstance(buft, dict) else dict.fromkeys(self.layer_ids, buft)
-        groups: dict[BufferType, list[Tensor]] = {}
-        for il in self.layer_ids:
-            groups.setdefault(layer_buft[il], []).extend((self.r[il], self.s[il]))
-        self.buffers: list[Buffer] = []
-        for bt, tensors in groups.items():
-            align = bt.get_alignment()
-            buf = bt.alloc_buffer(sum(ggml_pad(bt.get_alloc_size(t), align) for t in tensors))
-            backend_buffer_set_usage(buf, BufferUsage.ANY)
-            addr = buf.get_base()
-            for t in tensors:
-                backend_tensor_alloc(buf, t, addr)
-                addr += ggml_pad(bt.get_alloc_size(t), align)
-            backend_buffer_clear(buf, 0)  # zeroed, so no NaN in a state nobody wrote
-            self.buffers.append(buf)
+        self.buffers = alloc_layer_tensors({il: (self.r[il], self.s[il]) for il in self.layer_ids}, buft)
         # the cells (mem_cell): position, sequence set (bit mask), source row, staged source, and per
         # sequence id s the cell cells[s].tail holding its state
         self.pos = [-1] * mem_size
