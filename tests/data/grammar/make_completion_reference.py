@@ -2,8 +2,8 @@
 
 Each case runs llama.cpp's ``llama-completion -m MODEL -p PROMPT --grammar-file G (or -j SCHEMA)
 --temp T -s SEED -n N -no-cnv --no-display-prompt -fa off`` (commit 0c1e570; flash attention off
-as pyggml's default: llama.cpp's "auto" turns it on, which rounds differently and can flip a close
-pair of logits) and keeps the generated text
+as LlamaContext's default, which the test uses: llama.cpp's "auto" turns it on, which rounds
+differently and can flip a close pair of logits) and keeps the generated text
 (stdout up to " [end of text]", which llama-completion prints at an end-of-generation token), as
 bytes in ``text_hex`` (a generation cut at -n may end inside a UTF-8 character).
 Models: the tiny random-weight qwen2 chat model of tests/helpers/chat_model.py (made here the same
@@ -70,7 +70,7 @@ def cases(llama: Path) -> list[dict[str, object]]:
 def run_completion(binary: Path, model: Path, case: dict[str, object], tmp: Path) -> bytes:
     args = [str(binary), "-m", str(model), "-p", str(case["prompt"]), "--temp", str(case.get("temp", 0.0)),
             "-s", str(case.get("seed", 1)), "-n", str(case["n"]), "-no-cnv", "--no-display-prompt", "-t", "2",
-            "--no-warmup", "-c", "512", "-fa", "off"]  # pyggml's default; llama.cpp's "auto" turns it on
+            "--no-warmup", "-c", "512", "-fa", "off"]  # as the test's LlamaContext; llama.cpp's "auto" turns it on
     if "grammar" in case:
         g = tmp / "g.gbnf"
         g.write_text(str(case["grammar"]), encoding="utf-8")

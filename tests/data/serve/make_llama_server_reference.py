@@ -5,7 +5,7 @@ build with the llama-server target (LLAMA_SERVER, default /work/lc/llama.cpp/bui
 
     PYTHONPATH=src:tests python tests/data/serve/make_llama_server_reference.py
 
-Two servers, both with flash attention off (pyggml's default) and one thread:
+Two servers, both with flash attention off (the tests start pyggml serve with -fa off) and one thread:
 
 * the tiny chat model of tests/helpers/chat_model.py (deterministic bytes), ``-c 1024 -np 2
   --slot-save-path DIR``: /completion (plain, mixed and several prompts, streamed, a stop word,

@@ -2,7 +2,7 @@
 
 The replies are what ``tests/serve/test_serve_tools.py`` expects ``pyggml serve`` to return for the same
 requests on the same model (Qwen2.5-Coder 0.5B Instruct Q4_K_M, flash attention off on both sides:
-pyggml's default). llama.cpp is not a dependency: this script ran once, with the llama-server of
+the test passes -fa off). llama.cpp is not a dependency: this script ran once, with the llama-server of
 llama.cpp commit 0c1e570, and its output is kept here.
 
     python tests/data/serve_structured/make_reference.py LLAMA_SERVER \
