@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.llamacpp_match import assert_logits_and_greedy
 from pyggml.llm.arch import supported_archs
 from pyggml.llm.context import ContextParams, LlamaContext
 from pyggml.llm.model import Model
@@ -32,21 +33,8 @@ def _context(arch: str, kind: str) -> LlamaContext:
 
 @pytest.mark.parametrize(("arch", "kind"), CASES, ids=[f"{a}-{k}" for a, k in CASES])
 def test_logits_and_greedy_equal_llamacpp(arch: str, kind: str) -> None:
-    tokens = REF["tokens"].tolist()
-    ref = REF[f"{arch}-{kind}-logits"]
-    ctx = _context(arch, kind)
-    out = ctx.decode(tokens, outputs=[True] * len(tokens))
-    cos = (out * ref).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(ref, axis=1))
-    assert cos.min() >= 0.9999, f"{arch} {kind}: cosine per position {np.round(cos, 6)}"
-    top2 = np.sort(ref, axis=1)[:, -2:]
-    clear = top2[:, 1] - top2[:, 0] > 1e-3
-    assert np.array_equal(out.argmax(1)[clear], ref.argmax(1)[clear]), f"{arch} {kind}: top-1 differs"
-    greedy, last = [], out[-1]
-    for _ in range(len(REF[f"{arch}-{kind}-greedy"])):
-        t = int(np.argmax(last))
-        greedy.append(t)
-        last = ctx.decode([t])[0]
-    assert greedy == REF[f"{arch}-{kind}-greedy"].tolist()
+    assert_logits_and_greedy(_context(arch, kind), REF["tokens"].tolist(), REF[f"{arch}-{kind}-logits"],
+                             REF[f"{arch}-{kind}-greedy"], f"{arch} {kind}")
 
 
 def test_every_registered_architecture_has_reference_data() -> None:

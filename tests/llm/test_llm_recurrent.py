@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.llamacpp_match import assert_logits_and_greedy
 from pyggml.llm.batch import Batch, DecodeError
 from pyggml.llm.context import ContextParams, DecodeAborted, LlamaContext
 from pyggml.llm.model import Model
@@ -42,20 +43,8 @@ def model(request: pytest.FixtureRequest) -> Model:
 @pytest.mark.parametrize(("arch", "kind"), CASES, ids=[f"{a}-{k}" for a, k in CASES])
 def test_logits_and_greedy_equal_llamacpp(arch: str, kind: str) -> None:
     """F32 and Q8_0 files (the SSM convs, A, D and norms stay F32 in both)."""
-    ref = REF[f"{arch}-{kind}-logits"]
-    ctx = _ctx(_model(arch, kind))
-    out = ctx.decode(TOKENS, outputs=[True] * len(TOKENS))
-    cos = (out * ref).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(ref, axis=1))
-    assert cos.min() >= 0.9999, f"{arch} {kind}: cosine per position {np.round(cos, 6)}"
-    top2 = np.sort(ref, axis=1)[:, -2:]
-    clear = top2[:, 1] - top2[:, 0] > 1e-3
-    assert np.array_equal(out.argmax(1)[clear], ref.argmax(1)[clear]), f"{arch} {kind}: top-1 differs"
-    greedy, last = [], out[-1]
-    for _ in range(len(REF[f"{arch}-{kind}-greedy"])):
-        t = int(np.argmax(last))
-        greedy.append(t)
-        last = ctx.decode([t])[0]
-    assert greedy == REF[f"{arch}-{kind}-greedy"].tolist()
+    assert_logits_and_greedy(_ctx(_model(arch, kind)), TOKENS, REF[f"{arch}-{kind}-logits"],
+                             REF[f"{arch}-{kind}-greedy"], f"{arch} {kind}")
 
 
 def _alone(model: Model, prompt: list[int], cont: list[int]) -> np.ndarray:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.llamacpp_match import assert_logits_and_greedy
 from pyggml.llm.batch import Batch
 from pyggml.llm.context import ContextParams, LlamaContext
 from pyggml.llm.model import Model
@@ -35,19 +36,8 @@ def _context(arch: str, kind: str = "f32", **kw: int) -> LlamaContext:
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("arch", ARCHS)
 def test_logits_and_greedy_equal_llamacpp(arch: str, kind: str) -> None:
-    tokens = REF["tokens"].tolist()
-    ref = REF[f"{arch}-{kind}-logits"]
-    ctx = _context(arch, kind)
-    out = ctx.decode(tokens, outputs=[True] * len(tokens))
-    cos = (out * ref).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(ref, axis=1))
-    assert cos.min() >= 0.9999, f"{arch} {kind}: cosine per position {np.round(cos, 6)}"
-    assert np.array_equal(out.argmax(1), ref.argmax(1)), f"{arch} {kind}: top-1 differs"
-    greedy, last = [], out[-1]
-    for _ in range(len(REF[f"{arch}-{kind}-greedy"])):
-        t = int(np.argmax(last))
-        greedy.append(t)
-        last = ctx.decode([t])[0]
-    assert greedy == REF[f"{arch}-{kind}-greedy"].tolist()
+    assert_logits_and_greedy(_context(arch, kind), REF["tokens"].tolist(), REF[f"{arch}-{kind}-logits"],
+                             REF[f"{arch}-{kind}-greedy"], f"{arch} {kind}", top1_margin=None)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
