@@ -339,21 +339,33 @@ def write(name: str, path: Path, seed: int = 0) -> Path:
     if spec.vocab == "bert":
         _write_wpm_vocab(w)
     else:
-        tokens = [*BYTE_TO_CHAR[:-1], "ĠĠ"]  # GPT-2's byte tokens; one merged token, so the merge list is not empty
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("default")
-        w.add_token_list(tokens)
-        w.add_token_types([gguf.TokenType.NORMAL] * N_VOCAB)
-        w.add_token_merges(["Ġ Ġ"])
-        w.add_bos_token_id(0)
-        w.add_eos_token_id(1)
-    for name, ne in tensors(spec).items():
-        w.add_tensor(name, _value(name, ne, rng))
+        add_byte_vocab(w)
+    write_tensors(w, tensors(spec), _value, rng)
+    return path
+
+
+def add_byte_vocab(w: gguf.GGUFWriter) -> None:
+    """The tiny models' byte-level BPE vocabulary: GPT-2's byte tokens and one merged token (so the merge list is
+    not empty), BOS 0, EOS 1."""
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list([*BYTE_TO_CHAR[:-1], "ĠĠ"])
+    w.add_token_types([gguf.TokenType.NORMAL] * N_VOCAB)
+    w.add_token_merges(["Ġ Ġ"])
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+
+
+def write_tensors(w: gguf.GGUFWriter, shapes: dict[str, tuple[int, ...]],
+                  value: Callable[[str, tuple[int, ...], np.random.Generator], np.ndarray],
+                  rng: np.random.Generator) -> None:
+    """Add each tensor (name -> ggml ne) drawn by ``value``, in order, then write the file and close it."""
+    for name, ne in shapes.items():
+        w.add_tensor(name, value(name, ne, rng))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return path
 
 
 WPM_WORDS = ("the", "is", "on", "of", "and", "to", "in", "cat", "dog", "sat", "mat", "hello", "world", "what",

@@ -14,7 +14,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from pyggml.llm.tokenizer.unicode import BYTE_TO_CHAR
+from helpers.arch_models import add_byte_vocab, write_tensors
 
 N_EMBD, N_HEAD, HEAD, N_FF, L_CACHE, N_VOCAB = 64, 4, 16, 96, 3, 256
 #: per layer: 0 marks a short-conv layer
@@ -62,17 +62,6 @@ def write(path: Path, seed: int = 0) -> Path:
     w.add_uint32("lfm2.shortconv.l_cache", L_CACHE)
     w.add_vocab_size(N_VOCAB)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list([*BYTE_TO_CHAR[:-1], "ĠĠ"])
-    w.add_token_types([gguf.TokenType.NORMAL] * N_VOCAB)
-    w.add_token_merges(["Ġ Ġ"])
-    w.add_bos_token_id(0)
-    w.add_eos_token_id(1)
-    for name, ne in tensors().items():
-        w.add_tensor(name, _value(name, ne, rng))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    add_byte_vocab(w)
+    write_tensors(w, tensors(), _value, rng)
     return path
