@@ -67,17 +67,20 @@ def read_bandwidth(n_threads: int, nbytes: int = 1 << 30, reps: int = 3) -> floa
 STREAM_BYTES = 192 << 20
 
 
-def matvec_gbs(ty: GGMLType, rows: int, k: int, n_threads: int, reps: int, repack: bool = False) -> float:
-    """GB/s of weight bytes of one-row MUL_MATs through the CPU plan (median of reps); repack: the weights
-    in the CPU_REPACK buffer type (bytes counted in the GGUF layout either way)."""
+def matvec_gbs(ty: GGMLType, rows: int, k: int, n_threads: int, reps: int, repack: bool = False,
+               cols: int = 1, best: bool = False) -> float:
+    """GB/s of weight bytes of MUL_MATs by ``cols`` activation rows through the CPU plan (median of reps);
+    repack: the weights in the CPU_REPACK buffer type (bytes counted in the GGUF layout either way); best: the
+    fastest rep instead of the median (on a shared machine, the run least disturbed by other work), timed in CPU time
+    on one thread."""
     rng = np.random.default_rng(0)
     w_f32 = rng.standard_normal((rows, k)).astype(np.float32)
     wbytes = w_f32.astype(np.float16).view(np.uint8) if ty == GGMLType.F16 else quants.quantize(w_f32, ty)
     copies = max(1, -(-STREAM_BYTES // wbytes.nbytes))
     wctx = gg.init(copies * 1024 + 4096, no_alloc=True)
-    ctx = gg.init(copies * (4 * rows + 1024) + 4 * k + 16 * 1024 * 1024)
-    x = ctx.new_tensor(GGMLType.F32, k, 1)
-    x.set(rng.standard_normal((1, k)).astype(np.float32))
+    ctx = gg.init(copies * (4 * rows * cols + 1024) + 4 * k * cols + 16 * 1024 * 1024)
+    x = ctx.new_tensor(GGMLType.F32, k, cols)
+    x.set(rng.standard_normal((cols, k)).astype(np.float32))
     ws = [wctx.new_tensor(ty, k, rows) for _ in range(copies)]
     buft = repack_buffer_type() if repack else gg.backend_cpu_buffer_type()
     buf = gg.backend_alloc_ctx_tensors_from_buft(wctx, buft)
@@ -87,12 +90,33 @@ def matvec_gbs(ty: GGMLType, rows: int, k: int, n_threads: int, reps: int, repac
         gg.build_forward_expand(gf, gg.mul_mat(ctx, w, x))
     gg.graph_compute_with_ctx(ctx, gf, n_threads)
     times = []
+    # one thread: the caller's CPU time, which a descheduling by other work on a shared machine leaves out
+    clock = time.thread_time if best and n_threads == 1 else time.perf_counter
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = clock()
         gg.graph_compute_with_ctx(ctx, gf, n_threads)
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     buf.free()
-    return copies * wbytes.nbytes / float(np.median(times)) / 1e9
+    return copies * wbytes.nbytes / float(np.min(times) if best else np.median(times)) / 1e9
+
+
+def column_costs(args: argparse.Namespace) -> None:
+    """Per type, the time of an n-row product over the one-row time (fastest of the reps), and the cost of each
+    extra row (in one-row products): 1.0 would be every row re-reading the weight, 0 the weight read once for
+    all rows. Repackable types are timed as the model runner stores them (repacked) when --repack is given."""
+    cols = sorted({1, *(int(c) for c in args.cols.split(","))})
+    print(f"{args.rows} x {args.k}, {args.threads} threads: time of n activation rows / time of 1 (extra-row cost)")
+    print(f"{'type':<10}" + "".join(f"{f'n={c}':>16}" for c in cols))
+    for name in args.types.split(","):
+        ty = GGMLType[name.upper()]
+        rp = args.repack and ty in repacked.TYPES
+        gbs = {c: matvec_gbs(ty, args.rows, args.k, args.threads, args.reps, rp, c, best=True) for c in cols}
+        base = gbs[1]
+        cells = []
+        for c in cols:
+            ratio = base / gbs[c]  # time ratio: bytes are the same for every c
+            cells.append(f"{ratio:6.2f} ({(ratio - 1) / max(c - 1, 1):5.2f})")
+        print(f"{name + (' rp' if rp else ''):<10}" + "".join(f"{c:>16}" for c in cells))
 
 
 def main() -> None:
@@ -102,9 +126,15 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=1536)
     ap.add_argument("--types", default=DEFAULT_TYPES)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--cols", default="",
+                    help="comma-separated activation row counts (e.g. 1,2,4,8): instead of the bandwidth table, the "
+                         "time of a product by each count as a multiple of the one-row time (a batch of decodes)")
     ap.add_argument("--repack", action="store_true",
                     help="also time each type the CPU_REPACK buffer type takes, its weights repacked")
     args = ap.parse_args()
+    if args.cols:
+        column_costs(args)
+        return
     bw = {1: read_bandwidth(1), args.threads: read_bandwidth(args.threads)}
     print(f"memory read bandwidth: {bw[1]:.1f} GB/s on 1 thread, {bw[args.threads]:.1f} GB/s on {args.threads}")
     print(f"mat-vec {args.rows} x {args.k}, one activation row, GB/s of weight bytes (share of the bandwidth):")

@@ -373,3 +373,28 @@ def test_k_quant_decode_rows_match_the_prompt_path_bits(ty: GGMLType) -> None:
         assert np.isfinite(decode).all()
         np.testing.assert_array_equal(decode.view(np.uint32), prompt.view(np.uint32))
         np.testing.assert_array_equal(outs[2][:, r0:r1].view(np.uint32), outs[0][:, r0:r1].view(np.uint32))
+
+
+@pytest.mark.parametrize("ty", [T.Q8_0, T.Q4_0, T.Q5_0, T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
+def test_a_batch_of_columns_gives_each_column_its_one_column_bits(ty: GGMLType) -> None:
+    """A batch of decodes (2..9 activation rows) decodes each weight row once for groups of up to ROWDOT_COLS
+    columns, the last 1-3 of a batch together; every column must be bit for bit what the one-column kernel
+    gives it (the batch's size must never change a sequence's logits), for every row range."""
+    rng = np.random.default_rng(int(ty))
+    m, k = 13, _k_for(ty) * (2 if ty.blck_size == 32 else 1)
+    wu, rs = _flat_weights(ty, m, k, rng)
+    bs = 256 if ty.blck_size == 256 else 32
+    name = ty.name.lower()
+    batch, one = getattr(dots, f"_mv_{name}"), getattr(dots, f"_mv1_{name}")
+    for n in range(2, 10):
+        qa = rng.integers(-127, 128, size=(n, k), dtype=np.int8)
+        da = rng.uniform(0.001, 0.02, size=(n, k // bs)).astype(np.float32)
+        extra = qa.reshape(n, -1, 16 if bs == 256 else 32).sum(-1, dtype=np.int32)
+        for r0, r1 in [(0, m), (3, 10), (5, 6)]:
+            want = np.full((n, m), np.nan, np.float32)
+            one(wu, wu.view(np.int8), rs, m, qa, da, extra, simd.F16_TO_F32, want, r0, r1)
+            got = np.full((n, m), np.nan, np.float32)
+            batch(wu, wu.view(np.int8), rs, m, qa, da, extra, simd.F16_TO_F32, got, r0, r1)
+            assert np.isfinite(want[:, r0:r1]).all() and np.isnan(got[:, :r0]).all() and np.isnan(got[:, r1:]).all()
+            np.testing.assert_array_equal(got[:, r0:r1].view(np.uint32), want[:, r0:r1].view(np.uint32),
+                                          err_msg=f"{n} columns, rows {r0}..{r1}")

@@ -60,7 +60,7 @@ Q4_K, Q5_K, Q6_K, F32, F16 = GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLTy
 
 
 # ------------------------------------------------------------------------------------ the kernels
-# k_mm_*: groups of ROWDOT_COLS activation rows share each weight decode (small batches); k_mv_*: one
+# k_mm_*: groups of up to ROWDOT_COLS activation rows share each weight decode (batches); k_mv_*: one
 # activation row at a time, for decodes and the shortest prompts (compiled only when a graph has one)
 @jit_kernel
 def k_mm_q8_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
@@ -268,7 +268,8 @@ class TypeTraitsCPU:
     to_float: Callable | None = None
     #: src1 rows up to which the fused row dots beat the integer GEMM or dequantize + BLAS (the crossings below)
     matvec_max_cols: int = 0
-    #: compiled MUL_MAT: mat-vec over ROWDOT_COLS or more src1 rows, and for fewer (decode)
+    #: compiled MUL_MAT: mat-vec over two or more src1 rows (a row decoded once for up to ROWDOT_COLS of
+    #: them), and for one (decode)
     mm: JitKernel | None = None
     mv: JitKernel | None = None
     #: compiled prompt products: register tiles over decoded rows (Q8_0 family), or the integer GEMM with its

@@ -21,9 +21,21 @@ from ....types import GGMLType
 from ..jit import Choice, jit_kernel, ready_or_wanted
 from ..jit.record import AUX, T_DST, T_SRC0, rec
 from ..native import atomic_add, f32p
-from ..quants.dots import _mv1_q4_0, _mv1_q4_k, _mv1_q5_0, _mv1_q5_k, _mv1_q6_k, _mv1_q8_0
+from ..quants.dots import (
+    _mv1_q4_0,
+    _mv1_q4_k,
+    _mv1_q5_0,
+    _mv1_q5_k,
+    _mv1_q6_k,
+    _mv1_q8_0,
+    _mv_q4_0,
+    _mv_q4_k,
+    _mv_q5_0,
+    _mv_q5_k,
+    _mv_q6_k,
+    _mv_q8_0,
+)
 from ..quants.gemm import quantize_src1
-from ..quants.intrinsics import ROWDOT_COLS
 from ..quants.matvec import _mv_chunks, mv_run
 from ..quants.quantize import _quantize_q8_0, _quantize_q8_k
 from ..quants.repacked import (
@@ -113,6 +125,37 @@ def k_gu_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _gate_up(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv_chunks, mv_run, _mv1_q6_k)
 
 
+# a batch of decodes (2..GATE_UP_MAX_COLS src1 rows): the row kernels that decode a weight row once for all rows
+@jit_kernel
+def k_gu_mm_q8_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _gate_up(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _mv_chunks, mv_run, _mv_q8_0)
+
+
+@jit_kernel
+def k_gu_mm_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _gate_up(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _mv_chunks, mv_run, _mv_q4_0)
+
+
+@jit_kernel
+def k_gu_mm_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _gate_up(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _mv_chunks, mv_run, _mv_q5_0)
+
+
+@jit_kernel
+def k_gu_mm_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _gate_up(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv_chunks, mv_run, _mv_q4_k)
+
+
+@jit_kernel
+def k_gu_mm_q5_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _gate_up(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv_chunks, mv_run, _mv_q5_k)
+
+
+@jit_kernel
+def k_gu_mm_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _gate_up(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv_chunks, mv_run, _mv_q6_k)
+
+
 @jit_kernel
 def k_gu_rep_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _gate_up(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _q4k_chunks, _q4k_run, 0)
@@ -133,15 +176,20 @@ def k_gu_rep_iq4_nl(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _gate_up(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _iq4_nl_chunks, _iq4_nl_run, 0)
 
 
-#: product kernel -> the fused kernel that computes two of them (and their GLU); a plain weight's products
-#: of fewer than ROWDOT_COLS src1 rows only (k_mm_* then gives k_mv_*'s bits, see jit.lean_unless_ready)
-#: the product kernel a gate or up projection took (traits.py) -> the fused kernel for its type
+#: src1 rows up to which a plain weight's gate and up products are fused (a batch of decodes; a prompt's
+#: products keep their own kernels: the integer GEMM or register tiles, chunked for many columns)
+GATE_UP_MAX_COLS = 8
+#: the product kernel a gate or up projection took (traits.py) -> the fused kernel for its type: for one src1
+#: row (k_mm_* then gives k_mv_*'s bits, see jit.lean_unless_ready), and for 2..GATE_UP_MAX_COLS rows
 _PLAIN = {kern: fused for ty, fused in ((Q8_0, k_gu_q8_0), (Q4_0, k_gu_q4_0), (Q5_0, k_gu_q5_0), (Q4_K, k_gu_q4_k),
                                         (Q5_K, k_gu_q5_k), (Q6_K, k_gu_q6_k))
           for kern in (traits(ty).mv, traits(ty).mm)}
+_PLAIN_BATCH = {traits(ty).mm: fused for ty, fused in ((Q8_0, k_gu_mm_q8_0), (Q4_0, k_gu_mm_q4_0),
+                                                        (Q5_0, k_gu_mm_q5_0), (Q4_K, k_gu_mm_q4_k),
+                                                        (Q5_K, k_gu_mm_q5_k), (Q6_K, k_gu_mm_q6_k))}
 _REPACKED = {traits(ty).repacked: fused for ty, fused in ((Q4_K, k_gu_rep_q4_k), (Q8_0, k_gu_rep_q8_0),
                                                           (Q4_0, k_gu_rep_q4_0), (IQ4_NL, k_gu_rep_iq4_nl))}
-_FUSED_KERNELS = {*_PLAIN.values(), *_REPACKED.values()}
+_FUSED_KERNELS = {*_PLAIN.values(), *_PLAIN_BATCH.values(), *_REPACKED.values()}
 _GLUS = (_GEGLU, _SWIGLU, _REGLU)
 
 
@@ -152,8 +200,11 @@ def fuse_gate_up(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice
     if node.op == Op.MUL_MAT and prev.op == Op.MUL_MAT:
         fused = _REPACKED.get(prev_choice.kernel)
         x, a, b = prev.src[1], prev.src[0], node.src[0]
-        if fused is None and x.ne[1] * x.ne[2] * x.ne[3] < ROWDOT_COLS:
+        n = x.ne[1] * x.ne[2] * x.ne[3]
+        if fused is None and n == 1:
             fused = _PLAIN.get(prev_choice.kernel)
+        elif fused is None and n <= GATE_UP_MAX_COLS:
+            fused = _PLAIN_BATCH.get(prev_choice.kernel)
         if fused is None or choice.kernel is not prev_choice.kernel or node.src[1] is not x:
             return None
         if a.type != b.type or a.ne != b.ne or a.nb != b.nb or not (prev.is_contiguous() and node.is_contiguous()):

@@ -20,7 +20,6 @@ from ....tensor import Tensor
 from ....types import GGMLType
 from ..jit import Choice, lean_unless_ready, selector
 from ..quants import gemm, q0tiles, repacked
-from ..quants.intrinsics import ROWDOT_COLS
 from ..repack_buffer import is_repacked
 from ..repack_buffer import supports_op as repack_supports_op
 from ..simd import TAB_ADDR
@@ -51,7 +50,8 @@ def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
         return Choice(tr.tiles, ints=(TAB_ADDR, act, per_thread, q0tiles.q0_chunk_bytes(k)),
                       wsize=act + available_cores() * per_thread)
     if n <= tr.matvec_max_cols:
-        return Choice(tr.mm if n >= ROWDOT_COLS else lean_unless_ready(tr.mv, tr.mm), ints=(TAB_ADDR,), wsize=act)
+        # two or more rows (a batch of decodes): the kernel that decodes each weight row once for them all
+        return Choice(tr.mm if n >= 2 else lean_unless_ready(tr.mv, tr.mm), ints=(TAB_ADDR,), wsize=act)
     if tr.gemm is not None and gemm.AVAILABLE:
         kern, blk_bytes = tr.gemm
         scratch = available_cores() * gemm.tiles_scratch_bytes(k, tr.act_block[0], blk_bytes)

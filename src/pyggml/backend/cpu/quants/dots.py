@@ -13,6 +13,12 @@ from .intrinsics import (
     ROWDOT_ROWS,
     dot_q4_32,
     dot_q5_32,
+    rowdot2_q4_0,
+    rowdot2_q5_0,
+    rowdot2_q8_0,
+    rowdot3_q4_0,
+    rowdot3_q5_0,
+    rowdot3_q8_0,
     rowdot4_q4_0,
     rowdot4_q5_0,
     rowdot4_q8_0,
@@ -23,7 +29,20 @@ from .intrinsics import (
     rowsdot_q5_0,
     rowsdot_q8_0,
 )
-from .kq_intrinsics import sbdot4_q4_k, sbdot4_q5_k, sbdot4_q6_k, sbdot_q4_k, sbdot_q5_k, sbdot_q6_k
+from .kq_intrinsics import (
+    sbdot2_q4_k,
+    sbdot2_q5_k,
+    sbdot2_q6_k,
+    sbdot3_q4_k,
+    sbdot3_q5_k,
+    sbdot3_q6_k,
+    sbdot4_q4_k,
+    sbdot4_q5_k,
+    sbdot4_q6_k,
+    sbdot_q4_k,
+    sbdot_q5_k,
+    sbdot_q6_k,
+)
 
 # --------------------------------------------------------------------------------------------
 # fused mat-vec kernels. Shared arguments:
@@ -49,9 +68,12 @@ def _u32(wu, o):  # pragma: no cover - compiled
 
 def _rowdot_kernel(kind: int, batch: bool):
     """Q8_0 / Q4_0 / Q5_0 (kind 0/1/2) mat-vec: one whole-row vector dot per output (see rowdot_*). With
-    batch, groups of ROWDOT_COLS columns share each decode of a row; without, every column goes one at
-    a time (the same bits). kind and batch are constants of the closure, so numba drops the branches
-    a kernel cannot take before typing them (it does not for literal arguments).
+    batch and two or more columns, each row is decoded once per group of up to ROWDOT_COLS columns (the last
+    1-3 columns of a block of columns as one group), the row still in L1 for the next group: a batch of
+    decodes reads the weight once, not once per column. Without batch, or for one column, every column goes
+    on its own, four rows a quarter of the range apart per call (the same bits either way). kind and batch
+    are constants of the closure, so numba drops the branches a kernel cannot take before typing them (it
+    does not for literal arguments).
     """
 
     @njit(cache=True, nogil=True)
@@ -59,14 +81,15 @@ def _rowdot_kernel(kind: int, batch: bool):
     def mv(wu, wi, rs, m, qa, da, asum, tab, out, r0, r1):  # pragma: no cover - compiled
         n, nb = qa.shape[0], qa.shape[1] // 32
         qf, df = qa.reshape(qa.size), da.reshape(da.size)
-        n4 = 0
-        if batch:
-            n4 = n - n % ROWDOT_COLS
+        if batch and n > 1:
             # prompts: columns a block at a time, so the activations a row meets stay in L2 (k bytes a column)
             cb = max(ROWDOT_COLS, (_COL_BLOCK_BYTES // (32 * nb)) // ROWDOT_COLS * ROWDOT_COLS)
-            for j0 in range(0, n4, cb):
+            for j0 in range(0, n, cb):
+                j1 = min(n, j0 + cb)
+                jr = j1 - (j1 - j0) % ROWDOT_COLS  # the block's last group: columns jr..j1
+                left = j1 - jr
                 for r in range(r0, r1):
-                    for j in range(j0, min(j0 + cb, n4), ROWDOT_COLS):  # several columns per decode of the row
+                    for j in range(j0, jr, ROWDOT_COLS):  # several columns per decode of the row
                         if kind == 0:
                             s = rowdot4_q8_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
                         elif kind == 1:
@@ -75,9 +98,35 @@ def _rowdot_kernel(kind: int, batch: bool):
                             s = rowdot4_q5_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
                         for c in range(ROWDOT_COLS):
                             out[j + c, r] = s[c]
+                    if left == 3:
+                        if kind == 0:
+                            s3 = rowdot3_q8_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
+                        elif kind == 1:
+                            s3 = rowdot3_q4_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
+                        else:
+                            s3 = rowdot3_q5_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
+                        for c in range(3):
+                            out[jr + c, r] = s3[c]
+                    elif left == 2:
+                        if kind == 0:
+                            s2 = rowdot2_q8_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
+                        elif kind == 1:
+                            s2 = rowdot2_q4_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
+                        else:
+                            s2 = rowdot2_q5_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
+                        for c in range(2):
+                            out[jr + c, r] = s2[c]
+                    elif left == 1:
+                        if kind == 0:
+                            out[jr, r] = rowdot_q8_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
+                        elif kind == 1:
+                            out[jr, r] = rowdot_q4_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
+                        else:
+                            out[jr, r] = rowdot_q5_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
+            return
         q = (r1 - r0) // ROWDOT_ROWS
         r4 = r0 + q * ROWDOT_ROWS
-        for j in range(n4, n):  # a decode: rows r0+t, r0+q+t, ... per call, four chains side by side
+        for j in range(n):  # a decode: rows r0+t, r0+q+t, ... per call, four chains side by side
             for t in range(q):
                 if kind == 0:
                     s = rowsdot_q8_0(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
@@ -179,10 +228,49 @@ def _k_terms(kind, wu, wi, o, qf, ao, bf, bo, tab, dab):  # pragma: no cover - c
     return (_h(tab, wu, o) * dab) * np.float32(t1[0]), (_h(tab, wu, o + 2) * dab) * np.float32(t1[1])
 
 
+@njit(cache=True, inline="always")
+def _k_cols(kind, g, wu, wi, o, qf, ao, bf, bo, k, bk, t):  # pragma: no cover - compiled
+    """The integer sums of one superblock (at o) against g = 1..ROWDOT_COLS activation rows (row c at ao + c*k,
+    its 16-sums at bo + c*bk) into t: Q4_K/Q5_K (t[2c], t[2c+1]) = (sumi, summ), Q6_K t[c] = sumi. The block is
+    decoded once for the g rows; every sum is the one-row intrinsic's (kind is a constant once inlined)."""
+    if kind == 2:
+        if g == 4:
+            v4 = sbdot4_q6_k(wi, o, qf, ao, bf, bo, k, bk)
+            for c in range(4):
+                t[c] = v4[c]
+        elif g == 3:
+            v3 = sbdot3_q6_k(wi, o, qf, ao, bf, bo, k, bk)
+            for c in range(3):
+                t[c] = v3[c]
+        elif g == 2:
+            v2 = sbdot2_q6_k(wi, o, qf, ao, bf, bo, k, bk)
+            for c in range(2):
+                t[c] = v2[c]
+        else:
+            t[0] = sbdot_q6_k(wi, o, qf, ao, bf, bo)
+        return
+    if g == 4:
+        w4 = sbdot4_q4_k(wu, o, qf, ao, bf, bo, k, bk) if kind == 0 else sbdot4_q5_k(wu, o, qf, ao, bf, bo, k, bk)
+        for c in range(8):
+            t[c] = w4[c]
+    elif g == 3:
+        w3 = sbdot3_q4_k(wu, o, qf, ao, bf, bo, k, bk) if kind == 0 else sbdot3_q5_k(wu, o, qf, ao, bf, bo, k, bk)
+        for c in range(6):
+            t[c] = w3[c]
+    elif g == 2:
+        w2 = sbdot2_q4_k(wu, o, qf, ao, bf, bo, k, bk) if kind == 0 else sbdot2_q5_k(wu, o, qf, ao, bf, bo, k, bk)
+        for c in range(4):
+            t[c] = w2[c]
+    else:
+        w1 = sbdot_q4_k(wu, o, qf, ao, bf, bo) if kind == 0 else sbdot_q5_k(wu, o, qf, ao, bf, bo)
+        t[0], t[1] = w1[0], w1[1]
+
+
 def _k_kernel(kind: int, batch: bool):
-    """Q4_K / Q5_K / Q6_K (kind 0/1/2) rows against activation rows, ROWDOT_COLS rows per decode
-    of each superblock; every output is summed in the same order either way. Q6_K's codes are
-    used unsigned and its -32 offset comes off via the block sums (see _q6_body). A lone activation
+    """Q4_K / Q5_K / Q6_K (kind 0/1/2) rows against activation rows. With batch and two or more rows, each
+    superblock is decoded once per group of up to ROWDOT_COLS activation rows (the last 1-3 as one group), the
+    weight row still in L1 for the next group; every output is summed in the same order either way. Q6_K's
+    codes are used unsigned and its -32 offset comes off via the block sums (see _q6_body). A lone activation
     row (a decode) takes four weight rows a quarter of the range apart at once, as the row dots do:
     four streams and four accumulator chains side by side, each row's sums unchanged. Without batch,
     every column goes one at a time (the same bits); kind and batch are closure constants, as in
@@ -195,35 +283,32 @@ def _k_kernel(kind: int, batch: bool):
         bk = bsum.shape[1]
         bpb = 144 if kind == 0 else (176 if kind == 1 else 210)
         qf, bf = qa.reshape(qa.size), bsum.reshape(bsum.size)
-        n4 = 0
-        if batch:
-            n4 = n - n % ROWDOT_COLS
+        if batch and n > 1:
+            t = np.zeros(2 * ROWDOT_COLS, np.int32)
             acc0 = np.zeros(ROWDOT_COLS, np.float32)
             acc1 = np.zeros(ROWDOT_COLS, np.float32)
             for r in range(r0, r1):
-                for j in range(0, n4, ROWDOT_COLS):
+                for j in range(0, n, ROWDOT_COLS):
+                    g = min(ROWDOT_COLS, n - j)
                     acc0[:] = 0
                     acc1[:] = 0
                     for b in range(nb):
                         o, ao, bo = r * rs + bpb * b, j * k + 256 * b, j * bk + 16 * b
+                        _k_cols(kind, g, wu, wi, o, qf, ao, bf, bo, k, bk, t)
                         if kind == 2:
                             dw = _h(tab, wu, o + 208)
-                            t6 = sbdot4_q6_k(wi, o, qf, ao, bf, bo, k, bk)
-                            for c in range(ROWDOT_COLS):
-                                acc0[c] += (dw * da[j + c, b]) * np.float32(t6[c])
-                            continue
-                        dw, mw = _h(tab, wu, o), _h(tab, wu, o + 2)
-                        if kind == 0:
-                            t = sbdot4_q4_k(wu, o, qf, ao, bf, bo, k, bk)
+                            for c in range(g):
+                                acc0[c] += (dw * da[j + c, b]) * np.float32(t[c])
                         else:
-                            t = sbdot4_q5_k(wu, o, qf, ao, bf, bo, k, bk)
-                        for c in range(ROWDOT_COLS):
-                            acc0[c] += (dw * da[j + c, b]) * np.float32(t[2 * c])
-                            acc1[c] += (mw * da[j + c, b]) * np.float32(t[2 * c + 1])
-                    for c in range(ROWDOT_COLS):
+                            dw, mw = _h(tab, wu, o), _h(tab, wu, o + 2)
+                            for c in range(g):
+                                acc0[c] += (dw * da[j + c, b]) * np.float32(t[2 * c])
+                                acc1[c] += (mw * da[j + c, b]) * np.float32(t[2 * c + 1])
+                    for c in range(g):
                         out[j + c, r] = acc0[c] - acc1[c]
+            return
         q = (r1 - r0) // 4
-        for j in range(n4, n):
+        for j in range(n):
             for t in range(q):
                 ra, rb, rc, rd = r0 + t, r0 + q + t, r0 + 2 * q + t, r0 + 3 * q + t
                 a0 = a1 = b0 = b1 = c0 = c1 = d0 = d1 = np.float32(0)

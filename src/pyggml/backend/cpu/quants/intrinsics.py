@@ -268,15 +268,15 @@ _COL_BLOCK_BYTES = 256 * 1024
 ROWDOT_COLS = 4
 
 
-def _rowdot32_cols(decode, block_bytes: int):
-    """rowdot for ROWDOT_COLS activation rows at once: rowdot4(w, wo, nb, a, ao, da, dao, tab) ->
+def _rowdot32_cols(decode, block_bytes: int, ncols: int = ROWDOT_COLS):
+    """rowdot for ``ncols`` activation rows at once: rowdotN(w, wo, nb, a, ao, da, dao, tab) ->
     a tuple of float32, column c's activations at a[ao + c*32*nb], its scales at da[dao + c*nb]. Each
     sum is computed exactly as rowdot's (same lanes, same order), the codes decoded once per block."""
 
     def typer(typingctx, w, wo, nb, a, ao, da, dao, tab):
         if not (_arr1(w) and _arr1(a)):
             return None
-        sig = types.UniTuple(types.float32, ROWDOT_COLS)(w, wo, nb, a, ao, da, dao, tab)
+        sig = types.UniTuple(types.float32, ncols)(w, wo, nb, a, ao, da, dao, tab)
 
         def codegen(context, builder, sig, args):
             w_arr, wo_v, nb_v, a_arr, ao_v, da_arr, dao_v, tab_arr = args
@@ -285,7 +285,7 @@ def _rowdot32_cols(decode, block_bytes: int):
             d0 = _ptr_at(context, builder, sig.args[5], da_arr, dao_v)
             k = builder.mul(nb_v, ir.Constant(_I64, 32))
             cols = [(builder.gep(a0, [builder.mul(k, ir.Constant(_I64, c))]),
-                     builder.gep(d0, [builder.mul(nb_v, ir.Constant(_I64, c))])) for c in range(ROWDOT_COLS)]
+                     builder.gep(d0, [builder.mul(nb_v, ir.Constant(_I64, c))])) for c in range(ncols)]
             tbase = _ptr_at(context, builder, sig.args[7], tab_arr, ir.Constant(_I64, 0))
             sums = _rowdot_blocks(builder, decode, block_bytes, [wbase], nb_v, cols, tbase)[0]
             return context.make_tuple(builder, sig.return_type, sums)
@@ -333,6 +333,13 @@ rowdot_q5_0 = _rowdot32(_decode_q5_0, 22)
 rowdot4_q8_0 = _rowdot32_cols(_decode_q8_0, 34)
 rowdot4_q4_0 = _rowdot32_cols(_decode_q4_0, 18)
 rowdot4_q5_0 = _rowdot32_cols(_decode_q5_0, 22)
+#: the last 2 or 3 columns of a batch (one decode of each row for all of them, as rowdot4)
+rowdot3_q8_0 = _rowdot32_cols(_decode_q8_0, 34, 3)
+rowdot3_q4_0 = _rowdot32_cols(_decode_q4_0, 18, 3)
+rowdot3_q5_0 = _rowdot32_cols(_decode_q5_0, 22, 3)
+rowdot2_q8_0 = _rowdot32_cols(_decode_q8_0, 34, 2)
+rowdot2_q4_0 = _rowdot32_cols(_decode_q4_0, 18, 2)
+rowdot2_q5_0 = _rowdot32_cols(_decode_q5_0, 22, 2)
 rowsdot_q8_0 = _rowdot32_rows(_decode_q8_0, 34)
 rowsdot_q4_0 = _rowdot32_rows(_decode_q4_0, 18)
 rowsdot_q5_0 = _rowdot32_rows(_decode_q5_0, 22)
