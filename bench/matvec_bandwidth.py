@@ -44,22 +44,23 @@ def _stream_sum(a: np.ndarray, i0: int, i1: int) -> int:  # pragma: no cover - c
     return s0 + s1 + s2 + s3
 
 
+def _stream_once(a: np.ndarray, n_threads: int) -> float:
+    """GB/s of one streaming read of all of ``a`` split between ``n_threads`` threads."""
+    chunk = a.size // n_threads // 4 * 4
+    ths = [threading.Thread(target=_stream_sum, args=(a, t * chunk, (t + 1) * chunk)) for t in range(n_threads)]
+    t0 = time.perf_counter()
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    return n_threads * chunk * 8 / (time.perf_counter() - t0) / 1e9
+
+
 def read_bandwidth(n_threads: int, nbytes: int = 1 << 30, reps: int = 3) -> float:
     """GB/s of a streaming read of ``nbytes`` split between ``n_threads`` threads (best of reps)."""
     a = np.ones(nbytes // 8, np.int64)
     _stream_sum(a, 0, 64)
-    n = a.size
-    best = float("inf")
-    for _ in range(reps):
-        chunk = n // n_threads // 4 * 4
-        ths = [threading.Thread(target=_stream_sum, args=(a, t * chunk, (t + 1) * chunk)) for t in range(n_threads)]
-        t0 = time.perf_counter()
-        for th in ths:
-            th.start()
-        for th in ths:
-            th.join()
-        best = min(best, time.perf_counter() - t0)
-    return n_threads * chunk * 8 / best / 1e9
+    return max(_stream_once(a, n_threads) for _ in range(reps))
 
 
 #: total weight bytes one timed graph reads: several copies of the weight, well past the L3 cache,
@@ -69,10 +70,18 @@ STREAM_BYTES = 192 << 20
 
 def matvec_gbs(ty: GGMLType, rows: int, k: int, n_threads: int, reps: int, repack: bool = False,
                cols: int = 1, best: bool = False) -> float:
+    """GB/s of weight bytes of MUL_MATs by ``cols`` activation rows (see matvec_share)."""
+    return matvec_share(ty, rows, k, n_threads, reps, repack, cols, best)[0]
+
+
+def matvec_share(ty: GGMLType, rows: int, k: int, n_threads: int, reps: int, repack: bool = False,
+                 cols: int = 1, best: bool = False, stream: np.ndarray | None = None) -> tuple[float, float]:
     """GB/s of weight bytes of MUL_MATs by ``cols`` activation rows through the CPU plan (median of reps);
     repack: the weights in the CPU_REPACK buffer type (bytes counted in the GGUF layout either way); best: the
     fastest rep instead of the median (on a shared machine, the run least disturbed by other work), timed in CPU time
-    on one thread."""
+    on one thread. stream: an int64 array read (on n_threads threads) just before each rep; then the second
+    value is the median over the reps of the product's GB/s over that read's, a share of the bandwidth that
+    holds up on a machine whose load changes from second to second (else nan)."""
     rng = np.random.default_rng(0)
     w_f32 = rng.standard_normal((rows, k)).astype(np.float32)
     wbytes = w_f32.astype(np.float16).view(np.uint8) if ty == GGMLType.F16 else quants.quantize(w_f32, ty)
@@ -89,15 +98,18 @@ def matvec_gbs(ty: GGMLType, rows: int, k: int, n_threads: int, reps: int, repac
         gg.backend_tensor_set(w, wbytes)
         gg.build_forward_expand(gf, gg.mul_mat(ctx, w, x))
     gg.graph_compute_with_ctx(ctx, gf, n_threads)
-    times = []
+    times, shares = [], []
     # one thread: the caller's CPU time, which a descheduling by other work on a shared machine leaves out
     clock = time.thread_time if best and n_threads == 1 else time.perf_counter
+    nbytes = copies * wbytes.nbytes
     for _ in range(reps):
+        bw = _stream_once(stream, n_threads) if stream is not None else float("nan")
         t0 = clock()
         gg.graph_compute_with_ctx(ctx, gf, n_threads)
         times.append(clock() - t0)
+        shares.append(nbytes / times[-1] / 1e9 / bw)
     buf.free()
-    return copies * wbytes.nbytes / float(np.min(times) if best else np.median(times)) / 1e9
+    return nbytes / float(np.min(times) if best else np.median(times)) / 1e9, float(np.median(shares))
 
 
 def column_costs(args: argparse.Namespace) -> None:
@@ -137,17 +149,18 @@ def main() -> None:
         return
     bw = {1: read_bandwidth(1), args.threads: read_bandwidth(args.threads)}
     print(f"memory read bandwidth: {bw[1]:.1f} GB/s on 1 thread, {bw[args.threads]:.1f} GB/s on {args.threads}")
-    print(f"mat-vec {args.rows} x {args.k}, one activation row, GB/s of weight bytes (share of the bandwidth):")
-    print(f"{'type':<8} {'1 thread':>16} {f'{args.threads} threads':>16}")
+    print(f"mat-vec {args.rows} x {args.k}, one activation row, GB/s of weight bytes (share of the bandwidth above; "
+          "in [], the median share of a streaming read of as many bytes just before each rep)")
+    print(f"{'type':<8} {'1 thread':>22} {f'{args.threads} threads':>22}")
+    stream = np.ones(STREAM_BYTES // 8, np.int64)
     for name in args.types.split(","):
         ty = GGMLType[name.upper()]
-        g1 = matvec_gbs(ty, args.rows, args.k, 1, args.reps)
-        gn = matvec_gbs(ty, args.rows, args.k, args.threads, args.reps)
-        print(f"{name:<8} {g1:7.1f} ({g1 / bw[1]:5.0%}) {gn:7.1f} ({gn / bw[args.threads]:5.0%})")
-        if args.repack and ty in repacked.TYPES:
-            g1 = matvec_gbs(ty, args.rows, args.k, 1, args.reps, repack=True)
-            gn = matvec_gbs(ty, args.rows, args.k, args.threads, args.reps, repack=True)
-            print(f"{name + ' rp':<8} {g1:7.1f} ({g1 / bw[1]:5.0%}) {gn:7.1f} ({gn / bw[args.threads]:5.0%})")
+        variants = [False] + ([True] if args.repack and ty in repacked.TYPES else [])
+        for rp in variants:
+            g1, s1 = matvec_share(ty, args.rows, args.k, 1, args.reps, rp, stream=stream)
+            gn, sn = matvec_share(ty, args.rows, args.k, args.threads, args.reps, rp, stream=stream)
+            print(f"{name + (' rp' if rp else ''):<8} {g1:7.1f} ({g1 / bw[1]:4.0%}) [{s1:4.0%}] "
+                  f"{gn:7.1f} ({gn / bw[args.threads]:4.0%}) [{sn:4.0%}]")
 
 
 if __name__ == "__main__":

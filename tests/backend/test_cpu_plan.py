@@ -465,9 +465,9 @@ def _one_column_at_a_time(c: OpCase, w: Tensor, x: Tensor) -> np.ndarray:
 
 @pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q4_K, GGMLType.Q5_K,
                                 GGMLType.Q6_K])
-@pytest.mark.parametrize("cols", [4, 6, 11])
+@pytest.mark.parametrize("cols", [3, 4, 6, 11])
 def test_mat_vec_columns_together_give_each_columns_bits(ty: GGMLType, cols: int) -> None:
-    """Several activation rows share each decode of a weight block (groups of 4, the rest one by one);
+    """Several activation rows share each decode of a weight block (groups of 4, the last 1-3 together);
     each output is summed exactly as when its row is alone, so a sequence's logits do not depend on
     how many others share its batch."""
     c = OpCase()

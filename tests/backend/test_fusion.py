@@ -183,7 +183,14 @@ def test_products_of_different_activations_are_not_fused() -> None:
 def test_gate_and_up_fuse_with_the_column_group_kernel_too(monkeypatch: pytest.MonkeyPatch) -> None:
     """A decode takes k_mm_* instead of k_mv_* once that is compiled (jit.lean_unless_ready): both fuse."""
     monkeypatch.setattr(jit_matmul, "lean_unless_ready", lambda lean, superset: superset)
-    _ffn_case(monkeypatch, GGMLType.Q5_0, False, 3, GluOp.GEGLU, m=515)
+    _ffn_case(monkeypatch, GGMLType.Q5_0, False, 1, GluOp.GEGLU, m=515)
+
+
+@pytest.mark.parametrize(("ty", "n"), [(GGMLType.Q5_0, 3), (GGMLType.Q6_K, 6)])
+def test_a_batch_of_decodes_fuses_gate_and_up_with_the_column_group_kernel(
+        monkeypatch: pytest.MonkeyPatch, ty: GGMLType, n: int) -> None:
+    """2..8 rows (a server's sequences decoding together) take k_mm_*, which fuses as well (k_gu_mm_*)."""
+    _ffn_case(monkeypatch, ty, False, n, GluOp.GEGLU, m=515)
 
 
 def _rope_into_cache(mode: int, cache_type: GGMLType, bad_index: bool = False) -> Build:
