@@ -46,6 +46,9 @@ def test_blocks_of_one_copy_share_one_new_scope() -> None:
     scopes = {id(c.scope) for c in copies}
     assert len(scopes) == 1 and id(blocks[0].scope) not in scopes
     assert copies[0].scope.localvars._con.keys() == blocks[0].scope.localvars._con.keys()
+    # a second copy of the same blocks gets a scope of its own (the inliner renames variables in a copy's scope)
+    again = [numba_inline._deepcopy(b) for b in blocks]
+    assert {id(c.scope) for c in again}.isdisjoint(scopes) and len({id(c.scope) for c in again}) == 1
 
 
 def test_inlined_helper_computes_as_python() -> None:

@@ -23,19 +23,21 @@ import types
 from typing import Any
 
 _installed = False
-#: the scope last copied and its copy (the blocks of one ``copy_ir`` arrive one after another)
-_last: tuple[Any, Any] | None = None
+#: the scope being copied, its copy, and the blocks copied with it (``copy_ir`` copies a function's blocks one
+#: after another; a block met again means a new copy of the same IR has begun, which gets a scope of its own)
+_last: tuple[Any, Any, set[int]] | None = None
 
 
 def _deepcopy(obj: Any, memo: dict | None = None) -> Any:
-    """``copy.deepcopy`` that copies an IR block's scope once for all the blocks sharing it."""
+    """``copy.deepcopy`` that copies an IR block's scope once for all the blocks of one copy sharing it."""
     global _last
     from numba.core import ir
 
     if memo is None and isinstance(obj, ir.Block) and obj.scope is not None:
         scope = obj.scope
-        if _last is None or _last[0] is not scope:
-            _last = (scope, copy.deepcopy(scope))
+        if _last is None or _last[0] is not scope or id(obj) in _last[2]:
+            _last = (scope, copy.deepcopy(scope), set())
+        _last[2].add(id(obj))
         memo = {id(scope): _last[1]}
     return copy.deepcopy(obj, memo)
 
