@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -27,8 +28,15 @@ import time
 from pathlib import Path
 
 
-def timed_run(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """(wall seconds, seconds to the first stdout byte, stderr) of one run of ``cmd``."""
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def timed_run(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float, str]:
+    """(wall seconds, seconds to the first stdout byte, CPU seconds, stderr) of one run of ``cmd``; the CPU
+    seconds count its compile helpers too, and say more than the wall time on a busy machine."""
+    c0 = _children_cpu()
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert p.stdout is not None
@@ -40,7 +48,7 @@ def timed_run(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     wall = time.perf_counter() - t0
     if rc != 0:
         raise SystemExit(f"{shlex.join(cmd)} failed ({rc}):\n{err}")
-    return wall, t_first, err
+    return wall, t_first, _children_cpu() - c0, err
 
 
 def main() -> int:
@@ -56,21 +64,23 @@ def main() -> int:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.setdefault("PYTHONPATH", str(Path(__file__).resolve().parent.parent / "src"))
-    cold_wall, cold_ttft, warm_wall, warm_ttft = [], [], [], []
+    cold_wall, cold_ttft, warm_wall, warm_ttft, cold_cpu, warm_cpu = [], [], [], [], [], []
     for i in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="pyggml-first-use-") as cache:
             env["NUMBA_CACHE_DIR"] = cache
-            w, f, err = timed_run(cmd, env)
+            w, f, c, err = timed_run(cmd, env)
             if "compiling CPU kernels" not in err:
                 raise SystemExit("the cold run compiled nothing: is the kernel cache really empty?\n" + err)
             cold_wall.append(w)
             cold_ttft.append(f)
-            w, f, err = timed_run(cmd, env)
+            cold_cpu.append(c)
+            w, f, c, err = timed_run(cmd, env)
             warm_wall.append(w)
             warm_ttft.append(f)
-        print(f"run {i + 1}: cold {cold_wall[-1]:.2f} s (first token {cold_ttft[-1]:.2f} s), "
-              f"warm {warm_wall[-1]:.2f} s (first token {warm_ttft[-1]:.2f} s); load {os.getloadavg()[0]:.2f}",
-              flush=True)
+            warm_cpu.append(c)
+        print(f"run {i + 1}: cold {cold_wall[-1]:.2f} s (first token {cold_ttft[-1]:.2f} s, {cold_cpu[-1]:.1f} CPU s), "
+              f"warm {warm_wall[-1]:.2f} s (first token {warm_ttft[-1]:.2f} s, {warm_cpu[-1]:.1f} CPU s); "
+              f"load {os.getloadavg()[0]:.2f}", flush=True)
     shown = "NUMBA_CACHE_DIR=$(mktemp -d) " + shlex.join(["pyggml", *cmd[3:]])
     print(f"\nmedians of {args.repeat} on {os.cpu_count()} cores, load average now {os.getloadavg()[0]:.2f}:")
     print(f"cold wall        {statistics.median(cold_wall):6.2f} s   {shown}")
@@ -78,6 +88,8 @@ def main() -> int:
     print(f"warm wall        {statistics.median(warm_wall):6.2f} s   {shlex.join(['pyggml', *cmd[3:]])} "
           "(again, same cache)")
     print(f"warm first token {statistics.median(warm_ttft):6.2f} s")
+    print(f"CPU seconds (with compile helpers): cold {statistics.median(cold_cpu):.1f}, "
+          f"warm {statistics.median(warm_cpu):.1f}")
     return 0
 
 
