@@ -161,9 +161,10 @@ class JitFunction:
 #: what every plan with a compiled node runs on (threads.ThreadPool: run_segment's run_nodes and the workers'
 #: worker_loop, with the barrier and waits they call, and the command's seq_begin/seq_end); loaded or
 #: compiled with the plan's first kernels
-POOL_FUNCTIONS = (*(JitFunction(f"pyggml.backend.cpu.threads:{name}", (types.int64, types.int64))
-                    for name in ("run_nodes", "worker_loop")),
-                  *(JitFunction(f"pyggml.backend.cpu.threads:{name}", (types.int64,)) for name in ("seq_begin", "seq_end")))
+_I64_2, _I64_1 = (types.int64, types.int64), (types.int64,)
+POOL_FUNCTIONS = tuple(JitFunction(f"pyggml.backend.cpu.threads:{name}", sig)
+                       for name, sig in (("run_nodes", _I64_2), ("worker_loop", _I64_2), ("seq_begin", _I64_1),
+                                         ("seq_end", _I64_1)))
 
 
 def prepare(kernels: Iterable[JitKernel | JitFunction]) -> None:
@@ -299,5 +300,5 @@ def select(node: Tensor) -> Choice | None:
     return None if sel is None else sel(node)
 
 
-__all__ = ["POOL_FUNCTIONS", "SELECTORS", "Choice", "JitFunction", "JitKernel", "enabled", "fusion_mode", "jit_kernel", "lean_unless_ready", "prepare",
-           "ready_or_wanted", "select", "selector"]
+__all__ = ["POOL_FUNCTIONS", "SELECTORS", "Choice", "JitFunction", "JitKernel", "enabled", "fusion_mode", "jit_kernel",
+           "lean_unless_ready", "prepare", "ready_or_wanted", "select", "selector"]
