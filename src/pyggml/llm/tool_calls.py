@@ -52,6 +52,18 @@ from typing import Any
 from .grammar.json_schema import SchemaConverter, format_literal, schema_document
 from .grammar.parser import GrammarError
 from .grammar.sampler import GrammarTrigger
+from .tool_json import (
+    Incomplete,
+    Malformed,
+    ParseState,
+    expect,
+    holdback,
+    json_end,
+    parse_call,
+    partial_string,
+    skip_ws,
+    string_end,
+)
 
 
 class ToolCallError(ValueError):
@@ -460,188 +472,13 @@ def build_response_format_grammar(params: ChatParams, schema: Any) -> None:
 
 # ---------------------------------------------------------------------------------------------- parsing
 
-class _Incomplete(Exception):
-    """The text ends before the construct does (only an error for a complete reply)."""
-
-
-class _Malformed(Exception):
-    """The text cannot be what the format expects here: from this point it is plain content."""
-
-
-_WS = re.compile(r"\s*")
-_NUMBER_CHARS = frozenset("0123456789+-.eE")
-_LITERALS = ("true", "false", "null")
-
-
-def _skip_ws(text: str, pos: int) -> int:
-    return _WS.match(text, pos).end()  # type: ignore[union-attr]
-
-
-def _json_end(text: str, pos: int) -> int:
-    """Where the JSON value starting at ``pos`` ends; _Incomplete when the text ends first, _Malformed
-    when it is not JSON. Only brackets and strings are tracked; the whole value is then checked by json."""
-    if pos >= len(text):
-        raise _Incomplete
-    c = text[pos]
-    if c in "{[":
-        depth, i, n = 0, pos, len(text)
-        while i < n:
-            ch = text[i]
-            if ch == '"':
-                i = _string_end(text, i)
-                continue
-            if ch in "{[":
-                depth += 1
-            elif ch in "}]":
-                depth -= 1
-                if depth == 0:
-                    end = i + 1
-                    _check_json(text[pos:end])
-                    return end
-            i += 1
-        raise _Incomplete
-    if c == '"':
-        end = _string_end(text, pos)
-        _check_json(text[pos:end])
-        return end
-    i = pos
-    while i < len(text) and (text[i] in _NUMBER_CHARS or text[i].isalpha()):
-        i += 1
-    word = text[pos:i]
-    if i == len(text):
-        if any(lit.startswith(word) for lit in _LITERALS) or all(ch in _NUMBER_CHARS for ch in word):
-            raise _Incomplete
-        raise _Malformed
-    _check_json(word)
-    return i
-
-
-def _string_end(text: str, pos: int) -> int:
-    """The index after the closing quote of the JSON string at ``pos``."""
-    i, n = pos + 1, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == '"':
-            return i + 1
-        i += 1
-    raise _Incomplete
-
-
-def _check_json(value: str) -> None:
-    try:
-        json.loads(value, strict=False)
-    except (json.JSONDecodeError, RecursionError):
-        raise _Malformed from None
-
-
-_ESCAPE_TAIL = re.compile(r'\\(u[0-9a-fA-F]{0,3})?$')
-_HIGH_SURROGATE_TAIL = re.compile(r'\\u[dD][89abAB][0-9a-fA-F]{2}$')
-
-
-def _partial_string(text: str, pos: int) -> tuple[str, bool]:
-    """The decoded value of the JSON string at ``pos`` so far, and whether it is complete; an escape
-    cut short (or the first half of a surrogate pair) is held back until its end arrives."""
-    try:
-        end = _string_end(text, pos)
-    except _Incomplete:
-        body = text[pos + 1:]
-        # drop an unfinished escape: a lone backslash or \\u with fewer than 4 digits
-        m = _ESCAPE_TAIL.search(body)
-        if m is not None:
-            before = body[:m.start()]
-            if (len(before) - len(before.rstrip("\\"))) % 2 == 0:  # this backslash is not itself escaped
-                body = before
-        body = _HIGH_SURROGATE_TAIL.sub("", body)
-        try:
-            return json.loads('"' + body + '"', strict=False), False
-        except json.JSONDecodeError:
-            raise _Malformed from None
-    try:
-        return json.loads(text[pos:end], strict=False), True
-    except json.JSONDecodeError:
-        raise _Malformed from None
-
-
-@dataclass
-class _PartialCall:
-    name: str = ""  # "" until the whole name is there
-    arguments: str = ""
-    id: str = ""
-    complete: bool = False
-
-
-def _call_head(args_key: str, typed: bool) -> re.Pattern[str]:
-    typ = r'(?:"type"\s*:\s*"function"\s*,\s*)?' if typed else ""
-    return re.compile(r'\{\s*' + typ + r'"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"' + args_key + r'"\s*:\s*')
-
-
-_HEADS = {"arguments": _call_head("arguments", False), "parameters": _call_head("parameters", True)}
-
-
-def _parse_call(text: str, pos: int, args_key: str, out: list[_PartialCall]) -> int:
-    """Parse the call object at ``pos`` into ``out`` (appended even when incomplete, as far as it goes);
-    returns where it ends. ``{"name": ..., "<args_key>": {...}, ...}`` streams its arguments as written;
-    any other key order is taken whole once complete."""
-    head = _HEADS[args_key].match(text, pos)
-    if head is None:
-        end = _json_end(text, pos)  # the whole object, or _Incomplete
-        obj = json.loads(text[pos:end], strict=False)
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or args_key not in obj:
-            raise _Malformed
-        args = obj[args_key]
-        out.append(_PartialCall(obj["name"], args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
-                                str(obj.get("id") or ""), True))
-        return end
-    call = _PartialCall(json.loads(head.group(1), strict=False))
-    out.append(call)
-    a = head.end()
-    if a < len(text) and text[a] == '"':  # arguments as a JSON string: its value, once whole
-        try:
-            a_end = _json_end(text, a)
-        except _Incomplete:
-            raise
-        call.arguments = json.loads(text[a:a_end], strict=False)
-    else:
-        try:
-            a_end = _json_end(text, a)
-        except _Incomplete:
-            call.arguments = text[a:]
-            raise
-        call.arguments = text[a:a_end]
-    end = _json_end(text, pos)  # the rest of the object (an "id" key, say)
-    obj = json.loads(text[pos:end], strict=False)
-    if not isinstance(obj, dict):
-        raise _Malformed
-    call.id = str(obj.get("id") or "")
-    call.complete = True
-    return end
-
-
-def _holdback(text: str, marker: str) -> int:
-    """The length of the longest tail of ``text`` that is a proper start of ``marker``."""
-    for k in range(min(len(marker) - 1, len(text)), 0, -1):
-        if marker.startswith(text[-k:]):
-            return k
-    return 0
-
-
-@dataclass
-class _Parse:
-    reasoning: str = ""
-    content: str = ""
-    calls: list[_PartialCall] = field(default_factory=list)
-
-
-def _split_reasoning(text: str, params: ChatParams, partial: bool, res: _Parse) -> str:
+def _split_reasoning(text: str, params: ChatParams, partial: bool, res: ParseState) -> str:
     """Take ``<think>...</think>`` off the start of the reply into ``res.reasoning``; returns the rest."""
     if params.reasoning_format == "none":
         return text
     start = 0
     if not params.thinking_forced_open:
-        lead = _skip_ws(text, 0)
+        lead = skip_ws(text, 0)
         if not text.startswith(THINK_START, lead):
             if partial and THINK_START.startswith(text[lead:]) and text[lead:]:
                 return ""  # may still become "<think>": wait
@@ -651,15 +488,15 @@ def _split_reasoning(text: str, params: ChatParams, partial: bool, res: _Parse) 
     if end < 0:
         body = text[start:]
         if partial:
-            body = body[:len(body) - _holdback(body, THINK_END)]
+            body = body[:len(body) - holdback(body, THINK_END)]
         res.reasoning = body.strip()  # while streaming, trailing blanks wait (they may end the reasoning)
         return ""
     res.reasoning = text[start:end].strip()
     return text[end + len(THINK_END):].lstrip()
 
 
-def _parse(text: str, params: ChatParams, partial: bool) -> _Parse:
-    res = _Parse()
+def _parse(text: str, params: ChatParams, partial: bool) -> ParseState:
+    res = ParseState()
     rest = _split_reasoning(text, params, partial, res)
     fmt = params.format
     if fmt == ToolFormat.CONTENT_ONLY:
@@ -677,7 +514,7 @@ def _parse(text: str, params: ChatParams, partial: bool) -> _Parse:
     return res
 
 
-def _content(res: _Parse, text: str) -> None:
+def _content(res: ParseState, text: str) -> None:
     """Content before tool calls: trailing whitespace is not part of it (held back while streaming)."""
     res.content = text.rstrip()
 
@@ -685,36 +522,36 @@ def _content(res: _Parse, text: str) -> None:
 _FENCE, _FENCE_END = "```json", "```"
 
 
-def _parse_json_reply(text: str, partial: bool, res: _Parse) -> None:
+def _parse_json_reply(text: str, partial: bool, res: ParseState) -> None:
     """The JSON of a response_format reply, without the blanks around it or its ```json block."""
-    body = text[_skip_ws(text, 0):]
+    body = text[skip_ws(text, 0):]
     if body.startswith(_FENCE):
         body = body[len(_FENCE):]
         end = body.find(_FENCE_END)
         if end >= 0:
             body = body[:end]
         elif partial:
-            body = body[:len(body) - _holdback(body, _FENCE_END)]
+            body = body[:len(body) - holdback(body, _FENCE_END)]
     elif partial and body and _FENCE.startswith(body):
         return  # may still be the opening of a block
     res.content = body.strip()
 
 
-def _parse_bare_call(text: str, partial: bool, res: _Parse, names: list[str]) -> None:
+def _parse_bare_call(text: str, partial: bool, res: ParseState, names: list[str]) -> None:
     """A Hermes reply that is one call object without its ``<tool_call>`` tags (what the lazy grammar's
     second trigger allows): a call if it names one of the tools, else content."""
-    pos = _skip_ws(text, 0)
+    pos = skip_ws(text, 0)
     try:
-        end = _skip_ws(text, _parse_call(text, pos, "arguments", res.calls))
+        end = skip_ws(text, parse_call(text, pos, "arguments", res.calls))
         if end != len(text):
-            raise _Malformed
-    except _Incomplete:
+            raise Malformed
+    except Incomplete:
         if partial and (not res.calls or not res.calls[-1].name or res.calls[-1].name in names):
             return
         res.calls.clear()
         res.content = text.strip()
         return
-    except _Malformed:
+    except Malformed:
         res.calls.clear()
         res.content = text.strip()
         return
@@ -723,7 +560,7 @@ def _parse_bare_call(text: str, partial: bool, res: _Parse, names: list[str]) ->
         res.content = text.strip()
 
 
-def _parse_marked(text: str, partial: bool, res: _Parse, marker: str, fmt: ToolFormat,
+def _parse_marked(text: str, partial: bool, res: ParseState, marker: str, fmt: ToolFormat,
                   names: list[str] = ()) -> None:  # type: ignore[assignment]
     """Hermes (``<tool_call>{...}</tool_call>``...) and Mistral (``[TOOL_CALLS][{...}, ...]``)."""
     at = text.find(marker)
@@ -731,7 +568,7 @@ def _parse_marked(text: str, partial: bool, res: _Parse, marker: str, fmt: ToolF
         _parse_bare_call(text, partial, res, names)
         return
     if at < 0:
-        _content(res, text[:len(text) - _holdback(text, marker)] if partial else text)
+        _content(res, text[:len(text) - holdback(text, marker)] if partial else text)
         return
     _content(res, text[:at])
     pos = block = at
@@ -739,52 +576,36 @@ def _parse_marked(text: str, partial: bool, res: _Parse, marker: str, fmt: ToolF
         if fmt == ToolFormat.HERMES:
             while True:
                 block = pos
-                pos = _skip_ws(text, pos + len(HERMES_START))
-                pos = _parse_call(text, pos, "arguments", res.calls)
-                pos = _skip_ws(text, pos)
-                _expect(text, pos, HERMES_END)
-                pos = block = _skip_ws(text, pos + len(HERMES_END))
+                pos = skip_ws(text, pos + len(HERMES_START))
+                pos = parse_call(text, pos, "arguments", res.calls)
+                pos = skip_ws(text, pos)
+                expect(text, pos, HERMES_END)
+                pos = block = skip_ws(text, pos + len(HERMES_END))
                 if pos == len(text):
                     break
-                _expect(text, pos, HERMES_START)
+                expect(text, pos, HERMES_START)
         else:
-            pos = _skip_ws(text, pos + len(MISTRAL_START))
-            _expect(text, pos, "[")
-            pos = _skip_ws(text, pos + 1)
+            pos = skip_ws(text, pos + len(MISTRAL_START))
+            expect(text, pos, "[")
+            pos = skip_ws(text, pos + 1)
             while True:
                 block = pos
-                pos = _skip_ws(text, _parse_call(text, pos, "arguments", res.calls))
-                _expect(text, pos, ",]")
+                pos = skip_ws(text, parse_call(text, pos, "arguments", res.calls))
+                expect(text, pos, ",]")
                 if text[pos] == "]":
-                    pos = _skip_ws(text, pos + 1)
+                    pos = skip_ws(text, pos + 1)
                     break
-                pos = _skip_ws(text, pos + 1)
+                pos = skip_ws(text, pos + 1)
             if pos != len(text):
-                raise _Malformed
-    except _Incomplete:
+                raise Malformed
+    except Incomplete:
         if not partial:
             _tail_as_content(res, text, block)
-    except _Malformed:
+    except Malformed:
         _tail_as_content(res, text, block)
 
 
-def _expect(text: str, pos: int, what: str) -> None:
-    """``what`` at ``pos`` (one of its characters when it is a set of one-character choices like ",]")."""
-    if what in (",]",):
-        if pos >= len(text):
-            raise _Incomplete
-        if text[pos] not in what:
-            raise _Malformed
-        return
-    piece = text[pos:pos + len(what)]
-    if piece == what:
-        return
-    if what.startswith(piece):
-        raise _Incomplete
-    raise _Malformed
-
-
-def _tail_as_content(res: _Parse, text: str, pos: int) -> None:
+def _tail_as_content(res: ParseState, text: str, pos: int) -> None:
     """A reply that stops being a tool call at ``pos``: the incomplete call is dropped and the text
     from where the calls stopped making sense is content (as a model without a grammar may write)."""
     if res.calls and not res.calls[-1].complete:
@@ -794,11 +615,11 @@ def _tail_as_content(res: _Parse, text: str, pos: int) -> None:
         res.content = (res.content + "\n" + tail) if res.content else tail
 
 
-def _parse_llama3(text: str, partial: bool, res: _Parse) -> None:
-    pos = _skip_ws(text, 0)
+def _parse_llama3(text: str, partial: bool, res: ParseState) -> None:
+    pos = skip_ws(text, 0)
     tagged = text.startswith(PYTHON_TAG, pos)
     if tagged:
-        pos = _skip_ws(text, pos + len(PYTHON_TAG))
+        pos = skip_ws(text, pos + len(PYTHON_TAG))
     elif partial and text[pos:] and PYTHON_TAG.startswith(text[pos:]):
         return
     if pos >= len(text):
@@ -810,19 +631,19 @@ def _parse_llama3(text: str, partial: bool, res: _Parse) -> None:
     start = pos
     try:
         while True:
-            pos = _skip_ws(text, _parse_call(text, pos, "parameters", res.calls))
+            pos = skip_ws(text, parse_call(text, pos, "parameters", res.calls))
             if pos == len(text):
                 break
-            _expect(text, pos, ";")
-            pos = _skip_ws(text, pos + 1)
-    except _Incomplete:
+            expect(text, pos, ";")
+            pos = skip_ws(text, pos + 1)
+    except Incomplete:
         if not partial:
             _llama3_fallback(res, text, start)
-    except _Malformed:
+    except Malformed:
         _llama3_fallback(res, text, start)
 
 
-def _llama3_fallback(res: _Parse, text: str, start: int) -> None:
+def _llama3_fallback(res: ParseState, text: str, start: int) -> None:
     """A reply starting with "{" that is not a call: all content, unless some calls were complete."""
     if any(c.complete for c in res.calls):
         res.calls = [c for c in res.calls if c.complete]
@@ -834,9 +655,9 @@ def _llama3_fallback(res: _Parse, text: str, start: int) -> None:
 _GENERIC_HEAD = re.compile(r'\{\s*"(tool_calls|tool_call|response)"\s*:\s*')
 
 
-def _parse_generic(text: str, partial: bool, res: _Parse) -> None:
+def _parse_generic(text: str, partial: bool, res: ParseState) -> None:
     """``{"tool_call": {...}}``, ``{"tool_calls": [...]}`` or ``{"response": "..."}``; anything else is content."""
-    lead = _skip_ws(text, 0)
+    lead = skip_ws(text, 0)
     if lead == len(text):
         res.content = "" if partial else text.strip()
         return
@@ -846,48 +667,48 @@ def _parse_generic(text: str, partial: bool, res: _Parse) -> None:
     head = _GENERIC_HEAD.match(text, lead)
     try:
         if head is None:
-            _json_end(text, lead)  # _Incomplete while it may still become one
-            raise _Malformed
+            json_end(text, lead)  # Incomplete while it may still become one
+            raise Malformed
         pos = head.end()
         kind = head.group(1)
         if kind == "response":
             if pos >= len(text):
-                raise _Incomplete
+                raise Incomplete
             if text[pos] != '"':
-                raise _Malformed
-            value, complete = _partial_string(text, pos)
+                raise Malformed
+            value, complete = partial_string(text, pos)
             res.content = value
             if not complete:
-                raise _Incomplete
-            pos = _string_end(text, pos)
+                raise Incomplete
+            pos = string_end(text, pos)
         elif kind == "tool_call":
-            pos = _parse_call(text, pos, "arguments", res.calls)
+            pos = parse_call(text, pos, "arguments", res.calls)
         else:
-            _expect(text, pos, "[")
-            pos = _skip_ws(text, pos + 1)
+            expect(text, pos, "[")
+            pos = skip_ws(text, pos + 1)
             while True:
-                pos = _skip_ws(text, _parse_call(text, pos, "arguments", res.calls))
-                _expect(text, pos, ",]")
+                pos = skip_ws(text, parse_call(text, pos, "arguments", res.calls))
+                expect(text, pos, ",]")
                 if text[pos] == "]":
                     pos += 1
                     break
-                pos = _skip_ws(text, pos + 1)
-        pos = _skip_ws(text, pos)
+                pos = skip_ws(text, pos + 1)
+        pos = skip_ws(text, pos)
         # the wrapper may carry other keys (a "content" beside the calls): take them once whole
-        end = _json_end(text, lead)
+        end = json_end(text, lead)
         obj = json.loads(text[lead:end], strict=False)
         if isinstance(obj, dict) and isinstance(obj.get("content"), str) and kind != "response":
             res.content = obj["content"]
         if text[end:].strip():
-            raise _Malformed
-    except _Incomplete:
+            raise Malformed
+    except Incomplete:
         if not partial:
             _generic_fallback(res, text)
-    except _Malformed:
+    except Malformed:
         _generic_fallback(res, text)
 
 
-def _generic_fallback(res: _Parse, text: str) -> None:
+def _generic_fallback(res: ParseState, text: str) -> None:
     """Not the generic JSON after all (a model writing without the grammar): the reply is content."""
     if any(c.complete for c in res.calls):
         res.calls = [c for c in res.calls if c.complete]
@@ -944,7 +765,7 @@ class StreamParser:
         p.reasoning_format = "none"
         return p
 
-    def _deltas(self, res: _Parse) -> list[dict[str, Any]]:
+    def _deltas(self, res: ParseState) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         if res.reasoning.startswith(self.sent_reasoning) and len(res.reasoning) > len(self.sent_reasoning):
             out.append({"reasoning_content": res.reasoning[len(self.sent_reasoning):]})
