@@ -87,7 +87,7 @@ def _accumulate(stream: Any) -> tuple[str, str, list[dict[str, str]], str]:
 
 
 def test_tools_on_the_tiny_model_generic_format(tiny_chat_path, tmp_path) -> None:
-    with live_server(["-m", str(tiny_chat_path), "-c", "2048", "-np", "1", "-t", "2", "-q"],
+    with live_server(["-m", str(tiny_chat_path), "-c", "4096", "-np", "2", "-t", "2", "-q"],
                      tmp_path / "serve.log") as url:
         client = _client(url)
         # "required": calls that fit the schemas, whatever the random weights prefer
@@ -123,6 +123,28 @@ def test_tools_on_the_tiny_model_generic_format(tiny_chat_path, tmp_path) -> Non
         parsed = client.chat.completions.parse(model="tiny", messages=ASK, response_format=Clock, max_tokens=300,
                                                temperature=0.8, seed=2)
         assert isinstance(parsed.choices[0].message.parsed, Clock)
+        # a json_schema sent with tools wins, as in llama-server: the reply is the JSON, no call
+        schema = {"type": "json_schema", "json_schema": {"name": "clock", "schema": Clock.model_json_schema()}}
+        r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, response_format=schema,
+                                           max_tokens=300, temperature=0.8, seed=2)
+        assert r.choices[0].message.tool_calls is None and r.choices[0].finish_reason == "stop"
+        Clock.model_validate_json(r.choices[0].message.content)
+        # n > 1 with tools: each choice parsed on its own, streamed with its index
+        kw = {"model": "tiny", "messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 400,
+              "temperature": 0, "parallel_tool_calls": True}
+        r = client.chat.completions.create(n=2, **kw)
+        assert [c.index for c in r.choices] == [0, 1]
+        for c in r.choices:
+            assert c.finish_reason == "tool_calls"
+            assert [(t.function.name, t.function.arguments) for t in _check_calls(c.message)] == \
+                [(t.function.name, t.function.arguments) for t in whole]
+        chunks = list(client.chat.completions.create(n=2, stream=True, **kw))
+        for i in (0, 1):
+            content, _, calls, finish = _accumulate(
+                [ch for ch in chunks if not ch.choices or ch.choices[0].index == i])
+            assert finish == "tool_calls" and content == ""
+            assert [(c["name"], c["arguments"]) for c in calls] == \
+                [(t.function.name, t.function.arguments) for t in whole]
 
         # no field is silently ignored
         for extra in ({"n_keep": 4}, {"lora": []}, {"messages": [{"role": "user", "content": "x", "weight": 2}]}):

@@ -20,6 +20,9 @@ Formats (:class:`ToolFormat`):
 * ``llama3`` (Llama 3.1/3.2/3.3): the reply is ``{"name": ..., "parameters": {...}}`` (optionally with
   ``"type": "function"`` first, or after ``<|python_tag|>``), several separated by ``;``.
 * ``mistral`` (Mistral Nemo, Small): ``[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]``.
+* ``gpt-oss`` (GPT-OSS's harmony, llm/harmony.py): ``<|channel|>analysis<|message|>...<|end|>`` reasoning,
+  ``<|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}`` calls,
+  ``<|channel|>final<|message|>...`` content; parsed in every reply, tools or not.
 * ``generic`` (any template that cannot show tools): the tools are described in the system turn and
   the reply is one JSON object, ``{"tool_call": {"name", "arguments"}}`` (``{"tool_calls": [...]}``
   with parallel calls) or ``{"response": "text"}``; the grammar forces that shape from the first token.
@@ -49,6 +52,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from . import harmony
 from .grammar.json_schema import SchemaConverter, format_literal, schema_document
 from .grammar.parser import GrammarError
 from .grammar.sampler import GrammarTrigger
@@ -76,6 +80,8 @@ class ToolFormat(StrEnum):
     HERMES = "hermes"
     LLAMA3 = "llama3"
     MISTRAL = "mistral"
+    #: GPT-OSS's harmony channels (llm/harmony.py): every reply is parsed, tools or not
+    GPT_OSS = "gpt-oss"
     #: a json_schema/response_format reply: the JSON, bare or in a ```json block (content: the JSON alone)
     JSON = "json"
 
@@ -232,7 +238,8 @@ def template_caps(template: Any) -> TemplateCaps:
         supports_tool_responses=renders("pyggml_probe_result", [user, _PROBE_CALL, {
             "role": "tool", "tool_call_id": "call_pyggml_probe", "name": "pyggml_probe_call",
             "content": "pyggml_probe_result"}]),
-        supports_thinking=THINK_START in (template.source or ""))
+        supports_thinking=THINK_START in (template.source or "")
+        or harmony.is_harmony_template(template.source or ""))
     with contextlib.suppress(AttributeError):
         template._pyggml_caps = caps
     return caps
@@ -242,8 +249,10 @@ def detect_format(template: Any) -> ToolFormat:
     """The tool-call format of a template's model, from what its source writes (common/chat.cpp's
     template detection): Hermes ``<tool_call>``, Mistral ``[TOOL_CALLS]``, Llama 3.x ``ipython``;
     anything else (or a template that cannot show tools at all) gets the generic JSON format."""
-    caps = template_caps(template)
     src = template.source or ""
+    if harmony.is_harmony_template(src):
+        return ToolFormat.GPT_OSS
+    caps = template_caps(template)
     if caps.supports_tools or caps.supports_tool_calls:
         if HERMES_START in src:
             return ToolFormat.HERMES
@@ -334,7 +343,11 @@ def apply_chat_template(template: Any, messages: list[dict[str, Any]], *, tools:
     if reasoning_format is None:
         reasoning_format = "deepseek" if caps.supports_thinking else "none"
     use_tools = bool(tools) and choice != "none"
-    fmt = detect_format(template) if use_tools else ToolFormat.CONTENT_ONLY
+    native = detect_format(template)
+    if native == ToolFormat.GPT_OSS:  # channels to parse in every reply, tools or not
+        return _apply_harmony(template, messages, tools, allowed, choice, use_tools, reasoning_format,
+                              chat_template_kwargs, add_generation_prompt)
+    fmt = native if use_tools else ToolFormat.CONTENT_ONLY
     if parallel_tool_calls is None:
         parallel_tool_calls = fmt not in (ToolFormat.GENERIC, ToolFormat.CONTENT_ONLY)
     msgs = _normalize_messages(messages)
@@ -351,6 +364,26 @@ def apply_chat_template(template: Any, messages: list[dict[str, Any]], *, tools:
     if use_tools:
         params.tool_names = [t["function"]["name"] for t in allowed]
         build_tool_grammar(params, allowed, required=choice == "required", may_think=caps.supports_thinking)
+    return params
+
+
+def _apply_harmony(template: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                   allowed: list[dict[str, Any]], choice: str, use_tools: bool, reasoning_format: str,
+                   chat_template_kwargs: dict[str, Any] | None, add_generation_prompt: bool) -> ChatParams:
+    """GPT-OSS (chat.cpp's dedicated handler): the template writes tools, calls, results and reasoning
+    itself (``reasoning_effort`` is its kwarg); one call per reply, the channel markers kept as text."""
+    msgs = harmony.adjust_messages(_normalize_messages(messages))
+    ctx = dict(chat_template_kwargs or {})
+    if tools:
+        ctx["tools"] = tools
+    prompt = template.render(msgs, add_generation_prompt=add_generation_prompt, **ctx)
+    if not add_generation_prompt:
+        prompt = harmony.end_for_inference(prompt)
+    params = ChatParams(prompt=prompt, format=ToolFormat.GPT_OSS, reasoning_format=reasoning_format, parse=True,
+                        preserved_tokens=list(harmony.PRESERVED_TOKENS))
+    if use_tools:
+        params.tool_names = [t["function"]["name"] for t in allowed]
+        build_tool_grammar(params, allowed, required=choice == "required")
     return params
 
 
@@ -427,6 +460,10 @@ def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required
         # the reply opens with a call object: the grammar starts at its "{"
         params.grammar_triggers = [GrammarTrigger("pattern_full", r'\s*(\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?'
                                                                   r'"name"\s*:)[\s\S]*')]
+    elif fmt == ToolFormat.GPT_OSS:
+        body = harmony.harmony_grammar(conv, tools, required, rule)
+        params.grammar_lazy = not required
+        params.grammar_triggers = list(harmony.TRIGGERS)
     elif fmt == ToolFormat.MISTRAL:
         call = rule(_any_of([_call_schema(t, "arguments") for t in tools]), "tool-call")
         items = f"{call} (\",\" space {call})*" if parallel else call
@@ -436,7 +473,7 @@ def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required
         params.preserved_tokens = [MISTRAL_START]
     else:
         return
-    if not params.grammar_lazy and params.reasoning_format != "none":
+    if not params.grammar_lazy and params.reasoning_format != "none" and fmt != ToolFormat.GPT_OSS:
         if params.thinking_forced_open:
             conv.add_rule("think-body", THINK_BODY)
             body = f'think-body "</think>" space ({body})'
@@ -459,6 +496,13 @@ def build_response_format_grammar(params: ChatParams, schema: Any) -> None:
     conv = SchemaConverter(False)
     body = conv.visit(node, "response-format")
     conv.check_errors(warn=lambda _m: None)
+    params.grammar_lazy, params.grammar_triggers = False, []
+    params.parse = True
+    if params.format == ToolFormat.GPT_OSS:  # the JSON is the final channel's message; tools are not parsed
+        conv.add_rule("root", harmony.response_format_grammar(conv, body))
+        params.grammar = conv.format_grammar()
+        params.tool_names = []
+        return
     reply = f'space space ("```json" space {body} space "```" | space {body} space)'
     if params.thinking_forced_open and params.reasoning_format != "none":
         conv.add_rule("think-body", THINK_BODY)  # the open <think> block ends first
@@ -497,8 +541,12 @@ def _split_reasoning(text: str, params: ChatParams, partial: bool, res: ParseSta
 
 def _parse(text: str, params: ChatParams, partial: bool) -> ParseState:
     res = ParseState()
-    rest = _split_reasoning(text, params, partial, res)
     fmt = params.format
+    if fmt == ToolFormat.GPT_OSS:
+        harmony.parse_harmony(text, partial, res, reasoning=params.reasoning_format != "none",
+                              tool_names=params.tool_names)
+        return res
+    rest = _split_reasoning(text, params, partial, res)
     if fmt == ToolFormat.CONTENT_ONLY:
         res.content = rest
         return res
