@@ -172,3 +172,121 @@ def test_gpt_oss_json_schema_is_the_final_message() -> None:
     _check(params, text, '{"amount": 123.45, "date": "2025-12-03"}', "I need to output the invoice details in JSON",
            [])
     json.loads(parse_reply(text, params).content)
+
+
+# ---------------------------------------------------------------------------------------------- Qwen3-Coder
+
+QWEN3_CODER = "Qwen3-Coder.jinja"
+
+
+def _tool(name: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "description": name, "parameters": {
+        "type": "object", "properties": props, "required": required}}}
+
+
+INT, STR = {"type": "integer"}, {"type": "string"}
+WITH_OPT = _tool("special_function_with_opt", {"arg1": INT, "arg2": INT}, ["arg1"])
+PYTHON = _tool("python", {"code": STR}, ["code"])
+HTML = _tool("html", {"markup": STR}, ["markup"])
+TODO = _tool("todo_list", {"todos": {"type": "array"}}, ["todos"])
+EDIT3 = _tool("edit", {"filename": STR, "oldString": STR, "newString": STR}, ["filename", "oldString", "newString"])
+REQ_OPT = _tool("tool_2req_4opt", {"req1": STR, "req2": INT, "opt1": STR, "opt2": INT, "opt3": STR, "opt4": INT},
+                ["req1", "req2"])
+NULL_STR = _tool("set_nullable_str", {"name": {"type": ["string", "null"]}}, ["name"])
+NULL_INT = _tool("set_nullable_int", {"count": {"type": ["integer", "null"]}}, ["count"])
+UNION = _tool("set_union", {"value": {"type": ["string", "object"]}, "amount": {"type": ["string", "integer"]}},
+              ["value", "amount"])
+ENUM = _tool("set_unit", {"unit": {"enum": ["celsius", "fahrenheit"]}}, ["unit"])
+
+
+def _xml(name: str, *params: tuple[str, str], opening: str = "<tool_call>\n") -> str:
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params)
+    return f"{opening}<function={name}>\n{body}</function>\n</tool_call>"
+
+
+QWEN3_CODER_CASES = [  # (reply, tools, content, calls): test-chat.cpp's Qwen3-Coder cases
+    (HELLO, [], HELLO, []),
+    (_xml("special_function", ("arg1", "1")), [SPECIAL], "", CALL),
+    (_xml("special_function", ("arg1", "1"), opening=""), [SPECIAL], "", CALL),  # without the first <tool_call>
+    ("Let me call it.\n" + _xml("special_function", ("arg1", "1"), opening=""), [SPECIAL], "Let me call it.\n", CALL),
+    (_xml("special_function", ("arg1", "1"), opening="") + "\n" + _xml("special_function_with_opt", ("arg1", "1"),
+                                                                         ("arg2", "2")),
+     [SPECIAL, WITH_OPT], "", [*CALL, ("special_function_with_opt", '{"arg1": 1, "arg2": 2}')]),
+    (_xml("python", ("code", 'def hello():\n    print("Hello, world!")\n\nhello()')), [PYTHON], "",
+     [("python", '{"code": "def hello():\\n    print(\\"Hello, world!\\")\\n\\nhello()"}')]),
+    (_xml("python", ("code", "格")), [PYTHON], "", [("python", '{"code": "格"}')]),
+    (_xml("html", ("markup", "<html>\n <head>\n  <title>Hello!</title>\n </head>\n</html>")), [HTML], "",
+     [("html", '{"markup": "<html>\\n <head>\\n  <title>Hello!</title>\\n </head>\\n</html>"}')]),
+    (_xml("todo_list", ("todos", '[{"item": "Check stuff", "selected": false}, {"item": "Prepare stuff", '
+                                 '"selected": true}]')), [TODO], "",
+     [("todo_list", '{"todos": [{"item": "Check stuff", "selected": false}, {"item": "Prepare stuff", '
+                    '"selected": true}]}')]),
+    (_xml("edit", ("newString", "#include"), ("filename", "foo.c"), ("oldString", "#iclunde")), [EDIT3], "",
+     [("edit", '{"newString": "#include", "filename": "foo.c", "oldString": "#iclunde"}')]),
+    (_xml("tool_2req_4opt", ("req2", "42"), ("req1", "hello"), ("opt2", "200")), [REQ_OPT], "",
+     [("tool_2req_4opt", '{"req2": 42, "req1": "hello", "opt2": 200}')]),
+    (_xml("set_nullable_str", ("name", "hello world")), [NULL_STR], "",
+     [("set_nullable_str", '{"name": "hello world"}')]),
+    (_xml("set_nullable_int", ("count", "42")), [NULL_INT], "", [("set_nullable_int", '{"count": 42}')]),
+    (_xml("set_nullable_str", ("name", "null")), [NULL_STR], "", [("set_nullable_str", '{"name": null}')]),
+    (_xml("set_union", ("value", '{"a": 1}'), ("amount", "2 dollars")), [UNION], "",
+     [("set_union", '{"value": {"a": 1}, "amount": "2 dollars"}')]),
+    (_xml("set_union", ("value", "{not valid json"), ("amount", "42")), [UNION], "",
+     [("set_union", '{"value": "{not valid json", "amount": 42}')]),
+    (_xml("set_unit", ("unit", "celsius")), [ENUM], "", [("set_unit", '{"unit": "celsius"}')]),
+]
+
+
+@pytest.mark.parametrize("text, tools, content, calls", QWEN3_CODER_CASES)
+def test_qwen3_coder_replies(text: str, tools: list, content: str, calls: list[tuple[str, str]]) -> None:
+    params = apply_chat_template(_template(QWEN3_CODER), USER, tools=tools)
+    assert params.format == (ToolFormat.QWEN3_XML if tools else ToolFormat.CONTENT_ONLY)
+    _check(params, text, content, "", calls)
+
+
+def test_qwen3_coder_stream_sends_a_string_value_as_it_grows() -> None:
+    params = apply_chat_template(_template(QWEN3_CODER), USER, tools=[PYTHON])
+    text = _xml("python", ("code", "print(1)\nprint(2)"))
+    cut = text.index("(2)")
+    partial = parse_reply(text[:cut], params, partial=True)
+    assert [(c.name, c.arguments) for c in partial.tool_calls] == [("python", '{"code": "print(1)\\nprint')]
+    held = parse_reply(text[:text.index("</parameter>") + 3], params, partial=True)  # "\n</p" may end the value
+    assert held.tool_calls[0].arguments == '{"code": "print(1)\\nprint(2)'
+    # a reply that stops being a call is content from there on
+    broken = parse_reply("Sure.\n<tool_call>\n<function=python>\n<oops>", params)
+    assert broken.tool_calls == [] and broken.content == "Sure.\n<tool_call>\n<function=python>\n<oops>"
+
+
+def test_qwen3_xml_templates_render_and_are_detected() -> None:
+    calls = [{"role": "user", "content": "Run it"}, {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "c1", "type": "function", "function": {"name": "python", "arguments": '{"code": "print(1)"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "1"}]
+    p = apply_chat_template(_template(QWEN3_CODER), calls, tools=[PYTHON])
+    assert p.format == ToolFormat.QWEN3_XML and p.bare_first_call
+    assert "<tools>\n<function>\n<name>python</name>" in p.prompt
+    assert "<tool_call>\n<function=python>\n<parameter=code>\nprint(1)\n</parameter>\n</function>\n</tool_call>" \
+        in p.prompt
+    assert "<tool_response>\n1\n</tool_response>" in p.prompt
+    assert [t.value for t in p.grammar_triggers] == ["<tool_call>", "<function=python>"]
+    assert p.preserved_tokens == ["<tool_call>", "</tool_call>"]
+
+
+def test_qwen3_coder_grammars() -> None:
+    tpl = _template(QWEN3_CODER)
+    lazy = apply_chat_template(tpl, USER, tools=[SPECIAL, REQ_OPT, PYTHON])
+    assert lazy.grammar_lazy
+    for ok in (_xml("special_function", ("arg1", "-7")),
+               _xml("tool_2req_4opt", ("req2", "42"), ("req1", "hello"), ("opt4", "1"), ("opt1", "x")),
+               _xml("python", ("code", "a < b\n</para")) + "\n" + _xml("special_function", ("arg1", "2")),
+               _xml("special_function", ("arg1", "3"), opening="")):
+        assert _accepts(lazy.grammar, ok), ok
+    for bad in (_xml("special_function", ("arg1", "one")),  # not an integer
+                _xml("tool_2req_4opt", ("req1", "hello")),  # req2 is required
+                _xml("special_function", ("arg1", "1"), ("arg9", "1")),  # no such parameter
+                _xml("other", ("arg1", "1"))):
+        assert not _accepts(lazy.grammar, bad), bad
+    required = apply_chat_template(tpl, USER, tools=[SPECIAL], tool_choice="required", parallel_tool_calls=False)
+    assert not required.grammar_lazy
+    assert _accepts(required.grammar, "Calling.\n" + _xml("special_function", ("arg1", "1")))
+    assert not _accepts(required.grammar, "No call at all.")
+    assert not _accepts(required.grammar, _xml("special_function", ("arg1", "1")) * 2)

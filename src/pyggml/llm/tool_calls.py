@@ -20,6 +20,8 @@ Formats (:class:`ToolFormat`):
 * ``llama3`` (Llama 3.1/3.2/3.3): the reply is ``{"name": ..., "parameters": {...}}`` (optionally with
   ``"type": "function"`` first, or after ``<|python_tag|>``), several separated by ``;``.
 * ``mistral`` (Mistral Nemo, Small): ``[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]``.
+* ``qwen3-coder`` (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano; llm/qwen3_xml.py): ``<tool_call>\n<function=NAME>\n
+  <parameter=P>\nVALUE\n</parameter>\n</function>\n</tool_call>``, values typed by the parameters' schemas.
 * ``gpt-oss`` (GPT-OSS's harmony, llm/harmony.py): ``<|channel|>analysis<|message|>...<|end|>`` reasoning,
   ``<|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}`` calls,
   ``<|channel|>final<|message|>...`` content; parsed in every reply, tools or not.
@@ -52,7 +54,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from . import harmony
+from . import harmony, qwen3_xml
 from .grammar.json_schema import SchemaConverter, format_literal, schema_document
 from .grammar.parser import GrammarError
 from .grammar.sampler import GrammarTrigger
@@ -82,6 +84,8 @@ class ToolFormat(StrEnum):
     MISTRAL = "mistral"
     #: GPT-OSS's harmony channels (llm/harmony.py): every reply is parsed, tools or not
     GPT_OSS = "gpt-oss"
+    #: Qwen3-Coder's XML calls (llm/qwen3_xml.py), also Qwen3.5's and Nemotron 3 Nano's
+    QWEN3_XML = "qwen3-coder"
     #: a json_schema/response_format reply: the JSON, bare or in a ```json block (content: the JSON alone)
     JSON = "json"
 
@@ -154,6 +158,10 @@ class ChatParams:
     parallel_tool_calls: bool = False
     #: the functions the reply may call (a Hermes reply that is a bare call object must name one of them)
     tool_names: list[str] = field(default_factory=list)
+    #: those functions' tools (formats whose parser reads the parameters' schemas: Qwen3-Coder's XML)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    #: Qwen3-Coder (no thinking): its first call may come without <tool_call>
+    bare_first_call: bool = False
 
 
 # ---------------------------------------------------------------------------------------------- requests
@@ -254,6 +262,8 @@ def detect_format(template: Any) -> ToolFormat:
         return ToolFormat.GPT_OSS
     caps = template_caps(template)
     if caps.supports_tools or caps.supports_tool_calls:
+        if qwen3_xml.is_qwen3_xml_template(src):  # before Hermes: it writes <tool_call> too
+            return ToolFormat.QWEN3_XML
         if HERMES_START in src:
             return ToolFormat.HERMES
         if MISTRAL_START in src:
@@ -363,6 +373,8 @@ def apply_chat_template(template: Any, messages: list[dict[str, Any]], *, tools:
                         parse=use_tools or reasoning_format != "none")
     if use_tools:
         params.tool_names = [t["function"]["name"] for t in allowed]
+        params.tools = allowed
+        params.bare_first_call = fmt == ToolFormat.QWEN3_XML and not caps.supports_thinking
         build_tool_grammar(params, allowed, required=choice == "required", may_think=caps.supports_thinking)
     return params
 
@@ -460,6 +472,15 @@ def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required
         # the reply opens with a call object: the grammar starts at its "{"
         params.grammar_triggers = [GrammarTrigger("pattern_full", r'\s*(\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?'
                                                                   r'"name"\s*:)[\s\S]*')]
+    elif fmt == ToolFormat.QWEN3_XML:
+        body = qwen3_xml.qwen3_xml_grammar(conv, tools, required, parallel, params.bare_first_call, rule)
+        params.grammar_lazy = not required
+        params.grammar_triggers = [GrammarTrigger("word", qwen3_xml.CALL_START)]
+        if params.bare_first_call:
+            params.grammar_triggers += [GrammarTrigger("word", f"{qwen3_xml.FUNCTION}{t['function']['name']}>")
+                                        for t in tools]
+        params.preserved_tokens = [HERMES_START, HERMES_END] + ([] if params.bare_first_call else
+                                                                [THINK_START, THINK_END])
     elif fmt == ToolFormat.GPT_OSS:
         body = harmony.harmony_grammar(conv, tools, required, rule)
         params.grammar_lazy = not required
@@ -559,6 +580,8 @@ def _parse(text: str, params: ChatParams, partial: bool) -> ParseState:
                       params.tool_names)
     elif fmt == ToolFormat.LLAMA3:
         _parse_llama3(rest, partial, res)
+    elif fmt == ToolFormat.QWEN3_XML:
+        qwen3_xml.parse_qwen3_xml(rest, partial, res, params.tools, params.bare_first_call)
     return res
 
 
