@@ -290,3 +290,100 @@ def test_qwen3_coder_grammars() -> None:
     assert _accepts(required.grammar, "Calling.\n" + _xml("special_function", ("arg1", "1")))
     assert not _accepts(required.grammar, "No call at all.")
     assert not _accepts(required.grammar, _xml("special_function", ("arg1", "1")) * 2)
+
+
+# ---------------------------------------------------------------------------------------------- LFM2
+
+LFM2_TEMPLATES = ["LFM2-8B-A1B.jinja", "LFM2.5-Instruct.jinja", "LFM2.5-8B-A1B.jinja"]
+GET_TIME = _tool("get_time", {"city": STR}, ["city"])
+TOGGLE = _tool("toggle", {"enabled": {"type": "boolean"}}, ["enabled"])
+NULLABLE = _tool("set_nullable", {"value": {"type": "null"}}, ["value"])
+CONFIG = _tool("set_config", {"config": {"type": "object"}}, ["config"])
+CALENDAR = _tool("Calendar.create_event", {"title": STR, "participants": {"type": "array", "items": STR},
+                                           "metadata": {"type": "object"}}, ["title", "participants", "metadata"])
+EMPTY = _tool("empty_args", {}, [])
+LFM2_START, LFM2_END = "<|tool_call_start|>", "<|tool_call_end|>"
+
+LFM2_CASES = [  # (reply, tools, content, calls): test-chat.cpp's test_lfm2_parser cases
+    (HELLO, [], HELLO, []),
+    (f"{LFM2_START}[special_function(arg1=1)]{LFM2_END}", [SPECIAL], "", CALL),
+    (f'{LFM2_START}[get_time(city="XYZCITY")]{LFM2_END}', [GET_TIME], "", [("get_time", '{"city": "XYZCITY"}')]),
+    (f"{LFM2_START}[toggle(enabled=True)]{LFM2_END}", [TOGGLE], "", [("toggle", '{"enabled": true}')]),
+    (f"{LFM2_START}[set_nullable(value=None)]{LFM2_END}", [NULLABLE], "", [("set_nullable", '{"value": null}')]),
+    (f'{LFM2_START}[set_config(config={{"enabled": True, "count": 3}})]{LFM2_END}', [CONFIG], "",
+     [("set_config", '{"config": {"enabled": true, "count": 3}}')]),
+    (f'{LFM2_START}[set_config(config={{"enabled": true, "note": null}})]{LFM2_END}', [CONFIG], "",
+     [("set_config", '{"config": {"enabled": true, "note": null}}')]),
+    (f'{LFM2_START}[Calendar.create_event(title="demo", participants=["Alice", "Bob"], metadata={{"priority": '
+     f'"high", "reminder": true}})]{LFM2_END}', [CALENDAR], "",
+     [("Calendar.create_event", '{"title": "demo", "participants": ["Alice", "Bob"], "metadata": {"priority": '
+                                '"high", "reminder": true}}')]),
+    ("Use this format: [link text](url). Example: [Wikipedia](https://www.wikipedia.org).", [GET_TIME],
+     "Use this format: [link text](url). Example: [Wikipedia](https://www.wikipedia.org).", []),
+    (f"{LFM2_START}[python(code=\"def hello():\\n    print('hey')\")]{LFM2_END}", [PYTHON], "",
+     [("python", '{"code": "def hello():\\n    print(\'hey\')"}')]),
+    (f'{LFM2_START}[python(code="First line\\nSecond line\\tindented")]{LFM2_END}', [PYTHON], "",
+     [("python", '{"code": "First line\\nSecond line\\tindented"}')]),
+    (f'{LFM2_START}[python(code="print(\\"hi\\")")]{LFM2_END}', [PYTHON], "",
+     [("python", '{"code": "print(\\"hi\\")"}')]),
+    (f'Let me check the time.{LFM2_START}[get_time(city="Paris")]{LFM2_END}', [GET_TIME], "Let me check the time.",
+     [("get_time", '{"city": "Paris"}')]),
+    (f"{LFM2_START}[special_function(arg1=1), special_function_with_opt(arg1=1, arg2=2)]{LFM2_END}",
+     [SPECIAL, WITH_OPT], "", [*CALL, ("special_function_with_opt", '{"arg1": 1, "arg2": 2}')]),
+    (f"{LFM2_START}[empty_args()]{LFM2_END}", [EMPTY], "", [("empty_args", "{}")]),
+]
+
+
+@pytest.mark.parametrize("text, tools, content, calls", LFM2_CASES)
+def test_lfm2_replies(text: str, tools: list, content: str, calls: list[tuple[str, str]]) -> None:
+    params = apply_chat_template(_template(LFM2_TEMPLATES[0]), USER, tools=tools)
+    assert params.format == (ToolFormat.LFM2 if tools else ToolFormat.CONTENT_ONLY)
+    _check(params, text, content, "", calls)
+
+
+def test_lfm2_partial_call_and_reasoning() -> None:
+    params = apply_chat_template(_template("LFM2.5-8B-A1B.jinja"), USER, tools=[SPECIAL])
+    cut = parse_reply(f"{LFM2_START}[special_function(arg1=", params, partial=True)
+    assert [(c.name, c.arguments) for c in cut.tool_calls] == [("special_function", '{"arg1": ')]
+    # test-chat.cpp's thinking cases (LFM2.5-8B-A1B, the LFM2 template that thinks)
+    _check(params, f"<think>I'm\nthinking</think>{LFM2_START}[special_function(arg1=1)]{LFM2_END}", "", THINKING, CALL)
+    _check(params, f"<think>Let me think about {LFM2_START}[special_function(arg1=1)]{LFM2_END} hmm</think>"
+                   f"{LFM2_START}[special_function(arg1=1)]{LFM2_END}", "",
+           f"Let me think about {LFM2_START}[special_function(arg1=1)]{LFM2_END} hmm", CALL)
+    time = apply_chat_template(_template("LFM2.5-8B-A1B.jinja"), USER, tools=[GET_TIME])
+    _check(time, f'<think>I need to call a function</think>Let me check the time.{LFM2_START}[get_time(city="Paris")]'
+                 f"{LFM2_END}", "Let me check the time.", "I need to call a function",
+           [("get_time", '{"city": "Paris"}')])
+    plain = apply_chat_template(_template("LFM2.5-8B-A1B.jinja"), USER)
+    _check(plain, "<think>I'm\nthinking</think>" + HELLO, HELLO, THINKING, [])
+
+
+@pytest.mark.parametrize("template", LFM2_TEMPLATES)
+def test_lfm2_templates_render_tools_and_calls(template: str) -> None:
+    round_trip = [{"role": "user", "content": "Time in Paris?"}, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_time", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "10:00"}]
+    p = apply_chat_template(_template(template), round_trip, tools=[GET_TIME])
+    assert p.format == ToolFormat.LFM2 and json.dumps(GET_TIME) in p.prompt
+    # the earlier call in the model's own format (written by the template, or for it when it cannot)
+    assert re.search(r"<\|tool_call_start\|>\[get_time\(city=(\"Paris\"|'Paris')\)\]<\|tool_call_end\|>", p.prompt)
+    assert "10:00" in p.prompt and p.prompt.endswith("<|im_start|>assistant\n")
+    assert p.grammar_triggers[0].value == LFM2_START and LFM2_START in p.preserved_tokens
+
+
+def test_lfm2_grammars() -> None:
+    tpl = _template("LFM2-8B-A1B.jinja")
+    lazy = apply_chat_template(tpl, USER, tools=[GET_TIME, CONFIG, CALENDAR])
+    assert lazy.grammar_lazy
+    for ok in (f'{LFM2_START}[get_time(city="Paris")]{LFM2_END}', f"{LFM2_START}[get_time(city='Paris')]{LFM2_END}",
+               f'{LFM2_START}[set_config(config={{"a": [1, True, None]}}), get_time(city="x")]{LFM2_END}',
+               f'{LFM2_START}[Calendar.create_event(title="t", participants=["A"], metadata={{}})]{LFM2_END}'):
+        assert _accepts(lazy.grammar, ok), ok
+    for bad in (f"{LFM2_START}[get_time(city=Paris)]{LFM2_END}",  # a string parameter takes a quoted string
+                f'{LFM2_START}[get_date(city="Paris")]{LFM2_END}', '[get_time(city="Paris")]'):
+        assert not _accepts(lazy.grammar, bad), bad
+    required = apply_chat_template(tpl, USER, tools=[GET_TIME], tool_choice="required", parallel_tool_calls=False)
+    assert not required.grammar_lazy
+    assert _accepts(required.grammar, f'Checking.{LFM2_START}[get_time(city="Paris")]{LFM2_END}')
+    assert not _accepts(required.grammar, "Checking.")
+    assert not _accepts(required.grammar, f'{LFM2_START}[get_time(city="a"), get_time(city="b")]{LFM2_END}')

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import PyGGMLError
@@ -46,11 +48,24 @@ def _raise(msg: str) -> None:
     raise ChatTemplateError(f"chat template: {msg}")
 
 
+class _GenerationTag(Extension):
+    """Hugging Face's ``{% generation %}...{% endgeneration %}`` (it marks the assistant's tokens for
+    training masks; LFM2.5's template uses it): rendered as its body, as llama.cpp's jinja engine does."""
+
+    tags: ClassVar[set[str]] = {"generation"}
+
+    def parse(self, parser: Any) -> Any:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
+
+
 class ChatTemplate:
     def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "", add_bos: bool = False,
                  add_eos: bool = False) -> None:
         self.source = source if source and source != "chatml" else CHATML_TEMPLATE
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined)
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined,
+                                            extensions=[_GenerationTag])
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
         env.filters["tojson"] = _tojson

@@ -26,7 +26,7 @@ from typing import Any
 
 from .grammar.json_schema import SchemaConverter, format_literal
 from .grammar.sampler import GrammarTrigger
-from .tool_json import Incomplete, Malformed, ParseState, PartialCall, json_end
+from .tool_json import Incomplete, Malformed, ParseState, PartialCall, json_end, until_rule
 
 START = "<|start|>assistant"
 CHANNEL, MESSAGE, CONSTRAIN = "<|channel|>", "<|message|>", "<|constrain|>"
@@ -167,20 +167,11 @@ def _read_call(text: str, body: int, name: str, partial: bool, res: ParseState) 
     return end if end < len(text) else -1
 
 
-def _until(conv: SchemaConverter, name: str, delim: str) -> str:
-    """A rule for any text that does not contain ``delim`` (gbnf_excluding_grammar's shape)."""
-    alts = []
-    for i, ch in enumerate(delim):
-        cls = "\\" + ch if ch in "]\\^-" else ch
-        alts.append((format_literal(delim[:i]) + " " if i else "") + f"[^{cls}]")
-    return conv.add_rule(name, "( " + " | ".join(alts) + " )*")
-
-
 def harmony_grammar(conv: SchemaConverter, tools: list[dict[str, Any]], required: bool,
                     rule: Callable[[dict[str, Any], str], str]) -> str:
     """The grammar body of calls to ``tools`` (``rule`` turns a parameters schema into a rule): the
     whole reply with ``required``, else the call alone (the lazy grammar starts at its trigger)."""
-    body_text = _until(conv, "harmony-body", END)
+    body_text = until_rule(conv, "harmony-body", [END])
     conv.add_rule("harmony-constrain", '( space "<|constrain|>"? [A-Za-z0-9_-]+ )?')
     conv.add_rule("harmony-channel", '"<|channel|>" ( "commentary" | "analysis" )')
     alts = []
@@ -202,7 +193,7 @@ def harmony_grammar(conv: SchemaConverter, tools: list[dict[str, Any]], required
 def response_format_grammar(conv: SchemaConverter, json_rule: str) -> str:
     """A json_schema reply: any reasoning messages, then the final channel holding the JSON (chat.cpp's
     response-format rule, which wins over tools for this format)."""
-    body_text = _until(conv, "harmony-body", END)
+    body_text = until_rule(conv, "harmony-body", [END])
     conv.add_rule("harmony-constrain", '( space "<|constrain|>"? [A-Za-z0-9_-]+ )?')
     conv.add_rule("harmony-stray", '( "<|channel|>commentary" " to=assistant"? )?')
     conv.add_rule("harmony-analysis", f'harmony-stray "<|channel|>analysis<|message|>" {body_text} "<|end|>"')

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .grammar.json_schema import SchemaConverter, format_literal
-from .tool_json import Incomplete, Malformed, ParseState, PartialCall, holdback, skip_ws
+from .tool_json import Incomplete, Malformed, ParseState, PartialCall, holdback, skip_ws, until_rule
 
 CALL_START, CALL_END = "<tool_call>", "</tool_call>"
 FUNCTION, FUNCTION_END = "<function=", "</function>"
@@ -235,36 +235,13 @@ def _tail(res: ParseState, text: str, pos: int) -> None:
         res.content = (res.content.rstrip() + "\n" + tail) if res.content.strip() else tail
 
 
-def _until(conv: SchemaConverter, name: str, delims: list[str]) -> str:
-    """A rule for any text containing none of ``delims`` (a trie of them, as gbnf_excluding_grammar)."""
-    trie: dict[str, Any] = {}
-    for d in delims:
-        node = trie
-        for ch in d:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-
-    def esc(ch: str) -> str:
-        return "\\" + ch if ch in "]\\^-" else ("\\n" if ch == "\n" else ch)
-
-    def visit(node: dict[str, Any]) -> str:
-        chars = "".join(esc(c) for c in node if c)
-        alts = [f"[^{chars}]"]
-        for ch, child in node.items():
-            if ch and "" not in child:
-                alts.append(f"{format_literal(ch)} ({visit(child)})")
-        return " | ".join(alts)
-
-    return conv.add_rule(name, f"( {visit(trie)} )*")
-
-
 def qwen3_xml_grammar(conv: SchemaConverter, tools: list[dict[str, Any]], required: bool, parallel: bool,
                       bare_first: bool, rule: Callable[[dict[str, Any], str], str]) -> str:
     """The calls' grammar (chat.cpp's): required parameters in any order, then any optional ones; a
     string parameter is any text up to ``\\n</parameter>\\n``, another is its schema's JSON. With
     ``required`` the reply may write content first (chat.cpp's grammar allows it), then the calls;
     otherwise the lazy grammar starts at a call's trigger."""
-    string_value = _until(conv, "xml-arg-string", ["\n" + PARAMETER_END + "\n"])
+    string_value = until_rule(conv, "xml-arg-string", ["\n" + PARAMETER_END + "\n"])
     alts = []
     for t in tools:
         fn = t["function"]
@@ -298,5 +275,5 @@ def qwen3_xml_grammar(conv: SchemaConverter, tools: list[dict[str, Any]], requir
     if not required:
         return calls
     starts = [CALL_START] + ([FUNCTION] if bare_first else [])
-    content = _until(conv, "xml-content", starts)
+    content = until_rule(conv, "xml-content", starts)
     return f"{content} {calls}"

@@ -22,6 +22,8 @@ Formats (:class:`ToolFormat`):
 * ``mistral`` (Mistral Nemo, Small): ``[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]``.
 * ``qwen3-coder`` (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano; llm/qwen3_xml.py): ``<tool_call>\n<function=NAME>\n
   <parameter=P>\nVALUE\n</parameter>\n</function>\n</tool_call>``, values typed by the parameters' schemas.
+* ``lfm2`` (LFM2, LFM2.5; llm/lfm2_calls.py): ``<|tool_call_start|>[name(key="value", n=1)]<|tool_call_end|>``,
+  Python literals as values.
 * ``gpt-oss`` (GPT-OSS's harmony, llm/harmony.py): ``<|channel|>analysis<|message|>...<|end|>`` reasoning,
   ``<|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}`` calls,
   ``<|channel|>final<|message|>...`` content; parsed in every reply, tools or not.
@@ -54,7 +56,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from . import harmony, qwen3_xml
+from . import harmony, lfm2_calls, qwen3_xml
 from .grammar.json_schema import SchemaConverter, format_literal, schema_document
 from .grammar.parser import GrammarError
 from .grammar.sampler import GrammarTrigger
@@ -86,6 +88,8 @@ class ToolFormat(StrEnum):
     GPT_OSS = "gpt-oss"
     #: Qwen3-Coder's XML calls (llm/qwen3_xml.py), also Qwen3.5's and Nemotron 3 Nano's
     QWEN3_XML = "qwen3-coder"
+    #: LFM2's Python-style calls (llm/lfm2_calls.py)
+    LFM2 = "lfm2"
     #: a json_schema/response_format reply: the JSON, bare or in a ```json block (content: the JSON alone)
     JSON = "json"
 
@@ -260,6 +264,8 @@ def detect_format(template: Any) -> ToolFormat:
     src = template.source or ""
     if harmony.is_harmony_template(src):
         return ToolFormat.GPT_OSS
+    if lfm2_calls.is_lfm2_template(src):
+        return ToolFormat.LFM2
     caps = template_caps(template)
     if caps.supports_tools or caps.supports_tool_calls:
         if qwen3_xml.is_qwen3_xml_template(src):  # before Hermes: it writes <tool_call> too
@@ -361,6 +367,8 @@ def apply_chat_template(template: Any, messages: list[dict[str, Any]], *, tools:
     if parallel_tool_calls is None:
         parallel_tool_calls = fmt not in (ToolFormat.GENERIC, ToolFormat.CONTENT_ONLY)
     msgs = _normalize_messages(messages)
+    if native == ToolFormat.LFM2:
+        msgs = _lfm2_messages(msgs, caps)
     if fmt == ToolFormat.GENERIC or not caps.supports_tool_calls or not caps.supports_tool_responses:
         msgs = _generic_messages(msgs, tools, caps, parallel_tool_calls, with_tools=fmt == ToolFormat.GENERIC)
     ctx = dict(chat_template_kwargs or {})
@@ -375,8 +383,25 @@ def apply_chat_template(template: Any, messages: list[dict[str, Any]], *, tools:
         params.tool_names = [t["function"]["name"] for t in allowed]
         params.tools = allowed
         params.bare_first_call = fmt == ToolFormat.QWEN3_XML and not caps.supports_thinking
+        if fmt == ToolFormat.LFM2:
+            params.preserved_tokens = lfm2_calls.preserved_tokens(template.source or "")
         build_tool_grammar(params, allowed, required=choice == "required", may_think=caps.supports_thinking)
     return params
+
+
+def _lfm2_messages(messages: list[dict[str, Any]], caps: TemplateCaps) -> list[dict[str, Any]]:
+    """LFM2's templates read an assistant turn's reasoning from ``thinking``; those that do not show
+    calls get them written into the content in the model's own format."""
+    out = []
+    for m in messages:
+        if m.get("role") == "assistant":
+            m = dict(m)
+            if isinstance(m.get("reasoning_content"), str):
+                m["thinking"] = m["reasoning_content"]
+            if m.get("tool_calls") and not caps.supports_tool_calls:
+                m["content"] = (m.get("content") or "") + lfm2_calls.render_calls(m.pop("tool_calls"))
+        out.append(m)
+    return out
 
 
 def _apply_harmony(template: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
@@ -481,6 +506,10 @@ def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required
                                         for t in tools]
         params.preserved_tokens = [HERMES_START, HERMES_END] + ([] if params.bare_first_call else
                                                                 [THINK_START, THINK_END])
+    elif fmt == ToolFormat.LFM2:
+        body = lfm2_calls.lfm2_grammar(conv, tools, required, parallel)
+        params.grammar_lazy = not required
+        params.grammar_triggers = [GrammarTrigger("word", lfm2_calls.CALL_START)]
     elif fmt == ToolFormat.GPT_OSS:
         body = harmony.harmony_grammar(conv, tools, required, rule)
         params.grammar_lazy = not required
@@ -580,6 +609,8 @@ def _parse(text: str, params: ChatParams, partial: bool) -> ParseState:
                       params.tool_names)
     elif fmt == ToolFormat.LLAMA3:
         _parse_llama3(rest, partial, res)
+    elif fmt == ToolFormat.LFM2:
+        lfm2_calls.parse_lfm2(rest, partial, res, params.tool_names)
     elif fmt == ToolFormat.QWEN3_XML:
         qwen3_xml.parse_qwen3_xml(rest, partial, res, params.tools, params.bare_first_call)
     return res

@@ -1,6 +1,7 @@
 """The pieces the tool-call parsers share: reading JSON values out of a reply that may still be
-arriving (a value cut short is "incomplete", not wrong), a call object read as far as it goes, and the
-state a parser fills (reasoning, content, calls).
+arriving (a value cut short is "incomplete", not wrong), a call object read as far as it goes, the
+state a parser fills (reasoning, content, calls), and the grammar rule for "any text without these
+markers" that the formats' grammars use.
 
 The scanners raise :class:`Incomplete` when the text ends inside a construct (only an error for a
 whole reply) and :class:`Malformed` when the text cannot be what the format expects there (from that
@@ -12,6 +13,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
+
+from .grammar.json_schema import SchemaConverter, format_literal
 
 
 class Incomplete(Exception):
@@ -204,3 +208,26 @@ def expect(text: str, pos: int, what: str) -> None:
     if what.startswith(piece):
         raise Incomplete
     raise Malformed
+
+
+def until_rule(conv: SchemaConverter, name: str, delims: list[str]) -> str:
+    """A rule for any text containing none of ``delims``, built on their trie (the shape of llama.cpp's
+    gbnf_excluding_grammar); returns the rule's name."""
+    trie: dict[str, Any] = {}
+    for d in delims:
+        node = trie
+        for ch in d:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def esc(ch: str) -> str:
+        return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(ch, "\\" + ch if ch in "]\\^-" else ch)
+
+    def visit(node: dict[str, Any]) -> str:
+        alts = [f"[^{''.join(esc(c) for c in node if c)}]"]
+        for ch, child in node.items():
+            if ch and "" not in child:
+                alts.append(f"{format_literal(ch)} ( {visit(child)} )")
+        return " | ".join(alts)
+
+    return conv.add_rule(name, f"( {visit(trie)} )*")
