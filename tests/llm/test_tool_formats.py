@@ -387,3 +387,128 @@ def test_lfm2_grammars() -> None:
     assert _accepts(required.grammar, f'Checking.{LFM2_START}[get_time(city="Paris")]{LFM2_END}')
     assert not _accepts(required.grammar, "Checking.")
     assert not _accepts(required.grammar, f'{LFM2_START}[get_time(city="a"), get_time(city="b")]{LFM2_END}')
+
+
+# ---------------------------------------------------------------------------------------------- tagged formats
+
+DS_CALL = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>special_function\n```json\n"
+           '{"arg1": 1}```<｜tool▁call▁end｜><｜tool▁calls▁end｜>')
+
+TAGGED_CASES = [  # (template, reply, tools, extra kwargs, content, reasoning, calls): test-chat.cpp's cases
+    ("meetkai-functionary-medium-v3.1.jinja", HELLO, [], {}, HELLO, "", []),
+    ("meetkai-functionary-medium-v3.1.jinja", '<function=special_function>{"arg1": 1}</function>', [SPECIAL], {},
+     "", "", CALL),
+    ("meetkai-functionary-medium-v3.2.jinja", "all\n" + HELLO, [], {}, HELLO, "", []),
+    ("meetkai-functionary-medium-v3.2.jinja", "all\n" + HELLO, [SPECIAL], {}, HELLO, "", []),
+    ("meetkai-functionary-medium-v3.2.jinja", 'special_function\n{"arg1": 1}', [SPECIAL], {}, "", "", CALL),
+    ("fireworks-ai-llama-3-firefunction-v2.jinja", HELLO, [SPECIAL], {}, HELLO, "", []),
+    ("fireworks-ai-llama-3-firefunction-v2.jinja", ' functools[{"name": "special_function", "arguments": {"arg1": 1}}]',
+     [SPECIAL], {}, "", "", CALL),
+    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "I'm\nthinking</think>" + HELLO, [], {"enable_thinking": True},
+     HELLO, THINKING, []),
+    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "</think>" + HELLO, [], {"enable_thinking": True}, HELLO, "",
+     []),
+    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", DS_CALL, [SPECIAL], {"enable_thinking": False}, "", "", CALL),
+    ("llama-cpp-deepseek-r1.jinja", "</think>" + DS_CALL, [SPECIAL], {"parallel_tool_calls": True}, "", "", CALL),
+    ("llama-cpp-deepseek-r1.jinja", "I'm\nthinking</think>" + HELLO, [], {}, HELLO, THINKING, []),
+    ("ibm-granite-granite-3.3-2B-Instruct.jinja", "<think>I'm\nthinking</think>" + HELLO, [],
+     {"reasoning_format": "deepseek"}, HELLO, THINKING, []),
+    ("ibm-granite-granite-3.3-2B-Instruct.jinja",
+     '<|tool_call|>[{"name": "special_function", "arguments": {"arg1": 1}}]', [SPECIAL], {}, "", "", CALL),
+    ("mistralai-Mistral-Nemo-Instruct-2407.jinja",
+     '[TOOL_CALLS][{"name": "special_function", "arguments": {"arg1": 1}, "id": "123456789"}]', [SPECIAL], {}, "", "",
+     CALL),
+    ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "[THINK]I'm\nthinking[/THINK]" + HELLO, [],
+     {"reasoning_format": "none"}, "[THINK]I'm\nthinking[/THINK]" + HELLO, "", []),
+    ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "[THINK]I'm\nthinking[/THINK]" + HELLO, [], {}, HELLO,
+     THINKING, []),
+    ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", '[TOOL_CALLS]special_function[ARGS]{"arg1":1}', [SPECIAL], {},
+     "", "", [("special_function", '{"arg1":1}')]),
+    ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "[THINK]I'm\nthinking[/THINK]"
+     '[TOOL_CALLS]special_function[ARGS]{"arg1":1}', [SPECIAL], {}, "", THINKING, [("special_function", '{"arg1":1}')]),
+    ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", '[TOOL_CALLS]special_function[ARGS]{"arg1": 1}'
+     '[TOOL_CALLS]special_function_with_opt[ARGS]{"arg1": 1, "arg2": 2}', [SPECIAL, WITH_OPT],
+     {"parallel_tool_calls": True}, "", "", [*CALL, ("special_function_with_opt", '{"arg1": 1, "arg2": 2}')]),
+    ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", '[THINK]Let me think about [TOOL_CALLS]special_function[ARGS]'
+     '{"arg1":1} and more[/THINK][TOOL_CALLS]special_function[ARGS]{"arg1": 1}', [SPECIAL], {}, "",
+     'Let me think about [TOOL_CALLS]special_function[ARGS]{"arg1":1} and more', CALL),
+    ("Mistral-Small-3.2-24B-Instruct-2506.jinja", '[TOOL_CALLS]special_function[CALL_ID]000000001[ARGS]{"arg1": 1}'
+     '[TOOL_CALLS]special_function_with_opt[CALL_ID]000000002[ARGS]{"arg1": 1, "arg2": 2}', [SPECIAL, WITH_OPT],
+     {"parallel_tool_calls": True}, "", "", [*CALL, ("special_function_with_opt", '{"arg1": 1, "arg2": 2}')]),
+    ("unsloth-mistral-Devstral-Small-2507.jinja", '[TOOL_CALLS]special_function[ARGS]{"arg1": 1}', [SPECIAL], {},
+     "", "", CALL),
+    ("unsloth-mistral-Devstral-Small-2507.jinja", HELLO + '[TOOL_CALLS]special_function[ARGS]{"arg1": 1}', [SPECIAL],
+     {}, HELLO, "", CALL),
+]
+
+
+@pytest.mark.parametrize("template, text, tools, extra, content, reasoning, calls", TAGGED_CASES)
+def test_tagged_formats_replies(template: str, text: str, tools: list, extra: dict[str, Any], content: str,
+                                reasoning: str, calls: list[tuple[str, str]]) -> None:
+    params = apply_chat_template(_template(template), USER, tools=tools, **extra)
+    _check(params, text, content, reasoning, calls)
+
+
+def test_mistral_call_ids_are_the_models() -> None:
+    params = apply_chat_template(_template("Mistral-Small-3.2-24B-Instruct-2506.jinja"), USER, tools=[SPECIAL])
+    reply = parse_reply('[TOOL_CALLS]special_function[CALL_ID]123456789[ARGS]{"arg1": 1}', params)
+    assert [(c.name, c.id) for c in reply.tool_calls] == [("special_function", "123456789")]
+    assert _accepts(params.grammar, '[TOOL_CALLS]special_function[CALL_ID]a1b2c3d4e[ARGS]{"arg1": 1}')
+
+
+@pytest.mark.parametrize("template, fmt, call", [
+    ("meetkai-functionary-medium-v3.1.jinja", ToolFormat.FUNCTIONARY_V31, '<function=get_weather>{"city": "Paris"}'
+                                                                          "</function>"),
+    ("meetkai-functionary-medium-v3.2.jinja", ToolFormat.FUNCTIONARY_V32, '>>>get_weather\n{"city": "Paris"}'),
+    ("fireworks-ai-llama-3-firefunction-v2.jinja", ToolFormat.FIREFUNCTION, ""),
+    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", ToolFormat.DEEPSEEK_R1,
+     "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"),
+    ("ibm-granite-granite-3.3-2B-Instruct.jinja", ToolFormat.GRANITE, '<|tool_call|>[{"name": "get_weather", '
+                                                                      '"arguments": {"city": "Paris"}}]'),
+    ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", ToolFormat.MISTRAL_ARGS,
+     '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'),
+    ("unsloth-mistral-Devstral-Small-2507.jinja", ToolFormat.MISTRAL_ARGS, '[TOOL_CALLS]get_weather[ARGS]{"city": '
+                                                                           '"Paris"}'),
+])
+def test_tagged_templates_render_tools_and_calls(template: str, fmt: ToolFormat, call: str) -> None:
+    weather = _tool("get_weather", {"city": STR}, ["city"])
+    round_trip = [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": None,
+                                                                     "tool_calls": [{
+        "id": "call12345", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call12345", "name": "get_weather", "content": "rain, 12 C"}]
+    p = apply_chat_template(_template(template), round_trip, tools=[weather])
+    assert p.format == fmt and p.prompt.count("get_weather") >= 2  # the tool, and the call
+    assert call in p.prompt and "rain, 12 C" in p.prompt
+    assert _accepts(p.grammar, {
+        ToolFormat.FUNCTIONARY_V31: '<function=get_weather>{"city": "Rome"}</function>',
+        ToolFormat.FUNCTIONARY_V32: '>>>get_weather\n{"city": "Rome"}',
+        ToolFormat.FIREFUNCTION: ' functools[{"name": "get_weather", "arguments": {"city": "Rome"}}]',
+        ToolFormat.DEEPSEEK_R1: "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather"
+                                '\n```json\n{"city": "Rome"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        ToolFormat.GRANITE: '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Rome"}}]',
+        ToolFormat.MISTRAL_ARGS: '[TOOL_CALLS]get_weather[ARGS]{"city": "Rome"}',
+    }[fmt])
+    assert p.grammar_lazy and p.grammar_triggers
+
+
+def test_tagged_grammars_reject_bad_calls() -> None:
+    v31 = apply_chat_template(_template("meetkai-functionary-medium-v3.1.jinja"), USER, tools=[SPECIAL],
+                              tool_choice="required", parallel_tool_calls=False)
+    assert not v31.grammar_lazy and _accepts(v31.grammar, '<function=special_function>{"arg1": 2}</function>')
+    assert not _accepts(v31.grammar, '<function=special_function>{"arg1": "2"}</function>')
+    assert not _accepts(v31.grammar, "Just words.")
+    v32 = apply_chat_template(_template("meetkai-functionary-medium-v3.2.jinja"), USER, tools=[SPECIAL],
+                              tool_choice="required")
+    assert _accepts(v32.grammar, 'special_function\n{"arg1": 2}>>>special_function\n{"arg1": 3}')
+    assert not _accepts(v32.grammar, "all\nJust words.")
+    lazy32 = apply_chat_template(_template("meetkai-functionary-medium-v3.2.jinja"), USER, tools=[SPECIAL])
+    assert re.search(lazy32.grammar_triggers[0].value, "all\nLet me see.>>>special") is not None
+    assert re.search(lazy32.grammar_triggers[0].value, "all\nok") is None
+    ds = apply_chat_template(_template("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"), USER, tools=[SPECIAL],
+                             tool_choice="required", enable_thinking=True)
+    assert ds.thinking_forced_open and _accepts(ds.grammar, "hm</think>" + DS_CALL)
+    assert not _accepts(ds.grammar, "hm</think>" + DS_CALL.replace('{"arg1": 1}', '{"arg2": 1}'))
+    mi = apply_chat_template(_template("mistralai-Ministral-3-14B-Reasoning-2512.jinja"), USER, tools=[SPECIAL],
+                             tool_choice="required")
+    assert _accepts(mi.grammar, '[THINK]hm[/THINK][TOOL_CALLS]special_function[ARGS]{"arg1": 1}')
+    assert not _accepts(mi.grammar, '[TOOL_CALLS]other[ARGS]{"arg1": 1}')

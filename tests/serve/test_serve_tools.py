@@ -164,9 +164,11 @@ def test_hermes_template_tools_and_reasoning(tiny_chat_path, tmp_path) -> None:
     with live_server(["-m", str(tiny_chat_path), "-c", "2048", "-np", "1", "-t", "2", "-q",
                       "--chat-template", HERMES_THINKING], tmp_path / "serve.log") as url:
         client = _client(url)
-        # one call, then the grammar allows only the end (with parallel calls a random model goes on calling)
+        # one call, then the grammar allows only the end (with parallel calls a random model goes on calling);
+        # thinking off: llama-server's default (on) would let a random model reason until max_tokens
         kw: dict[str, Any] = {"model": "tiny", "messages": ASK, "tools": TOOLS, "tool_choice": "required",
-                              "max_tokens": 400, "temperature": 0, "parallel_tool_calls": False}
+                              "max_tokens": 400, "temperature": 0, "parallel_tool_calls": False,
+                              "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
         r = client.chat.completions.create(**kw)
         assert r.choices[0].finish_reason == "tool_calls" and r.choices[0].message.content is None
         whole = _check_calls(r.choices[0].message)
@@ -186,6 +188,10 @@ def test_hermes_template_tools_and_reasoning(tiny_chat_path, tmp_path) -> None:
         streamed = _accumulate(client.chat.completions.create(model="tiny", messages=ASK, max_tokens=60,
                                                               temperature=0, extra_body=body, stream=True))
         assert streamed[:2] == (msg.content, reasoning)
+        # without the kwarg thinking is on, as llama-server's default for a template that can switch it
+        r = client.chat.completions.create(model="tiny", messages=ASK, max_tokens=60, temperature=0,
+                                           extra_body={"grammar": grammar})
+        assert (r.choices[0].message.model_extra or {}).get("reasoning_content") == reasoning
         # reasoning_format "none" keeps it in the content; deepseek-legacy streams it in the content
         r = client.chat.completions.create(model="tiny", messages=ASK, max_tokens=60, temperature=0,
                                            extra_body={**body, "reasoning_format": "none"})

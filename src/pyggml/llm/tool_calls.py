@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime
 import json
 import re
 import secrets
@@ -56,7 +57,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from . import harmony, lfm2_calls, qwen3_xml
+from . import harmony, lfm2_calls, qwen3_xml, tagged_calls
 from .grammar.json_schema import SchemaConverter, format_literal, schema_document
 from .grammar.parser import GrammarError
 from .grammar.sampler import GrammarTrigger
@@ -71,6 +72,7 @@ from .tool_json import (
     partial_string,
     skip_ws,
     string_end,
+    until_rule,
 )
 
 
@@ -90,6 +92,14 @@ class ToolFormat(StrEnum):
     QWEN3_XML = "qwen3-coder"
     #: LFM2's Python-style calls (llm/lfm2_calls.py)
     LFM2 = "lfm2"
+    #: the tagged formats of llm/tagged_calls.py
+    FUNCTIONARY_V31 = "functionary-v3.1"
+    FUNCTIONARY_V32 = "functionary-v3.2"
+    DEEPSEEK_R1 = "deepseek-r1"
+    MISTRAL_ARGS = "mistral-args"
+    #: a marker then a JSON list of calls, as Mistral Nemo's
+    FIREFUNCTION = "firefunction-v2"
+    GRANITE = "granite"
     #: a json_schema/response_format reply: the JSON, bare or in a ```json block (content: the JSON alone)
     JSON = "json"
 
@@ -97,8 +107,15 @@ class ToolFormat(StrEnum):
 #: llama-server's reasoning_format names ("auto" is "deepseek" here)
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 THINK_START, THINK_END = "<think>", "</think>"
+#: Ministral 3 / Magistral's reasoning markers
+MISTRAL_THINK = ("[THINK]", "[/THINK]")
 HERMES_START, HERMES_END = "<tool_call>", "</tool_call>"
 MISTRAL_START = "[TOOL_CALLS]"
+#: the marker before the JSON list of calls, per format (Nemo's, Firefunction v2's, Granite 3.x's)
+LIST_MARKERS = {"mistral": MISTRAL_START, "firefunction-v2": " functools", "granite": "<|tool_call|>"}
+#: the tagged formats' markers
+TAGGED = {"functionary-v3.1": tagged_calls.FUNCTIONARY_V31, "deepseek-r1": tagged_calls.DEEPSEEK_R1,
+          "mistral-args": tagged_calls.MISTRAL_ARGS}
 PYTHON_TAG = "<|python_tag|>"
 GENERIC_INSTRUCTION = ("Respond in JSON format, either with `tool_call` (a request to call tools) or with "
                        "`response` reply to the user's request")
@@ -141,6 +158,8 @@ class TemplateCaps:
     supports_tool_calls: bool = False
     supports_tool_responses: bool = False
     supports_thinking: bool = False
+    #: a call's arguments may be given as an object (else as the JSON text: Functionary v3.2)
+    supports_object_arguments: bool = True
 
 
 @dataclass
@@ -157,6 +176,8 @@ class ChatParams:
     reasoning_format: str = "deepseek"
     #: the prompt ends inside ``<think>``: the reply starts with reasoning (Qwen3, DeepSeek R1 templates)
     thinking_forced_open: bool = False
+    #: the markers around the reasoning (``[THINK]``/``[/THINK]`` for Ministral 3 and Magistral)
+    think_tags: tuple[str, str] = (THINK_START, THINK_END)
     #: the reply is parsed (tool calls asked for, or reasoning to split out); otherwise it is all content
     parse: bool = False
     parallel_tool_calls: bool = False
@@ -244,13 +265,23 @@ def template_caps(template: Any) -> TemplateCaps:
             return False
 
     user = {"role": "user", "content": "hi"}
+    call = _PROBE_CALL
+    object_args = renders("pyggml_probe_call", [user, call])
+    string_args = False
+    if not object_args:  # a template that concatenates the arguments' text?
+        text_call = copy.deepcopy(_PROBE_CALL)
+        fn = text_call["tool_calls"][0]["function"]
+        fn["arguments"] = json.dumps(fn["arguments"])
+        string_args = renders("pyggml_probe_call", [user, text_call])
+        call = text_call if string_args else call
     caps = TemplateCaps(
         supports_tools=renders("pyggml_probe_tool", [user], tools=[_PROBE_TOOL]),
-        supports_tool_calls=renders("pyggml_probe_call", [user, _PROBE_CALL]),
-        supports_tool_responses=renders("pyggml_probe_result", [user, _PROBE_CALL, {
+        supports_tool_calls=object_args or string_args,
+        supports_tool_responses=renders("pyggml_probe_result", [user, call, {
             "role": "tool", "tool_call_id": "call_pyggml_probe", "name": "pyggml_probe_call",
             "content": "pyggml_probe_result"}]),
-        supports_thinking=THINK_START in (template.source or "")
+        supports_object_arguments=not string_args,
+        supports_thinking=THINK_START in (template.source or "") or MISTRAL_THINK[0] in (template.source or "")
         or harmony.is_harmony_template(template.source or ""))
     with contextlib.suppress(AttributeError):
         template._pyggml_caps = caps
@@ -264,8 +295,17 @@ def detect_format(template: Any) -> ToolFormat:
     src = template.source or ""
     if harmony.is_harmony_template(src):
         return ToolFormat.GPT_OSS
+    if tagged_calls.is_functionary_v32(src):
+        return ToolFormat.FUNCTIONARY_V32
     if lfm2_calls.is_lfm2_template(src):
         return ToolFormat.LFM2
+    tagged = tagged_calls.detect(src)
+    if tagged is not None:
+        return ToolFormat(next(k for k, v in TAGGED.items() if v is tagged))
+    if " functools[" in src:
+        return ToolFormat.FIREFUNCTION
+    if LIST_MARKERS["granite"] in src:
+        return ToolFormat.GRANITE
     caps = template_caps(template)
     if caps.supports_tools or caps.supports_tool_calls:
         if qwen3_xml.is_qwen3_xml_template(src):  # before Hermes: it writes <tool_call> too
@@ -279,7 +319,7 @@ def detect_format(template: Any) -> ToolFormat:
     return ToolFormat.GENERIC
 
 
-def _normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _normalize_messages(messages: list[dict[str, Any]], object_arguments: bool = True) -> list[dict[str, Any]]:
     """llama.cpp's workarounds before rendering: null content becomes "" (templates concatenate it) and
     a call's JSON-string arguments become an object (templates write them with ``tojson``)."""
     out = []
@@ -293,9 +333,11 @@ def _normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for c in calls:
                 c = copy.deepcopy(c)
                 fn = c.get("function", {})
-                if isinstance(fn.get("arguments"), str):
+                if isinstance(fn.get("arguments"), str) and object_arguments:
                     with contextlib.suppress(json.JSONDecodeError):  # not JSON: the template gets the text
                         fn["arguments"] = json.loads(fn["arguments"])
+                elif not isinstance(fn.get("arguments"), str) and not object_arguments:
+                    fn["arguments"] = json.dumps(fn.get("arguments", {}), ensure_ascii=False)
                 fixed.append(c)
             m["tool_calls"] = fixed
         out.append(m)
@@ -344,13 +386,17 @@ def _generic_messages(messages: list[dict[str, Any]], tools: list[dict[str, Any]
 def apply_chat_template(template: Any, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
                         tool_choice: Any = "auto", parallel_tool_calls: bool | None = None,
                         reasoning_format: str | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                        add_generation_prompt: bool = True) -> ChatParams:
+                        add_generation_prompt: bool = True, enable_thinking: bool | None = None) -> ChatParams:
     """Render a chat for generation (common_chat_templates_apply): see the module docstring.
 
     ``messages`` are OpenAI's (assistant ``tool_calls``, ``tool`` messages with ``tool_call_id``);
     ``reasoning_format`` is llama-server's ("none" leaves ``<think>`` in the content; None: "deepseek"
     when the template thinks, else "none"); ``parallel_tool_calls`` defaults to what the template can
-    render. Raises :class:`ToolCallError` for bad tools/tool_choice."""
+    render; ``enable_thinking``: the template variable's value unless the kwargs set it (llama-server
+    sets it, true unless reasoning is off: None leaves it undefined). Raises :class:`ToolCallError` for
+    bad tools/tool_choice."""
+    if enable_thinking is not None and "enable_thinking" not in (chat_template_kwargs or {}):
+        chat_template_kwargs = {**(chat_template_kwargs or {}), "enable_thinking": enable_thinking}
     tools = check_tools(tools)
     choice, allowed = check_tool_choice(tool_choice, tools)
     caps = template_caps(template)
@@ -363,22 +409,31 @@ def apply_chat_template(template: Any, messages: list[dict[str, Any]], *, tools:
     if native == ToolFormat.GPT_OSS:  # channels to parse in every reply, tools or not
         return _apply_harmony(template, messages, tools, allowed, choice, use_tools, reasoning_format,
                               chat_template_kwargs, add_generation_prompt)
-    fmt = native if use_tools else ToolFormat.CONTENT_ONLY
+    # Functionary v3.2's replies always name their recipient first: parsed with tools or not
+    fmt = native if use_tools or native == ToolFormat.FUNCTIONARY_V32 else ToolFormat.CONTENT_ONLY
     if parallel_tool_calls is None:
         parallel_tool_calls = fmt not in (ToolFormat.GENERIC, ToolFormat.CONTENT_ONLY)
-    msgs = _normalize_messages(messages)
-    if native == ToolFormat.LFM2:
-        msgs = _lfm2_messages(msgs, caps)
+    msgs = _normalize_messages(messages, caps.supports_object_arguments)
+    if native in (ToolFormat.LFM2, ToolFormat.GRANITE):
+        msgs = _native_call_messages(msgs, caps, native)
+    if native == ToolFormat.MISTRAL_ARGS and "[CALL_ID]" not in (template.source or ""):
+        msgs = _ministral_messages(msgs)
     if fmt == ToolFormat.GENERIC or not caps.supports_tool_calls or not caps.supports_tool_responses:
         msgs = _generic_messages(msgs, tools, caps, parallel_tool_calls, with_tools=fmt == ToolFormat.GENERIC)
-    ctx = dict(chat_template_kwargs or {})
+    if use_tools and not caps.supports_tools and fmt not in (ToolFormat.GENERIC, ToolFormat.FIREFUNCTION):
+        msgs = _describe_tools(msgs, tools)  # (DeepSeek R1's template writes calls but not the tools)
+    ctx = {**_extra_context(), **(chat_template_kwargs or {})}
     if tools and fmt != ToolFormat.GENERIC:
         ctx["tools"] = tools  # the template shows the tools (even with tool_choice "none", as llama-server)
+    if native == ToolFormat.FIREFUNCTION:  # its template reads the tools as JSON text in "functions"
+        ctx.setdefault("functions", json.dumps(tools, indent=2, ensure_ascii=False) if tools else "")
     prompt = template.render(msgs, add_generation_prompt=add_generation_prompt, **ctx)
-    forced_open = reasoning_format != "none" and prompt.rstrip().endswith(THINK_START)
+    tags = MISTRAL_THINK if MISTRAL_THINK[0] in (template.source or "") else (THINK_START, THINK_END)
+    forced_open = reasoning_format != "none" and prompt.rstrip().endswith(tags[0])
     params = ChatParams(prompt=prompt, format=fmt, reasoning_format=reasoning_format,
                         thinking_forced_open=forced_open, parallel_tool_calls=parallel_tool_calls,
-                        parse=use_tools or reasoning_format != "none")
+                        parse=use_tools or reasoning_format != "none" or fmt == ToolFormat.FUNCTIONARY_V32,
+                        think_tags=tags)
     if use_tools:
         params.tool_names = [t["function"]["name"] for t in allowed]
         params.tools = allowed
@@ -386,20 +441,60 @@ def apply_chat_template(template: Any, messages: list[dict[str, Any]], *, tools:
         if fmt == ToolFormat.LFM2:
             params.preserved_tokens = lfm2_calls.preserved_tokens(template.source or "")
         build_tool_grammar(params, allowed, required=choice == "required", may_think=caps.supports_thinking)
+    if params.parse and tags == MISTRAL_THINK:  # control tokens: sent as text so that the reasoning parses
+        params.preserved_tokens += [t for t in tags if t not in params.preserved_tokens]
     return params
 
 
-def _lfm2_messages(messages: list[dict[str, Any]], caps: TemplateCaps) -> list[dict[str, Any]]:
-    """LFM2's templates read an assistant turn's reasoning from ``thinking``; those that do not show
-    calls get them written into the content in the model's own format."""
+def _describe_tools(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tools in the system turn, for a template that cannot show them (minja's polyfill)."""
+    text = "You can call any of the following tools to satisfy the user's requests: " + json.dumps(
+        tools, ensure_ascii=False, indent=2)
+    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
+        return [{**messages[0], "content": messages[0]["content"] + "\n\n" + text}, *messages[1:]]
+    return [{"role": "system", "content": text}, *messages]
+
+
+def _extra_context() -> dict[str, str]:
+    """The date variables llama.cpp gives every template (common_chat_extra_context)."""
+    now = datetime.datetime.now()
+    return {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y")}
+
+
+def _ministral_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ministral 3 / Magistral's templates read system and assistant turns as content blocks, the
+    reasoning as a "thinking" block (chat.cpp's ministral_3 handler)."""
+    out = []
+    for m in messages:
+        if m.get("role") in ("system", "assistant"):
+            blocks: list[dict[str, Any]] = []
+            if isinstance(m.get("reasoning_content"), str):
+                blocks.append({"type": "thinking", "thinking": m["reasoning_content"]})
+            if isinstance(m.get("content"), str):
+                blocks.append({"type": "text", "text": m["content"]})
+            m = {k: v for k, v in m.items() if k != "reasoning_content"} | {"content": blocks}
+        out.append(m)
+    return out
+
+
+def _native_call_messages(messages: list[dict[str, Any]], caps: TemplateCaps, fmt: ToolFormat) -> list[dict[str, Any]]:
+    """Templates that do not show an assistant turn's calls (LFM2's first, Granite 3.x) get them written
+    into the content in the model's own format; LFM2's read the reasoning from ``thinking``."""
     out = []
     for m in messages:
         if m.get("role") == "assistant":
             m = dict(m)
-            if isinstance(m.get("reasoning_content"), str):
+            if fmt == ToolFormat.LFM2 and isinstance(m.get("reasoning_content"), str):
                 m["thinking"] = m["reasoning_content"]
             if m.get("tool_calls") and not caps.supports_tool_calls:
-                m["content"] = (m.get("content") or "") + lfm2_calls.render_calls(m.pop("tool_calls"))
+                calls = m.pop("tool_calls")
+                if fmt == ToolFormat.LFM2:
+                    text = lfm2_calls.render_calls(calls)
+                else:
+                    text = LIST_MARKERS[fmt.value] + json.dumps(
+                        [{"name": c["function"]["name"], "arguments": c["function"].get("arguments", {})}
+                         for c in calls], ensure_ascii=False)
+                m["content"] = (m.get("content") or "") + text
         out.append(m)
     return out
 
@@ -438,11 +533,6 @@ def _call_schema(tool: dict[str, Any], args_key: str, typed: bool = False) -> di
 
 def _any_of(schemas: list[dict[str, Any]]) -> dict[str, Any]:
     return schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-
-
-#: any text up to "</think>" (the reasoning a grammar must let through before the calls)
-THINK_BODY = ('( [^<] | "<" [^/] | "</" [^t] | "</t" [^h] | "</th" [^i] | "</thi" [^n] | "</thin" [^k] '
-              '| "</think" [^>] )*')
 
 
 def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required: bool,
@@ -505,7 +595,7 @@ def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required
             params.grammar_triggers += [GrammarTrigger("word", f"{qwen3_xml.FUNCTION}{t['function']['name']}>")
                                         for t in tools]
         params.preserved_tokens = [HERMES_START, HERMES_END] + ([] if params.bare_first_call else
-                                                                [THINK_START, THINK_END])
+                                                                list(params.think_tags))
     elif fmt == ToolFormat.LFM2:
         body = lfm2_calls.lfm2_grammar(conv, tools, required, parallel)
         params.grammar_lazy = not required
@@ -514,22 +604,34 @@ def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required
         body = harmony.harmony_grammar(conv, tools, required, rule)
         params.grammar_lazy = not required
         params.grammar_triggers = list(harmony.TRIGGERS)
-    elif fmt == ToolFormat.MISTRAL:
+    elif fmt.value in LIST_MARKERS:
+        marker = LIST_MARKERS[fmt.value]
         call = rule(_any_of([_call_schema(t, "arguments") for t in tools]), "tool-call")
         items = f"{call} (\",\" space {call})*" if parallel else call
-        body = f'{format_literal(MISTRAL_START)} "[" space {items} "]"'
+        body = f'{format_literal(marker)} "[" space {items} "]"'
         params.grammar_lazy = not required
-        params.grammar_triggers = [GrammarTrigger("word", MISTRAL_START)]
-        params.preserved_tokens = [MISTRAL_START]
+        params.grammar_triggers = [GrammarTrigger("word", marker + ("[" if fmt == ToolFormat.FIREFUNCTION else ""))]
+        params.preserved_tokens = [] if fmt == ToolFormat.FIREFUNCTION else [marker]
+    elif fmt.value in TAGGED:
+        tagged = TAGGED[fmt.value]
+        body = tagged_calls.tagged_grammar(conv, tools, tagged, parallel, rule)
+        params.grammar_lazy = not required
+        params.grammar_triggers = [GrammarTrigger("word", tagged.trigger)]
+        params.preserved_tokens = list(tagged.preserved)
+    elif fmt == ToolFormat.FUNCTIONARY_V32:
+        body = tagged_calls.functionary_v32_grammar(conv, tools, required, parallel, rule)
+        params.grammar_lazy = not required
+        params.grammar_triggers = [GrammarTrigger("pattern", ">>>(?!all)")]
+        params.preserved_tokens = [">>>all"]
     else:
         return
     if not params.grammar_lazy and params.reasoning_format != "none" and fmt != ToolFormat.GPT_OSS:
         if params.thinking_forced_open:
-            conv.add_rule("think-body", THINK_BODY)
-            body = f'think-body "</think>" space ({body})'
+            think, end = until_rule(conv, "think-body", [params.think_tags[1]]), format_literal(params.think_tags[1])
+            body = f'{think} {end} space ({body})'
         elif may_think:
-            conv.add_rule("think-body", THINK_BODY)
-            body = f'("<think>" think-body "</think>" space)? ({body})'
+            start, end = (format_literal(t) for t in params.think_tags)
+            body = f'({start} {until_rule(conv, "think-body", [params.think_tags[1]])} {end} space)? ({body})'
     conv.add_rule("root", body)
     conv.check_errors(warn=lambda _m: None)
     params.grammar = conv.format_grammar()
@@ -555,8 +657,8 @@ def build_response_format_grammar(params: ChatParams, schema: Any) -> None:
         return
     reply = f'space space ("```json" space {body} space "```" | space {body} space)'
     if params.thinking_forced_open and params.reasoning_format != "none":
-        conv.add_rule("think-body", THINK_BODY)  # the open <think> block ends first
-        reply = f'think-body "</think>" {reply}'
+        think = until_rule(conv, "think-body", [params.think_tags[1]])  # the open <think> block ends first
+        reply = f'{think} {format_literal(params.think_tags[1])} {reply}'
     conv.add_rule("root", reply)
     params.grammar = conv.format_grammar()
     params.grammar_lazy = False
@@ -570,23 +672,24 @@ def _split_reasoning(text: str, params: ChatParams, partial: bool, res: ParseSta
     """Take ``<think>...</think>`` off the start of the reply into ``res.reasoning``; returns the rest."""
     if params.reasoning_format == "none":
         return text
+    start_tag, end_tag = params.think_tags
     start = 0
     if not params.thinking_forced_open:
         lead = skip_ws(text, 0)
-        if not text.startswith(THINK_START, lead):
-            if partial and THINK_START.startswith(text[lead:]) and text[lead:]:
+        if not text.startswith(start_tag, lead):
+            if partial and start_tag.startswith(text[lead:]) and text[lead:]:
                 return ""  # may still become "<think>": wait
             return text
-        start = lead + len(THINK_START)
-    end = text.find(THINK_END, start)
+        start = lead + len(start_tag)
+    end = text.find(end_tag, start)
     if end < 0:
         body = text[start:]
         if partial:
-            body = body[:len(body) - holdback(body, THINK_END)]
+            body = body[:len(body) - holdback(body, end_tag)]
         res.reasoning = body.strip()  # while streaming, trailing blanks wait (they may end the reasoning)
         return ""
     res.reasoning = text[start:end].strip()
-    return text[end + len(THINK_END):].lstrip()
+    return text[end + len(end_tag):].lstrip()
 
 
 def _parse(text: str, params: ChatParams, partial: bool) -> ParseState:
@@ -604,9 +707,13 @@ def _parse(text: str, params: ChatParams, partial: bool) -> ParseState:
         _parse_json_reply(rest, partial, res)
     elif fmt == ToolFormat.GENERIC:
         _parse_generic(rest, partial, res)
-    elif fmt in (ToolFormat.HERMES, ToolFormat.MISTRAL):
-        _parse_marked(rest, partial, res, HERMES_START if fmt == ToolFormat.HERMES else MISTRAL_START, fmt,
-                      params.tool_names)
+    elif fmt == ToolFormat.HERMES or fmt.value in LIST_MARKERS:
+        _parse_marked(rest, partial, res, HERMES_START if fmt == ToolFormat.HERMES else LIST_MARKERS[fmt.value].strip(),
+                      fmt, params.tool_names)
+    elif fmt.value in TAGGED:
+        tagged_calls.parse_tagged(rest, partial, res, TAGGED[fmt.value], params.tool_names)
+    elif fmt == ToolFormat.FUNCTIONARY_V32:
+        tagged_calls.parse_functionary_v32(rest, partial, res, params.tool_names)
     elif fmt == ToolFormat.LLAMA3:
         _parse_llama3(rest, partial, res)
     elif fmt == ToolFormat.LFM2:
@@ -664,7 +771,8 @@ def _parse_bare_call(text: str, partial: bool, res: ParseState, names: list[str]
 
 def _parse_marked(text: str, partial: bool, res: ParseState, marker: str, fmt: ToolFormat,
                   names: list[str] = ()) -> None:  # type: ignore[assignment]
-    """Hermes (``<tool_call>{...}</tool_call>``...) and Mistral (``[TOOL_CALLS][{...}, ...]``)."""
+    """Hermes (``<tool_call>{...}</tool_call>``...) and the marker + JSON list formats (Mistral Nemo's
+    ``[TOOL_CALLS][{...}, ...]``, Firefunction v2's `` functools[...]``, Granite's ``<|tool_call|>[...]``)."""
     at = text.find(marker)
     if at < 0 and fmt == ToolFormat.HERMES and text.lstrip().startswith("{") and names:
         _parse_bare_call(text, partial, res, names)
@@ -687,7 +795,7 @@ def _parse_marked(text: str, partial: bool, res: ParseState, marker: str, fmt: T
                     break
                 expect(text, pos, HERMES_START)
         else:
-            pos = skip_ws(text, pos + len(MISTRAL_START))
+            pos = skip_ws(text, pos + len(marker))
             expect(text, pos, "[")
             pos = skip_ws(text, pos + 1)
             while True:

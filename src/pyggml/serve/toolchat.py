@@ -53,7 +53,8 @@ def render_chat(template: Any, req: ChatCompletionRequest, json_schema: Any = No
         params = apply_chat_template(template, messages, tools=tools, tool_choice=req.tool_choice,
                                      parallel_tool_calls=req.parallel_tool_calls,
                                      reasoning_format=req.reasoning_format, chat_template_kwargs=kwargs,
-                                     add_generation_prompt=req.add_generation_prompt)
+                                     add_generation_prompt=req.add_generation_prompt,
+                                     enable_thinking=True)  # llama-server's default: thinking on
     except ToolCallError as e:
         raise APIError(str(e)) from None
     if json_schema is not None:  # as llama-server's chat handlers: the schema wins over the tools' grammar
