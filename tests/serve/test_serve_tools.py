@@ -289,3 +289,22 @@ def test_chat_messages_with_tool_calls_are_checked_as_llama_server_does() -> Non
         req = parse(json.dumps({"messages": [bad]}).encode(), ChatCompletionRequest)
         with pytest.raises(APIError, match=message):
             req.messages[0].to_template()
+
+
+def test_functionary_template_calls_on_the_tiny_model(tiny_chat_path, tmp_path) -> None:
+    """A format of llm/tagged_calls.py end to end: Functionary v3.1's real template (its own
+    ``<function=NAME>{...}</function>`` calls) served on the tiny model, the required call forced by
+    the format's grammar, parsed back whole and streamed."""
+    template = (Path(__file__).parents[1] / "data" / "chat_templates" / "meetkai-functionary-medium-v3.1.jinja")
+    with live_server(["-m", str(tiny_chat_path), "-c", "2048", "-np", "1", "-t", "2", "-q",
+                      "--chat-template", template.read_text(encoding="utf-8")], tmp_path / "serve.log") as url:
+        client = _client(url)
+        kw: dict[str, Any] = {"model": "tiny", "messages": ASK, "tools": TOOLS, "max_tokens": 300, "temperature": 0,
+                              "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+                              "parallel_tool_calls": False}
+        r = client.chat.completions.create(**kw)
+        assert r.choices[0].finish_reason == "tool_calls" and r.choices[0].message.content is None
+        whole = _check_calls(r.choices[0].message, {"get_time"})
+        content, _, calls, finish = _accumulate(client.chat.completions.create(stream=True, **kw))
+        assert finish == "tool_calls" and content == ""
+        assert [(c["name"], c["arguments"]) for c in calls] == [(c.function.name, c.function.arguments) for c in whole]
