@@ -47,7 +47,7 @@ def _check(params: Any, text: str, content: str, reasoning: str, calls: list[tup
     reply = parse_reply(text, params)
     assert (reply.content, reply.reasoning_content) == (content, reasoning)
     assert [(c.name, c.arguments) for c in reply.tool_calls] == calls
-    for step in (1, 2, 3, 5, 8, 13, len(text)):  # a stream cut in pieces of every size adds up to the same
+    for step in (1, 3, 7, len(text)):  # a stream cut in pieces of any size adds up to the same
         got = streamed(params, text, step)
         assert (got["content"], got["reasoning"], got["calls"]) == (content, reasoning, calls), step
 
@@ -242,6 +242,23 @@ def test_qwen3_coder_replies(text: str, tools: list, content: str, calls: list[t
     params = apply_chat_template(_template(QWEN3_CODER), USER, tools=tools)
     assert params.format == (ToolFormat.QWEN3_XML if tools else ToolFormat.CONTENT_ONLY)
     _check(params, text, content, "", calls)
+
+
+QWEN35_CASES = [  # (reply, enable_thinking, tools, content, reasoning, calls): test-chat.cpp's Qwen3.5 cases
+    ("I'm\nthinking\n</think>\n\n" + HELLO, True, [], HELLO, THINKING, []),
+    (_xml("special_function", ("arg1", "1")), False, [SPECIAL], "", "", CALL),
+    ("I'm\nthinking\n</think>\n\n" + _xml("special_function", ("arg1", "1")), True, [SPECIAL], "", THINKING, CALL),
+    (_xml("edit", ("filename", "foo.c"), ("oldString", "#iclunde"), ("newString", "#include\n")), False, [EDIT3], "",
+     "", [("edit", '{"filename": "foo.c", "oldString": "#iclunde", "newString": "#include\\n"}')]),
+]
+
+
+@pytest.mark.parametrize("text, thinking, tools, content, reasoning, calls", QWEN35_CASES)
+def test_qwen35_thinking_and_xml_calls(text: str, thinking: bool, tools: list, content: str, reasoning: str,
+                                       calls: list[tuple[str, str]]) -> None:
+    params = apply_chat_template(_template("Qwen3.5-4B.jinja"), USER, tools=tools, enable_thinking=thinking)
+    assert params.thinking_forced_open == thinking and not params.bare_first_call
+    _check(params, text, content, reasoning, calls)
 
 
 def test_qwen3_coder_stream_sends_a_string_value_as_it_grows() -> None:
