@@ -124,6 +124,10 @@ def test_gpt_oss_template_renders_tools_calls_results_and_effort() -> None:
     last = [*USER, {"role": "assistant", "content": "Hi."}]
     assert tpl.render(last, add_generation_prompt=False).endswith("<|return|>")
     assert apply_chat_template(tpl, last, add_generation_prompt=False).prompt.endswith("Hi.<|end|>")
+    # OpenAI's developer role: GPT-OSS's own (other templates get it as "system", as llama.cpp maps it)
+    dev = [{"role": "developer", "content": "Answer in French."}, *USER]
+    assert "<|start|>developer<|message|># Instructions\n\nAnswer in French." in apply_chat_template(tpl, dev).prompt
+    assert apply_chat_template(_template(QWEN3_CODER), dev).prompt.startswith("<|im_start|>system\nAnswer in French.")
     gen = apply_chat_template(tpl, USER, chat_template_kwargs={"reasoning_effort": "low"})
     assert "Reasoning: low" in gen.prompt and gen.prompt.endswith("<|start|>assistant")
     assert gen.preserved_tokens == ["<|channel|>", "<|constrain|>", "<|message|>", "<|start|>", "<|end|>"]

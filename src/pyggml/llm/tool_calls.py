@@ -319,12 +319,17 @@ def detect_format(template: Any) -> ToolFormat:
     return ToolFormat.GENERIC
 
 
-def _normalize_messages(messages: list[dict[str, Any]], object_arguments: bool = True) -> list[dict[str, Any]]:
-    """llama.cpp's workarounds before rendering: null content becomes "" (templates concatenate it) and
-    a call's JSON-string arguments become an object (templates write them with ``tojson``)."""
+def _normalize_messages(messages: list[dict[str, Any]], object_arguments: bool = True,
+                        developer_role: bool = False) -> list[dict[str, Any]]:
+    """llama.cpp's workarounds before rendering: null content becomes "" (templates concatenate it), a
+    call's JSON-string arguments become an object (templates write them with ``tojson``) unless the
+    template writes the text, and OpenAI's "developer" role is "system" (only GPT-OSS's template,
+    ``developer_role``, knows it)."""
     out = []
     for m in messages:
         m = dict(m)
+        if m.get("role") == "developer" and not developer_role:
+            m["role"] = "system"
         if m.get("content") is None:
             m["content"] = ""
         calls = m.get("tool_calls")
@@ -504,7 +509,7 @@ def _apply_harmony(template: Any, messages: list[dict[str, Any]], tools: list[di
                    chat_template_kwargs: dict[str, Any] | None, add_generation_prompt: bool) -> ChatParams:
     """GPT-OSS (chat.cpp's dedicated handler): the template writes tools, calls, results and reasoning
     itself (``reasoning_effort`` is its kwarg); one call per reply, the channel markers kept as text."""
-    msgs = harmony.adjust_messages(_normalize_messages(messages))
+    msgs = harmony.adjust_messages(_normalize_messages(messages, developer_role=True))
     ctx = dict(chat_template_kwargs or {})
     if tools:
         ctx["tools"] = tools
