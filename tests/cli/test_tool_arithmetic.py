@@ -1,4 +1,4 @@
-"""The compiled log-softmax scoring of perplexity and imatrix (cli/perplexity.neg_log_probs)."""
+"""The tools' arithmetic: perplexity's compiled log-softmax scoring, the bench tools' rand() stream."""
 
 from __future__ import annotations
 
@@ -31,3 +31,23 @@ def test_targets_outside_the_vocabulary_or_miscounted_are_refused() -> None:
         neg_log_probs(logits, [3, 10])
     with pytest.raises(ValueError, match="1 targets for 2 rows"):
         neg_log_probs(logits, [3])
+
+
+def test_bench_tokens_are_glibc_rand_values() -> None:
+    """llama-bench and llama-batched-bench draw tokens from rand() after srand(1); the stream here must give
+    the C library's values (checked against this machine's libc where it is glibc)."""
+    import ctypes
+    import ctypes.util
+    import itertools
+
+    from pyggml.cli.bench import glibc_rand, glibc_rand_stream
+
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is None or not hasattr(libc, "gnu_get_libc_version"):
+        pytest.skip("the C library here is not glibc")
+    for seed in (1, 12345):
+        libc.srand(seed)
+        want = [libc.rand() for _ in range(2000)]
+        assert glibc_rand(2000, seed) == want
+        assert list(itertools.islice(glibc_rand_stream(seed), 2000)) == want
