@@ -533,3 +533,18 @@ def test_tagged_grammars_reject_bad_calls() -> None:
                              tool_choice="required")
     assert _accepts(mi.grammar, '[THINK]hm[/THINK][TOOL_CALLS]special_function[ARGS]{"arg1": 1}')
     assert not _accepts(mi.grammar, '[TOOL_CALLS]other[ARGS]{"arg1": 1}')
+
+
+def test_granite4_hermes_calls_and_llama31_json_schema_replies() -> None:
+    granite = apply_chat_template(_template("ibm-granite-granite-4.0.jinja"), USER, tools=[SPECIAL])
+    assert granite.format == ToolFormat.HERMES and '"special_function"' in granite.prompt
+    _check(granite, '<tool_call>\n{"name": "special_function", "arguments": {"arg1": 1}}\n</tool_call>', "", "", CALL)
+    _check(granite, HELLO, HELLO, "", [])
+    llama = apply_chat_template(_template("meta-llama-Llama-3.1-8B-Instruct.jinja"), USER, tools=[SPECIAL])
+    assert llama.format == ToolFormat.LLAMA3
+    _check(llama, HELLO, HELLO, "", [])
+    build_response_format_grammar(llama, {"const": "42"})  # test-chat.cpp's const schema, with the tools
+    for reply in ('```json\n"42"\n```', '"42"\n'):
+        assert _accepts(llama.grammar, reply)
+        _check(llama, reply, '"42"', "", [])
+    assert not _accepts(llama.grammar, '"43"')
