@@ -252,6 +252,7 @@ QWEN35_CASES = [  # (reply, enable_thinking, tools, content, reasoning, calls): 
     ("I'm\nthinking\n</think>\n\n" + HELLO, True, [], HELLO, THINKING, []),
     (_xml("special_function", ("arg1", "1")), False, [SPECIAL], "", "", CALL),
     ("I'm\nthinking\n</think>\n\n" + _xml("special_function", ("arg1", "1")), True, [SPECIAL], "", THINKING, CALL),
+    ("I'm\nthinking\n" + _xml("special_function", ("arg1", "1")), True, [SPECIAL], "", THINKING, CALL),  # no </think>
     (_xml("edit", ("filename", "foo.c"), ("oldString", "#iclunde"), ("newString", "#include\n")), False, [EDIT3], "",
      "", [("edit", '{"filename": "foo.c", "oldString": "#iclunde", "newString": "#include\\n"}')]),
 ]

@@ -687,10 +687,18 @@ def _split_reasoning(text: str, params: ChatParams, partial: bool, res: ParseSta
             return text
         start = lead + len(start_tag)
     end = text.find(end_tag, start)
+    # Qwen3.5 and Nemotron may start calling without closing the reasoning: <tool_call> ends it too
+    call = text.find(HERMES_START, start) if params.format == ToolFormat.QWEN3_XML else -1
+    if call >= 0 and (end < 0 or call < end):
+        res.reasoning = text[start:call].strip()
+        return text[call:]
     if end < 0:
         body = text[start:]
         if partial:
-            body = body[:len(body) - holdback(body, end_tag)]
+            keep = holdback(body, end_tag)
+            if params.format == ToolFormat.QWEN3_XML:
+                keep = max(keep, holdback(body, HERMES_START))
+            body = body[:len(body) - keep]
         res.reasoning = body.strip()  # while streaming, trailing blanks wait (they may end the reasoning)
         return ""
     res.reasoning = text[start:end].strip()
