@@ -549,3 +549,14 @@ def test_granite4_hermes_calls_and_llama31_json_schema_replies() -> None:
         assert _accepts(llama.grammar, reply)
         _check(llama, reply, '"42"', "", [])
     assert not _accepts(llama.grammar, '"43"')
+
+
+def test_json_schema_after_optional_mistral_reasoning() -> None:
+    invoice = {"type": "object", "properties": {"amount": {"type": "number"}, "date": {"type": "string"}}}
+    params = apply_chat_template(_template("mistralai-Ministral-3-14B-Reasoning-2512.jinja"), USER, tools=[SPECIAL])
+    build_response_format_grammar(params, invoice)
+    text = ('[THINK]I need to output the invoice details in JSON[/THINK]```json\n{"amount": 123.45, "date": '
+            '"2025-12-03"}\n```')  # test-chat.cpp's Ministral 3 structured output
+    assert _accepts(params.grammar, text) and _accepts(params.grammar, '{"amount": 1}')
+    assert not _accepts(params.grammar, "[THINK]no end" + '{"amount": 1}')
+    _check(params, text, '{"amount": 123.45, "date": "2025-12-03"}', "I need to output the invoice details in JSON", [])

@@ -178,6 +178,8 @@ class ChatParams:
     thinking_forced_open: bool = False
     #: the markers around the reasoning (``[THINK]``/``[/THINK]`` for Ministral 3 and Magistral)
     think_tags: tuple[str, str] = (THINK_START, THINK_END)
+    #: the template's model may open a reasoning block itself (a grammar from the first token lets it)
+    may_think: bool = False
     #: the reply is parsed (tool calls asked for, or reasoning to split out); otherwise it is all content
     parse: bool = False
     parallel_tool_calls: bool = False
@@ -438,7 +440,7 @@ def apply_chat_template(template: Any, messages: list[dict[str, Any]], *, tools:
     params = ChatParams(prompt=prompt, format=fmt, reasoning_format=reasoning_format,
                         thinking_forced_open=forced_open, parallel_tool_calls=parallel_tool_calls,
                         parse=use_tools or reasoning_format != "none" or fmt == ToolFormat.FUNCTIONARY_V32,
-                        think_tags=tags)
+                        think_tags=tags, may_think=caps.supports_thinking)
     if use_tools:
         params.tool_names = [t["function"]["name"] for t in allowed]
         params.tools = allowed
@@ -661,9 +663,13 @@ def build_response_format_grammar(params: ChatParams, schema: Any) -> None:
         params.tool_names = []
         return
     reply = f'space space ("```json" space {body} space "```" | space {body} space)'
-    if params.thinking_forced_open and params.reasoning_format != "none":
-        think = until_rule(conv, "think-body", [params.think_tags[1]])  # the open <think> block ends first
-        reply = f'{think} {format_literal(params.think_tags[1])} {reply}'
+    if params.reasoning_format != "none" and (params.thinking_forced_open or params.may_think):
+        think = until_rule(conv, "think-body", [params.think_tags[1]])
+        start, end = (format_literal(t) for t in params.think_tags)
+        if params.thinking_forced_open:  # the open <think> block ends first
+            reply = f'{think} {end} {reply}'
+        else:  # the model may reason first (chat.cpp's optional reasoning before the JSON)
+            reply = f'( {start} {think} {end} )? {reply}'
     conv.add_rule("root", reply)
     params.grammar = conv.format_grammar()
     params.grammar_lazy = False
