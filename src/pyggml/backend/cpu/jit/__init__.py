@@ -29,6 +29,7 @@ from ....notice import first_run_time
 from ....ops.enums import Op
 from ....tensor import Tensor
 from ..kernel_table import op_registrar
+from ..numba_inline import install as install_inline_copy
 
 #: the C signature of every compiled kernel (see native.call_kernel)
 KERNEL_SIG = types.void(types.int64, types.int64, types.int64, types.int64)
@@ -96,6 +97,7 @@ class JitKernel:
         if not self._ready:
             with _compile_lock:
                 if not self._ready:
+                    install_inline_copy()
                     self._cfunc().compile()
                     self._ready = True
 
@@ -151,6 +153,7 @@ class JitFunction:
         if not self._ready:
             with _compile_lock:
                 if not self._ready:
+                    install_inline_copy()
                     self._dispatcher().compile(self.sig)
                     self._ready = True
 
