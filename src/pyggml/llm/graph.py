@@ -331,7 +331,8 @@ class GraphBuilder:
 
     def build_rs(self, s: Tensor, state_size: int, n_seqs: int, get_rows: GetStateRows | None = None) -> Tensor:
         """build_rs: the states the ubatch's sequences start from, out of one layer's state tensor ``s`` (r or
-        s, {state_size, mem_size}). The zero row is cleared first (new sequences start from it), the
+        s, {state_size, mem_size + 1}). A zero row rs_z is cleared first where there is one (llama.cpp's; never
+        here: new sequences read the memory's zero_row), the
         sequences' rows are gathered by ``get_rows`` (GET_ROWS by default) and the other cells of the block,
         which the gather moved, get their states copied in place."""
         ctx, gf, rs = self.ctx, self.gf, self.rs
@@ -365,13 +366,14 @@ class GraphBuilder:
         rs.stores.append((src, states, offset))
 
     def rs_r(self, il: int) -> Tensor:
-        """get_r_l: layer il's r states (Mamba's conv window, RWKV's token shift), {n_embd_r, mem_size}."""
+        """get_r_l: layer il's r states (Mamba's conv window, RWKV's token shift), {n_embd_r, mem_size + 1} (the
+        cells, then the zero row)."""
         if self.rs is None:
             raise ValueError(f"{self.hp.arch}: layer {il} has no recurrent memory")
         return self.rs.mem.r[il]
 
     def rs_s(self, il: int) -> Tensor:
-        """get_s_l: layer il's s states (the SSM or WKV state), {n_embd_s, mem_size}."""
+        """get_s_l: layer il's s states (the SSM or WKV state), {n_embd_s, mem_size + 1} (the cells, the zero row)."""
         if self.rs is None:
             raise ValueError(f"{self.hp.arch}: layer {il} has no recurrent memory")
         return self.rs.mem.s[il]
