@@ -44,10 +44,14 @@ def main() -> None:
     model = Model(args.model or default_model_path(), progress=False)
     n_ctx = max(256, 2 * args.n_past + (args.reps + 1) * args.prompt * 2)
     n_seq = max(1, args.parallel)
+    n_tok = min(1000, model.hparams.n_vocab - 1)  # token ids 1 .. n_tok
+    # an encoder takes the whole batch in one ubatch: B prompts of N tokens with --parallel
+    n_batch_tokens = args.prompt * (n_seq if args.parallel and args.prompt > 1 else 1)
     ctx = LlamaContext(model, ContextParams(n_ctx=n_ctx * n_seq, n_threads=args.threads, n_seq_max=n_seq,
-                                            n_batch=max(512, args.prompt * n_seq), n_ubatch=max(512, args.prompt),
+                                            n_batch=max(512, args.prompt * n_seq), n_ubatch=max(512, n_batch_tokens),
                                             kv_unified=not args.streams,
-                                            flash_attn={"on": True, "off": False}.get(args.flash_attn)))
+                                            flash_attn={"on": True, "off": False}.get(args.flash_attn),
+                                            embeddings=not model.arch.has_logits))  # an encoder: embeddings
     ctx.decode(list(range(1, args.n_past + 1)))
     for s in range(1, n_seq):
         ctx.seq_cp(0, s)
@@ -56,19 +60,19 @@ def main() -> None:
         if args.parallel and args.prompt > 1:  # llama-batched-bench's prompts: B sequences at once
             ctx.clear()
             n = args.prompt
-            ctx.decode_batch(Batch(token=[(first + i) % 1000 + 1 for i in range(n * n_seq)],
+            ctx.decode_batch(Batch(token=[(first + i) % n_tok + 1 for i in range(n * n_seq)],
                                    pos=[i for _ in range(n_seq) for i in range(n)],
                                    seq_id=[[s] for s in range(n_seq) for _ in range(n)],
                                    logits=[i == n - 1 for _ in range(n_seq) for i in range(n)]))
             return
         if args.parallel:  # llama-batched-bench's generation step
             pos = ctx.seq_pos_max(0) + 1
-            ctx.decode_batch(Batch(token=[(first + s) % 1000 + 1 for s in range(n_seq)], pos=[pos] * n_seq,
+            ctx.decode_batch(Batch(token=[(first + s) % n_tok + 1 for s in range(n_seq)], pos=[pos] * n_seq,
                                    seq_id=[[s] for s in range(n_seq)], logits=[True] * n_seq))
             return
         if args.prompt > 1:  # a prompt into an empty cache, as llama-bench's pp test
             ctx.clear()
-        ctx.decode([(first + i) % 1000 + 1 for i in range(args.prompt)])
+        ctx.decode([(first + i) % n_tok + 1 for i in range(args.prompt)])
 
     step(7)
     timed_mode = {"on": False, "timed": []}

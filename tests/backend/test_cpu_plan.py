@@ -651,3 +651,43 @@ def test_compile_helpers_take_each_kernel_once(tmp_path) -> None:
     for who in ("main", "helper"):  # the helper walks the list after the main process claimed all of it
         jit._compile_claimed(kernels[:3] if who == "main" else kernels, str(tmp_path))
     assert compiled == [("main", k.key) for k in kernels[:3]] + [("helper", k.key) for k in kernels[3:]]
+
+
+def test_jit_function_compiles_once_and_is_found_in_the_disk_cache(tmp_path, monkeypatch) -> None:
+    """A JitFunction (how prepare compiles the thread pool's loops beside the kernels) misses an empty cache,
+    compiles, and a fresh process then loads it from the disk cache without compiling."""
+    import subprocess
+    import sys
+
+    from numba import types
+
+    mod = tmp_path / "jitfn_mod.py"
+    mod.write_text("import numba\n\n@numba.njit(cache=True)\ndef add(a, b):\n    return a * 3 + b\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sig = (types.int64, types.int64)
+    fn = jit.JitFunction("jitfn_mod:add", sig)
+    assert not fn.load_cached()  # nothing cached yet
+    fn.compile()
+    assert fn.load_cached() and sig in fn._dispatcher().overloads
+    assert fn._dispatcher()(4, 5) == 17
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from numba import types; from pyggml.backend.cpu import jit; "
+            "f = jit.JitFunction('jitfn_mod:add', (types.int64, types.int64)); "
+            "print(f.load_cached(), len(f._dispatcher().stats.cache_misses))")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "0"], out.stderr
+
+
+def test_pool_functions_are_the_thread_pools() -> None:
+    from pyggml.backend.cpu import threads
+
+    assert [f._dispatcher() for f in jit.POOL_FUNCTIONS] == [threads.run_nodes, threads.worker_loop,
+                                                             threads.seq_begin, threads.seq_end]
+    # the signatures the pool calls them with (Python ints): prepare's compile is the one later calls find
+    c = OpCase()
+    g = Graph()
+    g.build_forward_expand(B.scale(c.ctx, c.tensor(F32, 64), 2.0))
+    assert GraphPlan(g, _resolve).compute(2) == 0
+    for f in jit.POOL_FUNCTIONS:
+        if f.key.endswith(":worker_loop") and threads.available_cores() < 2:
+            continue  # no worker ran
+        assert f.sig in f._dispatcher().overloads, f

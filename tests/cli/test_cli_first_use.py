@@ -229,3 +229,10 @@ def test_imatrix_figures_are_not_mixed_into_the_progress_bar(tmp_path: Path) -> 
     assert "imatrix:" in text and "PPL" in text  # the bar was drawn, with the running figure
     assert re.search(r"(?m)^(\[\d\][0-9.]+,){5}$", text), text
 
+
+
+def test_seconds_since_start_counts_from_the_process_start() -> None:
+    """The time-to-first-token clock starts with the process (a child that sleeps before asking sees it)."""
+    code = "import time; time.sleep(0.3); from pyggml.cli.generate import seconds_since_start as s; print(s())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert 0.3 <= float(out) < 30.0

@@ -20,6 +20,10 @@ def test_generate_writes_only_text_to_stdout(capsys):
     # llama.cpp's greedy continuation of this prompt starts with " the capital of the"
     assert out.startswith(" the capital")
     assert "prompt eval" in err and "prompt eval" not in out and "loading" not in out
+    # time to first token, from the process start (pytest's own start counts here: only its form is checked)
+    ttft = [line for line in err.splitlines() if line.startswith("time to first token: ")]
+    assert len(ttft) == 1 and ttft[0].endswith(" ms from the process start"), err
+    assert int(ttft[0].split()[4]) > 0
 
 
 def test_generate_quiet_and_errors(capsys, tmp_path):

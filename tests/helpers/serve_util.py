@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -78,3 +79,25 @@ def wait_all_idle(client: httpx.Client, timeout: float = 30.0) -> list[dict]:
         if time.monotonic() > deadline:
             raise AssertionError(f"slots still busy after {timeout} s: {slots}")
         time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def in_process_server(argv: list[str], start: bool = True) -> Iterator[tuple[Any, Any]]:
+    """``pyggml serve ARGV`` as an app in this process: (a Starlette TestClient on it, the server state).
+    The engine runs unless ``start`` is False (to see how requests are refused without one); errors come
+    back as replies (500s), as a client would see them."""
+    from starlette.testclient import TestClient
+
+    from pyggml.cli.main import build_parser
+    from pyggml.cli.serve import build_state
+    from pyggml.serve.server import create_app
+
+    state = build_state(build_parser().parse_args(["serve", *argv]))
+    if start:
+        state.engine.start()
+    try:
+        with TestClient(create_app(state), raise_server_exceptions=False) as client:
+            yield client, state
+    finally:
+        if start:
+            state.engine.stop()

@@ -135,6 +135,34 @@ def test_a_failure_in_the_second_ubatch_restores_every_state(model: Model, monke
     np.testing.assert_array_equal(ctx.decode(TOKENS[4:24]), want)
 
 
+def test_a_token_step_is_one_graph_and_an_aborted_one_changes_nothing(model: Model) -> None:
+    """A single-token step leaves the states alone until its graph has run (the new states are committed
+    after it): a step aborted part-way changes no state, and the next one gives the logits of a run that
+    never failed. A new sequence's first token runs the same graph as its next ones (it reads the memory's
+    zero row, where llama.cpp zeroes a cell in the graph)."""
+    ctx = _ctx(model)
+    ctx.decode(TOKENS[:1])
+    builds = ctx.n_graph_builds
+    ctx.decode(TOKENS[1:2])
+    assert ctx.n_graph_builds == builds
+    before, cells = _states(ctx), ctx.recr.state()
+    asked: list[int] = []
+    ctx.set_abort_callback(lambda: asked.append(1) and False)
+    ref = _ctx(model)
+    ref.decode(TOKENS[:2])
+    ref.set_abort_callback(ctx.abort_callback)
+    want = ref.decode(TOKENS[2:3])
+    n_nodes, asked[:] = len(asked), []
+    ctx.set_abort_callback(lambda: asked.append(1) or len(asked) > n_nodes // 2)
+    with pytest.raises(DecodeAborted):
+        ctx.decode(TOKENS[2:3])
+    ctx.set_abort_callback(None)
+    assert n_nodes > 20 and ctx.recr.state() == cells and ctx.seq_pos_max(0) == 1
+    for a, b in zip(_states(ctx), before, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(ctx.decode(TOKENS[2:3]), want)
+
+
 def test_a_saved_state_continues_identically(model: Model, tmp_path: Path) -> None:
     """state_seq_get/set_data and the ggsq file round trip: the restored sequence (into another sequence id
     and another context) gives the original's next logits bit for bit; a truncated state is refused."""

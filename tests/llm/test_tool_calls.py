@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from helpers.chat_model import CHAT_TEMPLATE
+from helpers.tool_stream import streamed
 from helpers.tool_templates import HERMES_THINKING, LLAMA3, MISTRAL
 from pyggml.llm.chat import ChatTemplate
 from pyggml.llm.grammar import LlamaGrammar
@@ -38,30 +39,6 @@ ROUND_TRIP = [
     {"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_7", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
     {"role": "tool", "tool_call_id": "call_7", "content": "rain, 12 C"}]
-
-
-def streamed(params: ChatParams, text: str, step: int, truncated: bool = False) -> dict[str, Any]:
-    """The reply put together from StreamParser's deltas, fed ``step`` characters at a time."""
-    sp = StreamParser(params)
-    deltas = []
-    for i in range(0, len(text), step):
-        deltas += sp.feed(text[i:i + step])
-    reply, last = sp.finish(truncated)
-    deltas += last
-    calls: dict[int, dict[str, str]] = {}
-    for d in deltas:
-        for c in d.get("tool_calls", []):
-            entry = calls.setdefault(c["index"], {"name": "", "arguments": "", "id": ""})
-            entry["id"] += c.get("id", "")
-            entry["name"] += c.get("function", {}).get("name", "")
-            entry["arguments"] += c["function"]["arguments"]
-    out = {"content": "".join(d.get("content", "") for d in deltas),
-           "reasoning": "".join(d.get("reasoning_content", "") for d in deltas),
-           "calls": [(calls[i]["name"], calls[i]["arguments"]) for i in sorted(calls)]}
-    assert out["content"] == reply.content and out["reasoning"] == reply.reasoning_content
-    assert out["calls"] == [(c.name, c.arguments) for c in reply.tool_calls]
-    assert [calls[i]["id"] for i in sorted(calls)] == [c.id for c in reply.tool_calls]
-    return out
 
 
 CASES = [  # (format, reply, content, reasoning, [(name, arguments)], extra ChatParams fields)

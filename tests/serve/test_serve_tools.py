@@ -87,7 +87,7 @@ def _accumulate(stream: Any) -> tuple[str, str, list[dict[str, str]], str]:
 
 
 def test_tools_on_the_tiny_model_generic_format(tiny_chat_path, tmp_path) -> None:
-    with live_server(["-m", str(tiny_chat_path), "-c", "2048", "-np", "1", "-t", "2", "-q"],
+    with live_server(["-m", str(tiny_chat_path), "-c", "4096", "-np", "2", "-t", "2", "-q"],
                      tmp_path / "serve.log") as url:
         client = _client(url)
         # "required": calls that fit the schemas, whatever the random weights prefer
@@ -123,7 +123,25 @@ def test_tools_on_the_tiny_model_generic_format(tiny_chat_path, tmp_path) -> Non
         parsed = client.chat.completions.parse(model="tiny", messages=ASK, response_format=Clock, max_tokens=300,
                                                temperature=0.8, seed=2)
         assert isinstance(parsed.choices[0].message.parsed, Clock)
-
+        # a json_schema sent with tools wins, as in llama-server: the reply is the JSON, no call
+        schema = {"type": "json_schema", "json_schema": {"name": "clock", "schema": Clock.model_json_schema()}}
+        r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, response_format=schema,
+                                           max_tokens=300, temperature=0.8, seed=2)
+        assert r.choices[0].message.tool_calls is None and r.choices[0].finish_reason == "stop"
+        Clock.model_validate_json(r.choices[0].message.content)
+        # n > 1 with tools: each choice parsed on its own (greedy: the same call twice), streamed with its index
+        kw = {"model": "tiny", "messages": ASK, "tools": TOOLS, "max_tokens": 200, "temperature": 0, "n": 2,
+              "tool_choice": {"type": "function", "function": {"name": "get_time"}}}
+        r = client.chat.completions.create(**kw)
+        assert [c.index for c in r.choices] == [0, 1] and all(c.finish_reason == "tool_calls" for c in r.choices)
+        both = [[(t.function.name, t.function.arguments) for t in _check_calls(c.message, {"get_time"})]
+                for c in r.choices]
+        assert both[0] == both[1]
+        chunks = list(client.chat.completions.create(stream=True, **kw))
+        for i in (0, 1):
+            content, _, calls, finish = _accumulate([ch for ch in chunks if ch.choices and ch.choices[0].index == i])
+            assert finish == "tool_calls" and content == ""
+            assert [(c["name"], c["arguments"]) for c in calls] == both[i]
         # no field is silently ignored
         for extra in ({"n_keep": 4}, {"lora": []}, {"messages": [{"role": "user", "content": "x", "weight": 2}]}):
             name = "messages.0.weight" if "messages" in extra else next(iter(extra))
@@ -142,9 +160,11 @@ def test_hermes_template_tools_and_reasoning(tiny_chat_path, tmp_path) -> None:
     with live_server(["-m", str(tiny_chat_path), "-c", "2048", "-np", "1", "-t", "2", "-q",
                       "--chat-template", HERMES_THINKING], tmp_path / "serve.log") as url:
         client = _client(url)
-        # one call, then the grammar allows only the end (with parallel calls a random model goes on calling)
+        # one call, then the grammar allows only the end (with parallel calls a random model goes on calling);
+        # thinking off: llama-server's default (on) would let a random model reason until max_tokens
         kw: dict[str, Any] = {"model": "tiny", "messages": ASK, "tools": TOOLS, "tool_choice": "required",
-                              "max_tokens": 400, "temperature": 0, "parallel_tool_calls": False}
+                              "max_tokens": 400, "temperature": 0, "parallel_tool_calls": False,
+                              "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
         r = client.chat.completions.create(**kw)
         assert r.choices[0].finish_reason == "tool_calls" and r.choices[0].message.content is None
         whole = _check_calls(r.choices[0].message)
@@ -164,6 +184,10 @@ def test_hermes_template_tools_and_reasoning(tiny_chat_path, tmp_path) -> None:
         streamed = _accumulate(client.chat.completions.create(model="tiny", messages=ASK, max_tokens=60,
                                                               temperature=0, extra_body=body, stream=True))
         assert streamed[:2] == (msg.content, reasoning)
+        # without the kwarg thinking is on, as llama-server's default for a template that can switch it
+        r = client.chat.completions.create(model="tiny", messages=ASK, max_tokens=60, temperature=0,
+                                           extra_body={"grammar": grammar})
+        assert (r.choices[0].message.model_extra or {}).get("reasoning_content") == reasoning
         # reasoning_format "none" keeps it in the content; deepseek-legacy streams it in the content
         r = client.chat.completions.create(model="tiny", messages=ASK, max_tokens=60, temperature=0,
                                            extra_body={**body, "reasoning_format": "none"})
@@ -261,3 +285,22 @@ def test_chat_messages_with_tool_calls_are_checked_as_llama_server_does() -> Non
         req = parse(json.dumps({"messages": [bad]}).encode(), ChatCompletionRequest)
         with pytest.raises(APIError, match=message):
             req.messages[0].to_template()
+
+
+def test_functionary_template_calls_on_the_tiny_model(tiny_chat_path, tmp_path) -> None:
+    """A format of llm/tagged_calls.py end to end: Functionary v3.1's real template (its own
+    ``<function=NAME>{...}</function>`` calls) served on the tiny model, the required call forced by
+    the format's grammar, parsed back whole and streamed."""
+    template = (Path(__file__).parents[1] / "data" / "chat_templates" / "meetkai-functionary-medium-v3.1.jinja")
+    with live_server(["-m", str(tiny_chat_path), "-c", "2048", "-np", "1", "-t", "2", "-q",
+                      "--chat-template", template.read_text(encoding="utf-8")], tmp_path / "serve.log") as url:
+        client = _client(url)
+        kw: dict[str, Any] = {"model": "tiny", "messages": ASK, "tools": TOOLS, "max_tokens": 300, "temperature": 0,
+                              "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+                              "parallel_tool_calls": False}
+        r = client.chat.completions.create(**kw)
+        assert r.choices[0].finish_reason == "tool_calls" and r.choices[0].message.content is None
+        whole = _check_calls(r.choices[0].message, {"get_time"})
+        content, _, calls, finish = _accumulate(client.chat.completions.create(stream=True, **kw))
+        assert finish == "tool_calls" and content == ""
+        assert [(c["name"], c["arguments"]) for c in calls] == [(c.function.name, c.function.arguments) for c in whole]

@@ -9,11 +9,14 @@ the cache is cleared before each, and t/s is the mean over repetitions of tokens
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
 import sys
 import time
+from collections import deque
+from collections.abc import Iterator
 
 from ..llm.batch import Batch
 from ..llm.context import ContextParams, LlamaContext
@@ -32,23 +35,22 @@ from .common import (
 from .errors import CLIError
 
 
-def glibc_rand(n: int, seed: int = 1) -> list[int]:
-    """The first n values of glibc's rand() after srand(seed) (the TYPE_3 additive generator)."""
-    r = [seed]
-    for i in range(1, 31):
-        r.append((16807 * r[i - 1]) % 2147483647)
-        if r[i] < 0:
-            r[i] += 2147483647
-    for i in range(31, 34):
-        r.append(r[i - 31])
-    out = []
-    i = 34
-    while len(out) < n + 310:
-        r.append((r[i - 31] + r[i - 3]) & 0xFFFFFFFF)
+def glibc_rand_stream(seed: int = 1) -> Iterator[int]:
+    """glibc's rand() after srand(seed), without end: the TYPE_3 additive generator, r[i] = r[i-31] + r[i-3]
+    over a window of 34 values (llama-bench and llama-batched-bench draw their tokens from it)."""
+    r = deque([seed], maxlen=34)
+    for _ in range(1, 31):
+        r.append((16807 * r[-1]) % 2147483647)
+    r.extend([r[0], r[1], r[2]])
+    for i in itertools.count(34):
+        r.append((r[-31] + r[-3]) & 0xFFFFFFFF)
         if i >= 344:
-            out.append(r[i] >> 1)
-        i += 1
-    return out[:n]
+            yield r[-1] >> 1
+
+
+def glibc_rand(n: int, seed: int = 1) -> list[int]:
+    """The first n values of glibc's rand() after srand(seed)."""
+    return list(itertools.islice(glibc_rand_stream(seed), n))
 
 
 def _ints(s: str) -> list[int]:
@@ -181,7 +183,7 @@ def run_batched(args: argparse.Namespace) -> int:
         need = max(n_pl) * max(pp + tg for pp in n_pp for tg in n_tg)
     model, _ = load_model(args)
     n_vocab = model.hparams.n_vocab
-    rand = iter(glibc_rand(10_000_000))
+    rand = glibc_rand_stream()
     ctx = make_context(args, model, n_ctx=args.ctx_size or need, n_seq_max=max(n_pl),
                        n_batch=min(args.batch_size, args.ctx_size or need))
     n_batch = ctx.n_batch

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -83,16 +84,23 @@ def run(args: argparse.Namespace) -> int:
     if args.echo:
         sys.stdout.write(prompt)
     n_ctx = usable_ctx(args, ctx)
+    first: list[float] = []  # seconds from the process start to the first generated text on stdout
+
+    def on_text(s: str) -> None:
+        sys.stdout.write(s)
+        sys.stdout.flush()
+        if not first:
+            first.append(seconds_since_start())
+
     try:
-        out = generate(ctx, vocab, tokens, sampler, args.n_predict,
-                       on_text=lambda s: (sys.stdout.write(s), sys.stdout.flush()),
+        out = generate(ctx, vocab, tokens, sampler, args.n_predict, on_text=on_text,
                        context_shift=args.context_shift, n_keep=min(n_keep, n_ctx // 2), ignore_eos=args.ignore_eos,
                        n_ctx=n_ctx, speculator=speculator)
     except GenerationInterrupted as e:  # Ctrl-C: what was done so far, then main's "error: interrupted"
         sys.stdout.write("\n")
         sys.stdout.flush()
         if not args.quiet:
-            _report(e.generation, ctx, sampler.seed, speculator)
+            _report(e.generation, ctx, sampler.seed, speculator, first)
         raise
     sys.stdout.write("\n")
     sys.stdout.flush()
@@ -100,13 +108,33 @@ def run(args: argparse.Namespace) -> int:
         print(f"\ncontext full ({n_ctx} tokens) and context shift is off: stopping "
               "(use --context-shift to go on, or a larger -c)", file=sys.stderr)
     if not args.quiet:
-        _report(out, ctx, sampler.seed, speculator)
+        _report(out, ctx, sampler.seed, speculator, first)
     return 0
 
 
-def _report(out: Generation, ctx: Any, seed: int, speculator: Speculator | None = None) -> None:
-    """The timings and the stop reason, on stderr (after a normal end or a Ctrl-C)."""
+def seconds_since_start() -> float:
+    """Wall seconds since this process started (Linux: from /proc, so the interpreter's start and the imports
+    count, as a user waiting for the first token sees them), else since pyggml's CLI module was imported."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            start_ticks = int(f.read().rsplit(b")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter() - _IMPORTED
+
+
+_IMPORTED = time.perf_counter()
+
+
+def _report(out: Generation, ctx: Any, seed: int, speculator: Speculator | None = None,
+            first: list[float] | None = None) -> None:
+    """The timings and the stop reason, on stderr (after a normal end or a Ctrl-C); ``first`` holds the
+    seconds to the first generated text (time to first token, from the process start), when there was one."""
     print(f"\n{out.timings.summary()}", file=sys.stderr)
+    if first:
+        print(f"time to first token: {first[0] * 1e3:.0f} ms from the process start", file=sys.stderr)
     shifts = f"; {out.n_shifts} context shifts" if out.n_shifts else ""
     print(f"stop: {out.stop_reason}{shifts}; seed {seed}; graph reused {ctx.n_reused} times "
           f"({ctx.n_graph_builds} builds); threads {ctx.backend.n_threads} of {os.cpu_count()}", file=sys.stderr)

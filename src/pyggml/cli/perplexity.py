@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 
 from ..llm.batch import Batch
@@ -39,19 +42,45 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def neg_log_probs(logits: np.ndarray, targets: Sequence[int], rows_per_block: int = 16) -> np.ndarray:
-    """-log p(target) for each row (float64): the max-shifted log-sum-exp with expf terms summed in double,
-    as llama-perplexity's and llama-imatrix's log_softmax. Rows go a block at a time: a block of a
-    262k vocabulary is 16 MB of float32 terms where all the rows of a chunk would be a gigabyte."""
-    x = np.asarray(logits, dtype=np.float32)
+@numba.njit(cache=True, nogil=True)
+def _log_softmax_nll(logits: np.ndarray, rows: np.ndarray, targets: np.ndarray, out: np.ndarray) -> None:
+    """llama-perplexity's log_softmax for ``logits[rows[k]]``: the max, then the float32 ``expf`` terms
+    summed in double in index order, ``-log p = log(sum) - (x[t] - max)``. Compiled (libm's expf, as
+    llama.cpp calls it) and without the GIL, so that the rows can be shared out over threads as
+    llama-perplexity shares them; in numpy a 262k-vocabulary row cost 2x more on one core."""
+    n_vocab = logits.shape[1]
+    for k in range(rows.shape[0]):
+        x = logits[rows[k]]
+        mx = x[0]
+        for i in range(1, n_vocab):
+            if x[i] > mx:
+                mx = x[i]
+        s = 0.0
+        for i in range(n_vocab):
+            s += np.exp(x[i] - mx)
+        out[k] = np.log(s) - np.float64(x[targets[k]] - mx)
+
+
+def neg_log_probs(logits: np.ndarray, targets: Sequence[int], rows: np.ndarray | None = None,
+                  n_threads: int = 1) -> np.ndarray:
+    """-log p(target) (float64) for rows ``rows`` of ``logits`` (every row when None), the rows split over
+    ``n_threads`` threads. ``logits`` is read in place: a ubatch's 262k-vocabulary outputs are not copied."""
+    x = np.ascontiguousarray(logits, dtype=np.float32)
+    r = np.arange(len(x), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
     t = np.asarray(targets, dtype=np.int64)
-    out = np.empty(len(t), dtype=np.float64)
-    for r0 in range(0, len(t), rows_per_block):
-        xb = x[r0 : r0 + rows_per_block]
-        mx = xb.max(axis=1)
-        sums = np.exp(xb - mx[:, None]).astype(np.float64).sum(axis=1)
-        picked = xb[np.arange(len(xb)), t[r0 : r0 + rows_per_block]].astype(np.float64)
-        out[r0 : r0 + rows_per_block] = -(picked - mx.astype(np.float64) - np.log(sums))
+    if len(t) != len(r):
+        raise ValueError(f"{len(t)} targets for {len(r)} rows")
+    if len(t) and (t.min() < 0 or t.max() >= x.shape[1]):
+        raise ValueError(f"a target is outside the vocabulary of {x.shape[1]} tokens")
+    out = np.empty(len(r), dtype=np.float64)
+    n = max(1, min(n_threads, len(r)))
+    if n == 1:
+        _log_softmax_nll(x, r, t, out)
+        return out
+    bounds = np.linspace(0, len(r), n + 1).astype(np.int64)
+    with ThreadPoolExecutor(n) as pool:
+        list(pool.map(lambda i: _log_softmax_nll(x, r[bounds[i]:bounds[i + 1]], t[bounds[i]:bounds[i + 1]],
+                                                 out[bounds[i]:bounds[i + 1]]), range(n)))
     return out
 
 
@@ -67,6 +96,7 @@ def chunk_nlls(ctx: Any, tokens: Sequence[int], n_ctx: int, n_seq: int, n_batch:
     than one ubatch's logits live at once."""
     first = n_ctx // 2
     toks = np.asarray(tokens, dtype=np.int64)
+    n_threads = ctx.params.n_threads or os.cpu_count() or 1
     for c0 in range(0, n_chunk, n_seq):
         group = range(c0, min(c0 + n_seq, n_chunk))
         ctx.clear()
@@ -84,18 +114,19 @@ def chunk_nlls(ctx: Any, tokens: Sequence[int], n_ctx: int, n_seq: int, n_batch:
             targets = toks[np.minimum((c0 + which) * n_ctx + pos + 1, len(toks) - 1)]
             ctx.decode_batch(Batch(token=[t for ch in chunks for t in ch[b0:b1]], pos=pos.tolist(),
                                    seq_id=which.tolist(), logits=(pos >= first_output).tolist()),
-                             logits_sink=partial(_score, nlls, which, pos, targets, first))
+                             logits_sink=partial(_score, nlls, which, pos, targets, first, n_threads))
             if after_decode is not None:
                 after_decode()
         for k, c in enumerate(group):
             yield c, nlls[k]
 
 
-def _score(nlls: np.ndarray, which: np.ndarray, pos: np.ndarray, targets: np.ndarray, first: int,
+def _score(nlls: np.ndarray, which: np.ndarray, pos: np.ndarray, targets: np.ndarray, first: int, n_threads: int,
            idx: np.ndarray, logits: np.ndarray) -> None:
     """A ubatch's share of chunk_nlls: the scores of its outputs at positions first .. n_ctx-2 into ``nlls``."""
     keep = (pos[idx] >= first) & (pos[idx] < first + nlls.shape[1])
-    nlls[which[idx][keep], pos[idx][keep] - first] = neg_log_probs(logits[keep], targets[idx][keep])
+    nlls[which[idx][keep], pos[idx][keep] - first] = neg_log_probs(logits, targets[idx][keep], np.flatnonzero(keep),
+                                                                   n_threads)
 
 
 def _eta(seconds: float) -> str:

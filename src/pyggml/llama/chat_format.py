@@ -273,7 +273,7 @@ def chat_formatter_to_chat_completion_handler(formatter: ChatFormatter) -> Calla
 def _tool_call_params(formatter: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                       tool_choice: Any) -> tool_calls.ChatParams | None:
     """How to read tool calls out of the reply when the template's model writes them in a known format
-    (Hermes ``<tool_call>``, Llama 3.x JSON, Mistral ``[TOOL_CALLS]``): pyggml's llm/tool_calls, as
+    (Hermes ``<tool_call>``, Llama 3.x JSON, Mistral ``[TOOL_CALLS]``, the others of llm/tool_calls.py): as
     llama-server does. None for a template without one: then, as llama-cpp-python, the tools are only
     shown to the template and the reply is plain content.
 
@@ -291,8 +291,9 @@ def _tool_call_params(formatter: Any, messages: list[dict[str, Any]], tools: lis
         raise ValueError(str(e)) from None
     if params.format in (tool_calls.ToolFormat.GENERIC, tool_calls.ToolFormat.CONTENT_ONLY):
         if tool_choice == "required":
-            raise ValueError("tool_choice 'required' needs a chat template whose model writes tool calls (Hermes "
-                             "<tool_call>, Llama 3.x, Mistral [TOOL_CALLS]); name the function in tool_choice instead")
+            raise ValueError("tool_choice 'required' needs a chat template whose model writes tool calls in a format "
+                             "pyggml knows (Hermes <tool_call>, Llama 3.x, Mistral, Qwen3-Coder, GPT-OSS, LFM2, "
+                             "Functionary, DeepSeek R1...); name the function in tool_choice instead")
         return None
     return params
 

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import PyGGMLError
@@ -46,14 +49,28 @@ def _raise(msg: str) -> None:
     raise ChatTemplateError(f"chat template: {msg}")
 
 
+class _GenerationTag(Extension):
+    """Hugging Face's ``{% generation %}...{% endgeneration %}`` (it marks the assistant's tokens for
+    training masks; LFM2.5's template uses it): rendered as its body, as llama.cpp's jinja engine does."""
+
+    tags: ClassVar[set[str]] = {"generation"}
+
+    def parse(self, parser: Any) -> Any:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
+
+
 class ChatTemplate:
     def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "", add_bos: bool = False,
                  add_eos: bool = False) -> None:
         self.source = source if source and source != "chatml" else CHATML_TEMPLATE
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined)
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined,
+                                            extensions=[_GenerationTag, "jinja2.ext.loopcontrols"])
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
         env.filters["tojson"] = _tojson
+        env.filters["safe"] = str  # no escaping anywhere (llama.cpp's jinja): "x"|safe + text is plain text
         try:
             self._tpl = env.from_string(self.source)
         except jinja2.TemplateSyntaxError as e:
@@ -78,8 +95,17 @@ class ChatTemplate:
         return text
 
 
-def _tojson(value: Any, indent: int | None = None) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=indent)
+def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, separators: Any = None,
+            sort_keys: bool = False) -> str:
+    """Hugging Face's ``tojson`` (its keyword arguments too); a sequence a filter made lazily (``map``,
+    ``select``) is written as the list it is."""
+    def listed(obj: Any) -> Any:
+        if isinstance(obj, Iterator):
+            return list(obj)
+        raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, default=listed,
+                      separators=tuple(separators) if separators else None, sort_keys=sort_keys)
 
 
 #: templates --chat-template takes by name (llama.cpp's built-in names for these formats)

@@ -163,6 +163,10 @@ class LlamaContext:
         self.backends = [d.init_backend(None) for d in model.devices] + [self.backend]
         self.sched: BackendSched = backend_sched_new(self.backends, None, GRAPH_MAX_NODES, False, True)
         self.eval_callback = eval_callback
+        # the recurrent states may be committed after a graph has run (the graph and the states on the host)
+        self._rs_host = self.recr is not None and len(self.backends) == 1 and self.recr.can_defer()
+        self._rs_single = False
+        self._rs_stores: list = []
         self._graph: UbatchGraph | None = None
         self.n_reused = 0  # ubatches that reused the previous graph (llama.cpp's n_reused)
         self.n_graph_builds = 0
@@ -424,12 +428,19 @@ class LlamaContext:
         row_of = np.cumsum(ub_all.output) - 1  # batch index -> logits row, for outputs
         if self.recr is not None:
             self.recr.begin()
+        # a lone ubatch may leave the states alone until it has run (its stores committed below): then no
+        # copy of them is needed to undo it
+        self._rs_single = len(ubatches) == 1
+        self._rs_stores = []
         try:
             for ub in ubatches:
                 self._process_ubatch(ub, logits, row_of[ub.index[ub.output]], embd, embd_seq, logits_sink)
         except BaseException:  # a failure, an abort or Ctrl-C part-way: the memory is as it was
             self._restore_state(saved)
             raise
+        if self._rs_stores:
+            stores, self._rs_stores = self._rs_stores, []
+            self.recr.commit(stores)
         self.logits = logits
         self.embd, self.embd_seq = embd, embd_seq
         self.output_ids = np.full(ub_all.n_tokens, -1, dtype=np.int64)
@@ -535,8 +546,12 @@ class LlamaContext:
             recr = self.recr
             if not recr.find_slot(RecurrentMemory.runs_of(ub.seq_mask, ub.seq_first, ub.pos, ub.n_seqs)):
                 raise DecodeError("decode: the recurrent memory found no cells for the ubatch")
-            recr.save_rows(recr.head, recr.head + recr.n)
-            rs_key = (recr.head, recr.n, recr.rs_z, ub.n_seqs)
+            # one token per sequence, no other row written (a graph to read the new states from is kept)
+            defer = (self._rs_single and self._rs_host and n_tokens == ub.n_seqs == recr.n and recr.rs_z < 0
+                     and os.environ.get("PYGGML_RS_DEFER_DISABLE") is None)
+            if not defer:
+                recr.save_rows(recr.head, recr.head + recr.n)
+            rs_key = (recr.head, recr.n, recr.rs_z, ub.n_seqs, defer)
         for name, cache in self.caches.items():
             slots[name] = cache.find_slot(ub.seq_first, ub.n_seqs)
             cache.apply(slots[name], ub.pos, ub.seq_mask)
@@ -556,7 +571,7 @@ class LlamaContext:
         else:
             b = GraphBuilder(self.model, self.caches, self.layer_cache, n_tokens, n_outputs, n_kv, self.flash_attn,
                              embd_input, s0, ns, self.n_ctx_seq, self.embeddings, pooling, n_seqs_unq, self.recr,
-                             ub.n_seqs)
+                             ub.n_seqs, rs_defer=bool(rs_key) and rs_key[-1])
             g = b.build(key)
             self.sched.reset()
             if not self.sched.alloc_graph(g.gf):
@@ -585,6 +600,8 @@ class LlamaContext:
             if status == GGMLStatus.ABORTED:
                 raise DecodeAborted("decode aborted by the abort callback")
             raise DecodeError(f"the graph failed to compute: {status.name}")
+        if g.rs is not None and g.rs.defer:
+            self._rs_stores = g.rs.stores
         if n_outputs == 0:
             return
         if g.logits is not None and logits_sink is not None:

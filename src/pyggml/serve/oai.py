@@ -96,10 +96,10 @@ class Formatter:
         return self._envelope([choice], chunk=True)
 
     def delta_chunk(self, delta: dict[str, Any], probs: list[dict[str, Any]] | None = None,
-                    finish: str | None = None) -> dict[str, Any]:
+                    finish: str | None = None, index: int = 0) -> dict[str, Any]:
         """A chat chunk with a delta made by tool_calls.StreamParser (content, reasoning_content, tool_calls)."""
-        choice = {"finish_reason": finish, "index": 0, "delta": delta,
-                  "logprobs": self.logprobs(probs, 0)}
+        choice = {"finish_reason": finish, "index": index, "delta": delta,
+                  "logprobs": self.logprobs(probs, index)}
         return self._envelope([choice], chunk=True)
 
     def usage_chunk(self, done: DoneEvent) -> dict[str, Any]:

@@ -11,7 +11,7 @@ are read as llama-server reads them, on both completion endpoints.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from ..llm.grammar import GrammarError, GrammarSampler, GrammarTrigger
@@ -23,7 +23,7 @@ from ..llm.tool_calls import (
     build_response_format_grammar,
     parse_reply,
 )
-from . import oai
+from . import multitask, oai
 from .engine import DoneEvent, ErrorEvent, Task, TokenEvent
 from .errors import APIError
 from .schemas import ChatCompletionRequest, GenerationParams
@@ -35,7 +35,8 @@ TRIGGER_TYPES = {0: "token", 1: "word", 2: "pattern", 3: "pattern_full"}
 def render_chat(template: Any, req: ChatCompletionRequest, json_schema: Any = None) -> ChatParams:
     """The prompt and reply handling of a chat request (400 for bad tools, tool_choice, kwargs or messages);
     ``json_schema``: the schema of its json_schema/response_format, whose grammar lets the JSON come
-    bare or in a ```json block, as llama-server's."""
+    bare or in a ```json block, as llama-server's; sent with tools it wins (the reply is that JSON, no
+    call is parsed), as in llama.cpp's chat handlers."""
     messages = [m.to_template() for m in req.messages]
     kwargs = dict(req.chat_template_kwargs or {})
     if isinstance(kwargs.get("enable_thinking"), str):
@@ -52,13 +53,11 @@ def render_chat(template: Any, req: ChatCompletionRequest, json_schema: Any = No
         params = apply_chat_template(template, messages, tools=tools, tool_choice=req.tool_choice,
                                      parallel_tool_calls=req.parallel_tool_calls,
                                      reasoning_format=req.reasoning_format, chat_template_kwargs=kwargs,
-                                     add_generation_prompt=req.add_generation_prompt)
+                                     add_generation_prompt=req.add_generation_prompt,
+                                     enable_thinking=True)  # llama-server's default: thinking on
     except ToolCallError as e:
         raise APIError(str(e)) from None
-    if json_schema is not None:
-        if params.grammar is not None:
-            raise APIError("Cannot use a JSON schema or response_format with tool calls: the tool call grammar "
-                           "already constrains the reply (send tool_choice \"none\" to get JSON without calls)")
+    if json_schema is not None:  # as llama-server's chat handlers: the schema wins over the tools' grammar
         try:
             build_response_format_grammar(params, json_schema)
         except GrammarError as e:
@@ -165,3 +164,35 @@ async def stream_parsed(task: Task, fmt: oai.Formatter, include_usage: bool, cha
                                    include_usage):
             yield part
         return
+
+
+async def stream_parsed_choices(tasks: Sequence[Task], fmt: oai.Formatter, include_usage: bool, chat: ChatParams,
+                                cancel: Callable[[], None]) -> AsyncIterator[bytes]:
+    """``n`` > 1 parsed choices in one stream: a parser per choice, its deltas tagged with the choice's index."""
+    legacy = chat.reasoning_format == "deepseek-legacy"
+    parsers = [StreamParser(chat, stream_reasoning_as_content=legacy) for _ in tasks]
+    for i in range(len(tasks)):
+        yield oai.sse(fmt.chunk(None, role=True, index=i))
+    first: DoneEvent | None = None
+    async for i, ev in multitask.merged(tasks):
+        if isinstance(ev, ErrorEvent):
+            cancel()
+            yield oai.sse_error(ev.error.body())
+            return
+        if isinstance(ev, TokenEvent):
+            deltas = parsers[i].feed(ev.text)
+            probs = [ev.probs] if ev.probs is not None else None
+            if not deltas and probs is not None:
+                deltas = [{}]
+            for k, d in enumerate(deltas):
+                yield oai.sse(fmt.delta_chunk(d, probs if k == 0 else None, index=i))
+            continue
+        reply, deltas = parsers[i].finish(truncated=ev.finish_reason == "length")
+        for d in deltas:
+            yield oai.sse(fmt.delta_chunk(d, index=i))
+        yield oai.sse(oai.with_usage(fmt.delta_chunk({}, finish=_finish(ev, bool(reply.tool_calls)), index=i), ev,
+                                     include_usage))
+        first = first if first is not None else ev
+    if include_usage and first is not None:
+        yield oai.sse(fmt.usage_chunk(first))
+    yield oai.sse("[DONE]")

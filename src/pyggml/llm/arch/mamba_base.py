@@ -72,10 +72,10 @@ def load_mamba2_layer(m: Model, layer: Layer, il: int, norm_required: bool = Tru
 
 
 def _store(g: GraphBuilder, src: Tensor, states: Tensor, n: int) -> None:
-    """Copy ``n`` elements of ``src`` over the ubatch's rows of ``states`` (from row ``head``)."""
-    ctx = g.ctx
-    dst = B.view_1d(ctx, states, n, g.rs.head * states.nb[1])
-    g.gf.build_forward_expand(B.cpy(ctx, src, dst))
+    """Store ``src`` (``n`` elements) over the ubatch's rows of ``states`` (from row ``head``)."""
+    if src.nelements() != n:
+        raise ValueError(f"{g.hp.arch}: {src.nelements()} new state values for {n} state elements")
+    g.store_rs(src, states, g.rs.head * states.nb[1])
 
 
 def build_mamba_layer(g: GraphBuilder, layer: Layer, cur: Tensor, il: int) -> Tensor:
@@ -112,10 +112,10 @@ def build_mamba_layer(g: GraphBuilder, layer: Layer, cur: Tensor, il: int) -> Te
     dt = B.add(ctx, g.mm(layer.ssm_dt, dt), layer.ssm_dt_b)  # {d_inner, n_seq_tokens, n_seqs}
     xc = x
     x = B.reshape_4d(ctx, x, 1, d_inner, n_seq_tokens, n_seqs)  # d_inner heads of dimension 1
-    size = g.rs.mem.size
+    slots = ssm_all.ne[1]
 
     def scan(c: Context, states: Tensor, ids: Tensor) -> Tensor:
-        ssm = B.reshape_4d(c, states, d_state, 1, d_inner, size)
+        ssm = B.reshape_4d(c, states, d_state, 1, d_inner, slots)
         return B.ssm_scan(c, ssm, x, dt, layer.ssm_a, bb, cc, ids, 1)
 
     y_ssm = g.build_rs(ssm_all, hp.n_embd_s(), n_seqs, scan)

@@ -89,7 +89,7 @@ class RwkvBase(Arch):
             ffn_norm = g.norm(ffn_inp, layer.attn_norm_2, "ffn_norm", il, layer.attn_norm_2_b, NormType.NORM)
             x_prev = _shifted(g, ffn_shift, ffn_norm)
             shift = B.concat(ctx, _last_token(g, att_norm), _last_token(g, ffn_norm), 1)
-            g.gf.build_forward_expand(token_shift_store(g, shift, il))
+            token_shift_store(g, shift, il)
             ffn_inp, ffn_norm, x_prev = (B.reshape_2d(ctx, t, n_embd, n_tokens) for t in (ffn_inp, ffn_norm, x_prev))
             ffn_inp, ffn_norm, x_prev = g.last_layer_rows(il, ffn_inp, ffn_norm, x_prev)
             cur = B.add(ctx, channel_mix(g, layer, ffn_norm, x_prev), ffn_inp)
@@ -130,7 +130,7 @@ class RwkvQwenBase(RwkvBase):
             cur = time_mix(g, layer, att_norm, _shifted(g, shift, att_norm), il)
             # the last token of each run, made contiguous: llama.cpp views it 1-d as it is, which with several
             # sequences of several tokens in a ubatch would store a neighbour's rows
-            g.gf.build_forward_expand(token_shift_store(g, B.cont(ctx, _last_token(g, att_norm)), il))
+            token_shift_store(g, B.cont(ctx, _last_token(g, att_norm)), il)
             ffn_inp = g.cb(B.add(ctx, cur, inp), "ffn_inp", il)
             (ffn_inp,) = g.last_layer_rows(il, B.reshape_2d(ctx, ffn_inp, n_embd, n_tokens))
             cur = g.norm(ffn_inp, layer.ffn_norm, "ffn_norm", il)
@@ -161,9 +161,9 @@ def token_shift_load(g: GraphBuilder, il: int) -> Tensor:
     return B.reshape_3d(g.ctx, rows, hp.n_embd, hp.token_shift_count, g.n_seqs)
 
 
-def token_shift_store(g: GraphBuilder, shift: Tensor, il: int) -> Tensor:
+def token_shift_store(g: GraphBuilder, shift: Tensor, il: int) -> None:
     """build_rwkv_token_shift_store: the new shifts copied into the ubatch's cells (head ..) of layer il's r."""
-    return _store_rows(g, shift, g.rs_r(il), g.hp.n_embd_r())
+    _store_rows(g, shift, g.rs_r(il), g.hp.n_embd_r())
 
 
 def wkv_state(g: GraphBuilder, il: int) -> Tensor:
@@ -177,15 +177,14 @@ def wkv_split(g: GraphBuilder, out: Tensor, il: int) -> Tensor:
     hp, ctx = g.hp, g.ctx
     n = hp.n_embd * g.n_tokens
     states = B.view_1d(ctx, out, hp.n_embd * hp.wkv_head_size * g.n_seqs, n * out.nb[0])
-    g.gf.build_forward_expand(_store_rows(g, states, g.rs_s(il), hp.n_embd_s()))
+    _store_rows(g, states, g.rs_s(il), hp.n_embd_s())
     return B.reshape_2d(ctx, B.view_1d(ctx, out, n, 0), hp.n_embd, g.n_tokens)
 
 
-def _store_rows(g: GraphBuilder, src: Tensor, dst: Tensor, width: int) -> Tensor:
-    ctx = g.ctx
+def _store_rows(g: GraphBuilder, src: Tensor, dst: Tensor, width: int) -> None:
+    """The first ``width`` values per sequence of ``src`` over the ubatch's rows of ``dst`` (GraphBuilder.store_rs)."""
     n = width * g.n_seqs
-    rows = B.view_1d(ctx, dst, n, width * g.rs.head * dst.nb[0])
-    return B.cpy(ctx, B.view_1d(ctx, src, n, 0), rows)
+    g.store_rs(B.view_1d(g.ctx, src, n, 0), dst, width * g.rs.head * dst.nb[0])
 
 
 def head_norm(g: GraphBuilder, cur: Tensor, w: Tensor, b: Tensor, n_head: int) -> Tensor:

@@ -29,6 +29,7 @@ from ....notice import first_run_time
 from ....ops.enums import Op
 from ....tensor import Tensor
 from ..kernel_table import op_registrar
+from ..numba_inline import install as install_inline_copy
 
 #: the C signature of every compiled kernel (see native.call_kernel)
 KERNEL_SIG = types.void(types.int64, types.int64, types.int64, types.int64)
@@ -96,6 +97,7 @@ class JitKernel:
         if not self._ready:
             with _compile_lock:
                 if not self._ready:
+                    install_inline_copy()
                     self._cfunc().compile()
                     self._ready = True
 
@@ -108,13 +110,77 @@ class JitKernel:
         return f"<JitKernel {self.key}>"
 
 
-def prepare(kernels: Iterable[JitKernel]) -> None:
+class JitFunction:
+    """An ``@njit(cache=True)`` function at one signature, with :class:`JitKernel`'s interface, so that
+    :func:`prepare` compiles it beside the kernels instead of on its first call, after them: the thread pool's
+    loops (threads.run_nodes, worker_loop: 2-3 s of a cold first run, on one core while the other idled)."""
+
+    def __init__(self, key: str, sig: tuple) -> None:
+        self.key = key  # "module:name" of the dispatcher
+        self.sig = sig
+        self._ready = False
+        self._absent = False
+
+    def _dispatcher(self):
+        import importlib
+
+        module, name = self.key.split(":")
+        return getattr(importlib.import_module(module), name)
+
+    def load_cached(self) -> bool:
+        """Add the cached compilation to the dispatcher; False when the disk cache has none."""
+        if self._ready:
+            return True
+        if self._absent:
+            return False
+        with _compile_lock:
+            disp = self._dispatcher()
+            if self.sig in disp.overloads:
+                self._ready = True
+                return True
+            try:
+                cres = disp._cache.load_overload(self.sig, disp.targetctx)
+            except Exception:  # an unreadable or foreign cache entry: compile instead
+                cres = None
+            if cres is None:
+                self._absent = True
+                return False
+            disp.add_overload(cres)
+            self._ready = True
+            return True
+
+    def compile(self) -> None:
+        if not self._ready:
+            with _compile_lock:
+                if not self._ready:
+                    install_inline_copy()
+                    self._dispatcher().compile(self.sig)
+                    self._ready = True
+
+    def __repr__(self) -> str:
+        return f"<JitFunction {self.key}{self.sig}>"
+
+
+#: what every plan with a compiled node runs on (threads.ThreadPool: run_segment's run_nodes and the workers'
+#: worker_loop, with the barrier and waits they call, and the command's seq_begin/seq_end); loaded or
+#: compiled with the plan's first kernels
+_I64_2, _I64_1 = (types.int64, types.int64), (types.int64,)
+POOL_FUNCTIONS = tuple(JitFunction(f"pyggml.backend.cpu.threads:{name}", sig)
+                       for name, sig in (("run_nodes", _I64_2), ("worker_loop", _I64_2), ("seq_begin", _I64_1),
+                                         ("seq_end", _I64_1)))
+
+
+def prepare(kernels: Iterable[JitKernel | JitFunction]) -> None:
     """Have every kernel compiled: cached ones are loaded, missing ones compiled, on as many
     processes as there are cores (numba compiles one function at a time per process; a model's
     first run compiles 10-20 kernels of 0.2-2 s each). The processes walk the same list and each
     takes the next kernel nobody has claimed yet, so one that drew long compiles does not leave
-    the others idle."""
-    todo = [k for k in dict.fromkeys(kernels) if not k.load_cached()]
+    the others idle. The thread pool's own functions (:data:`POOL_FUNCTIONS`) come along when there
+    is any kernel."""
+    kernels = list(dict.fromkeys(kernels))
+    if kernels:
+        kernels += POOL_FUNCTIONS
+    todo = [k for k in kernels if not k.load_cached()]
     if not todo:
         return
     _notice()
@@ -122,7 +188,7 @@ def prepare(kernels: Iterable[JitKernel]) -> None:
         _compile(todo)
 
 
-def _compile(todo: list[JitKernel]) -> None:
+def _compile(todo: list[JitKernel | JitFunction]) -> None:
     """Compile the kernels that were not in the cache: here and in helper processes (see prepare)."""
     todo.sort(key=lambda k: not k.key.startswith(_SLOW))  # the longest compiles first, for an even finish
     n_proc = min(len(todo), _cores()) - 1
@@ -147,7 +213,7 @@ _SLOW = tuple(f"pyggml.backend.cpu.{m}:" for m in ("traits", "quants.repacked", 
                                                   "ops.attn_jit"))
 
 
-def _compile_claimed(kernels: Iterable[JitKernel], claims: str) -> None:
+def _compile_claimed(kernels: Iterable[JitKernel | JitFunction], claims: str) -> None:
     """Compile each kernel no other process has claimed (a claim is a file created exclusively in ``claims``)."""
     for k in kernels:
         try:
@@ -167,10 +233,11 @@ def _compile_keys() -> None:
     """Entry point of a compile helper process: the claims folder, then the kernels to take turns on."""
     import importlib
 
+    pool = {k.key: k for k in POOL_FUNCTIONS}
     kernels = []
     for key in sys.argv[2:]:
         module, name = key.split(":")
-        kernels.append(getattr(importlib.import_module(module), name))
+        kernels.append(pool[key] if key in pool else getattr(importlib.import_module(module), name))
     _compile_claimed(kernels, sys.argv[1])
 
 
@@ -236,5 +303,5 @@ def select(node: Tensor) -> Choice | None:
     return None if sel is None else sel(node)
 
 
-__all__ = ["SELECTORS", "Choice", "JitKernel", "enabled", "fusion_mode", "jit_kernel", "lean_unless_ready", "prepare",
-           "ready_or_wanted", "select", "selector"]
+__all__ = ["POOL_FUNCTIONS", "SELECTORS", "Choice", "JitFunction", "JitKernel", "enabled", "fusion_mode", "jit_kernel",
+           "lean_unless_ready", "prepare", "ready_or_wanted", "select", "selector"]

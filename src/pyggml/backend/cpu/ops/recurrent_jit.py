@@ -3,8 +3,9 @@ ggml_compute_forward_ssm_conv_f32 / ggml_compute_forward_ssm_scan_f32 on AVX2).
 
 SSM_CONV: each thread takes a share of the channels; every output is a float sum, in order, of the
 window times the conv weights (not ggml's double-summing vec_dot). SSM_SCAN: each thread takes a
-share of the heads and rolls their states token by token, the first token reading the state its
-sequence starts from (``ids``) and the later ones the state just written to the output. The
+share of the heads and rolls their states token by token (a head's tokens one after the other, so
+its state stays in cache), the first token reading the state its sequence starts from (``ids``) and
+the later ones the state just written to the output. The
 softplus of dt and the decays use the C library's expf/logf. Mamba-2 (a scalar decay per head)
 runs ggml's vector loop where d_state allows (an LLVM intrinsic): four accumulators of 8 lanes over
 steps of 32, reduced as GGML_F32x8_REDUCE, then the leftover state dims in float; Mamba-1 is ggml's
@@ -157,20 +158,23 @@ def k_ssm_scan(node, ith, nth, ctrl):  # pragma: no cover - compiled
     a = numba.carray(f32p(a_p), a_ne0 * nh)
     ih0, ih1 = span(nh, ith, nth)
     hpg = nh // ng
+    row = nr * nc  # one head's state, in floats
+    # head by head, the tokens inside: a head's state (row floats) stays in cache from token to token, where
+    # ggml's token-outer loop streams every head's state through memory once per token (same values: each
+    # state element sees the same operations in the same order)
     for i3 in range(ns):
-        s0_base = s_src + ids[i3] * snb3
-        s_base = d + i3 * snb3 + s_off
-        for i2 in range(nt):
-            x = numba.carray(f32p(x_p + i2 * xnb2 + i3 * xnb3), nr * nh)
-            dt = numba.carray(f32p(dt_p + i2 * dtnb1 + i3 * dtnb2), nh)
-            y = numba.carray(f32p(d + i2 * nh * nr * 4 + i3 * nt * nh * nr * 4), nr * nh)
-            b_row = b_p + i2 * bnb2 + i3 * bnb3
-            c_row = c_p + i2 * cnb2 + i3 * cnb3
-            for h in range(ih0, ih1):
+        s_seq = d + i3 * snb3 + s_off
+        for h in range(ih0, ih1):
+            g = h // hpg
+            s0_base = s_src + ids[i3] * snb3
+            s_base = s_seq
+            for i2 in range(nt):
+                x = numba.carray(f32p(x_p + i2 * xnb2 + i3 * xnb3), nr * nh)
+                dt = numba.carray(f32p(dt_p + i2 * dtnb1 + i3 * dtnb2), nh)
+                y = numba.carray(f32p(d + i2 * nh * nr * 4 + i3 * nt * nh * nr * 4), nr * nh)
+                b_row = b_p + i2 * bnb2 + i3 * bnb3
+                c_row = c_p + i2 * cnb2 + i3 * cnb3
                 dt_sp = _softplus(dt[h])
-                g = h // hpg
-                b = numba.carray(f32p(b_row + g * nc * 4), nc)
-                c = numba.carray(f32p(c_row + g * nc * 4), nc)
                 if a_ne0 == 1:  # Mamba-2: one decay per head
                     da = libm_expf(dt_sp * a[h])
                     for i1 in range(nr):
@@ -178,26 +182,27 @@ def k_ssm_scan(node, ith, nth, ctrl):  # pragma: no cover - compiled
                         y[ii] = _state_row2(s0_base + ii * nc * 4, s_base + ii * nc * 4, b_row + g * nc * 4,
                                             c_row + g * nc * 4, da, x[ii] * dt_sp, nc)
                 else:  # Mamba-1: one decay per state dim, the scalar loop
+                    b = numba.carray(f32p(b_row + g * nc * 4), nc)
+                    c = numba.carray(f32p(c_row + g * nc * 4), nc)
                     for i1 in range(nr):
                         ii = i1 + h * nr
                         x_dt = x[ii] * dt_sp
                         s0 = numba.carray(f32p(s0_base + ii * nc * 4), nc)
-                        s = numba.carray(f32p(s_base + ii * nc * 4), nc)
+                        st = numba.carray(f32p(s_base + ii * nc * 4), nc)
                         sumf = np.float32(0.0)
                         for i0 in range(nc):
                             v = fmaf(s0[i0], libm_expf(dt_sp * a[i0 + h * nc]), b[i0] * x_dt)
                             sumf = fmaf(v, c[i0], sumf)
-                            s[i0] = v
+                            st[i0] = v
                         y[ii] = sumf
-            slot = nt - 1 - i2
-            if k_slots > 1 and 0 < slot < k_slots:  # a rollback snapshot: this thread's heads of the state
-                snap = d + s_off + (slot * ns + i3) * snb3
-                row = nr * nc
-                src = numba.carray(f32p(s_base), nh * row)
-                dst = numba.carray(f32p(snap), nh * row)
-                for j in range(ih0 * row, ih1 * row):
-                    dst[j] = src[j]
-            s0_base = s_base  # later tokens read the state just written
+                slot = nt - 1 - i2
+                if k_slots > 1 and 0 < slot < k_slots:  # a rollback snapshot: this head's state after token i2
+                    snap = d + s_off + (slot * ns + i3) * snb3
+                    src = numba.carray(f32p(s_base + h * row * 4), row)
+                    dst = numba.carray(f32p(snap + h * row * 4), row)
+                    for j in range(row):
+                        dst[j] = src[j]
+                s0_base = s_base  # later tokens read the state just written
 
 
 def _packed(t: Tensor) -> bool:

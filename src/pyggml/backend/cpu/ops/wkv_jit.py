@@ -67,10 +67,10 @@ def _linear_attn(node, ith, nth, gla):  # pragma: no cover - compiled
     init = numba.carray(f32p(s_addr), n_state)
     per_seq = n_t // n_seqs
     h0, h1 = _heads(n_heads, ith, nth)
-    for t in range(n_t):
-        s_off = size * c * (t // per_seq)
-        fresh = t % per_seq == 0
-        for h in range(h0, h1):
+    for h in range(h0, h1):  # a head's tokens one after the other: its state stays in cache (as in WKV7)
+        for t in range(n_t):
+            s_off = size * c * (t // per_seq)
+            fresh = t % per_seq == 0
             th = t * c + h * size
             out = dst[th:th + size]
             vv = v[th:th + size]
@@ -82,17 +82,41 @@ def _linear_attn(node, ith, nth, gla):  # pragma: no cover - compiled
                 uu = numba.float32(0.0) if gla else first[h * size + i]
                 row = s_off + h * size * size + i * size
                 cur = dst[c * n_t + row:c * n_t + row + size]
-                prev = init[row:row + size] if fresh else cur
-                for j in range(size):
-                    p = prev[j]
-                    kv = vv[j] * kk
-                    if gla:
-                        temp = fmaf(p, dd, kv)
-                        out[j] = fmaf(temp, qq, out[j])
-                        cur[j] = temp
-                    else:
-                        out[j] = fmaf(fmaf(kv, uu, p), qq, out[j])
-                        cur[j] = fmaf(p, dd, kv)
+                # the state row from the initial state, or in place (then one array: the loop vectorizes)
+                if fresh:
+                    _linear_attn_row(init[row:row + size], cur, out, vv, kk, qq, dd, uu, gla)
+                else:
+                    _linear_attn_row_inplace(cur, out, vv, kk, qq, dd, uu, gla)
+
+
+@numba.njit(**_opts)
+def _linear_attn_row(prev, cur, out, vv, kk, qq, dd, uu, gla):  # pragma: no cover - compiled
+    """One state row of WKV6 / GLA from ``prev`` into ``cur``, adding its share to the output row ``out``."""
+    for j in range(cur.size):
+        p = prev[j]
+        kv = vv[j] * kk
+        if gla:
+            temp = fmaf(p, dd, kv)
+            out[j] = fmaf(temp, qq, out[j])
+            cur[j] = temp
+        else:
+            out[j] = fmaf(fmaf(kv, uu, p), qq, out[j])
+            cur[j] = fmaf(p, dd, kv)
+
+
+@numba.njit(**_opts)
+def _linear_attn_row_inplace(cur, out, vv, kk, qq, dd, uu, gla):  # pragma: no cover - compiled
+    """:func:`_linear_attn_row` with the row updated in place."""
+    for j in range(cur.size):
+        p = cur[j]
+        kv = vv[j] * kk
+        if gla:
+            temp = fmaf(p, dd, kv)
+            out[j] = fmaf(temp, qq, out[j])
+            cur[j] = temp
+        else:
+            out[j] = fmaf(fmaf(kv, uu, p), qq, out[j])
+            cur[j] = fmaf(p, dd, kv)
 
 
 @jit_kernel
@@ -123,21 +147,27 @@ def k_rwkv_wkv7(node, ith, nth, ctrl):  # pragma: no cover - compiled
     init = numba.carray(f32p(s_addr), n_state)
     per_seq = n_t // n_seqs
     h0, h1 = _heads(n_heads, ith, nth)
-    for t in range(n_t):
-        s_off = size * c * (t // per_seq)
-        fresh = t % per_seq == 0
-        for h in range(h0, h1):
+    # a head's tokens one after the other: its state (size * size floats) stays in L1 over a prompt, where
+    # ggml's token-outer loop goes through every head's state per token (same operations, same order)
+    for h in range(h0, h1):
+        for t in range(n_t):
+            s_off = size * c * (t // per_seq)
+            fresh = t % per_seq == 0
             th = t * c + h * size
             ww, kk, bb = w[th:th + size], k[th:th + size], b[th:th + size]
             for i in range(size):
                 row = s_off + h * size * size + i * size
                 out_row = c * n_t + row
                 cur = dst[out_row:out_row + size]
-                prev = init[row:row + size] if fresh else cur
                 sa = vec_dot_f32(a_addr + 4 * th, (s_addr + 4 * row) if fresh else (dst_addr + 4 * out_row), size)
                 vi = v[th + i]
-                for j in range(size):
-                    cur[j] = fmaf(sa, bb[j], fmaf(prev[j], ww[j], vi * kk[j]))
+                if fresh:
+                    prev = init[row:row + size]
+                    for j in range(size):
+                        cur[j] = fmaf(sa, bb[j], fmaf(prev[j], ww[j], vi * kk[j]))
+                else:  # in place: one array read and written at the same index vectorizes
+                    for j in range(size):
+                        cur[j] = fmaf(sa, bb[j], fmaf(cur[j], ww[j], vi * kk[j]))
                 dst[th + i] = vec_dot_f32(dst_addr + 4 * out_row, r_addr + 4 * th, size)
 
 
