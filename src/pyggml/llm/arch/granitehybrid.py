@@ -13,8 +13,8 @@ from ...ops import builders as B
 from ..graph import FFNOp, Gating
 from ..tensors import LLMTensor as T
 from . import register
-from .base import Arch, load_embd_output, load_ffn, load_moe, load_qkv, require
-from .mamba_base import build_mamba2_layer, load_mamba2_layer, load_ssm_hparams
+from .base import Arch, load_embd_output, load_ffn, load_moe, load_qkv
+from .mamba_base import build_mamba2_layer, load_mamba2_layer, load_ssm_hparams, require_expansion_2
 
 if TYPE_CHECKING:
     from ...tensor import Tensor
@@ -41,7 +41,7 @@ class GraniteHybrid(Arch):
 
     def load_tensors(self, m: Model) -> None:
         hp = m.hparams
-        require(2 * hp.n_embd == hp.ssm_d_inner, f"{hp.arch}: only an expansion factor of 2 is supported")
+        require_expansion_2(hp)
         load_embd_output(m)
         for il, layer in enumerate(m.layers):
             layer.attn_norm = m.create_tensor(T.ATTN_NORM, (hp.n_embd,), il)

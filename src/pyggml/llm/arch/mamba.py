@@ -9,8 +9,14 @@ from typing import TYPE_CHECKING
 from ...ops import builders as B
 from ..tensors import LLMTensor as T
 from . import register
-from .base import Arch, load_embd_output, require
-from .mamba_base import build_mamba2_layer, build_mamba_layer, load_mamba_layer, load_ssm_hparams
+from .base import Arch, load_embd_output
+from .mamba_base import (
+    build_mamba2_layer,
+    build_mamba_layer,
+    load_mamba_layer,
+    load_ssm_hparams,
+    require_expansion_2,
+)
 
 if TYPE_CHECKING:
     from ...tensor import Tensor
@@ -33,8 +39,7 @@ class Mamba(Arch):
 
     def load_tensors(self, m: Model) -> None:
         hp = m.hparams
-        require(2 * hp.n_embd == hp.ssm_d_inner, f"{hp.arch}: only an expansion factor of 2 is supported "
-                f"(ssm.inner_size {hp.ssm_d_inner}, embedding_length {hp.n_embd})")
+        require_expansion_2(hp)
         load_embd_output(m)
         for il, layer in enumerate(m.layers):
             layer.attn_norm = m.create_tensor(T.ATTN_NORM, (hp.n_embd,), il)

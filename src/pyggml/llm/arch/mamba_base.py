@@ -35,6 +35,12 @@ def load_ssm_hparams(hp: HParams, kv: KV, group: bool) -> None:
     hp.ssm_dt_b_c_rms = bool(kv.get(Keys.SSM_DT_B_C_RMS, False))
 
 
+def require_expansion_2(hp: HParams) -> None:
+    """Refuse an inner size other than twice the embedding: llama.cpp's Mamba graphs assume it."""
+    require(2 * hp.n_embd == hp.ssm_d_inner, f"{hp.arch}: only an expansion factor of 2 is supported "
+            f"(ssm.inner_size {hp.ssm_d_inner}, embedding_length {hp.n_embd})")
+
+
 def load_mamba_layer(m: Model, layer: Layer, il: int) -> None:
     """A Mamba-1 layer's tensors: in/out projections, the conv, x -> (dt, B, C), dt's projection, A and D."""
     hp = m.hparams
