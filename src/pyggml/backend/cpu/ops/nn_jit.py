@@ -20,7 +20,7 @@ from ....ops.enums import Op
 from ....quants.jitcache import variant
 from ....tensor import Tensor
 from ....types import GGMLType
-from ..jit import Choice, jit_kernel, ready_or_wanted, selector
+from ..jit import Choice, JitKernel, jit_kernel, ready_or_wanted, selector
 from ..jit.mathf import LANES, libm_expf, v_expf
 from ..jit.record import (
     AUX,
@@ -168,12 +168,17 @@ def k_norm(node, ith, nth, ctrl):  # pragma: no cover - compiled
             y[i] = y[i] * scale
 
 
-@selector(Op.NORM)
-def _sel_norm(node: Tensor) -> Choice | None:
+def _row_norm_choice(node: Tensor, kernel: JitKernel) -> Choice | None:
+    """NORM and L2_NORM: F32 rows in and out of one shape, contiguous rows, a non-negative eps."""
     a = node.src[0]
     if not all_f32(node, a) or a.ne != node.ne or not rows_contiguous(node, a) or node.get_op_params_f32(0) < 0:
         return None
-    return Choice(k_norm)
+    return Choice(kernel)
+
+
+@selector(Op.NORM)
+def _sel_norm(node: Tensor) -> Choice | None:
+    return _row_norm_choice(node, k_norm)
 
 
 @jit_kernel
@@ -199,10 +204,7 @@ def k_l2_norm(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 @selector(Op.L2_NORM)
 def _sel_l2_norm(node: Tensor) -> Choice | None:
-    a = node.src[0]
-    if not all_f32(node, a) or a.ne != node.ne or not rows_contiguous(node, a) or node.get_op_params_f32(0) < 0:
-        return None
-    return Choice(k_l2_norm)
+    return _row_norm_choice(node, k_l2_norm)
 
 
 @numba.njit(**_opts)
