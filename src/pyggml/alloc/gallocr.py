@@ -102,6 +102,9 @@ class Gallocr:
         self._records: dict[int, TensorRecord] = {}
         self._step = -1
         self._log = AllocLog()
+        #: counts buffer replacements (a grown or freed buffer): tensors placed under an older generation
+        #: point into memory that is gone (the scheduler's saved graph states check it)
+        self.generation = 0
 
     # ------------------------------------------------------------------ hash
     def _hash_get(self, t: Tensor) -> HashNode:
@@ -306,6 +309,7 @@ class Gallocr:
                     realloc = True
             if not realloc:
                 continue
+            self.generation += 1
             if vbuf is not None:
                 if self._log.on:
                     self._log(f"reallocating {self.bufts[i].name()} buffer from {sum(b.size for b in vbuf)} "
@@ -447,6 +451,7 @@ class Gallocr:
                 _vbuffer_free(vbuf)
                 seen.append(vbuf)
         self.buffers = [None] * self.n_buffers
+        self.generation += 1
 
 
 def _vbuffer_alloc(buft: BufferType, talloc: DynTallocr) -> list[Buffer]:

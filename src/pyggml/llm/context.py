@@ -28,6 +28,7 @@ from . import state
 from .batch import Batch, DecodeError, PreparedBatch, prepare, split_equal, split_seq, split_simple
 from .embeddings import mean_weights, no_cache_mask, pooled_rows, pools_last
 from .graph import GRAPH_MAX_NODES, GraphBuilder, UbatchGraph, build_k_shift
+from .graph_cache import DEFAULT_GRAPH_CACHE, GraphCache
 from .hparams import PoolingType
 from .kv_cache import KV_PAD, KVCache
 from .memory_recurrent import RecurrentMemory
@@ -62,6 +63,7 @@ class ContextParams:
     embeddings: bool = False  # also output embeddings (llama_context_params.embeddings)
     pooling_type: PoolingType = PoolingType.UNSPECIFIED  # UNSPECIFIED: the model's ({arch}.pooling_type)
     causal_attn: bool | None = None  # llama_attention_type: None the model's ({arch}.attention.causal)
+    n_graph_cache: int = DEFAULT_GRAPH_CACHE  # ubatch graph shapes kept built and planned (graph_cache.py)
 
 
 def resolve_flash_attn(model: Model) -> bool:
@@ -167,9 +169,12 @@ class LlamaContext:
         self._rs_host = self.recr is not None and len(self.backends) == 1 and self.recr.can_defer()
         self._rs_single = False
         self._rs_stores: list = []
-        self._graph: UbatchGraph | None = None
-        self.n_reused = 0  # ubatches that reused the previous graph (llama.cpp's n_reused)
+        self._graph: UbatchGraph | None = None  # the graph the scheduler has allocated now
+        #: earlier shapes' graphs, built and planned, for when that shape comes back (graph_cache.py)
+        self.graph_cache = GraphCache(p.n_graph_cache)
+        self.n_reused = 0  # ubatches that reused a built graph (llama.cpp's n_reused, which counts the last one's)
         self.n_graph_builds = 0
+        self.n_graph_restores = 0  # of n_reused, those that took an earlier graph back from the cache
         self.logits = np.zeros((0, hp.n_vocab), dtype=np.float32)
         self.output_ids = np.zeros(0, dtype=np.int64)  # batch index -> logits row (-1: not an output)
         self.embd = np.zeros((0, hp.n_embd), dtype=np.float32)  # pooling none: per output token, as logits
@@ -303,7 +308,9 @@ class LlamaContext:
             backend_tensor_set(g.shift, cache.shift.astype(np.int32))
             self.sched.graph_compute(g.gf)
             cache.shift.fill(0)
-            self._graph = None  # the scheduler's memory was replanned: the next ubatch builds anew
+            # the scheduler holds the shift graph now; the cached graphs stay placed unless its plan grew the
+            # compute buffers (restoring one checks)
+            self._graph = None
 
     # ------------------------------------------------------------------ sequence state (llama_state_seq_*)
     def state_seq_get_data(self, seq_id: int = 0) -> bytes:
@@ -512,6 +519,7 @@ class LlamaContext:
             else:
                 self.caches[name].set_state(cells)
         self._graph = None  # a failure may have left the scheduler half-way: plan the next graph anew
+        self.graph_cache.clear()
 
     def _split_recurrent(self, ub_all: PreparedBatch) -> list[PreparedBatch]:
         """llama_memory_recurrent / llama_memory_hybrid::init_batch: with embeddings split_seq, else
@@ -566,8 +574,13 @@ class LlamaContext:
         key = (n_tokens, n_outputs, tuple(sorted(n_kv.items())), embd_input, ns, s0, self.embeddings, pooling,
                n_seqs_unq if pooling is not PoolingType.NONE else 0, rs_key)
         g = self._graph
-        if g is not None and g.key == key and os.environ.get("LLAMA_GRAPH_REUSE_DISABLE") is None:
+        reuse = os.environ.get("LLAMA_GRAPH_REUSE_DISABLE") is None
+        if reuse and g is not None and g.key == key:
             self.n_reused += 1
+        elif reuse and (g := self.graph_cache.restore(key, self.sched)) is not None:
+            self._graph = g
+            self.n_reused += 1
+            self.n_graph_restores += 1
         else:
             b = GraphBuilder(self.model, self.caches, self.layer_cache, n_tokens, n_outputs, n_kv, self.flash_attn,
                              embd_input, s0, ns, self.n_ctx_seq, self.embeddings, pooling, n_seqs_unq, self.recr,
@@ -578,6 +591,8 @@ class LlamaContext:
                 raise PyGGMLError("failed to allocate the compute graph")
             self._graph = g
             self.n_graph_builds += 1
+            if reuse:
+                self.graph_cache.put(key, g, self.sched)
         # inputs, through the backend API: they may live on any backend
         backend_tensor_set(g.tokens, ub.embd if embd_input else ub.token.astype(np.int32))
         if g.pos.buffer is not None:  # (a graph without RoPE or position embeddings never reads it: Mamba)

@@ -68,6 +68,28 @@ class SchedSplit:
     graph: Graph | None = None
 
 
+@dataclass
+class SchedGraphState:
+    """What ``alloc_graph`` decided for one graph: its backends and copies, its splits (each keeping its backend's
+    compute plan), the graph ggml-alloc planned, and the allocator generation its tensors were placed in.
+
+    llama.cpp reuses the one graph the scheduler last allocated; a caller that alternates between a few graph
+    shapes (a prompt, then one-token steps; a speculative verify batch, then a step) keeps one of these per
+    graph and hands it back with :meth:`BackendSched.restore_graph_state` instead of splitting and planning
+    the graph again. The tensors' addresses stay valid while the allocator keeps its buffers (the generation)."""
+
+    graph: Graph
+    splits: list[SchedSplit]
+    graph_inputs: list[Tensor]
+    graph_copy: Graph
+    node_backend_ids: list[int]
+    leaf_backend_ids: list[int]
+    ctx: Context | None
+    assign: Assignments
+    cur_copy: int
+    alloc_generation: int
+
+
 def _env_int(name: str) -> int:
     """An integer environment setting read as C's atoi would (unset or garbage is 0)."""
     try:
@@ -136,6 +158,9 @@ class BackendSched:
         # the MoE expert selection of the last ids tensor read, reused while the ids are the same
         self._prev_ids_tensor: Tensor | None = None
         self._used_experts: list[int] = []
+        # the assignments are also held by a saved graph state: copy them before any change
+        self._assign_shared = False
+        self._user_graph: Graph | None = None
         self.reset()
 
     # ------------------------------------------------------------------ lookups
@@ -154,6 +179,7 @@ class BackendSched:
         return None if bid == -1 else self.backends[bid]
 
     def set_tensor_backend(self, t: Tensor, backend: Backend) -> None:
+        self._own_assign(keep=True)
         self.assign.set(t, self._checked_id(backend), "usr")
         self.is_reset = False
 
@@ -180,9 +206,50 @@ class BackendSched:
     def reset(self) -> None:
         """Forget every assignment and copy (unless already reset); the graph is no longer allocated."""
         if not self.is_reset:
-            self.assign.clear()
+            if self._assign_shared:
+                self._own_assign(keep=False)
+            else:
+                self.assign.clear()
             self.is_reset = True
         self.is_alloc = False
+
+    def _own_assign(self, keep: bool) -> None:
+        """Make the assignments this scheduler's alone (a saved graph state keeps the ones it shared); ``keep``
+        carries their entries over (user placements made since a restore), else the new ones start empty."""
+        if not self._assign_shared:
+            return
+        old, new = self.assign, Assignments()
+        if keep:
+            new.backend_ids, new.causes = dict(old.backend_ids), dict(old.causes)
+            new.keep, new.copies = dict(old.keep), {k: [list(row) for row in v] for k, v in old.copies.items()}
+        self.assign = self.assigner.a = new
+        self._assign_shared = False
+
+    def save_graph_state(self) -> SchedGraphState:
+        """The allocated graph's scheduling and allocation, to run it again later (see SchedGraphState)."""
+        if not self.is_alloc:
+            raise SchedError("save_graph_state: no graph is allocated (call backend_sched_alloc_graph first)")
+        assert self._user_graph is not None
+        self._assign_shared = True
+        return SchedGraphState(self._user_graph, list(self.splits), list(self.graph_inputs), self.graph,
+                               list(self.node_backend_ids), list(self.leaf_backend_ids), self.ctx, self.assign,
+                               self.cur_copy, self.galloc.generation)
+
+    def restore_graph_state(self, state: SchedGraphState) -> bool:
+        """Make a saved graph the allocated one again, as if alloc_graph had just placed it: False (changing
+        nothing) when the allocator has replaced its buffers since, so the saved addresses are stale."""
+        if state.alloc_generation != self.galloc.generation:
+            return False
+        self.synchronize()  # the previous graph may still be running in the memory this one shares
+        self.splits, self.graph_inputs, self.graph = list(state.splits), list(state.graph_inputs), state.graph_copy
+        self.node_backend_ids, self.leaf_backend_ids = list(state.node_backend_ids), list(state.leaf_backend_ids)
+        self.ctx, self.cur_copy = state.ctx, state.cur_copy
+        self.assign = self.assigner.a = state.assign
+        self._assign_shared = True
+        self._user_graph = state.graph
+        self.is_reset = False
+        self.is_alloc = True
+        return True
 
     def synchronize(self) -> None:
         for b in self.backends:
@@ -211,9 +278,11 @@ class BackendSched:
     def split_graph(self, graph: Graph) -> None:
         """ggml_backend_sched_split_graph: assign backends, cut splits, create input copies and
         build the allocation graph (inputs and their copies ahead of each split's nodes)."""
+        self._own_assign(keep=True)
         self.splits = []
         self.graph_inputs = []
         self.is_reset = False
+        self._user_graph = graph
         n_ctx = self.graph_size * GGML_SCHED_MAX_SPLIT_INPUTS * 2
         self.ctx = Context(n_ctx * GGML_TENSOR_SIZE * 2 + graph_overhead_custom(self.graph_size), no_alloc=True)
         # copies made in an earlier context died with it
