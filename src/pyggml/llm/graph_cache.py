@@ -24,7 +24,7 @@ from ..sched.scheduler import BackendSched, SchedGraphState
 from .graph import UbatchGraph
 
 #: how many graph shapes a context keeps by default (a prompt shape, the one-token step, a verify batch...)
-DEFAULT_GRAPH_CACHE = 4
+DEFAULT_GRAPH_CACHE = 8
 
 
 @dataclass
