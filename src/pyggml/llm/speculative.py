@@ -44,8 +44,10 @@ VOCAB_CHECK_START_TOKEN_ID = 5
 DRAFT_TOP_K = 10
 #: a draft is padded to its drafter's full length when it is at most this many tokens short (pad_draft)
 PAD_MAX_GAP = 4
-#: the draft model decodes up to this many new tokens one by one rather than as a batch (see ModelDrafter._sync)
-SYNC_ONE_BY_ONE = 4
+#: the draft model decodes up to this many new tokens one by one rather than as a batch (see ModelDrafter._sync):
+#: none, now that the context keeps the graphs of a few batch sizes (llm/graph_cache.py), so the tokens accepted
+#: since the last draft (1 to n_max + 1) go as one batch of an already built shape, as llama.cpp decodes them
+SYNC_ONE_BY_ONE = 0
 
 
 class SpeculativeError(PyGGMLError):
@@ -231,9 +233,8 @@ class ModelDrafter:
         ctx.seq_rm(seq_id, keep, -1)
         self.cached[seq_id] = want[:keep]
         logits = None
-        # a few tokens (those accepted since the last draft) go one at a time: the draft's one-token graph
-        # is then reused step after step, where a batch of a new size would build and plan another graph,
-        # which costs pyggml more than decoding the tokens (llama.cpp builds graphs in microseconds)
+        # the tokens accepted since the last draft go as one batch: its few sizes are kept built in the draft
+        # context's graph cache (with SYNC_ONE_BY_ONE > 0, up to that many would go one at a time instead)
         step = 1 if len(want) - keep <= SYNC_ONE_BY_ONE else ctx.n_batch
         for s in range(keep, len(want), step):
             chunk = want[s : s + step]
@@ -293,9 +294,9 @@ def make_drafters(params: SpecParams, draft_ctx: Any = None) -> list[Drafter]:
 def pad_draft(draft: list[int], n: int) -> list[int]:
     """``draft`` padded to ``n`` tokens with its last token repeated, when it is at most PAD_MAX_GAP short
     (an empty draft stays empty). Any token is a valid guess, so padding changes no output; it keeps
-    the verification batch at one size, and a batch of a new size costs pyggml a graph built, allocated
-    and planned anew (100-140 ms on Qwen2.5 0.5B, 1.5-2 one-token steps), where each padded position
-    costs about 0.45 of a one-token step: worth it for a few positions, not for many."""
+    the verification batch at one size, and a batch of a size the context's graph cache does not hold costs
+    pyggml a graph built, allocated and planned anew (100-140 ms on Qwen2.5 0.5B, 1.5-2 one-token steps), where
+    each padded position costs about 0.45 of a one-token step: worth it for a few positions, not for many."""
     if not draft or len(draft) >= n or n - len(draft) > PAD_MAX_GAP:
         return draft
     return draft + [draft[-1]] * (n - len(draft))
