@@ -20,6 +20,9 @@ if str(TESTS) not in sys.path:
 # own source), so a red CI run is a failure anyone can rerun, not a draw that may not come back;
 # locally the examples stay random, which is what finds new cases. Loaded here, before any test
 # module is imported, because ``@settings(...)`` on a test copies the profile loaded at that moment.
+# Kernels that only make a plan faster compile before it runs, not in background processes that would outlive
+# the test that started them (jit.lean_unless_ready; tests/backend/test_jit_background.py turns them back on)
+os.environ["PYGGML_JIT_BACKGROUND"] = "0"
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
