@@ -80,6 +80,33 @@ def test_collector_sums_the_squared_inputs_of_each_weight(small: Path) -> None:
     assert "output.weight" not in col2.result().entries and "token_embd.weight" not in col2.result().entries
 
 
+def test_a_reused_graph_keeps_the_plans_of_its_callback_pieces(small: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collector cuts the graph at every matmul; a reused graph is cut at the same nodes, so the CPU
+    backend's plans of the pieces are kept: a second decode of the same shape plans nothing, and sums the same."""
+    from pyggml.backend.cpu import plan
+
+    built = []
+    init = plan.GraphPlan.__init__
+    monkeypatch.setattr(plan.GraphPlan, "__init__", lambda self, *a, **k: (built.append(1), init(self, *a, **k))[1])
+    ctx = LlamaContext(Model(small, progress=False), ContextParams(n_ctx=64, n_ubatch=64, n_threads=1))
+    toks = np.random.default_rng(1).integers(0, 128, 32).tolist()
+    sums = []
+    for _ in range(2):
+        col = IMatrixCollector(chunk_size=32)
+        ctx.clear()
+        with col.attach(ctx):
+            ctx.decode(toks, outputs=[True] * 32)
+        sums.append(col.result().entries["blk.1.ffn_down.weight"].sums)
+        built.append(None)  # a marker between the two decodes
+    first, second = built[: built.index(None)], built[built.index(None) + 1 : -1]
+    # 14 collected products read 8 distinct inputs (4 a layer: attn_q/k/v share one, ffn_gate/up one): the graph
+    # is cut after the first reader of each, 9 pieces; the others are collected when asked
+    assert ctx.n_reused >= 1 and len(first) == 9
+    assert second == []
+    np.testing.assert_array_equal(sums[1], sums[0])
+
+
 def test_process_output_collects_an_untied_output(tmp_path: Path) -> None:
     ctx = LlamaContext(Model(make_model("llama8", tmp_path), progress=False),
                        ContextParams(n_ctx=64, n_ubatch=64, n_threads=1))

@@ -181,7 +181,7 @@ def run_batched(args: argparse.Namespace) -> int:
     need = max(cells(pp, tg, pl) for pp in n_pp for tg in n_tg for pl in n_pl)
     if not unified:  # equal streams: the longest test's sequence in each
         need = max(n_pl) * max(pp + tg for pp in n_pp for tg in n_tg)
-    model, _ = load_model(args)
+    model, _ = load_model(args, vocab=False)  # random token ids: no tokenizer
     n_vocab = model.hparams.n_vocab
     rand = glibc_rand_stream()
     ctx = make_context(args, model, n_ctx=args.ctx_size or need, n_seq_max=max(n_pl),

@@ -609,6 +609,9 @@ class LlamaContext:
         if g.rs is not None:
             backend_tensor_set(g.rs.s_copy, self.recr.s_copy_data())
         self._set_encoder_inputs(g, ub)
+        begin = getattr(self.eval_callback, "begin_graph", None)  # a callback that keeps state per computed graph
+        if begin is not None:
+            begin()
         backend_sched_set_eval_callback(self.sched, self.eval_callback)
         status = self.sched.graph_compute(g.gf)
         if status != GGMLStatus.SUCCESS:

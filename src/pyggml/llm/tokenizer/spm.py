@@ -14,7 +14,7 @@ merged symbol is a token by construction, so that path never runs and is left ou
 from __future__ import annotations
 
 from collections.abc import Callable
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 
 
 def spm_tokenize(
@@ -24,7 +24,11 @@ def spm_tokenize(
     byte_to_token: Callable[[int], int],
     out: list[int],
 ) -> None:
-    """Append the SPM tokens of ``text`` (whitespace already escaped) to ``out``."""
+    """Append the SPM tokens of ``text`` (whitespace already escaped) to ``out``.
+
+    The pair lookups are written out in the loop rather than in a helper (a call per pair was half the time
+    of tokenizing a long text), and the first pairs are heapified at once: the heap pops the same entries
+    in the same order either way (its entries are totally ordered)."""
     n = len(text)
     if n == 0:
         return
@@ -32,32 +36,36 @@ def spm_tokenize(
     length = [1] * n  # symbol i starts at char i; 0 once merged into its left neighbour
     nxt = [*range(1, n), -1]
     prv = list(range(-1, n - 1))
+    # (-score, left, right, size): heapq pops the smallest, so the best score first, ties to the leftmost
     heap: list[tuple[float, int, int, int]] = []
-
-    def try_add(left: int, right: int) -> None:
-        if left < 0 or right < 0:
-            return
-        size = length[left] + length[right]
-        tid = get(text[left : left + size])
-        if tid is not None:
-            # heapq pops the smallest: negate the score; ties go to the smaller left index
-            heappush(heap, (-scores[tid], left, right, size))
-
     for i in range(n - 1):
-        try_add(i, i + 1)
+        tid = get(text[i : i + 2])
+        if tid is not None:
+            heap.append((-scores[tid], i, i + 1, 2))
+    heapify(heap)
 
     while heap:
         _, left, right, size = heappop(heap)
-        if length[left] == 0 or length[right] == 0 or length[left] + length[right] != size:
+        n_left, n_right = length[left], length[right]
+        if n_left == 0 or n_right == 0 or n_left + n_right != size:
             continue  # one side was merged since this pair was pushed
         length[left] = size
         length[right] = 0
         after = nxt[right]
         nxt[left] = after
+        before = prv[left]
         if after >= 0:
             prv[after] = left
-        try_add(prv[left], left)
-        try_add(left, after)
+        if before >= 0:  # the new pair with the left neighbour
+            both = length[before] + size
+            tid = get(text[before : before + both])
+            if tid is not None:
+                heappush(heap, (-scores[tid], before, left, both))
+        if after >= 0:  # and with the right one
+            both = size + length[after]
+            tid = get(text[left : left + both])
+            if tid is not None:
+                heappush(heap, (-scores[tid], left, after, both))
 
     i = 0
     while i != -1:
