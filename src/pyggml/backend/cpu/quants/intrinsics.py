@@ -50,10 +50,13 @@ def _arr1(t) -> bool:
 
 
 def _nibbles32(builder: ir.IRBuilder, q: ir.Value) -> ir.Value:
-    """16 packed bytes -> 32 codes: low nibbles first, then high nibbles (the Q4_0 order)."""
-    lo = builder.and_(q, _consts(16, [15] * 16))
-    hi = builder.lshr(q, _consts(16, [4] * 16))
-    return builder.shuffle_vector(lo, hi, ir.Constant(_vec(32, _I32), list(range(32))))
+    """16 packed bytes -> 32 codes: low nibbles first, then high nibbles (the Q4_0 order). The bytes go to both
+    128-bit halves and the upper half's i32 lanes shift right by 4, then one mask: a shift and an and on the
+    whole register, where masking and shifting each half and joining them took one instruction more."""
+    both = builder.bitcast(builder.shuffle_vector(q, q, ir.Constant(_vec(32, _I32), list(range(16)) * 2)),
+                           _vec(8, _I32))
+    both = builder.lshr(both, ir.Constant(_vec(8, _I32), [0] * 4 + [4] * 4))
+    return builder.and_(builder.bitcast(both, _vec(32)), _consts(32, [15] * 32))
 
 
 @intrinsic
@@ -185,8 +188,9 @@ def _decode_q5_0(builder, blk, unsigned=False):
     return codes if unsigned else builder.sub(codes, _consts(32, [16] * 32))
 
 
-#: decoders whose codes are stored unsigned, with the offset ggml subtracts: log2 of it (with VNNI the row dots
-#: take the stored codes, vpdpbusd, and subtract offset * the activation quad's sum, the same int32 lanes)
+#: decoders whose codes are stored unsigned, with the offset ggml subtracts: log2 of it (the row dots may take
+#: the stored codes, vpdpbusd or pmaddubsw + pmaddwd, and subtract offset * the activation quad's sum: the same
+#: int32 lanes as ggml's sign trick on the signed codes)
 _UNSIGNED_SHIFT = {_decode_q4_0: 3, _decode_q5_0: 4}
 
 
@@ -212,16 +216,23 @@ def _rowdot_blocks(builder, decode, block_bytes, wbases, nb, cols, tbase):
     float32. Every (row, column) keeps its own accumulator, so several rows at once are several
     independent fma chains (a decode's one column would otherwise wait on one chain's latency)."""
     f8 = _vec(8, _F32)
-    shift = _UNSIGNED_SHIFT.get(decode) if _VNNI else None
+    # unsigned codes: with VNNI always; on AVX2 when several rows share each column's offset (a decode's four
+    # rows: the offset's three instructions once, where the sign trick took two a row)
+    shift = _UNSIGNED_SHIFT.get(decode) if _VNNI or (_AVX2 and len(wbases) > 1) else None
     zero = ir.Constant(_vec(8, _I32), [0] * 8)
+    ones = ir.Constant(_vec(16, _I16), [1] * 16)
+
+    def quad_sums(u, a):  # <8 x i32>: lane i = sum of the 4 products of bytes 4i..4i+3 (u unsigned, a signed)
+        return _dpbusd(builder, zero, u, a) if _VNNI else _maddwd(builder, _maddubs(builder, u, a), ones)
+
     accs = [[cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in cols] for _ in wbases]
     with cgutils.for_range(builder, nb) as loop:
         b = loop.index
         avs = [builder.load(builder.bitcast(builder.gep(abase, [builder.mul(b, ir.Constant(_I64, 32))]),
                                             _vec(32).as_pointer()), align=1) for abase, _ in cols]
         if shift is not None:  # offset * each activation quad's sum, once per column for all the rows
-            offs = [builder.shl(_dpbusd(builder, zero, _consts(32, [1] * 32), av),
-                                ir.Constant(_vec(8, _I32), [shift] * 8)) for av in avs]
+            offs = [builder.shl(quad_sums(_consts(32, [1] * 32), av), ir.Constant(_vec(8, _I32), [shift] * 8))
+                    for av in avs]
         for wbase, row_accs in zip(wbases, accs, strict=True):
             blk = builder.gep(wbase, [builder.mul(b, ir.Constant(_I64, block_bytes))])
             dw = _fp16_at(builder, blk, tbase)
@@ -229,7 +240,7 @@ def _rowdot_blocks(builder, decode, block_bytes, wbases, nb, cols, tbase):
             for c, (acc, (_, dbase)) in enumerate(zip(row_accs, cols, strict=True)):
                 d = builder.fmul(dw, builder.load(builder.gep(dbase, [b])))
                 if shift is not None:
-                    lanes = builder.sub(_dpbusd(builder, zero, codes, avs[c]), offs[c])
+                    lanes = builder.sub(quad_sums(codes, avs[c]), offs[c])
                 else:
                     lanes = _signed_lanes8(builder, codes, avs[c])  # <8 x i32>
                 # acc = fma(d, lanes, acc): ggml's AVX2 vec_dot (_mm256_fmadd_ps) and llamafile's

@@ -106,12 +106,27 @@ def _k4_body(five: bool):
     return body
 
 
+def _idx(values: list[int]) -> ir.Constant:
+    return ir.Constant(_vec(len(values), _I32), values)
+
+
+def _q6_scale_pair(builder: ir.IRBuilder, group: ir.Value, i: int, j: int) -> ir.Value:
+    """<16 x i16> lanes 0..7 = scale i, lanes 8..15 = scale j of a <16 x i16> holding 8 scales in both 128-bit
+    halves: one in-lane byte shuffle (vpshufb), where 16 lane inserts of two loaded bytes took 7 instructions."""
+    return builder.shuffle_vector(group, ir.Constant(group.type, ir.Undefined), _idx([i] * 8 + [8 + j] * 8))
+
+
 def _q6_body(builder, wb, cols):
     """Q6_K superblock codegen: per column (ab, bb) [sum_{j<16} scale_j * sum over sub-block j of
-    (q-32)*a]. The codes are used unsigned (0..63) and the -32 comes off once as 32*sum_j
-    scale_j*bsum_j, from the activation's 16-sums at bb (int32), as ggml's AVX2 kernel does.
-    Scales: int8 at byte 192."""
+    (q-32)*a]. The codes are used unsigned (0..63) and the -32 comes off as 32*sum_j scale_j*bsum_j,
+    from the activation's 16-sums at bb (int32), as ggml's AVX2 kernel does, lane-wise before the one
+    horizontal sum (the same int32). Scales: int8 at byte 192, widened once per superblock."""
     accs = [ir.Constant(_vec(8, _I32), [0] * 8)] * len(cols)
+    sc8 = _load_at(builder, wb, 192, 16)
+    sc16 = builder.sext(sc8, _vec(16, _I16))
+    undef16 = ir.Constant(sc16.type, ir.Undefined)
+    # scales 8h..8h+7 in both halves (a vpermq each), for _q6_scale_pair
+    groups = [builder.shuffle_vector(sc16, undef16, _idx([8 * h + i for i in range(8)] * 2)) for h in range(2)]
     for hf in range(2):
         ql0 = _load_at(builder, wb, 64 * hf, 32)
         ql1 = _load_at(builder, wb, 64 * hf + 32, 32)
@@ -121,17 +136,24 @@ def _q6_body(builder, wb, cols):
             hi = builder.and_(builder.lshr(qh, _consts(32, [2 * k] * 32)), _consts(32, [3] * 32))
             codes = builder.or_(lo, builder.shl(hi, _consts(32, [4] * 32)))
             # 32 codes = two sub-blocks of 16, scales 8hf+2k and 8hf+2k+1
-            scales = [builder.sext(builder.load(builder.gep(wb, [ir.Constant(_I64, 192 + 8 * hf + 2 * k + g)])),
-                                   _I32) for g in range(2)]
+            if _AVX2:
+                pair = _q6_scale_pair(builder, groups[hf], 2 * k, 2 * k + 1)
+            else:
+                scales = [builder.sext(builder.extract_element(sc8, ir.Constant(_I32, 8 * hf + 2 * k + g)), _I32)
+                          for g in range(2)]
             for c, (ab, _) in enumerate(cols):
                 a32 = _load_at(builder, ab, 128 * hf + 32 * k, 32)
-                accs[c] = builder.add(accs[c], _scaled_lanes8(builder, codes, a32, scales))
-    sc16 = builder.sext(_load_at(builder, wb, 192, 16), _vec(16, _I32))
+                if _AVX2:
+                    lanes = _maddwd(builder, _maddubs(builder, codes, a32), pair)
+                else:
+                    lanes = _scaled_lanes8(builder, codes, a32, scales)
+                accs[c] = builder.add(accs[c], lanes)
+    sc32 = builder.sext(sc8, _vec(16, _I32))
     out = []
     for acc, (_, bb) in zip(accs, cols, strict=True):
         bsums = builder.load(builder.bitcast(bb, _vec(16, _I32).as_pointer()), align=4)
-        off = _reduce_i32(builder, builder.mul(sc16, bsums))
-        out.append([builder.sub(_reduce_i32(builder, acc), builder.mul(off, ir.Constant(_I32, 32)))])
+        off = _halves(builder, builder.mul(sc32, bsums))
+        out.append([_reduce_i32(builder, builder.sub(acc, builder.shl(off, ir.Constant(_vec(8, _I32), [5] * 8))))])
     return out
 
 

@@ -5,7 +5,8 @@ decoding (the scratch-tile kernels of gemm.py and q0tiles.py redo that work on e
 
 * **Q4_K**: gemm.py's integer tiles, reading the repacked groups in place (gemm._Layout, packed): two
   codes per byte split with a shift and a mask in registers, scales widened from bytes. A decode is the
-  same tile with one activation row: 8 weight rows a lane each, no horizontal sums.
+  same tile with one activation row: 8 weight rows a lane each, no horizontal sums, one group at a time
+  (one read stream, Q4K_STREAM_COLS).
 * **Q8_0, Q4_0, IQ4_NL** (VNNI): register tiles of the group's 4 rows x 3 activation rows (1 for a
   decode). Codes are unsigned (Q8_0 stored as w + 128; the 4-bit types looked up in a 16-byte table of
   value + 128, vpshufb), so vpdpbusd takes them against the signed activations directly; each lane
@@ -68,6 +69,14 @@ _q4k_tiles = [gemm._tile_call(gemm._tile_kernel(cols, False, nt, packed=True), f
 _rq4k_4, _rq4k_1, _rq4k_one4, _rq4k_one1 = _q4k_tiles
 
 
+#: activation rows up to which a repacked Q4_K product takes its 8-row groups one at a time. A tile pair reads
+#: two streams a group (7 KB at K = 1536) apart, which the hardware prefetcher follows worse than one: Q4_K
+#: 8960 x 1536 (x16 copies, past the caches), the product's GB/s over a streaming read's, 1 thread: pairs 0.69,
+#: single groups 1.00 (the plain mat-vec 0.98); 2 activation rows 0.58 / 0.97, 8 rows 0.38 / 0.41. Prompts keep
+#: the pairs (two tiles share each activation load; on AVX-512 they fill one 64-byte register).
+Q4K_STREAM_COLS = 8
+
+
 @numba.njit(inline="always", **_opts)
 def _q4k_units(m):  # pragma: no cover - compiled
     """Work units of an m-row Q4_K weight: TILES 8-row groups (the last one may be short)."""
@@ -96,6 +105,11 @@ def _q4k_run(node, c, n_chunks, q, ith, arg):  # pragma: no cover - compiled
     for u in range(u0, u1):
         t = u * gemm.TILES
         nt = min(gemm.TILES, n_tiles - t)
+        if n <= Q4K_STREAM_COLS:  # a decode or a small batch: the groups one after another, one read stream
+            for i in range(nt):
+                gemm.tiles_by_rows(w + (t + i) * gbytes, 1, gbytes, nsb, k, n, qa_at, da_at, ex_at, da_row, ex_row,
+                                   d + 4 * gemm.ROWS * (t + i), 4 * m, _rq4k_4, _rq4k_1, _rq4k_one4, _rq4k_one1)
+            continue
         gemm.tiles_by_rows(w + t * gbytes, nt, gbytes, nsb, k, n, qa_at, da_at, ex_at, da_row, ex_row,
                            d + 4 * gemm.ROWS * t, 4 * m, _rq4k_4, _rq4k_1, _rq4k_one4, _rq4k_one1)
     rows = gemm.TILES * gemm.ROWS
