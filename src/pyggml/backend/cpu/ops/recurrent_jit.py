@@ -1,16 +1,16 @@
 """Compiled SSM_CONV and SSM_SCAN (F32), with ggml-cpu's loops and float order (ops.cpp,
 ggml_compute_forward_ssm_conv_f32 / ggml_compute_forward_ssm_scan_f32 on AVX2).
 
-SSM_CONV: each thread takes a share of the channels; every output is a float sum, in order, of the
-window times the conv weights (not ggml's double-summing vec_dot). SSM_SCAN: each thread takes a
-share of the heads and rolls their states token by token (a head's tokens one after the other, so
-its state stays in cache), the first token reading the state its sequence starts from (``ids``) and
-the later ones the state just written to the output. The
-softplus of dt and the decays use the C library's expf/logf. Mamba-2 (a scalar decay per head)
-runs ggml's vector loop where d_state allows (an LLVM intrinsic): four accumulators of 8 lanes over
-steps of 32, reduced as GGML_F32x8_REDUCE, then the leftover state dims in float; Mamba-1 is ggml's
-scalar loop. As GCC builds ggml (``-ffp-contract=fast``), ``s0*dA + B*x_dt`` is one fma over the
-second product and ``sum += state*C`` an fma.
+SSM_CONV: each thread takes a share of the channels, a channel's tokens one after the other; every
+output is a float sum, in order, of the window times the conv weights (not ggml's double-summing
+vec_dot). SSM_SCAN: each thread takes a share of the heads and rolls their states token by token (a
+head's tokens one after the other, so its state stays in cache), the first token reading the state
+its sequence starts from (``ids``) and the later ones the state just written to the output. The
+softplus of dt and the decays use the C library's expf/logf. Mamba-2 (a scalar decay per head) runs
+ggml's vector loop where d_state allows (an LLVM intrinsic, two state rows a call): four
+accumulators of 8 lanes over steps of 32, reduced as GGML_F32x8_REDUCE, then the leftover state
+dims in float; Mamba-1 is ggml's scalar loop. As GCC builds ggml (``-ffp-contract=fast``),
+``s0*dA + B*x_dt`` is one fma over the second product and ``sum += state*C`` an fma.
 
 SSM_SCAN has seven sources; the record holds the first three (s, x, dt), the selector puts the
 addresses of A, B, C and ids and the token and sequence strides of B and C in the AUX words, and
@@ -56,17 +56,19 @@ def k_ssm_conv(node, ith, nth, ctrl):  # pragma: no cover - compiled
     d, nr, n_t, n_s = r[T_DST], r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
     nb1, nb2 = r[T_DST + 6], r[T_DST + 7]
     ir0, ir1 = span(nr, ith, nth)
+    # channel by channel, the tokens inside: a channel's window row is read once, in order, where ggml's
+    # token-outer loop touches every channel's row (a cache line each) for every token; the outputs of a
+    # channel go to n_t rows that the next channel's fill in turn (same values: each output is the same sum)
     for i3 in range(n_s):
-        for i2 in range(n_t):
-            base = sx + i2 * 4 + i3 * nb02
-            out = numba.carray(f32p(d + i2 * nb1 + i3 * nb2), nr)
-            for i1 in range(ir0, ir1):
-                s = numba.carray(f32p(base + i1 * nb01), nc)
-                c = numba.carray(f32p(w + i1 * nb11), nc)
+        for i1 in range(ir0, ir1):
+            row = numba.carray(f32p(sx + i1 * nb01 + i3 * nb02), n_t + nc - 1)
+            c = numba.carray(f32p(w + i1 * nb11), nc)
+            o = d + i3 * nb2 + i1 * 4
+            for i2 in range(n_t):
                 sumf = np.float32(0.0)
                 for i0 in range(nc):
-                    sumf += s[i0] * c[i0]
-                out[i1] = sumf
+                    sumf += row[i2 + i0] * c[i0]
+                f32p(o + i2 * nb1)[0] = sumf
 
 
 @selector(Op.SSM_CONV)
