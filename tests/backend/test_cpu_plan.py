@@ -20,9 +20,10 @@ import pytest
 from helpers.opcheck import OpCase, values
 from pyggml.backend.cpu import jit
 from pyggml.backend.cpu.compute import _resolve, compute_forward, graph_compute
+from pyggml.backend.cpu.ops import mat_jit
 from pyggml.backend.cpu.plan import GraphPlan, plan_for
 from pyggml.backend.cpu.quants import gemm
-from pyggml.backend.cpu.traits import MATVEC_MAX_COLS
+from pyggml.backend.cpu.traits import MATVEC_MAX_COLS, traits
 from pyggml.errors import PyGGMLError
 from pyggml.graph import Graph
 from pyggml.ops import builders as B
@@ -475,6 +476,25 @@ def test_mat_vec_columns_together_give_each_columns_bits(ty: GGMLType, cols: int
     x = c.tensor(F32, 512, cols, lo=-3, hi=3)
     out = B.mul_mat(c.ctx, w, x)
     exact(c.compute(out)[0, 0], _one_column_at_a_time(c, w, x))
+
+
+@pytest.mark.parametrize("background", ["1", "0"])
+def test_a_short_prompt_takes_the_one_column_kernel_while_the_batch_kernel_compiles_aside(
+        background: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first run's short prompt (2..LEAN_MAX_COLS rows) does not wait for k_mm_*: it runs k_mv_* (each row
+    alone, the same bits) and k_mm_* compiles in the background; with background compiles off it waits, as
+    before; past LEAN_MAX_COLS the batch kernel is compiled now either way."""
+    started: list[str] = []
+    monkeypatch.setenv("PYGGML_JIT_BACKGROUND", background)
+    monkeypatch.setattr(jit, "compile_in_background", lambda k: started.append(k.name))
+    tr = traits(GGMLType.Q6_K)
+    monkeypatch.setattr(tr.mm, "load_cached", lambda: False)  # as on a first run
+    c = OpCase()
+    w = c.tensor(GGMLType.Q6_K, 256, 8)
+    for cols, lean in ((3, background == "1"), (mat_jit.LEAN_MAX_COLS + 1, False)):
+        out = B.mul_mat(c.ctx, w, c.tensor(F32, 256, cols))
+        assert jit.select(out).kernel is (tr.mv if lean else tr.mm)
+    assert started == (["k_mm_q6_k"] if background == "1" else [])
 
 
 @pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0])

@@ -182,7 +182,7 @@ def test_products_of_different_activations_are_not_fused() -> None:
 
 def test_gate_and_up_fuse_with_the_column_group_kernel_too(monkeypatch: pytest.MonkeyPatch) -> None:
     """A decode takes k_mm_* instead of k_mv_* once that is compiled (jit.lean_unless_ready): both fuse."""
-    monkeypatch.setattr(jit_matmul, "lean_unless_ready", lambda lean, superset: superset)
+    monkeypatch.setattr(jit_matmul, "lean_unless_ready", lambda lean, superset, later=False: superset)
     _ffn_case(monkeypatch, GGMLType.Q5_0, False, 1, GluOp.GEGLU, m=515)
 
 

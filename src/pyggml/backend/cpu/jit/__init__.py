@@ -75,7 +75,7 @@ class JitKernel:
         """Load the compiled kernel from numba's disk cache; False when it is not there."""
         if self._ready:
             return True
-        if self._absent:
+        if self._absent and not _done_in_background(self.key):
             return False
         with _compile_lock:
             cf = self._cfunc()
@@ -131,7 +131,7 @@ class JitFunction:
         """Add the cached compilation to the dispatcher; False when the disk cache has none."""
         if self._ready:
             return True
-        if self._absent:
+        if self._absent and not _done_in_background(self.key):
             return False
         with _compile_lock:
             disp = self._dispatcher()
@@ -176,16 +176,17 @@ def prepare(kernels: Iterable[JitKernel | JitFunction]) -> None:
     first run compiles 10-20 kernels of 0.2-2 s each). The processes walk the same list and each
     takes the next kernel nobody has claimed yet, so one that drew long compiles does not leave
     the others idle. The thread pool's own functions (:data:`POOL_FUNCTIONS`) come along when there
-    is any kernel."""
+    is any kernel. Then the kernels the plan's selectors queued for later (lean_unless_ready) start
+    compiling in the background."""
     kernels = list(dict.fromkeys(kernels))
     if kernels:
         kernels += POOL_FUNCTIONS
     todo = [k for k in kernels if not k.load_cached()]
-    if not todo:
-        return
-    _notice()
-    with first_run_time():  # timings (prompt eval) leave the compile out
-        _compile(todo)
+    if todo:
+        _notice()
+        with first_run_time():  # timings (prompt eval) leave the compile out
+            _compile(todo)
+    _start_background()
 
 
 def _compile(todo: list[JitKernel | JitFunction]) -> None:
@@ -214,8 +215,12 @@ _SLOW = tuple(f"pyggml.backend.cpu.{m}:" for m in ("traits", "quants.repacked", 
 
 
 def _compile_claimed(kernels: Iterable[JitKernel | JitFunction], claims: str) -> None:
-    """Compile each kernel no other process has claimed (a claim is a file created exclusively in ``claims``)."""
+    """Compile each kernel no other process has claimed (a claim is a file created exclusively in ``claims``;
+    an empty ``claims``: every kernel)."""
     for k in kernels:
+        if not claims:
+            k.compile()
+            continue
         try:
             os.close(os.open(os.path.join(claims, k.key.replace(":", "-")), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
@@ -241,12 +246,67 @@ def _compile_keys() -> None:
     _compile_claimed(kernels, sys.argv[1])
 
 
-def lean_unless_ready(lean: JitKernel, superset: JitKernel) -> JitKernel:
+def lean_unless_ready(lean: JitKernel, superset: JitKernel, later: bool = False) -> JitKernel:
     """``superset`` when it is compiled or in the disk cache already, else ``lean``: for a kernel whose
     paths are a subset of another's with the same results (a decode's one-column mat-vec, and the
     kernel that also groups columns). A first run compiles only the lean kernel for a short prompt, and
-    a decode after a longer prompt reuses the prompt's kernel instead of compiling its own."""
-    return superset if superset.load_cached() else lean
+    a decode after a longer prompt reuses the prompt's kernel instead of compiling its own.
+
+    ``later``: the superset is worth having (it is faster here), so it compiles in a background process
+    while this plan takes the lean kernel, and a later plan finds it in the disk cache; with background
+    compiles off (:func:`background`) it is compiled now instead, as any missing kernel."""
+    if superset.load_cached():
+        return superset
+    if later:
+        if not background():
+            return superset
+        compile_in_background(superset)
+    return lean
+
+
+def background() -> bool:
+    """PYGGML_JIT_BACKGROUND: "1" (the default) lets kernels that only make a plan faster compile in a
+    background process while the plan runs on a kernel that is ready; "0" compiles them before the plan runs
+    (the test suite's setting: its processes leave nothing running behind them)."""
+    return os.environ.get("PYGGML_JIT_BACKGROUND", "1") != "0"
+
+
+#: kernels compiling in background processes (lean_unless_ready's ``later``): key -> process
+_background: dict[str, subprocess.Popen] = {}
+#: kernels to compile in the background once the plan asking for them has what it runs on (prepare)
+_queued: dict[str, JitKernel | JitFunction] = {}
+
+
+def compile_in_background(kernel: JitKernel | JitFunction) -> None:
+    """Have ``kernel`` compiled into numba's disk cache in the background, starting when the plan being
+    selected has its own kernels (:func:`prepare` starts one process for all a plan queued)."""
+    if kernel.key not in _background:
+        _queued[kernel.key] = kernel
+
+
+def _start_background() -> None:
+    """One process, of the lowest priority so that it takes only cores this one's threads leave idle,
+    compiles the queued kernels; it is not waited for, and finishes if this process exits first (the next run
+    then finds them cached). :meth:`JitKernel.load_cached` looks at the cache again once it has ended."""
+    if not _queued:
+        return
+    keys = list(_queued)
+    _queued.clear()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    code = f"import os; os.nice(19); import {__name__} as j; j._compile_keys()"
+    proc = subprocess.Popen([sys.executable, "-c", code, "", *keys], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    for key in keys:
+        _background[key] = proc
+
+
+def _done_in_background(key: str) -> bool:
+    """True once: when a background compile of ``key`` has ended (its kernel may now be in the disk cache)."""
+    proc = _background.get(key)
+    if proc is None or proc.poll() is None:
+        return False
+    del _background[key]
+    return True
 
 
 def ready_or_wanted(kernel: JitKernel) -> bool:
@@ -303,5 +363,6 @@ def select(node: Tensor) -> Choice | None:
     return None if sel is None else sel(node)
 
 
-__all__ = ["POOL_FUNCTIONS", "SELECTORS", "Choice", "JitFunction", "JitKernel", "enabled", "fusion_mode", "jit_kernel",
-           "lean_unless_ready", "prepare", "ready_or_wanted", "select", "selector"]
+__all__ = ["POOL_FUNCTIONS", "SELECTORS", "Choice", "JitFunction", "JitKernel", "background", "compile_in_background",
+           "enabled", "fusion_mode", "jit_kernel", "lean_unless_ready", "prepare", "ready_or_wanted", "select",
+           "selector"]

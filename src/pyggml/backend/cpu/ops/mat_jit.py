@@ -38,6 +38,10 @@ _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
 #: decodes (-np 8) ran faster on the row dots (4864 x 896, one thread, time over one row's, loaded machine:
 #: Q8_0 5.2 rows vs 6.9 tiles, Q5_0 4.5 vs 4.7; at 12 rows Q8_0 8.0 vs 9.2, Q5_0 6.9 vs 6.5)
 Q0_TILE_MIN_COLS = 9
+#: src1 rows up to which a product takes the one-row kernel k_mv_* (the same bits, a weight read per row) while
+#: k_mm_* compiles in the background (jit.lean_unless_ready): a first ``generate`` of a short prompt compiles
+#: only what its decode needs (Gemma 3 270M: k_mm_q5_0, q6_k and q8_0 are 12 of its 37 CPU seconds of compiling)
+LEAN_MAX_COLS = 8
 
 
 def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
@@ -52,8 +56,11 @@ def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
         return Choice(tr.tiles, ints=(TAB_ADDR, act, per_thread, q0tiles.q0_chunk_bytes(k)),
                       wsize=act + available_cores() * per_thread)
     if n <= tr.matvec_max_cols:
-        # two or more rows (a batch of decodes): the kernel that decodes each weight row once for them all
-        return Choice(tr.mm if n >= 2 else lean_unless_ready(tr.mv, tr.mm), ints=(TAB_ADDR,), wsize=act)
+        # two or more rows (a batch of decodes): the kernel that decodes each weight row once for them all; a
+        # short prompt on a first run takes the one-row kernel (its bits) while that one compiles aside
+        later = 2 <= n <= LEAN_MAX_COLS and tr.mv is not tr.mm
+        kern = lean_unless_ready(tr.mv, tr.mm, later) if n == 1 or later else tr.mm
+        return Choice(kern, ints=(TAB_ADDR,), wsize=act)
     if tr.gemm is not None and gemm.AVAILABLE:
         kern, blk_bytes = tr.gemm
         scratch = available_cores() * gemm.tiles_scratch_bytes(k, tr.act_block[0], blk_bytes)
