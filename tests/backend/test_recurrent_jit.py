@@ -64,7 +64,7 @@ def _scan(c: OpCase, d_state: int, head_dim: int, n_head: int, n_group: int, nt:
 @pytest.mark.parametrize(("d_state", "head_dim", "n_head", "n_group", "mamba1", "k"), [
     (16, 1, 24, 1, True, 1),  # Mamba-1: d_inner heads of dimension 1
     (16, 8, 6, 2, False, 1),  # Mamba-2, d_state under the vector step
-    (72, 4, 4, 1, False, 1),  # two vector steps of 32 and a scalar tail of 8
+    (72, 5, 4, 1, False, 1),  # two vector steps of 32 and a scalar tail of 8; rows in pairs and a last one
     (32, 4, 6, 3, False, 3),  # rollback snapshots
 ])
 def test_ssm_scan_matches_numpy(d_state: int, head_dim: int, n_head: int, n_group: int, mamba1: bool,

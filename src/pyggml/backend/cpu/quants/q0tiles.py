@@ -30,12 +30,15 @@ from .quantize import _quantize_q8_0
 # rows x activation rows reuses each load. Every output gets the bits of matmul.intrinsics' row dots
 # (the mat-vec kernels): the same integer lane sums, the same float steps.
 #
-# With VNNI the lane sums take one vpdpbusd (unsigned x signed quads) and no sign trick: the activation
-# bytes are offset to unsigned (a ^ 0x80 = a + 128) and the sum starts at -128 * (the quad's code sum),
-# decoded once per weight block, so it ends at exactly sum(a * w). The d_w*d_a products of a tile are
-# computed for all its blocks first (8 at a time) and broadcast from memory, leaving three vector
-# operations per block and output: vpdpbusd, the int-to-float conversion, the fma. Without VNNI, the
-# sign trick (psign, pmaddubsw, pmaddwd) runs on decoded codes and their absolute values.
+# The d_w*d_a products of a tile are computed for all its blocks first (8 at a time, one vmulps) and
+# broadcast from memory in the block loop: a scalar multiply and a register broadcast per block and
+# output cost as much as the integer work (AVX2, one thread on Zen 3: the 2x3 tile ran at 60 GOPS with
+# them and 78 without, the tile alone on L1-resident rows). With VNNI the lane sums take one vpdpbusd (unsigned x
+# signed quads) and no sign trick: the activation bytes are offset to unsigned (a ^ 0x80 = a + 128) and
+# the sum starts at -128 * (the quad's code sum), decoded once per weight block, so it ends at exactly
+# sum(a * w): three vector operations per block and output (vpdpbusd, the int-to-float conversion, the
+# fma). Without VNNI, the sign trick (psign, pmaddubsw, pmaddwd) runs on decoded codes and their
+# absolute values: five.
 Q0_CHUNK_ROWS = 16
 #: register tile: weight rows x activation rows (VNNI: 12 accumulators; AVX2's sign trick: 6)
 Q0_TILE_M, Q0_TILE_N = (4, 3) if _VNNI else (2, 3)
@@ -103,8 +106,8 @@ def _q0_scale_products(builder, drow, darow, nb_v, prod_p) -> ir.Value:
 def _q0_tile(rm: int, rn: int):
     """tile(codes, aux, d, srow, nb, qa, k, da, out, ocol, prod): rm decoded weight rows (scratch rows srow
     bytes apart; scales nb f32 a row) times rn Q8_0 activation rows (qa int8 rows of k, da f32 rows of
-    nb); out[j][i] (f32) at out + 4*i + j*ocol; prod: scratch for the tile's scale products (VNNI: rm*rn rows of
-    nb rounded up to 8 floats).
+    nb); out[j][i] (f32) at out + 4*i + j*ocol; prod: scratch for the tile's scale products (rm*rn rows of
+    nb rounded up to 8 floats, see _q0_scale_products).
     Per output exactly quants.intrinsics._rowdot_blocks's steps."""
 
     def typer(typingctx, codes, aux, d, srow, nb, qa, k, da, out, ocol, prod):
@@ -124,7 +127,7 @@ def _q0_tile(rm: int, rn: int):
             arow = [row(qa_a, k_v, j, i8ptr) for j in range(rn)]
             darow = [row(da_a, builder.mul(nb_v, c64(4)), j, f32ptr) for j in range(rn)]
             prod_p = builder.inttoptr(prod_a, f32ptr)
-            nbp = _q0_scale_products(builder, drow, darow, nb_v, prod_p) if _VNNI else nb_v
+            nbp = _q0_scale_products(builder, drow, darow, nb_v, prod_p)
             accs = [[cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in range(rm)]
                     for _ in range(rn)]
             flip = ir.Constant(_vec(32, _I8), [-128] * 32)
@@ -136,22 +139,17 @@ def _q0_tile(rm: int, rn: int):
                     x = [builder.load(_at(builder, xrow[i], off, i32x8), align=1) for i in range(rm)]
                 else:
                     x = [builder.load(_at(builder, xrow[i], off, _vec(32, _I8)), align=1) for i in range(rm)]
-                    dw = [_splat_f32(builder, builder.load(builder.gep(drow[i], [b])), 8) for i in range(rm)]
                 for j in range(rn):
                     a = builder.load(_at(builder, arow[j], off, _vec(32, _I8)), align=1)
-                    if _VNNI:
-                        au = builder.xor(a, flip)
-                    else:
-                        da = _splat_f32(builder, builder.load(builder.gep(darow[j], [b])), 8)
+                    au = builder.xor(a, flip) if _VNNI else None
                     for i in range(rm):
                         if _VNNI:
                             lanes = _dpbusd(builder, x[i], au, w[i])
-                            p = builder.gep(prod_p, [builder.add(builder.mul(nbp, c64(j * rm + i)), b)])
-                            scale = _splat_f32(builder, builder.load(p), 8)
                         else:
                             sy = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), a, w[i])
                             lanes = _maddwd(builder, _maddubs(builder, x[i], sy), ones)
-                            scale = builder.fmul(dw[i], da)
+                        p = builder.gep(prod_p, [builder.add(builder.mul(nbp, c64(j * rm + i)), b)])
+                        scale = _splat_f32(builder, builder.load(p), 8)
                         acc = accs[j][i]
                         builder.store(_fma(builder, scale, builder.sitofp(lanes, f8), builder.load(acc)), acc)
             out_p = builder.inttoptr(out_a, i8ptr)
