@@ -16,13 +16,14 @@ TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
+# Kernels that only make a plan faster compile before it runs, not in background processes that would outlive
+# the test that started them (jit.lean_unless_ready; tests/backend/test_jit_background.py turns them back on)
+os.environ["PYGGML_JIT_BACKGROUND"] = "0"
+
 # CI runs each property test on the same examples every time (derandomize: drawn from the test's
 # own source), so a red CI run is a failure anyone can rerun, not a draw that may not come back;
 # locally the examples stay random, which is what finds new cases. Loaded here, before any test
 # module is imported, because ``@settings(...)`` on a test copies the profile loaded at that moment.
-# Kernels that only make a plan faster compile before it runs, not in background processes that would outlive
-# the test that started them (jit.lean_unless_ready; tests/backend/test_jit_background.py turns them back on)
-os.environ["PYGGML_JIT_BACKGROUND"] = "0"
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
