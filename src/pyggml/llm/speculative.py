@@ -44,10 +44,6 @@ VOCAB_CHECK_START_TOKEN_ID = 5
 DRAFT_TOP_K = 10
 #: a draft is padded to its drafter's full length when it is at most this many tokens short (pad_draft)
 PAD_MAX_GAP = 4
-#: the draft model decodes up to this many new tokens one by one rather than as a batch (see ModelDrafter._sync):
-#: none, now that the context keeps the graphs of a few batch sizes (llm/graph_cache.py), so the tokens accepted
-#: since the last draft (1 to n_max + 1) go as one batch of an already built shape, as llama.cpp decodes them
-SYNC_ONE_BY_ONE = 0
 
 
 class SpeculativeError(PyGGMLError):
@@ -233,9 +229,9 @@ class ModelDrafter:
         ctx.seq_rm(seq_id, keep, -1)
         self.cached[seq_id] = want[:keep]
         logits = None
-        # the tokens accepted since the last draft go as one batch: its few sizes are kept built in the draft
-        # context's graph cache (with SYNC_ONE_BY_ONE > 0, up to that many would go one at a time instead)
-        step = 1 if len(want) - keep <= SYNC_ONE_BY_ONE else ctx.n_batch
+        # the tokens accepted since the last draft (1 to n_max + 1) go as one batch, as llama.cpp decodes them:
+        # those few sizes are kept built in the draft context's graph cache (llm/graph_cache.py)
+        step = ctx.n_batch
         for s in range(keep, len(want), step):
             chunk = want[s : s + step]
             logits = ctx.decode(chunk, positions=range(s, s + len(chunk)), seq_id=seq_id)

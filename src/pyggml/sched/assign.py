@@ -49,6 +49,13 @@ class Assignments:
         self.keep.clear()
         self.copies.clear()
 
+    def copy(self) -> Assignments:
+        """An independent copy (the copy tables' rows too): what a saved graph state shared stays as it was."""
+        new = Assignments()
+        new.backend_ids, new.causes, new.keep = dict(self.backend_ids), dict(self.causes), dict(self.keep)
+        new.copies = {k: [list(row) for row in v] for k, v in self.copies.items()}
+        return new
+
     def get(self, t: Tensor | None) -> int:
         if t is None:
             return -1

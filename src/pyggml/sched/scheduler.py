@@ -218,11 +218,7 @@ class BackendSched:
         carries their entries over (user placements made since a restore), else the new ones start empty."""
         if not self._assign_shared:
             return
-        old, new = self.assign, Assignments()
-        if keep:
-            new.backend_ids, new.causes = dict(old.backend_ids), dict(old.causes)
-            new.keep, new.copies = dict(old.keep), {k: [list(row) for row in v] for k, v in old.copies.items()}
-        self.assign = self.assigner.a = new
+        self.assign = self.assigner.a = self.assign.copy() if keep else Assignments()
         self._assign_shared = False
 
     def save_graph_state(self) -> SchedGraphState:
