@@ -96,7 +96,7 @@ def test_coupled_sequences_are_refused() -> None:
 
 
 def _states(ctx: LlamaContext) -> list[np.ndarray]:
-    return [t.numpy().copy() for t in (*ctx.recr.r.values(), *ctx.recr.s.values())]
+    return ctx.recr.state_rows()
 
 
 def test_a_failure_in_the_second_ubatch_restores_every_state(model: Model, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -607,7 +607,10 @@ class LlamaContext:
             mask = cache.mask_data(sl, ub.pos, ub.seq_first, inp.n_kv, self.causal_attn)
             backend_tensor_set(inp.kq_mask, mask.astype(np.float16) if inp.kq_mask.type == GGMLType.F16 else mask)
         if g.rs is not None:
-            backend_tensor_set(g.rs.s_copy, self.recr.s_copy_data())
+            for inp, data in ((g.rs.s_copy, self.recr.s_copy_data), (g.rs.s_rows, self.recr.s_rows_data),
+                              (g.rs.s_dst, self.recr.s_dst_data)):
+                if inp.buffer is not None:  # (a graph may not read them all: LFM2 keeps no s states)
+                    backend_tensor_set(inp, data())
         self._set_encoder_inputs(g, ub)
         begin = getattr(self.eval_callback, "begin_graph", None)  # a callback that keeps state per computed graph
         if begin is not None:
@@ -618,8 +621,10 @@ class LlamaContext:
             if status == GGMLStatus.ABORTED:
                 raise DecodeAborted("decode aborted by the abort callback")
             raise DecodeError(f"the graph failed to compute: {status.name}")
-        if g.rs is not None and g.rs.defer:
-            self._rs_stores = g.rs.stores
+        if g.rs is not None:
+            self.recr.moved()  # the block's s states are in the rows the graph wrote
+            if g.rs.defer:
+                self._rs_stores = g.rs.stores
         if n_outputs == 0:
             return
         if g.logits is not None and logits_sink is not None:

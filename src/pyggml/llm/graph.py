@@ -46,7 +46,10 @@ class RSInput:
     cells moved by the gather (``s_copy_extra``). ``rs_z``: the row zeroed for new sequences (-1: none; the
     memory has a row that stays zero instead, RecurrentMemory.zero_row, so it is -1).
 
-    ``defer``: the graph leaves the state tensors alone and ``stores`` lists what the context commits once
+    The s state tensors keep two rows per cell (RecurrentMemory's module doc): ``s_rows`` (I32 [n_rs]) is
+    s_copy in their rows, ``s_dst`` (I64 [n_rs]) the rows the block's new states go to (SET_ROWS).
+
+    ``defer``: the graph leaves the r state tensors alone and ``stores`` lists what the context commits once
     the graph has run (RecurrentMemory.commit): (new states, state tensor, byte offset of the ubatch's
     rows). A failed graph then leaves every state as it was without a copy taken before it."""
 
@@ -57,8 +60,16 @@ class RSInput:
     head: int
     n_rs: int
     rs_z: int
+    s_rows: Tensor
+    s_dst: Tensor
     defer: bool = False
     stores: list[tuple[Tensor, Tensor, int]] = field(default_factory=list)
+
+    def main_extra(self, t: Tensor, n_seqs: int) -> tuple[Tensor, Tensor | None]:
+        """``t``'s first n_seqs entries (the ubatch's sequences) and the rest (cells the gather moved), or None."""
+        main = B.view_1d(t.ctx, t, n_seqs, 0)
+        extra = B.view_1d(t.ctx, t, self.n_rs - n_seqs, n_seqs * t.nb[0]) if self.n_rs > n_seqs else None
+        return main, extra
 
 
 #: build_rs's get_state_rows: (ctx, states {state_size, mem_size}, ids) -> the ubatch's states, or what the
@@ -191,7 +202,9 @@ class GraphBuilder:
             extra = B.view_1d(ctx, s_copy, recr.n - n_seqs, n_seqs * s_copy.nb[0]) if recr.n > n_seqs else None
             if rs_defer and (extra is not None or recr.rs_z >= 0):
                 raise ValueError("deferred state stores need a ubatch whose graph writes no other row")
-            self.rs = RSInput(recr, s_copy, main, extra, recr.head, recr.n, recr.rs_z, rs_defer)
+            self.rs = RSInput(recr, s_copy, main, extra, recr.head, recr.n, recr.rs_z,
+                              self._input(ctx.new_tensor(I32, recr.n), "rs_s_rows"),
+                              self._input(ctx.new_tensor(I64, recr.n), "rs_s_dst"), rs_defer)
         # build_attn_inp_no_cache: a model without memory attends over this ubatch's tokens, one mask for the
         # dense layers and one for the sliding-window ones
         self.kq_mask = self.kq_mask_swa = None
@@ -339,6 +352,14 @@ class GraphBuilder:
         if rs is None:
             raise ValueError(f"{self.hp.arch}: build_rs needs a recurrent memory")
         states = B.reshape_2d(ctx, s, state_size, s.ne[1])
+        if rs.mem.is_banked(s):  # an s state: its rows through s_rows, the moved cells' states to their s_dst
+            main, extra_ids = rs.main_extra(rs.s_rows, n_seqs)
+            out = (get_rows or B.get_rows)(ctx, states, main)
+            gf.build_forward_expand(out)
+            if extra_ids is not None:
+                _, extra_dst = rs.main_extra(rs.s_dst, n_seqs)
+                gf.build_forward_expand(B.set_rows(ctx, s, B.get_rows(ctx, states, extra_ids), extra_dst))
+            return out
         if rs.rs_z >= 0:
             zero = B.view_1d(ctx, states, state_size, rs.rs_z * states.nb[1])
             gf.build_forward_expand(B.scale_inplace(ctx, zero, 0.0))
@@ -357,6 +378,14 @@ class GraphBuilder:
         rs = self.rs
         if rs is None:
             raise ValueError(f"{self.hp.arch}: store_rs needs a recurrent memory")
+        if rs.mem.is_banked(states):  # an s state: the ubatch's rows go to the cells' s_dst rows
+            width = states.ne[0]
+            if offset != rs.head * states.nb[1] or src.nelements() % width or not src.is_contiguous():
+                raise ValueError(f"{self.hp.arch}: an s state store must be whole contiguous rows of the block")
+            rows = B.reshape_2d(self.ctx, src, width, src.nelements() // width)
+            main, _ = rs.main_extra(rs.s_dst, rows.ne[1])
+            self.gf.build_forward_expand(B.set_rows(self.ctx, states, rows, main))
+            return
         if not rs.defer:
             dst = B.view_1d(self.ctx, states, src.nelements(), offset)
             self.gf.build_forward_expand(B.cpy(self.ctx, src, dst))

@@ -52,8 +52,26 @@ class _Run:
 
 
 _data = operator.attrgetter("data")
-#: a fusion rule set: (previous node, its choice, node, its choice) -> the fused choice, or None
-Fuse = Callable[[Tensor, jit.Choice, Tensor, jit.Choice], "jit.Choice | None"]
+#: a fusion rule set: (previous node, its choice, node, its choice, the graph's readers) -> the fused choice,
+#: or None
+Fuse = Callable[[Tensor, jit.Choice, Tensor, jit.Choice, jit.Readers], "jit.Choice | None"]
+
+
+class _Readers:
+    """jit.Readers of one graph: tensor -> the graph's nodes that take it as a source, mapped on the first ask."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.map: dict[int, list[Tensor]] | None = None
+
+    def __call__(self, t: Tensor) -> list[Tensor]:
+        if self.map is None:
+            self.map = {}
+            for n in self.graph.nodes:
+                for s in n.src:
+                    if s is not None:
+                        self.map.setdefault(id(s), []).append(n)
+        return self.map.get(id(t), [])
 
 
 def _fingerprint(graph: Graph) -> tuple:
@@ -77,6 +95,7 @@ class GraphPlan:
         use_jit = jit.enabled()
         steps: list[_Python | _Run] = []
         compiled: list[tuple[Tensor, jit.Choice]] = []
+        readers = _Readers(graph)
         for node in nodes:
             fn = resolve(node)  # checks the op has a kernel and its operands (raises before any compute)
             choice = jit.select(node) if use_jit else None
@@ -85,7 +104,7 @@ class GraphPlan:
                 steps.append(_Python(node, fn))
                 continue
             if steps and isinstance(steps[-1], _Run):
-                fused = None if fuse is None else fuse(*compiled[-1], node, choice)
+                fused = None if fuse is None else fuse(*compiled[-1], node, choice, readers)
                 if fused is not None:  # the previous node and this one become one record (named by this node)
                     compiled[-1] = (node, fused)
                     continue

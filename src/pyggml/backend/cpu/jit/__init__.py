@@ -345,6 +345,9 @@ class Choice:
 
 
 Selector = Callable[[Tensor], "Choice | None"]
+#: the nodes of the graph being planned that take a tensor as a source (views included): what a fusion
+#: that leaves part of an output unwritten checks (plan.py builds it on first use)
+Readers = Callable[[Tensor], list[Tensor]]
 SELECTORS: dict[Op, Selector] = {}
 
 
@@ -363,6 +366,6 @@ def select(node: Tensor) -> Choice | None:
     return None if sel is None else sel(node)
 
 
-__all__ = ["POOL_FUNCTIONS", "SELECTORS", "Choice", "JitFunction", "JitKernel", "background", "compile_in_background",
-           "enabled", "fusion_mode", "jit_kernel", "lean_unless_ready", "prepare", "ready_or_wanted", "select",
-           "selector"]
+__all__ = ["POOL_FUNCTIONS", "SELECTORS", "Choice", "JitFunction", "JitKernel", "Readers", "background",
+           "compile_in_background", "enabled", "fusion_mode", "jit_kernel", "lean_unless_ready", "prepare",
+           "ready_or_wanted", "select", "selector"]

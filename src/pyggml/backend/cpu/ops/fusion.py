@@ -1,27 +1,30 @@
 """Backend-level fusions: consecutive compiled nodes the plan runs as one record (ggml-cpu fuses RMS_NORM
 and its MUL the same way; the others are what ggml's GPU backends fuse): nn.py's norm chains and
-ROPE into the KV cache, gate_up.py's FFN products.
+ROPE into the KV cache, gate_up.py's FFN products, recurrent_jit.py's SSM_SCAN into the state rows.
 
 The graph keeps every node and a fused kernel writes every node's output with the bits of that node's own
-kernel, so an eval callback, a later reader or a test sees the same tensors; what goes is a barrier and a
-pass over memory per fused node. The plan (plan.py) offers each compiled node with the one before it; a
-fused record may take in the next node again (ADD + RMS_NORM, then its MUL), and a fusion only a later node
-completes (Choice.pending) goes back to its records when none does. The gate/up and ROPE fusions save about
-1% of a decode step for seconds of compiling: they wait until their kernels are cached (jit.ready_or_wanted).
+kernel, so an eval callback, a later reader or a test sees the same tensors (but for the SSM_SCAN's new
+states, which only the SET_ROWS after it may read: the readers argument lets its rule check that); what
+goes is a barrier and a pass over memory per fused node. The plan (plan.py) offers each compiled node with
+the one before it; a fused record may take in the next node again (ADD + RMS_NORM, then its MUL), and a
+fusion only a later node completes (Choice.pending) goes back to its records when none does. The gate/up and
+ROPE fusions save about 1% of a decode step for seconds of compiling: they wait until their kernels are
+cached (jit.ready_or_wanted).
 """
 
 from __future__ import annotations
 
 from ....tensor import Tensor
-from ..jit import Choice
+from ..jit import Choice, Readers
 from . import gate_up_jit as gate_up
 from . import nn_jit as nn
+from . import recurrent_jit as recurrent
 
 
-def fuse(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Choice | None:
+def fuse(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice, readers: Readers) -> Choice | None:
     """The kernel computing ``prev`` (with its fused parts) and then ``node``, or None."""
     for rule in _RULES:
-        fused = rule(prev, prev_choice, node, choice)
+        fused = rule(prev, prev_choice, node, choice, readers)
         if fused is not None:
             # a pending fusion lists its nodes, this one last; a complete one lists the parts before this one
             group = [n for n, _ in fused.pending] if fused.pending else [*(n for n, _ in fused.parts), node]
@@ -66,7 +69,7 @@ def memory_safe(nodes: list[Tensor]) -> bool:
     return True
 
 
-_RULES = (nn.fuse_norm, gate_up.fuse_gate_up, nn.fuse_rope_set_rows)
+_RULES = (nn.fuse_norm, gate_up.fuse_gate_up, nn.fuse_rope_set_rows, recurrent.fuse_ssm_scan_set_rows)
 
 
 __all__ = ["fuse", "memory_safe"]

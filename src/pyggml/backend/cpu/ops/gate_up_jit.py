@@ -193,7 +193,8 @@ _FUSED_KERNELS = {*_PLAIN.values(), *_PLAIN_BATCH.values(), *_REPACKED.values()}
 _GLUS = (_GEGLU, _SWIGLU, _REGLU)
 
 
-def fuse_gate_up(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Choice | None:
+def fuse_gate_up(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice,
+                 readers: object = None) -> Choice | None:
     """Two products of one src1 by same-shape weights with the same kernel (pending: only their GLU completes
     the fusion); then the split GLU of the two. Or None; also while the fused kernel is not compiled yet
     (jit.ready_or_wanted)."""

@@ -264,7 +264,8 @@ def _sel_group_norm(node: Tensor) -> Choice | None:
     return Choice(k_group_norm)
 
 
-def fuse_norm(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Choice | None:
+def fuse_norm(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice,
+              readers: object = None) -> Choice | None:
     """The norm chains: RMS_NORM then the MUL of its output by a weight (ggml-cpu's rms_norm + mul fusion),
     with or without the residual ADD whose sum the RMS_NORM reads; or None. ADD + RMS_NORM waits for the MUL."""
     if choice.kernel is k_mul and node.src[0] is prev:
@@ -606,7 +607,8 @@ _ROPE_SET_ROWS = {(k_rope_neox, rows.k_set_rows_f16_i64): k_rope_neox_set_rows_f
                   (k_rope_norm, rows.k_set_rows_f32_i64): k_rope_norm_set_rows_f32}
 
 
-def fuse_rope_set_rows(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice) -> Choice | None:
+def fuse_rope_set_rows(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice,
+                       readers: object = None) -> Choice | None:
     """A ROPE whose output SET_ROWS writes into the cache next (the K of every attention layer), or None; also
     while the fused kernel is not compiled yet (jit.ready_or_wanted)."""
     fused = _ROPE_SET_ROWS.get((prev_choice.kernel, choice.kernel))

@@ -28,14 +28,16 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ....ops.enums import Op
-from ....tensor import Tensor
+from ....ops.enums import EMPTY_OPS, Op
+from ....tensor import Tensor, TensorFlag
 from ....types import GGMLType
-from ..jit import Choice, jit_kernel, selector
+from ..jit import Choice, Readers, jit_kernel, selector
 from ..jit.mathf import libm_expf
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_i32, rec, span
 from ..native import f32p, fmaf, i32p
 from ..simd import _fma, _splat
+from . import rows_jit as rows
+from .rows_jit import set_rows_at
 
 F32, I32 = GGMLType.F32, GGMLType.I32
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
@@ -169,8 +171,13 @@ def _state_rows(rows: int):
 _state_rows_n, _state_rows_1 = _state_rows(SCAN_ROWS), _state_rows(1)
 
 
-@jit_kernel
-def k_ssm_scan(node, ith, nth, ctrl):  # pragma: no cover - compiled
+@numba.njit(**_opts)
+def _scan(node, ith, nth, ctrl, store):  # pragma: no cover - compiled
+    """SSM_SCAN of the record at ``node``; with ``store`` (a SET_ROWS record writing the scan's new states into
+    the rows of a state tensor, see fuse_ssm_scan_set_rows) the states go to those rows instead of the scan's
+    output. Straight there when no sequence's destination row is a row another sequence reads its state
+    from; otherwise into the output first, and each thread then copies its heads' states over (they are
+    the only ones it read)."""
     r = rec(node)
     aux = r[AUX:]
     a_p, b_p, c_p, ids_p = aux[0], aux[1], aux[2], aux[3]
@@ -189,11 +196,22 @@ def k_ssm_scan(node, ith, nth, ctrl):  # pragma: no cover - compiled
     ih0, ih1 = span(nh, ith, nth)
     hpg = nh // ng
     row = nr * nc  # one head's state, in floats
+    direct = store != 0
+    if direct:
+        for i3 in range(ns):
+            _, to = set_rows_at(store, ctrl, i3, True)
+            if to == 0:  # an index out of range (flagged in the control block)
+                return
+            for j3 in range(ns):
+                if j3 != i3 and abs(to - (s_src + ids[j3] * snb3)) < snb3:
+                    direct = False
     # head by head, the tokens inside: a head's state (row floats) stays in cache from token to token, where
     # ggml's token-outer loop streams every head's state through memory once per token (same values: each
     # state element sees the same operations in the same order)
     for i3 in range(ns):
         s_seq = d + i3 * snb3 + s_off
+        if direct:
+            _, s_seq = set_rows_at(store, ctrl, i3, True)
         for h in range(ih0, ih1):
             g = h // hpg
             s0_base = s_src + ids[i3] * snb3
@@ -242,6 +260,24 @@ def k_ssm_scan(node, ith, nth, ctrl):  # pragma: no cover - compiled
                     for j in range(row):
                         dst[j] = src[j]
                 s0_base = s_base  # later tokens read the state just written
+    if store != 0 and not direct:
+        for i3 in range(ns):
+            _, to = set_rows_at(store, ctrl, i3, True)
+            src = numba.carray(f32p(d + i3 * snb3 + s_off + ih0 * row * 4), (ih1 - ih0) * row)
+            dst = numba.carray(f32p(to + ih0 * row * 4), (ih1 - ih0) * row)
+            for j in range((ih1 - ih0) * row):
+                dst[j] = src[j]
+
+
+@jit_kernel
+def k_ssm_scan(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _scan(node, ith, nth, ctrl, 0)
+
+
+@jit_kernel
+def k_ssm_scan_set_rows(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    """The fused record is the SET_ROWS's; the SSM_SCAN's record is its part (AUX word 0)."""
+    _scan(rec(node)[AUX], ith, nth, ctrl, node)
 
 
 def _packed(t: Tensor) -> bool:
@@ -260,3 +296,47 @@ def _sel_ssm_scan(node: Tensor) -> Choice | None:
         return None
     ints = (a.data, b.data, c.data, ids.data, b.nb[2], b.nb[3], c.nb[2], c.nb[3])
     return Choice(k_ssm_scan, ints=ints, floats=(float(b.ne[1]), float(a.ne[0])))
+
+
+def _is_view_of(n: Tensor, t: Tensor) -> bool:
+    return n.op in EMPTY_OPS and n.src[0] is t
+
+
+def _views_of(t: Tensor, readers: Readers) -> list[Tensor]:
+    """``t`` and every view of it (views of views too) in the graph."""
+    out, todo = [], [t]
+    while todo:
+        v = todo.pop()
+        out.append(v)
+        todo.extend(n for n in readers(v) if _is_view_of(n, v))
+    return out
+
+
+def fuse_ssm_scan_set_rows(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice,
+                           readers: Readers) -> Choice | None:
+    """An SSM_SCAN whose new states (all of them: its output after y) the next node, a SET_ROWS with I64
+    indices, writes into a state tensor's rows (llm/graph.py's store of a Mamba layer's s states): the scan
+    writes them into those rows itself, a pass over the states (a megabyte a layer) saved. The scan's own
+    output then holds y only, so the fusion needs the SET_ROWS to be the only reader of the states there (no
+    other node, no graph output); the rest of the output is written as the scan's kernel writes it."""
+    if prev_choice.kernel is not k_ssm_scan or choice.kernel is not rows.k_set_rows_f32_i64:
+        return None
+    src, idx = node.src[0], node.src[1]
+    x = prev.src[1]
+    y_bytes = x.nelements() * 4
+    n_seqs = x.ne[3]
+    states = prev.src[0]
+    if int(prev.op_params.view(np.int32)[0]) > 1 or prev.nbytes() != y_bytes + states.nb[3] * n_seqs:
+        return None  # rollback snapshots after the states: not this layout
+    if not (src.is_contiguous() and src.data == prev.data + y_bytes and src.ne[0] * 4 == states.nb[3]
+            and src.ne[1] == n_seqs and src.ne[2] == src.ne[3] == 1 and idx.is_contiguous()):
+        return None
+    lo, hi = prev.data + y_bytes, prev.data + prev.nbytes()
+    for v in _views_of(prev, readers):
+        if v.flags & TensorFlag.OUTPUT:
+            return None
+        if v.data + v.nbytes() <= lo or v.data >= hi:
+            continue  # y only
+        if any(n is not node and not _is_view_of(n, v) for n in readers(v)):
+            return None  # another node reads the states
+    return Choice(k_ssm_scan_set_rows, parts=((prev, prev_choice),))
