@@ -250,3 +250,43 @@ def test_a_fused_output_over_an_input_row_of_another_thread_is_not_fused() -> No
     assert new_plan(g).n_compiled == 3
     out.data = big.data  # exactly over x, row for row: each thread writes only rows it has read
     assert new_plan(g).n_compiled == 1
+
+
+def _scan_into_rows(src_rows: list[int], dst_rows: list[int], other_reader: bool = False) -> Build:
+    """A Mamba-2 SSM_SCAN of two sequences (states read at ``src_rows`` of a state tensor) and the SET_ROWS of
+    its new states into that tensor's ``dst_rows`` (llm/graph.py's store_rs); the nodes compared are the
+    scan's y, the state tensor and, with ``other_reader``, a node that reads the new states too."""
+
+    def build(c: OpCase) -> list[Tensor]:
+        d_state, head_dim, n_head, nt, ns = 40, 3, 4, 2, 2
+        s = c.tensor(GGMLType.F32, d_state * head_dim * n_head, 5)
+        x = c.tensor(GGMLType.F32, head_dim, n_head, nt, ns)
+        dt = c.tensor(GGMLType.F32, n_head, nt, ns, lo=-3.0, hi=3.0)
+        a = c.tensor(GGMLType.F32, 1, n_head, lo=-2.0, hi=-0.1)
+        bc = c.tensor(GGMLType.F32, 2 * d_state, nt, ns)
+        bb = B.view_4d(c.ctx, bc, d_state, 1, nt, ns, d_state * 4, bc.nb[1], bc.nb[2], 0)
+        cc = B.view_4d(c.ctx, bc, d_state, 1, nt, ns, d_state * 4, bc.nb[1], bc.nb[2], d_state * 4)
+        ids = c.ints(GGMLType.I32, ns, data=np.array(src_rows))
+        scan = B.ssm_scan(c.ctx, B.reshape_4d(c.ctx, s, d_state, head_dim, n_head, 5), x, dt, a, bb, cc, ids, 1)
+        n_y = x.nelements()
+        new = B.view_1d(c.ctx, scan, s.ne[0] * ns, n_y * 4)
+        stored = B.set_rows(c.ctx, s, B.reshape_2d(c.ctx, new, s.ne[0], ns),
+                            c.ints(GGMLType.I64, ns, data=np.array(dst_rows)))
+        out = [B.view_1d(c.ctx, scan, n_y, 0), stored]
+        return [*out, B.scale(c.ctx, new, 2.0)] if other_reader else out
+
+    return build
+
+
+@pytest.mark.parametrize(("src_rows", "dst_rows"), [
+    ([0, 1], [3, 2]),  # the memory's other rows: the scan writes the states there
+    ([0, 1], [0, 4]),  # a sequence's own row (a cell written again in a decode)
+    ([0, 1], [1, 3]),  # a row the other sequence reads: through the scan's output first
+])
+def test_ssm_scan_into_state_rows(monkeypatch: pytest.MonkeyPatch, src_rows: list[int], dst_rows: list[int]) -> None:
+    _fused_vs_unfused(monkeypatch, _scan_into_rows(src_rows, dst_rows), 1, n_threads=3)
+
+
+def test_ssm_scan_states_read_by_another_node_are_not_fused() -> None:
+    g, _ = _graph(_scan_into_rows([0, 1], [3, 2], other_reader=True))
+    assert new_plan(g).n_compiled == 3

@@ -136,8 +136,8 @@ def test_a_failure_in_the_second_ubatch_restores_every_state(model: Model, monke
 
 
 def test_a_token_step_is_one_graph_and_an_aborted_one_changes_nothing(model: Model) -> None:
-    """A single-token step leaves the states alone until its graph has run (the new states are committed
-    after it): a step aborted part-way changes no state, and the next one gives the logits of a run that
+    """A single-token step writes its new states into the cells' other rows, which the cells move to once its
+    graph has run: a step aborted part-way changes no state, and the next one gives the logits of a run that
     never failed. A new sequence's first token runs the same graph as its next ones (it reads the memory's
     zero row, where llama.cpp zeroes a cell in the graph)."""
     ctx = _ctx(model)

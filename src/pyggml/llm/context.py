@@ -165,10 +165,6 @@ class LlamaContext:
         self.backends = [d.init_backend(None) for d in model.devices] + [self.backend]
         self.sched: BackendSched = backend_sched_new(self.backends, None, GRAPH_MAX_NODES, False, True)
         self.eval_callback = eval_callback
-        # the recurrent states may be committed after a graph has run (the graph and the states on the host)
-        self._rs_host = self.recr is not None and len(self.backends) == 1 and self.recr.can_defer()
-        self._rs_single = False
-        self._rs_stores: list = []
         self._graph: UbatchGraph | None = None  # the graph the scheduler has allocated now
         #: earlier shapes' graphs, built and planned, for when that shape comes back (graph_cache.py)
         self.graph_cache = GraphCache(p.n_graph_cache)
@@ -435,19 +431,12 @@ class LlamaContext:
         row_of = np.cumsum(ub_all.output) - 1  # batch index -> logits row, for outputs
         if self.recr is not None:
             self.recr.begin()
-        # a lone ubatch may leave the states alone until it has run (its stores committed below): then no
-        # copy of them is needed to undo it
-        self._rs_single = len(ubatches) == 1
-        self._rs_stores = []
         try:
             for ub in ubatches:
                 self._process_ubatch(ub, logits, row_of[ub.index[ub.output]], embd, embd_seq, logits_sink)
         except BaseException:  # a failure, an abort or Ctrl-C part-way: the memory is as it was
             self._restore_state(saved)
             raise
-        if self._rs_stores:
-            stores, self._rs_stores = self._rs_stores, []
-            self.recr.commit(stores)
         self.logits = logits
         self.embd, self.embd_seq = embd, embd_seq
         self.output_ids = np.full(ub_all.n_tokens, -1, dtype=np.int64)
@@ -504,8 +493,8 @@ class LlamaContext:
 
     def _save_state(self) -> dict:
         """The cache cells' bookkeeping a decode changes (the K/V data of cells it writes is not
-        needed: restored cells hold positions no later token can attend to again). A recurrent state is
-        overwritten in place, so its rows are saved too, by each ubatch before it runs (save_rows)."""
+        needed: restored cells hold positions no later token can attend to again; a recurrent state's old
+        row is not written by the decode either, see memory_recurrent)."""
         saved: dict = {name: c.state() for name, c in self.caches.items()}
         if self.recr is not None:
             saved[_RECR] = self.recr.state()
@@ -514,7 +503,6 @@ class LlamaContext:
     def _restore_state(self, saved: dict) -> None:
         for name, cells in saved.items():
             if name == _RECR:
-                self.recr.restore_rows()
                 self.recr.set_state(cells)
             else:
                 self.caches[name].set_state(cells)
@@ -554,12 +542,7 @@ class LlamaContext:
             recr = self.recr
             if not recr.find_slot(RecurrentMemory.runs_of(ub.seq_mask, ub.seq_first, ub.pos, ub.n_seqs)):
                 raise DecodeError("decode: the recurrent memory found no cells for the ubatch")
-            # one token per sequence, no other row written (a graph to read the new states from is kept)
-            defer = (self._rs_single and self._rs_host and n_tokens == ub.n_seqs == recr.n and recr.rs_z < 0
-                     and os.environ.get("PYGGML_RS_DEFER_DISABLE") is None)
-            if not defer:
-                recr.save_rows(recr.head, recr.head + recr.n)
-            rs_key = (recr.head, recr.n, recr.rs_z, ub.n_seqs, defer)
+            rs_key = (recr.n, ub.n_seqs)  # (the rows are inputs: any block of cells reuses the graph)
         for name, cache in self.caches.items():
             slots[name] = cache.find_slot(ub.seq_first, ub.n_seqs)
             cache.apply(slots[name], ub.pos, ub.seq_mask)
@@ -584,7 +567,7 @@ class LlamaContext:
         else:
             b = GraphBuilder(self.model, self.caches, self.layer_cache, n_tokens, n_outputs, n_kv, self.flash_attn,
                              embd_input, s0, ns, self.n_ctx_seq, self.embeddings, pooling, n_seqs_unq, self.recr,
-                             ub.n_seqs, rs_defer=bool(rs_key) and rs_key[-1])
+                             ub.n_seqs)
             g = b.build(key)
             self.sched.reset()
             if not self.sched.alloc_graph(g.gf):
@@ -607,10 +590,8 @@ class LlamaContext:
             mask = cache.mask_data(sl, ub.pos, ub.seq_first, inp.n_kv, self.causal_attn)
             backend_tensor_set(inp.kq_mask, mask.astype(np.float16) if inp.kq_mask.type == GGMLType.F16 else mask)
         if g.rs is not None:
-            for inp, data in ((g.rs.s_copy, self.recr.s_copy_data), (g.rs.s_rows, self.recr.s_rows_data),
-                              (g.rs.s_dst, self.recr.s_dst_data)):
-                if inp.buffer is not None:  # (a graph may not read them all: LFM2 keeps no s states)
-                    backend_tensor_set(inp, data())
+            backend_tensor_set(g.rs.s_copy, self.recr.s_copy_data())
+            backend_tensor_set(g.rs.dst, self.recr.dst_data())
         self._set_encoder_inputs(g, ub)
         begin = getattr(self.eval_callback, "begin_graph", None)  # a callback that keeps state per computed graph
         if begin is not None:
@@ -622,9 +603,7 @@ class LlamaContext:
                 raise DecodeAborted("decode aborted by the abort callback")
             raise DecodeError(f"the graph failed to compute: {status.name}")
         if g.rs is not None:
-            self.recr.moved()  # the block's s states are in the rows the graph wrote
-            if g.rs.defer:
-                self._rs_stores = g.rs.stores
+            self.recr.moved()  # the block's states are in the rows the graph wrote
         if n_outputs == 0:
             return
         if g.logits is not None and logits_sink is not None:

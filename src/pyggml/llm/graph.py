@@ -43,33 +43,18 @@ class RSInput:
     """llm_graph_input_rs: the recurrent memory's input of one ubatch. ``s_copy`` (I32 [n_rs], set per
     ubatch from RecurrentMemory.s_copy_data) names, for each cell of the block head .. head+n_rs-1, the
     row its state starts from; the first n_seqs are the ubatch's sequences (``s_copy_main``), the rest
-    cells moved by the gather (``s_copy_extra``). ``rs_z``: the row zeroed for new sequences (-1: none; the
-    memory has a row that stays zero instead, RecurrentMemory.zero_row, so it is -1).
-
-    The s state tensors keep two rows per cell (RecurrentMemory's module doc): ``s_rows`` (I32 [n_rs]) is
-    s_copy in their rows, ``s_dst`` (I64 [n_rs]) the rows the block's new states go to (SET_ROWS).
-
-    ``defer``: the graph leaves the r state tensors alone and ``stores`` lists what the context commits once
-    the graph has run (RecurrentMemory.commit): (new states, state tensor, byte offset of the ubatch's
-    rows). A failed graph then leaves every state as it was without a copy taken before it."""
+    cells moved by the gather (``s_copy_extra``). ``dst`` (I64 [n_rs], RecurrentMemory.dst_data): the
+    rows their new states go to (the memory keeps two rows per cell, see its module doc), split the same
+    way."""
 
     mem: RecurrentMemory
-    s_copy: Tensor
     s_copy_main: Tensor
     s_copy_extra: Tensor | None
-    head: int
+    dst_main: Tensor
+    dst_extra: Tensor | None
+    s_copy: Tensor
+    dst: Tensor
     n_rs: int
-    rs_z: int
-    s_rows: Tensor
-    s_dst: Tensor
-    defer: bool = False
-    stores: list[tuple[Tensor, Tensor, int]] = field(default_factory=list)
-
-    def main_extra(self, t: Tensor, n_seqs: int) -> tuple[Tensor, Tensor | None]:
-        """``t``'s first n_seqs entries (the ubatch's sequences) and the rest (cells the gather moved), or None."""
-        main = B.view_1d(t.ctx, t, n_seqs, 0)
-        extra = B.view_1d(t.ctx, t, self.n_rs - n_seqs, n_seqs * t.nb[0]) if self.n_rs > n_seqs else None
-        return main, extra
 
 
 #: build_rs's get_state_rows: (ctx, states {state_size, mem_size}, ids) -> the ubatch's states, or what the
@@ -152,7 +137,7 @@ class GraphBuilder:
                  n_outputs: int, n_kv: dict[str, int], flash_attn: bool, embd_input: bool = False, s0: int = 0,
                  ns: int = 1, n_ctx_seq: int = 0, embeddings: bool = False,
                  pooling: PoolingType = PoolingType.NONE, n_seqs_unq: int = 1,
-                 recr: RecurrentMemory | None = None, n_seqs: int = 1, rs_defer: bool = False) -> None:
+                 recr: RecurrentMemory | None = None, n_seqs: int = 1) -> None:
         self.model = model
         self.hp = model.hparams
         self.caches = caches
@@ -194,17 +179,17 @@ class GraphBuilder:
                 self._input(ctx.new_tensor(F16 if flash_attn else F32, nk, n_tokens // ns, 1, ns),
                             f"attn_inp_kq_mask{sfx}"),
             )
-        # build_rs_inp: the recurrent memory's copy indices
+        # build_rs_inp: the recurrent memory's copy indices, and the rows the new states go to
         self.rs: RSInput | None = None
         if recr is not None:
             s_copy = self._input(ctx.new_tensor(I32, recr.n), "rs_s_copy")
-            main = B.view_1d(ctx, s_copy, n_seqs, 0)
-            extra = B.view_1d(ctx, s_copy, recr.n - n_seqs, n_seqs * s_copy.nb[0]) if recr.n > n_seqs else None
-            if rs_defer and (extra is not None or recr.rs_z >= 0):
-                raise ValueError("deferred state stores need a ubatch whose graph writes no other row")
-            self.rs = RSInput(recr, s_copy, main, extra, recr.head, recr.n, recr.rs_z,
-                              self._input(ctx.new_tensor(I32, recr.n), "rs_s_rows"),
-                              self._input(ctx.new_tensor(I64, recr.n), "rs_s_dst"), rs_defer)
+            dst = self._input(ctx.new_tensor(I64, recr.n), "rs_dst")
+            extra = recr.n > n_seqs
+            self.rs = RSInput(recr, B.view_1d(ctx, s_copy, n_seqs, 0),
+                              B.view_1d(ctx, s_copy, recr.n - n_seqs, n_seqs * s_copy.nb[0]) if extra else None,
+                              B.view_1d(ctx, dst, n_seqs, 0),
+                              B.view_1d(ctx, dst, recr.n - n_seqs, n_seqs * dst.nb[0]) if extra else None,
+                              s_copy, dst, recr.n)
         # build_attn_inp_no_cache: a model without memory attends over this ubatch's tokens, one mask for the
         # dense layers and one for the sliding-window ones
         self.kq_mask = self.kq_mask_swa = None
@@ -344,55 +329,34 @@ class GraphBuilder:
 
     def build_rs(self, s: Tensor, state_size: int, n_seqs: int, get_rows: GetStateRows | None = None) -> Tensor:
         """build_rs: the states the ubatch's sequences start from, out of one layer's state tensor ``s`` (r or
-        s, {state_size, mem_size + 1}). A zero row rs_z is cleared first where there is one (llama.cpp's; never
-        here: new sequences read the memory's zero_row), the
-        sequences' rows are gathered by ``get_rows`` (GET_ROWS by default) and the other cells of the block,
-        which the gather moved, get their states copied in place."""
+        s, {state_size, 2 * mem_size + 1}), gathered by ``get_rows`` (GET_ROWS by default); the other cells of
+        the block, which the gather moved, get their states copied to their new rows. (llama.cpp first zeroes
+        a row rs_z for new sequences; here they read the memory's zero row.)"""
         ctx, gf, rs = self.ctx, self.gf, self.rs
         if rs is None:
             raise ValueError(f"{self.hp.arch}: build_rs needs a recurrent memory")
         states = B.reshape_2d(ctx, s, state_size, s.ne[1])
-        if rs.mem.is_banked(s):  # an s state: its rows through s_rows, the moved cells' states to their s_dst
-            main, extra_ids = rs.main_extra(rs.s_rows, n_seqs)
-            out = (get_rows or B.get_rows)(ctx, states, main)
-            gf.build_forward_expand(out)
-            if extra_ids is not None:
-                _, extra_dst = rs.main_extra(rs.s_dst, n_seqs)
-                gf.build_forward_expand(B.set_rows(ctx, s, B.get_rows(ctx, states, extra_ids), extra_dst))
-            return out
-        if rs.rs_z >= 0:
-            zero = B.view_1d(ctx, states, state_size, rs.rs_z * states.nb[1])
-            gf.build_forward_expand(B.scale_inplace(ctx, zero, 0.0))
         out = (get_rows or B.get_rows)(ctx, states, rs.s_copy_main)
         gf.build_forward_expand(out)
         if rs.s_copy_extra is not None:
             extra = B.get_rows(ctx, states, rs.s_copy_extra)
-            dst = B.view_2d(ctx, s, state_size, rs.n_rs - n_seqs, s.nb[1], (rs.head + n_seqs) * s.nb[1])
-            gf.build_forward_expand(B.cpy(ctx, extra, dst))
+            gf.build_forward_expand(B.set_rows(ctx, states, extra, rs.dst_extra))
         return out
 
-    def store_rs(self, src: Tensor, states: Tensor, offset: int) -> None:
-        """The new states ``src`` over a layer's state tensor from byte ``offset`` (the ubatch's rows, contiguous
-        in ``states``): a CPY node, or with deferred stores (RSInput.defer) a graph output the context commits
-        after the graph has run."""
+    def store_rs(self, src: Tensor, states: Tensor) -> None:
+        """The ubatch's new states ``src`` (n_seqs rows of the state width, in order; a strided view is made
+        contiguous first) to their rows of a layer's state tensor: SET_ROWS at the ``rs_dst`` rows, which the
+        CPU backend fuses with the SSM_SCAN that computed them."""
         rs = self.rs
         if rs is None:
             raise ValueError(f"{self.hp.arch}: store_rs needs a recurrent memory")
-        if rs.mem.is_banked(states):  # an s state: the ubatch's rows go to the cells' s_dst rows
-            width = states.ne[0]
-            if offset != rs.head * states.nb[1] or src.nelements() % width or not src.is_contiguous():
-                raise ValueError(f"{self.hp.arch}: an s state store must be whole contiguous rows of the block")
-            rows = B.reshape_2d(self.ctx, src, width, src.nelements() // width)
-            main, _ = rs.main_extra(rs.s_dst, rows.ne[1])
-            self.gf.build_forward_expand(B.set_rows(self.ctx, states, rows, main))
-            return
-        if not rs.defer:
-            dst = B.view_1d(self.ctx, states, src.nelements(), offset)
-            self.gf.build_forward_expand(B.cpy(self.ctx, src, dst))
-            return
-        src.set_output()  # (and the tensor it views: the allocator keeps it to the end)
-        self.gf.build_forward_expand(src)
-        rs.stores.append((src, states, offset))
+        width, n_seqs = states.ne[0], rs.dst_main.ne[0]
+        if src.nelements() != width * n_seqs:
+            raise ValueError(f"{self.hp.arch}: {src.nelements()} new state values for {n_seqs} rows of {width}")
+        if not src.is_contiguous():
+            src = B.cont(self.ctx, src)
+        rows = B.reshape_2d(self.ctx, src, width, n_seqs)
+        self.gf.build_forward_expand(B.set_rows(self.ctx, states, rows, rs.dst_main))
 
     def rs_r(self, il: int) -> Tensor:
         """get_r_l: layer il's r states (Mamba's conv window, RWKV's token shift), {n_embd_r, mem_size + 1} (the

@@ -8,21 +8,21 @@ position of the sequence's last token. Several sequences can share a cell after 
 ubatch that extends one of them copies the shared state into a free cell first (copy on write, through
 each cell's ``src``: the graph's ``s_copy`` input says which row each cell of the ubatch starts from).
 
-A ubatch's cells are made contiguous (``head`` .. ``head + n``) so the graph reads and writes one block
-of rows per layer; the states it starts from are gathered with GET_ROWS (``build_rs``, llm/graph.py).
-A new sequence starts from a zero state: llama.cpp zeroes a cell of the block (``rs_z``) in the graph
-first, which makes the graph of a sequence's first token another graph than its next tokens'; here
-each state tensor has one more row, after the cells, that stays zero (no graph ever writes it), and
-a new sequence reads that one (``zero_row``): same states, one graph for every token step.
+A ubatch's cells are made contiguous (``head`` .. ``head + n``); the states they start from are gathered
+with GET_ROWS (``build_rs``, llm/graph.py) and their new states written with SET_ROWS (``store_rs``).
 
-The s states (Mamba's SSM state, RWKV's WKV state: the large ones, a megabyte a layer for a 1.5 GB Mamba-2)
-keep two rows per cell, then the zero row: ``s_row[c]`` is the one holding cell c's state, and the graph
-writes a ubatch's new states into the other one (SET_ROWS at the ``s_dst`` rows; the CPU backend fuses it
-with the SSM_SCAN, which then writes its new states there directly). Once the ubatch has run the cells
-point at their new rows. llama.cpp writes the new states into the scan's output and copies them over the
-old ones; here no state is copied, and a failed or aborted decode leaves every cell on its old row, so
-rolling the s states back costs nothing. A cell written again in the same decode (a later ubatch of a long
-prompt) is written in place: its row before the decode stays untouched either way.
+Every state tensor keeps two rows per cell, then one row that stays zero (no graph ever writes it):
+``row[c]`` is the one holding cell c's state, and a ubatch writes the new states into the other one
+(the graph's ``rs_dst`` input). Once the ubatch has run, its cells move to the rows it wrote
+(:meth:`moved`). llama.cpp writes the new states into the op's output and copies them over the old ones
+(a megabyte a layer for a 216 MB Mamba-2); here the CPU backend fuses the SET_ROWS with the SSM_SCAN,
+which writes the new states into their rows itself, so no state is copied, and a failed or aborted
+decode leaves every cell on its old row: rolling the states back costs nothing. A cell written again in
+the same decode (a later ubatch of a long prompt) is written in place: its row from before the decode
+stays untouched either way. A new sequence starts from a zero state: llama.cpp zeroes a cell of the
+block (``rs_z``) in the graph first, which makes the graph of a sequence's first token another graph
+than its next tokens'; here it reads the zero row (``zero_row``): same states, one graph for every
+token step.
 
 Only whole sequences can be forgotten: ``seq_rm`` of a range that ends a sequence but does not start at 0
 is refused (returns False), as llama.cpp refuses it, since the state of an earlier position is gone.
@@ -75,17 +75,6 @@ class RSRun:
     last_pos: int
 
 
-def _spans(rows: list[int]) -> list[tuple[int, int]]:
-    """[first, end) of each run of consecutive row indices (ascending)."""
-    out: list[tuple[int, int]] = []
-    for i in rows:
-        if out and out[-1][1] == i:
-            out[-1] = (out[-1][0], i + 1)
-        else:
-            out.append((i, i + 1))
-    return out
-
-
 def _bits(mask: int) -> list[int]:
     out = []
     while mask:
@@ -111,14 +100,11 @@ class RecurrentMemory:
         self.ctx = Context((2 * len(layer_ids) + 1) * tensor_overhead(), no_alloc=True)
         self.r: dict[int, Tensor] = {}
         self.s: dict[int, Tensor] = {}
-        #: the r row after the cells: zero from the allocation's clear on, never written (see the module doc)
-        self.zero_row = mem_size
-        #: the s rows: two per cell (s_row says which holds its state), then one that stays zero
-        self.s_zero_row = 2 * mem_size
+        #: two rows per cell (row[c] says which holds its state), then the row that stays zero (the module doc)
+        self.zero_row = 2 * mem_size
         for il in self.layer_ids:
-            self.r[il] = self.ctx.new_tensor(type_r, n_r, mem_size + 1).set_name(f"cache_r_l{il}")
+            self.r[il] = self.ctx.new_tensor(type_r, n_r, 2 * mem_size + 1).set_name(f"cache_r_l{il}")
             self.s[il] = self.ctx.new_tensor(type_s, n_s, 2 * mem_size + 1).set_name(f"cache_s_l{il}")
-        self._s_ids = {id(t) for t in self.s.values()}
         self.buffers = alloc_layer_tensors({il: (self.r[il], self.s[il]) for il in self.layer_ids}, buft)
         # the cells (mem_cell): position, sequence set (bit mask), source row, staged source, and per
         # sequence id s the cell cells[s].tail holding its state
@@ -127,16 +113,12 @@ class RecurrentMemory:
         self.src = [-1] * mem_size
         self.src0 = [-1] * mem_size
         self.tail = [-1] * mem_size
-        self.s_row = list(range(mem_size))  # the s row holding each cell's state (c or c + mem_size)
+        self.row = list(range(mem_size))  # the row holding each cell's state: c or c + mem_size
         self.head = 0
         self.used = 0
         self.n = 0  # cells of the last find_slot: head .. head+n-1
         self.rs_z = -1  # llama.cpp's row the graph zeroes for new sequences: never needed here (zero_row)
-        # rollback: the r rows a decode overwrites are copied once, before the first ubatch that writes them;
-        # the s rows need no copy (the cells moved to other rows in this decode, see the module doc)
-        self._backup: dict[int, np.ndarray] | None = None
-        self._saved_rows = [False] * mem_size
-        self._moved = [False] * mem_size
+        self._moved = [False] * mem_size  # cells already moved to another row in this decode
 
     # ------------------------------------------------------------------ bookkeeping
     def clear(self, data: bool = True) -> None:
@@ -147,131 +129,47 @@ class RecurrentMemory:
         self.tail = [-1] * self.size
         self.head = self.used = 0
         if data:
-            self.s_row = list(range(self.size))
+            self.row = list(range(self.size))
             for buf in self.buffers:
                 backend_buffer_clear(buf, 0)
 
     def state(self) -> tuple:
         """A copy of the cells' bookkeeping (what a decode changes besides the state rows)."""
-        return (list(self.pos), list(self.seq), list(self.src), list(self.src0), list(self.tail), list(self.s_row),
+        return (list(self.pos), list(self.seq), list(self.src), list(self.src0), list(self.tail), list(self.row),
                 self.head, self.used, self.n, self.rs_z)
 
     def set_state(self, st: tuple) -> None:
-        (pos, seq, src, src0, tail, s_row, self.head, self.used, self.n, self.rs_z) = st
+        (pos, seq, src, src0, tail, row, self.head, self.used, self.n, self.rs_z) = st
         self.pos, self.seq, self.src, self.src0, self.tail = list(pos), list(seq), list(src), list(src0), list(tail)
-        self.s_row = list(s_row)
+        self.row = list(row)
 
-    # ------------------------------------------------------------------ rollback of the state rows
+    # ------------------------------------------------------------------ the state rows
     def begin(self) -> None:
-        """A decode starts: no row is saved yet (see :meth:`save_rows`), no cell has moved to its other s row."""
-        self._saved_rows = [False] * self.size
+        """A decode starts: no cell has moved to another row yet."""
         self._moved = [False] * self.size
 
-    def is_banked(self, t: Tensor) -> bool:
-        """Whether ``t`` is one of the s state tensors (two rows per cell, see the module doc)."""
-        return id(t) in self._s_ids
-
-    def _s_dst(self, c: int) -> int:
-        """The s row cell c's next state goes to: its other row, or its own once it has moved in this decode."""
-        cur = self.s_row[c]
+    def _dst(self, c: int) -> int:
+        """The row cell c's next state goes to: its other row, or its own once it has moved in this decode."""
+        cur = self.row[c]
         if self._moved[c]:
             return cur
         return cur + self.size if cur < self.size else cur - self.size
 
-    def s_rows_data(self) -> np.ndarray:
-        """The graph's ``rs_s_rows`` input: for each cell of the block, the s row its state starts from
-        (s_copy_data's cells mapped to their s rows; a new sequence's zero row to the s zero row)."""
-        cells = self.src0[self.head : self.head + self.n]
-        rows = [self.s_zero_row if c == self.zero_row else self.s_row[c] for c in cells]
-        return np.asarray(rows, dtype=np.int32)
-
-    def s_dst_data(self) -> np.ndarray:
-        """The graph's ``rs_s_dst`` input: for each cell of the block, the s row its new state is written to."""
-        return np.asarray([self._s_dst(c) for c in range(self.head, self.head + self.n)], dtype=np.int64)
+    def dst_data(self) -> np.ndarray:
+        """The graph's ``rs_dst`` input: for each cell of the block, the row its new state is written to."""
+        return np.asarray([self._dst(c) for c in range(self.head, self.head + self.n)], dtype=np.int64)
 
     def moved(self) -> None:
         """A ubatch's graph has run: the cells of its block hold their states in the rows it wrote."""
         for c in range(self.head, self.head + self.n):
-            self.s_row[c] = self._s_dst(c)
+            self.row[c] = self._dst(c)
             self._moved[c] = True
 
     def state_rows(self) -> list[np.ndarray]:
-        """Every state tensor's rows as the cells see them (copies): each r tensor's cells and zero row, then each
-        s tensor's current row of every cell and its zero row; what a failed decode must leave unchanged (an s
-        tensor's other rows hold nothing)."""
-        out = [backend_tensor_get(t).reshape(t.ne[1], -1) for t in self.r.values()]
-        rows = [*self.s_row, self.s_zero_row]
-        return out + [backend_tensor_get(t).reshape(t.ne[1], -1)[rows] for t in self.s.values()]
-
-    def save_rows(self, lo: int, hi: int) -> None:
-        """Before a ubatch overwrites rows [lo, hi) of every r state tensor: keep the ones not kept yet in this
-        decode (the first copy is the state before the decode), in buffers allocated once and reused, so a
-        token costs one copy of its sequences' rows and no allocation. (The s states need none: see
-        :meth:`moved`.)"""
-        todo = [i for i in range(lo, hi) if not self._saved_rows[i]]
-        if not todo:
-            return
-        if self._backup is None:
-            self._backup = {id(t): np.empty((self.size, t.nb[1]), dtype=np.uint8) for t in self.r.values()}
-        for a, b in _spans(todo):
-            for t in self.r.values():
-                dst = self._backup[id(t)][a:b]
-                src = self._host_rows(t)
-                if src is not None:
-                    np.copyto(dst, src[a:b])
-                else:
-                    dst[...] = backend_tensor_get(t, offset=a * t.nb[1], size=(b - a) * t.nb[1]).reshape(dst.shape)
-            for i in range(a, b):
-                self._saved_rows[i] = True
-
-    def restore_rows(self) -> None:
-        """A decode failed: put back every row saved since :meth:`begin`."""
-        rows = [i for i in range(self.size) if self._saved_rows[i]]
-        for a, b in _spans(rows):
-            for t in self.r.values():
-                src = self._backup[id(t)][a:b]
-                dst = self._host_rows(t)
-                if dst is not None:
-                    np.copyto(dst[a:b], src)
-                else:
-                    backend_tensor_set(t, src.reshape(-1), a * t.nb[1], src.size)
-        self.begin()
-
-    def can_defer(self) -> bool:
-        """Whether a graph may leave the r state tensors alone and have its new r states committed after it ran
-        (:meth:`commit`): the states are F32 rows in host memory."""
-        return all(t.type == GGMLType.F32 and self._host_rows(t) is not None for t in self.r.values())
-
-    def commit(self, stores: list[tuple[Tensor, Tensor, int]]) -> None:
-        """A ubatch's graph ran with deferred stores (llm/graph.py's RSInput.defer): copy each of its new
-        r states (host graph outputs, possibly strided views) over its state tensor from the byte offset. The
-        rows before it need no saving, so a single-token step costs one copy of its r states.
-        An interruption part-way finishes the copies before it goes on: the cells already say the new
-        positions, so the states must all be the new ones."""
-        done = 0
-        try:
-            for src, state, offset in stores:
-                self._commit_one(src, state, offset)
-                done += 1
-        except BaseException:
-            for src, state, offset in stores[done:]:
-                self._commit_one(src, state, offset)
-            raise
-
-    def _commit_one(self, src: Tensor, state: Tensor, offset: int) -> None:
-        a = src.numpy()
-        rows = self._host_rows(state)
-        if rows is None or a.dtype != np.float32:
-            raise PyGGMLError(f"{state.name}: deferred state stores need F32 states in host memory")
-        flat = rows.reshape(-1)
-        np.copyto(flat[offset : offset + a.nbytes].view(np.float32).reshape(a.shape), a)
-
-    @staticmethod
-    def _host_rows(t: Tensor) -> np.ndarray | None:
-        """The tensor's rows as a writable uint8 view [rows, row bytes] when it lives in host memory."""
-        if t.buffer is None or not t.buffer.is_host():
-            return None
-        return t.numpy().view(np.uint8).reshape(t.ne[1], t.nb[1])
+        """Every state tensor's rows as the cells see them (copies, r tensors then s): each cell's row and the
+        zero row; what a failed decode must leave unchanged (the other rows hold nothing)."""
+        rows = [*self.row, self.zero_row]
+        return [backend_tensor_get(t).reshape(t.ne[1], -1)[rows] for t in (*self.r.values(), *self.s.values())]
 
     def _empty(self, i: int) -> bool:
         return self.seq[i] == 0
@@ -481,8 +379,10 @@ class RecurrentMemory:
             self.set_state(saved)
 
     def s_copy_data(self) -> np.ndarray:
-        """The graph's ``rs_s_copy`` input: for each cell of the block, the row its state starts from."""
-        return np.asarray(self.src0[self.head : self.head + self.n], dtype=np.int32)
+        """The graph's ``rs_s_copy`` input: for each cell of the block, the row its state starts from (the row
+        of the cell it copies, or the zero row)."""
+        rows = [c if c == self.zero_row else self.row[c] for c in self.src0[self.head : self.head + self.n]]
+        return np.asarray(rows, dtype=np.int32)
 
     # ------------------------------------------------------------------ sequence state (llama_state_seq_*)
     def _row_sizes(self) -> tuple[int, int]:
@@ -498,13 +398,13 @@ class RecurrentMemory:
             out.write(struct.pack("<iI", self.pos[c], 0))
         rows = [self.src[c] if self.src[c] >= 0 else c for c in cells]
         out.write(struct.pack("<II", 0, self.hp.n_layer))
-        for tensors, at in ((self.r, rows), (self.s, [self.s_row[c] for c in rows])):
+        for tensors in (self.r, self.s):
             for il in self.layer_ids:
                 t = tensors[il]
                 row = t.nb[1]
                 out.write(struct.pack("<iQ", int(t.type), row))
-                for c in at:
-                    out.write(backend_tensor_get(t, offset=c * row, size=row).tobytes())
+                for c in rows:
+                    out.write(backend_tensor_get(t, offset=self.row[c] * row, size=row).tobytes())
 
     def state_read(self, seq_id: int, r: StateReader) -> None:
         """llama_memory_recurrent::state_read into sequence ``seq_id``: its state is dropped and the saved
@@ -553,8 +453,5 @@ class RecurrentMemory:
                     raise StateError(f"layer {il}: the state's {kind} rows are {name}, {row} bytes; the memory's "
                                      f"{t.type.name}, {t.nb[1]} bytes (another model?)")
                 data = np.frombuffer(r.take(row * cell_count), np.uint8)
-                if kind == "r":
-                    backend_tensor_set(t, data, head * row, data.size)
-                    continue
-                for k in range(cell_count):  # each cell's s row (one cell per sequence: one row)
-                    backend_tensor_set(t, data[k * row : (k + 1) * row], self.s_row[head + k] * row, row)
+                for k in range(cell_count):  # each cell's row (one cell per sequence: one row)
+                    backend_tensor_set(t, data[k * row : (k + 1) * row], self.row[head + k] * row, row)

@@ -107,7 +107,7 @@ def shortconv_block(g: GraphBuilder, layer: Layer, cur: Tensor, il: int) -> Tens
     conv = B.reshape_3d(ctx, g.build_rs(state, hp.n_embd_r(), n_seqs), d_conv, hp.n_embd, n_seqs)
     bx = B.concat(ctx, conv, bx, 0)  # the stored past inputs, then the run's
     last = B.view_3d(ctx, bx, d_conv, bx.ne[1], bx.ne[2], bx.nb[1], bx.nb[2], (bx.ne[0] - d_conv) * bx.nb[0])
-    g.store_rs(last, state, g.rs.head * state.nb[1])
+    g.store_rs(last, state)
     conv_out = g.cb(B.ssm_conv(ctx, bx, layer.shortconv_conv), "model.layers.{}.conv.conv", il)
     y = g.mm(layer.shortconv_out_proj, B.mul(ctx, c, conv_out))
     g.cb(y, "model.layers.{}.conv.out_proj", il)

@@ -3,7 +3,7 @@
 
 A Mamba layer keeps two states per sequence in the recurrent memory (llm/memory_recurrent.py): the
 last d_conv - 1 columns of its causal conv input (r) and its SSM state (s). Both are read through
-``build_rs`` and written back at the ubatch's cells (``head``) once the layer has run.
+``build_rs`` and stored with ``store_rs`` (the cells' new rows) once the layer has run.
 """
 
 from __future__ import annotations
@@ -77,13 +77,6 @@ def load_mamba2_layer(m: Model, layer: Layer, il: int, norm_required: bool = Tru
     layer.ssm_out = m.create_tensor(T.SSM_OUT, (d_inner, hp.n_embd), il)
 
 
-def _store(g: GraphBuilder, src: Tensor, states: Tensor, n: int) -> None:
-    """Store ``src`` (``n`` elements) over the ubatch's rows of ``states`` (from row ``head``)."""
-    if src.nelements() != n:
-        raise ValueError(f"{g.hp.arch}: {src.nelements()} new state values for {n} state elements")
-    g.store_rs(src, states, g.rs.head * states.nb[1])
-
-
 def build_mamba_layer(g: GraphBuilder, layer: Layer, cur: Tensor, il: int) -> Tensor:
     """llm_build_mamba_base::build_mamba_layer: {n_embd, n_tokens} -> {n_embd, n_tokens}."""
     ctx, hp = g.ctx, g.hp
@@ -98,7 +91,7 @@ def build_mamba_layer(g: GraphBuilder, layer: Layer, cur: Tensor, il: int) -> Te
     # the causal conv over the saved window and the new columns; the last d_conv-1 columns are the next window
     conv_x = B.concat(ctx, conv, B.transpose(ctx, x), 0)
     last = B.view_3d(ctx, conv_x, d_conv - 1, d_inner, n_seqs, conv_x.nb[1], conv_x.nb[2], n_seq_tokens * conv_x.nb[0])
-    _store(g, last, conv_all, (d_conv - 1) * d_inner * n_seqs)
+    g.store_rs(last, conv_all)
     x = B.ssm_conv(ctx, conv_x, layer.ssm_conv1d)
     x = B.silu(ctx, B.add(ctx, x, layer.ssm_conv1d_b))
     # the selective scan
@@ -126,7 +119,7 @@ def build_mamba_layer(g: GraphBuilder, layer: Layer, cur: Tensor, il: int) -> Te
 
     y_ssm = g.build_rs(ssm_all, hp.n_embd_s(), n_seqs, scan)
     n_state = d_state * d_inner * n_seqs
-    _store(g, B.view_1d(ctx, y_ssm, n_state, x.nb[3] * x.ne[3]), ssm_all, n_state)
+    g.store_rs(B.view_1d(ctx, y_ssm, n_state, x.nb[3] * x.ne[3]), ssm_all)
     y = B.view_3d(ctx, y_ssm, d_inner, n_seq_tokens, n_seqs, x.nb[2], x.nb[3], 0)
     y = B.add(ctx, y, B.mul(ctx, xc, layer.ssm_d))
     y = B.swiglu_split(ctx, B.cont(ctx, z), y)
@@ -152,7 +145,7 @@ def build_mamba2_layer(g: GraphBuilder, layer: Layer, cur: Tensor, il: int) -> T
     dt = B.view_3d(ctx, zx, n_head, n_seq_tokens, n_seqs, zx.nb[1], zx.nb[2], (d_inner + conv_dim) * es)
     conv_x = B.concat(ctx, conv, B.transpose(ctx, xbc), 0)
     last = B.view_3d(ctx, conv_x, d_conv - 1, conv_dim, n_seqs, conv_x.nb[1], conv_x.nb[2], n_seq_tokens * conv_x.nb[0])
-    _store(g, last, conv_all, (d_conv - 1) * conv_dim * n_seqs)
+    g.store_rs(last, conv_all)
     xbc = B.ssm_conv(ctx, conv_x, layer.ssm_conv1d)
     if layer.ssm_conv1d_b is not None:
         xbc = B.add(ctx, xbc, layer.ssm_conv1d_b)
@@ -171,7 +164,7 @@ def build_mamba2_layer(g: GraphBuilder, layer: Layer, cur: Tensor, il: int) -> T
 
     y_ssm = g.build_rs(ssm_all, hp.n_embd_s(), n_seqs, scan)
     n_state = d_state * d_inner * n_seqs
-    _store(g, B.view_1d(ctx, y_ssm, n_state, x.nelements() * x.type.type_size), ssm_all, n_state)
+    g.store_rs(B.view_1d(ctx, y_ssm, n_state, x.nelements() * x.type.type_size), ssm_all)
     y = B.view_4d(ctx, y_ssm, head_dim, n_head, n_seq_tokens, n_seqs, x.nb[1], n_head * x.nb[1],
                   n_seq_tokens * n_head * x.nb[1], 0)
     y = g.cb(B.add(ctx, y, B.mul(ctx, x, layer.ssm_d)), "mamba2_y_add_d", il)

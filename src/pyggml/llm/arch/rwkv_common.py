@@ -162,7 +162,7 @@ def token_shift_load(g: GraphBuilder, il: int) -> Tensor:
 
 
 def token_shift_store(g: GraphBuilder, shift: Tensor, il: int) -> None:
-    """build_rwkv_token_shift_store: the new shifts copied into the ubatch's cells (head ..) of layer il's r."""
+    """build_rwkv_token_shift_store: the new shifts stored in the ubatch's cells of layer il's r."""
     _store_rows(g, shift, g.rs_r(il), g.hp.n_embd_r())
 
 
@@ -184,7 +184,7 @@ def wkv_split(g: GraphBuilder, out: Tensor, il: int) -> Tensor:
 def _store_rows(g: GraphBuilder, src: Tensor, dst: Tensor, width: int) -> None:
     """The first ``width`` values per sequence of ``src`` over the ubatch's rows of ``dst`` (GraphBuilder.store_rs)."""
     n = width * g.n_seqs
-    g.store_rs(B.view_1d(g.ctx, src, n, 0), dst, width * g.rs.head * dst.nb[0])
+    g.store_rs(B.view_1d(g.ctx, src, n, 0), dst)
 
 
 def head_norm(g: GraphBuilder, cur: Tensor, w: Tensor, b: Tensor, n_head: int) -> Tensor:
