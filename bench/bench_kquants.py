@@ -11,10 +11,9 @@ import time
 
 import gguf
 import gguf.quants
-import numba
 import numpy as np
 
-from pyggml.quants import dequantize, quantize
+from pyggml.quants import chunks, dequantize, quantize
 
 TYPES = ("q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs")
 
@@ -29,14 +28,10 @@ def _best_of(fn, repeat: int, clock=time.perf_counter) -> float:
 
 
 def _single_thread_cpu(fn, repeat: int) -> float:
-    """Best CPU time of ``fn`` with numba on one thread: a fairer figure than wall time on a
+    """Best CPU time of ``fn`` quantizing on one thread: a fairer figure than wall time on a
     shared machine, where the other processes decide how much of the wall clock we get."""
-    threads = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
+    with chunks.using_threads(1):
         return _best_of(fn, repeat, time.process_time)
-    finally:
-        numba.set_num_threads(threads)
 
 
 def main() -> None:
@@ -51,7 +46,7 @@ def main() -> None:
     x = rng.standard_normal((args.rows, args.cols)).astype(np.float32)
     imatrix = rng.uniform(0.1, 2.0, args.cols).astype(np.float32)
     mb = x.nbytes / 1e6
-    print(f"numba threads: {numba.get_num_threads()}, matrix {args.rows}x{args.cols} ({mb:.0f} MB float32)")
+    print(f"threads: {chunks.n_threads()}, matrix {args.rows}x{args.cols} ({mb:.0f} MB float32)")
     for name in args.types.split(","):
         gtype = getattr(gguf.GGMLQuantizationType, name.upper())
         quantize(x[:1, :256], name)  # load the numba caches

@@ -13,8 +13,10 @@ as separate packages, as two backends that share only backend/'s public interfac
 from __future__ import annotations
 
 import ast
+import functools
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -81,13 +83,26 @@ def room_of(mod: str) -> str:
     return ".".join(parts[:2])
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    """ids of the import statements under ``if TYPE_CHECKING:``."""
-    out: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
-    return out
+def _statements(body: list[ast.stmt], type_checking: bool = False) -> Iterator[tuple[ast.stmt, bool]]:
+    """Every statement in ``body`` and the statement lists inside it (functions, classes, branches, loops,
+    ``with``, ``try``, ``match``), with whether it sits under ``if TYPE_CHECKING:``. Imports are statements,
+    so expressions need no visit (a tenth of the nodes of ast.walk)."""
+    for stmt in body:
+        yield stmt, type_checking
+        under = type_checking or (isinstance(stmt, ast.If) and "TYPE_CHECKING" in ast.unparse(stmt.test))
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, field, None)
+            if isinstance(inner, list):
+                yield from _statements(inner, under if field == "body" else type_checking)
+        for part in (*getattr(stmt, "handlers", ()), *getattr(stmt, "cases", ())):
+            yield from _statements(part.body, type_checking)
+
+
+@functools.cache
+def _parse(text: str) -> ast.Module:
+    """A file's tree, parsed once per test process: the checker's own tests run it on copies of the package
+    that differ from it in one file."""
+    return ast.parse(text)
 
 
 def imports_of(path: Path, runtime_only: bool = False) -> list[tuple[int, str, str | None]]:
@@ -96,10 +111,8 @@ def imports_of(path: Path, runtime_only: bool = False) -> list[tuple[int, str, s
     mod = module_name(path)
     package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
     out: list[tuple[int, str, str | None]] = []
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    skip = _type_checking_nodes(tree) if runtime_only else set()
-    for node in ast.walk(tree):
-        if id(node) in skip:
+    for node, type_checking in _statements(_parse(path.read_text(encoding="utf-8")).body):
+        if runtime_only and type_checking:
             continue
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name, None) for a in node.names if a.name.split(".")[0] == "pyggml"]

@@ -170,6 +170,23 @@ def test_flash_attn_ext(kv_type: GGMLType, n_q: int, n_kv: int, softcap: float, 
     assert np.isfinite(got).all()
 
 
+@pytest.mark.parametrize("max_bias", [0.0, 8.0])
+def test_flash_attn_ext_skips_masked_tiles(max_bias: float) -> None:
+    """An encoder's batch of many short sequences: a block-diagonal mask, most 64x64 tiles masked whole (the
+    tiled path skips them from the mask's raw bits), against the numpy kernel."""
+    c = OpCase()
+    d, n_head, n_tok, n_seq_tok = 64, 2, 200, 30
+    q = c.tensor(F32, d, n_tok, n_head)
+    k = c.tensor(F16, d, n_tok, n_head)
+    v = c.tensor(F16, d, n_tok, n_head)
+    seq = np.arange(n_tok) // n_seq_tok
+    m = np.where(seq[:, None] == seq[None, :], 0.0, -np.inf).astype(np.float32)
+    mask = c.tensor(F16, n_tok, n_tok, data=m)
+    got, ref = both(B.flash_attn_ext(c.ctx, q, k, v, mask, 1.0 / 8, max_bias, 0.0))
+    close(got, ref, rtol=2e-5)
+    assert np.isfinite(got).all()
+
+
 @pytest.mark.parametrize("mode", [0, 2])
 @pytest.mark.parametrize("variant", ["plain", "yarn", "freq_factors", "partial", "back"])
 def test_rope(mode: int, variant: str) -> None:

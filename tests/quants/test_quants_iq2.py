@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pyggml.quants as Q
-from pyggml.quants import iq2_quant, iq2_tables
+from pyggml.quants import chunks, iq2_tables
 from pyggml.types import GGMLType
 
 TYPES = [GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S, GGMLType.IQ1_S, GGMLType.IQ1_M]
@@ -160,23 +160,17 @@ def test_zero_rows_and_zero_blocks(ty: GGMLType) -> None:
     assert not Q.dequantize(q, ty).any()
 
 
-def test_parallel_driver_matches_serial() -> None:
+def test_rows_cut_over_threads_give_the_same_bytes() -> None:
+    """BlockCodec hands each thread a range of rows (chunks.for_row_chunks): any cut, the same bytes."""
     ty = GGMLType.IQ2_S
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal((3, 512), dtype=np.float32)
-    tables = iq2_tables.quant_tables(ty)
-    outs = []
-    for driver in iq2_quant.DRIVERS[ty.type_name]:
-        out = np.zeros((3, 2 * ty.type_size), dtype=np.uint8)
-        dvals = np.zeros((3, 2), dtype=np.float32)
-        status = np.zeros(3, dtype=np.int32)
-        driver(x, np.zeros(0, np.float32), False, tables.grid, tables.kmap, tables.neighbours, out, dvals, status)
-        assert not status.any()
-        outs.append((out, dvals))
-    np.testing.assert_array_equal(outs[0][0], outs[1][0])
-    np.testing.assert_array_equal(outs[0][1].view(np.uint32), outs[1][1].view(np.uint32))
-    q = Q.quantize(x, ty)
-    np.testing.assert_array_equal(q[:, 2:82], outs[0][0][:, 2:82])
+    x = np.random.default_rng(7).standard_normal((5, 512), dtype=np.float32)
+    with chunks.using_threads(1):
+        one = Q.quantize(x, ty)
+    with chunks.using_threads(3):
+        three = Q.quantize(x, ty)
+    np.testing.assert_array_equal(one, three)
+    rows = [Q.quantize(x[r : r + 1], ty) for r in range(5)]
+    np.testing.assert_array_equal(np.concatenate(rows), one)
 
 
 # ---------------------------------------------------------------------------------------------

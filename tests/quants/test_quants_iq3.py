@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from helpers.data import load_json, load_npz
-from pyggml.quants import QuantError, dequantize, get_codec, quantize
+from pyggml.quants import QuantError, QuantRowError, chunks, dequantize, get_codec, quantize
 from pyggml.quants.iq3 import (
     IQ3XXS_LEVELS,
     grid_from_kgrid,
@@ -236,3 +236,13 @@ def test_hostile_input_gives_bytes_or_quant_error(name: str, imatrix: str | None
             continue
         assert q.shape == (2, {"iq3_xxs": 98, "iq3_s": 110}[name]), label
         assert dequantize(q, name).shape == x.shape
+
+
+def test_a_row_that_cannot_be_quantized_is_named_across_the_thread_cut() -> None:
+    """A float32 overflow in row 6 of 8, the rows cut into two ranges of four for two threads: the error
+    names row 6 of the caller's rows (not row 2 of the second range) and the type."""
+    x = np.random.default_rng(0).standard_normal((8, 512)).astype(np.float32)
+    x[6, 5] = 3e38
+    with chunks.using_threads(2), pytest.raises(QuantRowError, match=r"^iq3_xxs: row 6 cannot be quantized") as e:
+        quantize(x, GGMLType.IQ3_XXS, np.ones(512, np.float32))
+    assert e.value.row == 6

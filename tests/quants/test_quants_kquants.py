@@ -9,14 +9,13 @@ block's stored scales), checked on hypothesis-generated blocks.
 from __future__ import annotations
 
 import gguf.quants
-import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pyggml.quants import QuantError, dequantize, get_codec, quantize
+from pyggml.quants import QuantError, chunks, dequantize, get_codec, quantize
 from pyggml.quants.iq4 import KVALUES_IQ4NL, quantize_iq4_nl_ref
 from pyggml.quants.kquants import quantize_q8_K
 from pyggml.types import QK_K, GGMLType
@@ -174,20 +173,23 @@ def test_empty_and_non_finite(ty: GGMLType) -> None:
 
 @pytest.mark.parametrize("ty", [*TYPES, GGMLType.Q8_K], ids=lambda t: t.type_name)
 def test_parallel_and_serial_paths_agree(ty: GGMLType) -> None:
-    """Large inputs run the kernels on all numba threads, small ones on one: same bytes, and
-    the caller's thread count is left as it was."""
-    threads = numba.get_num_threads()
+    """Large inputs run ranges of rows on several threads (chunks.for_row_chunks), small ones on the caller's:
+    same bytes, and the thread count is left as it was."""
+    threads = chunks.n_threads()
     rng = np.random.default_rng(11)
     x = rng.standard_normal((64, 4096)).astype(np.float32)
     imatrix = rng.uniform(0.5, 2.0, 4096).astype(np.float32)
-    q = quantize(x, ty, imatrix)
+    with chunks.using_threads(3):
+        q = quantize(x, ty, imatrix)
     head = ty.row_size(512)
     for r in (0, 37):
         assert np.array_equal(quantize(x[r : r + 1, :512], ty, imatrix[:512]), q[r : r + 1, :head])
+    with chunks.using_threads(1):
+        assert np.array_equal(quantize(x, ty, imatrix), q)
     y = dequantize(q, ty)
     for r in (0, 63):
         assert np.array_equal(dequantize(q[r : r + 1], ty).view(np.uint32), y[r : r + 1].view(np.uint32))
-    assert numba.get_num_threads() == threads
+    assert chunks.n_threads() == threads
 
 
 # --------------------------------------------------------------------------- properties

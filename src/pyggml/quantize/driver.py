@@ -2,8 +2,8 @@
 
 The output file has the input's metadata (plus ``general.quantization_version``, ``general.file_type``,
 the overrides and the ``quantize.imatrix.*`` keys, in llama.cpp's order), the tensors in the loader's
-order (by layer, then name), each converted to the type :class:`~.rules.TypeChooser` picks. The codecs'
-numba kernels spread each matrix's rows over the threads; the file is written to a temporary name
+order (by layer, then name), each converted to the type :class:`~.rules.TypeChooser` picks. The codecs
+spread each matrix's rows over ``nthread`` threads (quants.chunks); the file is written to a temporary name
 and renamed, so an error or Ctrl-C never leaves a half-written output.
 """
 
@@ -13,12 +13,10 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numba
 import numpy as np
 from tqdm import tqdm
 
@@ -26,6 +24,7 @@ from .. import quants
 from ..gguf import GGUF_DEFAULT_ALIGNMENT, GGUFError, GGUFReader, GGUFWriter
 from ..gguf.constants import Keys
 from ..gguf.records import TensorInfo
+from ..quants import chunks
 from ..tensor_data import bf16_to_f32
 from ..types import GGMLType
 from .convert_ops import as_type_opt
@@ -195,8 +194,8 @@ def _quantize_tensor(r: GGUFReader, ti: TensorInfo, new_type: GGMLType, imatrix:
     """``llama_tensor_quantize_impl`` in slabs of rows that fit ``max_buf`` bytes (source, float32 and
     result), never across an expert matrix (each has its own imatrix slice); each slab validated.
 
-    Rows are independent, so any slab size gives the same bytes; the codecs' numba kernels spread a
-    slab's rows over the threads (``numba.set_num_threads``).
+    Rows are independent, so any slab size gives the same bytes; the codecs spread a slab's rows over the
+    threads (``quants.chunks.using_threads``).
     """
     n_per_row, rows_per_expert = ti.ne[0], ti.ne[1]
     n_rows = ti.nelements // n_per_row
@@ -212,17 +211,6 @@ def _quantize_tensor(r: GGUFReader, ti: TensorInfo, new_type: GGMLType, imatrix:
             if not quants.validate_row_data(new_type, q):
                 raise QuantizeError(f"quantized data validation failed for {ti.name}")
             yield q
-
-
-@contextmanager
-def _numba_threads(n: int) -> Iterator[None]:
-    """Run the numba kernels on ``n`` threads (at most numba's pool), restoring the previous count."""
-    prev = numba.get_num_threads()
-    numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
-    try:
-        yield
-    finally:
-        numba.set_num_threads(prev)
 
 
 def _set_override(w: GGUFWriter, o: KVOverride) -> None:
@@ -385,7 +373,7 @@ def _write(r: GGUFReader, w: GGUFWriter, plans: list[TensorPlan], im_data: dict[
     for p in plans:
         w.add_tensor(p.name, producer(p), type=p.new_type, ne=p.src.ne)
     try:
-        with _numba_threads(nthread):
+        with chunks.using_threads(nthread):
             path = w.write(fname_out)
     finally:
         if bar is not None:

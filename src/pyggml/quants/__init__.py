@@ -19,7 +19,7 @@ from .jitcache import drop_stale_caches
 drop_stale_caches()  # before any codec or kernel loads a cached compile (see jitcache.py)
 
 from . import fp, fp4, iq2, iq3, iq4, kquants, legacy, lowbit, ternary  # noqa: E402  (importing registers the codecs)
-from .codec import CODECS, Codec, QuantError, get_codec, n_per_row_of  # noqa: E402
+from .codec import CODECS, Codec, QuantError, QuantRowError, get_codec, n_per_row_of  # noqa: E402
 from .validate import validate_row_data  # noqa: E402
 
 
@@ -82,6 +82,7 @@ __all__ = [
     "CODECS",
     "Codec",
     "QuantError",
+    "QuantRowError",
     "dequantize",
     "get_codec",
     "quantize",

@@ -7,18 +7,28 @@ One class per ggml type (DESIGN.md: "a quant type once"). A codec works on whole
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-import numba
 import numpy as np
 
 from ..errors import PyGGMLError
 from ..types import QK_K, GGMLType, row_size
+from .chunks import for_row_chunks
 
 
 class QuantError(PyGGMLError, ValueError):
     """Bad input to a quantizer or dequantizer (shape, type, missing imatrix...)."""
+
+
+class QuantRowError(QuantError):
+    """A row that cannot be quantized (where ggml aborts): ``row`` counts from the first row given to
+    :meth:`Codec.quantize_rows`, also when the rows were cut into ranges for several threads."""
+
+    def __init__(self, qtype: GGMLType, row: int, reason: str) -> None:
+        self.qtype, self.row, self.reason = qtype, row, reason
+        super().__init__(f"{qtype.type_name}: row {row} {reason}")
+
+    def shifted(self, r0: int) -> QuantRowError:
+        """The same error for rows that started at ``r0`` of the caller's rows."""
+        return QuantRowError(self.qtype, self.row + r0, self.reason)
 
 
 class Codec:
@@ -44,28 +54,9 @@ class Codec:
         raise NotImplementedError
 
 
-#: below these block counts a parallel launch costs more than it saves (and on a busy machine
-#: a waiting worker can turn microseconds into milliseconds), so the kernels run on one thread
+#: below this many 256-value units a hand-off to other threads costs more than it saves (and on a busy
+#: machine a waiting thread can turn microseconds into milliseconds), so the rows stay on one thread
 SERIAL_BELOW_QUANT = 8
-SERIAL_BELOW_DEQUANT = 1024
-
-
-@contextmanager
-def threads_for(n_blocks: int, serial_below: int) -> Iterator[None]:
-    """Run the enclosed numba parallel kernels on one thread when the job is small.
-
-    ``n_blocks`` counts the work in 256-value units. numba's thread count is per calling
-    thread, so this does not affect other threads.
-    """
-    if n_blocks >= serial_below:
-        yield
-        return
-    before = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(before)
 
 
 class BlockCodec(Codec):
@@ -74,8 +65,8 @@ class BlockCodec(Codec):
     ``quantize_rows`` allocates the zeroed output rows and hands them, as blocks
     ``(n_rows, n_blocks, type_size)``, to ``_quantize_blocks``; ``dequantize_rows`` views the
     bytes as blocks and fills float rows ``(n_rows, n_blocks * blck_size)`` with
-    ``_dequantize_blocks``. Both skip empty input and run small jobs on one numba thread
-    (``threads_for``; the results do not depend on the thread count).
+    ``_dequantize_blocks``. Both skip empty input; big quantizations run ranges of rows on several
+    threads (chunks.for_row_chunks; the bytes do not depend on the cut).
     """
 
     def quantize_rows(self, x: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
@@ -83,8 +74,15 @@ class BlockCodec(Codec):
         ty = self.qtype
         out = np.zeros((n_rows, n_per_row // ty.blck_size * ty.type_size), np.uint8)
         if out.size:
-            with threads_for(x.size // QK_K, SERIAL_BELOW_QUANT):
-                self._quantize_blocks(x, imatrix, out.reshape(n_rows, -1, ty.type_size))
+            blocks = out.reshape(n_rows, -1, ty.type_size)
+
+            def rows(r0: int, r1: int) -> None:
+                try:
+                    self._quantize_blocks(x[r0:r1], imatrix, blocks[r0:r1])
+                except QuantRowError as e:
+                    raise e.shifted(r0) from None
+
+            for_row_chunks(rows, n_rows, x.size // QK_K, SERIAL_BELOW_QUANT)
         return out
 
     def dequantize_rows(self, q: np.ndarray) -> np.ndarray:
@@ -92,8 +90,7 @@ class BlockCodec(Codec):
         n_rows, n_blocks = q.shape[0], q.shape[1] // ty.type_size
         y = np.empty((n_rows, n_blocks * ty.blck_size), np.float32)
         if y.size:
-            with threads_for(y.size // QK_K, SERIAL_BELOW_DEQUANT):
-                self._dequantize_blocks(q.reshape(n_rows, n_blocks, ty.type_size), y)
+            self._dequantize_blocks(q.reshape(n_rows, n_blocks, ty.type_size), y)
         return y
 
     def _quantize_blocks(self, x: np.ndarray, imatrix: np.ndarray | None, out: np.ndarray) -> None:
@@ -148,15 +145,14 @@ def n_per_row_of(qtype: GGMLType, row_bytes: int) -> int:
 
 __all__ = [
     "CODECS",
-    "SERIAL_BELOW_DEQUANT",
     "SERIAL_BELOW_QUANT",
     "BlockCodec",
     "Codec",
     "QuantError",
+    "QuantRowError",
     "declare",
     "get_codec",
     "n_per_row_of",
     "register",
     "row_size",
-    "threads_for",
 ]

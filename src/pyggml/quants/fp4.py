@@ -62,10 +62,10 @@ def _mxfp4_exponent(amax: np.float32) -> int:
     return trunc_to_i32_nb(e) & 0xFF
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, nogil=True, error_model="numpy")
 def _mxfp4_kernel(x: np.ndarray, kv: np.ndarray, half: np.ndarray, e_out: np.ndarray, levels: np.ndarray) -> None:
     n_rows, n = x.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for ib in range(n // QK_MXFP4):
             base = ib * QK_MXFP4
             amax = F32(0.0)
@@ -80,11 +80,11 @@ def _mxfp4_kernel(x: np.ndarray, kv: np.ndarray, half: np.ndarray, e_out: np.nda
                 levels[r, base + j] = _best_fp4(x[r, base + j], d, kv)
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, nogil=True, error_model="numpy")
 def _nvfp4_kernel(x: np.ndarray, kv: np.ndarray, ue4m3: np.ndarray, ue_out: np.ndarray, levels: np.ndarray) -> None:
     n_rows, n = x.shape
     n_sub = n // QK_NVFP4_SUB
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for s in range(n_sub):
             base = s * QK_NVFP4_SUB
             amax = F32(0.0)
@@ -104,7 +104,7 @@ def _deq_fp4(qs: np.ndarray, scale: np.ndarray, kv: np.ndarray, out: np.ndarray)
     """qs (rows, blocks, groups, h): code j of a group is the low nibble of byte j (j < h) or the
     high nibble of byte j-h; value kv[code] * scale[group] (one group for MXFP4, four for NVFP4)."""
     n_rows, n_blocks, n_groups, h = qs.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for b in range(n_blocks):
             for g in range(n_groups):
                 sg = scale[r, b, g]

@@ -3,7 +3,7 @@ by +-IQ1_DELTA, with an exhaustive search of the split points.
 
 The same rules as the IQ2 kernels (iq2_quant.py, whose float32 helpers these share): ggml's
 visiting order and strict comparisons, one rounding per C operation, no fused multiply-add.
-:data:`DRIVERS` runs a kernel over all rows, serially or in parallel; the caller converts the
+:data:`DRIVERS` runs a kernel over the rows it is given; the caller converts the
 returned float32 super-scales to fp16.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
-from numba import prange
 
 from .iq2_quant import (
     ERR_NO_NEIGHBOUR,
@@ -375,32 +374,20 @@ def _row_iq1_m(x, row, qw, has_qw, grid, kmap, neighbours, out, dvals, status): 
         dvals[row, ibl] = f32(d * f32(1.1125))
 
 
-@nb.njit(cache=True)
-def serial_iq1_s(x, qw, grid, kmap, neighbours, out, dvals, status):  # pragma: no cover - numba
+@nb.njit(cache=True, nogil=True)
+def quantize_iq1_s(x, qw, grid, kmap, neighbours, out, dvals, status):  # pragma: no cover - numba
     for row in range(x.shape[0]):
         _row_iq1_s(x, row, qw, grid, kmap, neighbours, out, dvals, status)
 
 
-@nb.njit(cache=True, parallel=True)
-def parallel_iq1_s(x, qw, grid, kmap, neighbours, out, dvals, status):  # pragma: no cover - numba
-    for row in prange(x.shape[0]):
-        _row_iq1_s(x, row, qw, grid, kmap, neighbours, out, dvals, status)
-
-
-@nb.njit(cache=True)
-def serial_iq1_m(x, qw, has_qw, grid, kmap, neighbours, out, dvals, status):  # pragma: no cover - numba
+@nb.njit(cache=True, nogil=True)
+def quantize_iq1_m(x, qw, has_qw, grid, kmap, neighbours, out, dvals, status):  # pragma: no cover - numba
     for row in range(x.shape[0]):
         _row_iq1_m(x, row, qw, has_qw, grid, kmap, neighbours, out, dvals, status)
 
 
-@nb.njit(cache=True, parallel=True)
-def parallel_iq1_m(x, qw, has_qw, grid, kmap, neighbours, out, dvals, status):  # pragma: no cover - numba
-    for row in prange(x.shape[0]):
-        _row_iq1_m(x, row, qw, has_qw, grid, kmap, neighbours, out, dvals, status)
-
-
-#: per type name: (serial driver, parallel driver)
+#: per type name: the driver over a range of rows
 DRIVERS = {
-    "iq1_s": (serial_iq1_s, parallel_iq1_s),
-    "iq1_m": (serial_iq1_m, parallel_iq1_m),
+    "iq1_s": quantize_iq1_s,
+    "iq1_m": quantize_iq1_m,
 }

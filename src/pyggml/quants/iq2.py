@@ -25,7 +25,7 @@ import numpy as np
 
 from ..types import QK_K, GGMLType
 from ._blocks import fp16_bytes
-from .codec import BlockCodec, QuantError, register
+from .codec import BlockCodec, QuantError, QuantRowError, register
 from .fp import fp16_bits_to_fp32, fp32_to_fp16_bits
 from .iq1_quant import DRIVERS as IQ1_DRIVERS
 from .iq2_quant import DRIVERS as IQ2_DRIVERS
@@ -33,9 +33,7 @@ from .iq2_tables import IQ1_DELTA, common_grid_bytes, ksigns_iq2xs, quant_tables
 
 f32 = np.float32
 
-#: below this many super-blocks a quantize call stays on one thread
-PARALLEL_MIN_BLOCKS = 64
-#: per type name: (serial driver, parallel driver)
+#: per type name: the driver over a range of rows
 DRIVERS = {**IQ2_DRIVERS, **IQ1_DRIVERS}
 
 
@@ -199,17 +197,15 @@ class _IQ2Family(BlockCodec):
         qw = self._check(x, imatrix)
         flag = (imatrix is not None,) if self.imatrix_flag else ()
         tables = quant_tables(self.qtype)
-        serial, parallel = DRIVERS[self.qtype.type_name]
         n_rows, n_blocks, _ = out.shape
         dvals = np.zeros((n_rows, n_blocks), dtype=np.float32)
         status = np.zeros(n_rows, dtype=np.int32)
         x = np.ascontiguousarray(x, dtype=np.float32)
-        many = n_rows > 1 and n_rows * n_blocks >= PARALLEL_MIN_BLOCKS and nb.get_num_threads() > 1
-        driver = parallel if many else serial
+        driver = DRIVERS[self.qtype.type_name]
         driver(x, qw, *flag, tables.grid, tables.kmap, tables.neighbours, out.reshape(n_rows, -1), dvals, status)
         if status.any():
             row = int(np.flatnonzero(status)[0])
-            raise QuantError(f"{self.qtype.type_name}: quantization failed in row {row} (ggml would abort)")
+            raise QuantRowError(self.qtype, row, "could not be quantized (ggml would abort)")
         self._store_d(out, dvals)
 
     @staticmethod

@@ -9,8 +9,8 @@ part of ggml-base, which is compiled without the CPU backend's ``-march`` flags,
 FMA instruction to contract ``a*b + c`` into. (The reference vectors confirm it: fusing the
 prefix sums of the IQ1_S search changes a block of the linear-ramp row.)
 
-:data:`DRIVERS` runs a kernel over all rows, serially or in parallel. The kernels write every
-byte of a block except the fp16 super-scale: they return the float32 value to be converted
+:data:`DRIVERS` runs a kernel over the rows it is given (codec.BlockCodec spreads rows over threads).
+The kernels write every byte of a block except the fp16 super-scale: they return the float32 value to be converted
 instead, and the caller converts all of them at once with numpy (round-to-nearest-even, as
 ``GGML_FP32_TO_FP16``).
 """
@@ -21,7 +21,6 @@ import math
 
 import numba as nb
 import numpy as np
-from numba import prange
 
 from .fp import nearest_int_nb
 from .ksearch import FLT_MAX, GROUP_MAX_EPS, imatrix_weights, make_qp_quants, sum_squares
@@ -457,50 +456,31 @@ def _row_iq2_s(x, row, qw, has_qw, grid, kmap, neighbours, out, dvals, status): 
 
 
 # ---------------------------------------------------------------------------------------------
-# drivers: rows one after another, or spread over numba's threads (worth it for big matrices
-# only: a parallel region costs a thread hand-off, which is slow on a loaded machine)
+# drivers: the rows they are given one after another (codec.BlockCodec gives each thread its rows)
 # ---------------------------------------------------------------------------------------------
 
 
-@nb.njit(cache=True)
-def serial_iq2_xxs(x, qw, grid, kmap, neighbours, out, dvals, status):  # pragma: no cover - numba
+@nb.njit(cache=True, nogil=True)
+def quantize_iq2_xxs(x, qw, grid, kmap, neighbours, out, dvals, status):  # pragma: no cover - numba
     for row in range(x.shape[0]):
         _row_iq2_xxs(x, row, qw, grid, kmap, neighbours, out, dvals, status)
 
 
-@nb.njit(cache=True, parallel=True)
-def parallel_iq2_xxs(x, qw, grid, kmap, neighbours, out, dvals, status):  # pragma: no cover - numba
-    for row in prange(x.shape[0]):
-        _row_iq2_xxs(x, row, qw, grid, kmap, neighbours, out, dvals, status)
-
-
-@nb.njit(cache=True)
-def serial_iq2_xs(x, qw, grid, kmap, neighbours, out, dvals, status):  # pragma: no cover - numba
+@nb.njit(cache=True, nogil=True)
+def quantize_iq2_xs(x, qw, grid, kmap, neighbours, out, dvals, status):  # pragma: no cover - numba
     for row in range(x.shape[0]):
         _row_iq2_xs(x, row, qw, grid, kmap, neighbours, out, dvals, status)
 
 
-@nb.njit(cache=True, parallel=True)
-def parallel_iq2_xs(x, qw, grid, kmap, neighbours, out, dvals, status):  # pragma: no cover - numba
-    for row in prange(x.shape[0]):
-        _row_iq2_xs(x, row, qw, grid, kmap, neighbours, out, dvals, status)
-
-
-@nb.njit(cache=True)
-def serial_iq2_s(x, qw, has_qw, grid, kmap, neighbours, out, dvals, status):  # pragma: no cover - numba
+@nb.njit(cache=True, nogil=True)
+def quantize_iq2_s(x, qw, has_qw, grid, kmap, neighbours, out, dvals, status):  # pragma: no cover - numba
     for row in range(x.shape[0]):
         _row_iq2_s(x, row, qw, has_qw, grid, kmap, neighbours, out, dvals, status)
 
 
-@nb.njit(cache=True, parallel=True)
-def parallel_iq2_s(x, qw, has_qw, grid, kmap, neighbours, out, dvals, status):  # pragma: no cover - numba
-    for row in prange(x.shape[0]):
-        _row_iq2_s(x, row, qw, has_qw, grid, kmap, neighbours, out, dvals, status)
-
-
-#: per type name: (serial driver, parallel driver)
+#: per type name: the driver over a range of rows
 DRIVERS = {
-    "iq2_xxs": (serial_iq2_xxs, parallel_iq2_xxs),
-    "iq2_xs": (serial_iq2_xs, parallel_iq2_xs),
-    "iq2_s": (serial_iq2_s, parallel_iq2_s),
+    "iq2_xxs": quantize_iq2_xxs,
+    "iq2_xs": quantize_iq2_xs,
+    "iq2_s": quantize_iq2_s,
 }

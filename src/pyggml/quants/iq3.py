@@ -23,7 +23,7 @@ import numpy as np
 
 from ..types import QK_K, GGMLType
 from ._blocks import fp16_bytes, load_table, read_fp16
-from .codec import BlockCodec, QuantError, register
+from .codec import BlockCodec, QuantError, QuantRowError, register
 from .fp import nearest_int_nb
 from .iq2_quant import block_sigma2, even_sign_groups, scale_nibble, sign_groups
 from .iq2_tables import ksigns_iq2xs
@@ -243,12 +243,12 @@ def _subblock_weights(xb, qw, has_qw, sigma2, weight, waux):  # pragma: no cover
         waux[i] = np.sqrt(weight[i])
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, nogil=True, error_model="numpy")
 def _quantize_iq3_xxs(x, qw, has_qw, grid, kmap, neighbours, out, dvals, errors):  # pragma: no cover - numba
     """quantize_row_iq3_xxs_impl(256, ...) on every row; d (before fp16) goes to ``dvals``."""
     n_rows, n_per_row = x.shape
     nbl = n_per_row // QK_K
-    for row in nb.prange(n_rows):
+    for row in range(n_rows):
         weight = np.empty(32, np.float32)
         waux = np.empty(32, np.float32)
         xval = np.empty(32, np.float32)
@@ -312,7 +312,7 @@ def _quantize_iq3_xxs(x, qw, has_qw, grid, kmap, neighbours, out, dvals, errors)
             out[row, base + 2 : base + 98] = q3
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, nogil=True, error_model="numpy")
 def _quantize_iq3_s(x, qw, has_qw, grid, kmap, neighbours, out, dvals, errors):  # pragma: no cover - numba
     """quantize_row_iq3_s_impl(32, ...) on every row; d (before fp16) goes to ``dvals``.
 
@@ -321,7 +321,7 @@ def _quantize_iq3_s(x, qw, has_qw, grid, kmap, neighbours, out, dvals, errors): 
     """
     n_rows, n_per_row = x.shape
     nbl = n_per_row // QK_K
-    for row in nb.prange(n_rows):
+    for row in range(n_rows):
         weight = np.empty(32, np.float32)
         waux = np.empty(32, np.float32)
         xval = np.empty(32, np.float32)
@@ -407,17 +407,15 @@ def _run_quantizer(kernel, qtype: GGMLType, grid_size: int, x: np.ndarray, imatr
     bad = np.flatnonzero(errors)
     if bad.size:
         row = int(bad[0])
-        raise QuantError(
-            f"{qtype.type_name}: row {row} cannot be quantized ({_ERR_TEXT[int(errors[row])]}); "
-            "ggml aborts here too - check the input and imatrix for NaN/inf or float32 overflow"
-        )
+        raise QuantRowError(qtype, row, f"cannot be quantized ({_ERR_TEXT[int(errors[row])]}); ggml aborts here "
+                            "too - check the input and imatrix for NaN/inf or float32 overflow")
     out[:, :, 0:2] = fp16_bytes(dvals)
 
 
 @nb.njit(cache=True, error_model="numpy")
 def _dequantize_iq3_xxs(blocks, d, grid, ksigns, sign_rows, out):  # pragma: no cover - numba
     """dequantize_row_iq3_xxs over all blocks: y = (d*(0.5+s)*0.5) * grid * sign."""
-    for b in nb.prange(blocks.shape[0]):
+    for b in range(blocks.shape[0]):
         for ib in range(8):
             p = 66 + 4 * ib
             aux = (
@@ -440,7 +438,7 @@ def _dequantize_iq3_xxs(blocks, d, grid, ksigns, sign_rows, out):  # pragma: no 
 @nb.njit(cache=True, error_model="numpy")
 def _dequantize_iq3_s(blocks, d, grid, sign_rows, out):  # pragma: no cover - numba
     """dequantize_row_iq3_s over all blocks: y = d*(1+2*scale) * grid[qs | qh bit << 8] * sign."""
-    for b in nb.prange(blocks.shape[0]):
+    for b in range(blocks.shape[0]):
         for ib in range(8):
             db = _F32(d[b] * _F32(1 + 2 * ((blocks[b, 106 + ib // 2] >> (4 * (ib % 2))) & 15)))
             qh = np.int64(blocks[b, 66 + ib])

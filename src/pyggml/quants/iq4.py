@@ -10,11 +10,12 @@ weighting errors by the importance matrix when one is given and by x*x otherwise
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ..types import QK_K, GGMLType
 from ._blocks import load_table, read_fp16
-from .codec import SERIAL_BELOW_QUANT, BlockCodec, QuantError, declare, threads_for
+from .chunks import for_row_chunks
+from .codec import SERIAL_BELOW_QUANT, BlockCodec, QuantError, declare
 from .fp import fp32_to_fp16_bits_nb
 from .ksearch import (
     GROUP_MAX_EPS,
@@ -144,15 +145,14 @@ def _iq4_block(x: np.ndarray, qw: np.ndarray, use_qw: bool, values: np.ndarray, 
             out[q0 + 16 * i + j] = np.int64(L[32 * i + j]) | (np.int64(L[32 * i + 16 + j]) << 4)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _quantize_iq4(
     x: np.ndarray, qw: np.ndarray, use_qw: bool, values: np.ndarray, bk: int, ntry: int, out: np.ndarray
 ) -> None:
-    """Every block of ``bk`` values of every row, in parallel (blocks are independent)."""
-    nrows = x.shape[0]
+    """Every block of ``bk`` values of every row."""
     nb = x.shape[1] // bk
     bs = out.shape[1] // nb
-    for k in prange(nrows * nb):
+    for k in range(x.shape[0] * nb):
         r = k // nb
         b = k - r * nb
         wb = qw[b * bk : (b + 1) * bk] if use_qw else qw[:0]
@@ -161,7 +161,7 @@ def _quantize_iq4(
 
 @njit(cache=True, error_model="numpy")
 def _deq_iq4_nl(q: np.ndarray, d: np.ndarray, values: np.ndarray, y: np.ndarray) -> None:
-    for b in prange(q.shape[0]):
+    for b in range(q.shape[0]):
         blk = q[b]
         out = y[b]
         dl = d[b]
@@ -173,7 +173,7 @@ def _deq_iq4_nl(q: np.ndarray, d: np.ndarray, values: np.ndarray, y: np.ndarray)
 
 @njit(cache=True, error_model="numpy")
 def _deq_iq4_xs(q: np.ndarray, d: np.ndarray, values: np.ndarray, y: np.ndarray) -> None:
-    for b in prange(q.shape[0]):
+    for b in range(q.shape[0]):
         blk = q[b]
         out = y[b]
         scales_h = np.int32(blk[2]) | (np.int32(blk[3]) << 8)
@@ -219,8 +219,10 @@ def quantize_iq4_nl_ref(x: np.ndarray) -> np.ndarray:
         raise QuantError(f"quantize_iq4_nl_ref expects (n_rows, 32*k) float32, got shape {x.shape}")
     out = np.empty((x.shape[0], GGMLType.IQ4_NL.row_size(x.shape[1])), np.uint8)
     if out.size:
-        with threads_for(x.size // QK_K, SERIAL_BELOW_QUANT):
-            _quantize_iq4(x, np.empty(0, np.float32), False, _KVALUES_F32, QK4_NL, NTRY_REF, out)
+        def rows(r0: int, r1: int) -> None:
+            _quantize_iq4(x[r0:r1], np.empty(0, np.float32), False, _KVALUES_F32, QK4_NL, NTRY_REF, out[r0:r1])
+
+        for_row_chunks(rows, x.shape[0], x.size // QK_K, SERIAL_BELOW_QUANT)
     return out
 
 

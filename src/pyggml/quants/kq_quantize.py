@@ -7,17 +7,21 @@ differ in the search helper and in how sub-block scales are themselves quantized
 here, selected by ``use_qw``. The imatrix slice for a super-block is the one at the same
 position in the row, as in ggml.
 
-``quantize_superblocks`` drives a block function over every (row, super-block) pair in parallel;
-super-blocks are independent, so this is the same result as ggml's sequential loop.
+``SUPERBLOCK_DRIVERS`` has one driver per type, running its block function over every super-block of the
+rows it is given (codec.BlockCodec spreads the rows over threads); a driver compiles only its own type's
+block function, so a first Q4_K quantization does not compile the other four.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ..types import QK_K
 from .fp import fp16_bits_to_fp32_nb, fp32_to_fp16_bits_nb
+from .jitcache import variant
 from .ksearch import (
     GROUP_MAX_EPS,
     f32,
@@ -375,28 +379,23 @@ def _q6_K_block(x: np.ndarray, qw: np.ndarray, use_qw: bool, out: np.ndarray) ->
 # --------------------------------------------------------------------------- driver
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def quantize_superblocks(kind: int, x: np.ndarray, qw: np.ndarray, use_qw: bool, out: np.ndarray) -> None:
-    """Quantize every super-block of ``x`` (n_rows, n_per_row) into ``out`` (n_rows, row_bytes).
+def _superblock_driver(kind: int, block: Callable[..., None]) -> Callable[..., None]:
+    """The driver of one type: ``drive(x, qw, use_qw, out)`` quantizes every super-block of ``x`` (n_rows,
+    n_per_row) into ``out`` (n_rows, row_bytes), ``qw`` being the imatrix (n_per_row values) when ``use_qw``."""
 
-    ``kind`` is 2..6 for Q2_K..Q6_K; ``qw`` is the imatrix (n_per_row values) when ``use_qw``.
-    """
-    nrows = x.shape[0]
-    nb = x.shape[1] // QK_K
-    bs = out.shape[1] // nb
-    for k in prange(nrows * nb):
-        r = k // nb
-        b = k - r * nb
-        xb = x[r, b * QK_K : (b + 1) * QK_K]
-        wb = qw[b * QK_K : (b + 1) * QK_K] if use_qw else qw[:0]
-        ob = out[r, b * bs : (b + 1) * bs]
-        if kind == 2:
-            _q2_K_block(xb, wb, use_qw, ob)
-        elif kind == 3:
-            _q3_K_block(xb, wb, use_qw, ob)
-        elif kind == 4:
-            _q4_K_block(xb, wb, use_qw, ob)
-        elif kind == 5:
-            _q5_K_block(xb, wb, use_qw, ob)
-        else:
-            _q6_K_block(xb, wb, use_qw, ob)
+    @njit(cache=True, nogil=True, error_model="numpy")
+    @variant(kind)
+    def drive(x, qw, use_qw, out):  # pragma: no cover - compiled
+        nb = x.shape[1] // QK_K
+        bs = out.shape[1] // nb
+        for r in range(x.shape[0]):
+            for b in range(nb):
+                wb = qw[b * QK_K : (b + 1) * QK_K] if use_qw else qw[:0]
+                block(x[r, b * QK_K : (b + 1) * QK_K], wb, use_qw, out[r, b * bs : (b + 1) * bs])
+
+    return drive
+
+
+#: kind (2..6 for Q2_K..Q6_K) -> its driver
+SUPERBLOCK_DRIVERS = {kind: _superblock_driver(kind, block) for kind, block in
+                      ((2, _q2_K_block), (3, _q3_K_block), (4, _q4_K_block), (5, _q5_K_block), (6, _q6_K_block))}

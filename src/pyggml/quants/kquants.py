@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ..types import QK_K, GGMLType
 from ._blocks import read_fp16
 from .codec import BlockCodec, Codec, declare, register
 from .fp import nearest_int
-from .kq_quantize import quantize_superblocks
+from .kq_quantize import SUPERBLOCK_DRIVERS
 from .ksearch import f32
 
 BLOCK_Q2_K = np.dtype([("scales", "u1", 16), ("qs", "u1", 64), ("d", "<f2"), ("dmin", "<f2")])
@@ -49,7 +49,7 @@ _U15 = np.uint8(15)
 @njit(cache=True, error_model="numpy")
 def _deq_q2_K(q: np.ndarray, d: np.ndarray, dmin: np.ndarray, y: np.ndarray) -> None:
     # byte l of a 32-byte group holds values l, l+32, l+64, l+96 of its 128 (2 bits each)
-    for b in prange(q.shape[0]):
+    for b in range(q.shape[0]):
         blk = q[b]
         out = y[b]
         dl = np.empty(16, np.float32)
@@ -76,7 +76,7 @@ def _deq_q2_K(q: np.ndarray, d: np.ndarray, dmin: np.ndarray, y: np.ndarray) -> 
 @njit(cache=True, error_model="numpy")
 def _deq_q3_K(q: np.ndarray, d: np.ndarray, y: np.ndarray) -> None:
     # as Q2_K for the low 2 bits; hmask byte l bit 4g+j is the high bit of value 128g+32j+l
-    for b in prange(q.shape[0]):
+    for b in range(q.shape[0]):
         blk = q[b]
         out = y[b]
         dl = np.empty(16, np.float32)
@@ -119,7 +119,7 @@ def _scale_min_factors(blk: np.ndarray, d: float, dmin: float, dl: np.ndarray, m
 
 @njit(cache=True, error_model="numpy")
 def _deq_q4_K(q: np.ndarray, d: np.ndarray, dmin: np.ndarray, y: np.ndarray) -> None:
-    for b in prange(q.shape[0]):
+    for b in range(q.shape[0]):
         blk = q[b]
         out = y[b]
         dl = np.empty(8, np.float32)
@@ -139,7 +139,7 @@ def _deq_q4_K(q: np.ndarray, d: np.ndarray, dmin: np.ndarray, y: np.ndarray) -> 
 @njit(cache=True, error_model="numpy")
 def _deq_q5_K(q: np.ndarray, d: np.ndarray, dmin: np.ndarray, y: np.ndarray) -> None:
     one = np.uint8(1)
-    for b in prange(q.shape[0]):
+    for b in range(q.shape[0]):
         blk = q[b]
         out = y[b]
         dl = np.empty(8, np.float32)
@@ -163,7 +163,7 @@ def _deq_q5_K(q: np.ndarray, d: np.ndarray, dmin: np.ndarray, y: np.ndarray) -> 
 
 @njit(cache=True, error_model="numpy")
 def _deq_q6_K(q: np.ndarray, d: np.ndarray, y: np.ndarray) -> None:
-    for b in prange(q.shape[0]):
+    for b in range(q.shape[0]):
         blk = q[b]
         out = y[b]
         dl = np.empty(16, np.float32)
@@ -190,7 +190,7 @@ def _deq_q6_K(q: np.ndarray, d: np.ndarray, y: np.ndarray) -> None:
 
 
 class _KQuant(BlockCodec):
-    """The numba kernels quantize and dequantize every super-block in parallel (flat block lists)."""
+    """The numba kernels quantize and dequantize every super-block (flat block lists)."""
 
     vec_dot_type = GGMLType.Q8_K
     kind: int
@@ -198,7 +198,7 @@ class _KQuant(BlockCodec):
     def _quantize_blocks(self, x: np.ndarray, imatrix: np.ndarray | None, out: np.ndarray) -> None:
         use_qw = imatrix is not None
         qw = imatrix if use_qw else np.empty(0, np.float32)
-        quantize_superblocks(self.kind, x, qw, use_qw, out.reshape(x.shape[0], -1))
+        SUPERBLOCK_DRIVERS[self.kind](x, qw, use_qw, out.reshape(x.shape[0], -1))
 
     #: the type's numba dequantizer, called with the blocks, the fp16 fields at ``fp16_at`` widened, and y
     _deq: Callable[..., None]

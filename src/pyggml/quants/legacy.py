@@ -67,13 +67,13 @@ def _min_max(x: np.ndarray) -> tuple[np.float32, np.float32]:
     return lo, hi
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, nogil=True, error_model="numpy")
 def _ref_symmetric(x: np.ndarray, nmax: int, d_out: np.ndarray, levels: np.ndarray) -> None:
     """quantize_row_q4_0_ref / q5_0_ref: d = max/-nmax, level = MIN(2nmax-1, (int8)(x*id + nmax+0.5))."""
     n_rows, n = x.shape
     top = 2 * nmax - 1
     offset = F32(nmax) + F32(0.5)
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for ib in range(n // QK):
             xb = x[r, ib * QK : (ib + 1) * QK]
             _amax, vmax = signed_absmax(xb)
@@ -85,7 +85,7 @@ def _ref_symmetric(x: np.ndarray, nmax: int, d_out: np.ndarray, levels: np.ndarr
                 levels[r, ib * QK + j] = min(top, trunc_to_i8_nb(F32(v + offset))) & 0xFF
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, nogil=True, error_model="numpy")
 def _ref_affine(
     x: np.ndarray, nmax: int, clamp: bool, d_out: np.ndarray, m_out: np.ndarray, levels: np.ndarray
 ) -> None:
@@ -94,7 +94,7 @@ def _ref_affine(
     Q4_1 clamps with MIN(15, (int8)...); Q5_1 stores ``(uint8)`` of the sum unclamped.
     """
     n_rows, n = x.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for ib in range(n // QK):
             xb = x[r, ib * QK : (ib + 1) * QK]
             lo, hi = _min_max(xb)
@@ -110,11 +110,11 @@ def _ref_affine(
                 levels[r, ib * QK + j] = q & 0xFF
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, nogil=True, error_model="numpy")
 def _ref_q8(x: np.ndarray, d_out: np.ndarray, s_out: np.ndarray, levels: np.ndarray) -> None:
     """quantize_row_q8_0_ref / q8_1_ref: d = amax/127, q = roundf(x*(1/d)); s = sum(q)*d for Q8_1."""
     n_rows, n = x.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for ib in range(n // QK):
             xb = x[r, ib * QK : (ib + 1) * QK]
             amax = absmax_macro(xb)
@@ -134,11 +134,11 @@ def _ref_q8(x: np.ndarray, d_out: np.ndarray, s_out: np.ndarray, levels: np.ndar
 # ---------------------------------------------------------------------------------------------
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, nogil=True, error_model="numpy")
 def _impl_symmetric(x: np.ndarray, qw: np.ndarray, nmax: int, d_out: np.ndarray, levels: np.ndarray) -> None:
     """quantize_row_q4_0_impl / q5_0_impl: ``make_qx_quants`` (rmse_type 1) on the weights."""
     n_rows, n = x.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         sigma2 = F32(sum_squares(x[r]) / F32(n))
         weight = np.empty(QK, dtype=np.float32)
         for ib in range(n // QK):
@@ -148,14 +148,14 @@ def _impl_symmetric(x: np.ndarray, qw: np.ndarray, nmax: int, d_out: np.ndarray,
             d_out[r, ib] = make_qx_quants(nmax, xb, levels[r, sl], weight, True)
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, nogil=True, error_model="numpy")
 def _impl_affine(
     x: np.ndarray, qw: np.ndarray, nmax: int, d_out: np.ndarray, m_out: np.ndarray, levels: np.ndarray
 ) -> None:
     """quantize_row_q4_1_impl / q5_1_impl: ``make_qkx3_quants(rmin=-0.9, rdelta=0.05, nstep=36,
     use_mad=false)`` on the weights; the block minimum is stored as m = -the_min."""
     n_rows, n = x.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         sigma2 = F32(sum_squares(x[r]) / F32(n))
         weight = np.empty(QK, dtype=np.float32)
         aux = np.empty(QK, dtype=np.uint8)
@@ -190,7 +190,7 @@ def _deq_nibbles(
     The product is rounded to float32 before m is added, as in ggml's ``x0*d + m`` (no FMA).
     """
     n_rows, n_blocks, _ = blocks.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for b in range(n_blocks):
             db = d[r, b]
             mb = m[r, b]
@@ -215,7 +215,7 @@ def _deq_nibbles(
 def _deq_int8(blocks: np.ndarray, d: np.ndarray, qs_off: int, out: np.ndarray) -> None:
     """dequantize_row_q8_0 (and Q8_1's d*q): y = int8 * d."""
     n_rows, n_blocks, _ = blocks.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for b in range(n_blocks):
             db = d[r, b]
             for j in range(QK):
@@ -346,13 +346,13 @@ class Q5_1Codec(_AffineCodec):
 # ---------------------------------------------------------------------------------------------
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, nogil=True, error_model="numpy")
 def _q8_activations(x: np.ndarray, d_out: np.ndarray, s_out: np.ndarray, levels: np.ndarray) -> None:
     """quantize_row_q8_0 / q8_1 of ggml-cpu's x86 AVX path: id = 127/amax (not 1/d), levels
     rounded half to even (``_mm256_round_ps``) and saturated to int8; s = d * sum(q) with the
     unrounded d. NaN becomes -128, as cvtps2dq's "integer indefinite" saturated to int8."""
     n_rows, n = x.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for ib in range(n // QK):
             xb = x[r, ib * QK : (ib + 1) * QK]
             amax = F32(0.0)

@@ -27,11 +27,11 @@ BLOCK_Q2_0 = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
 # ---------------------------------------------------------------------------------------------
 # Q1_0 / Q2_0
 # ---------------------------------------------------------------------------------------------
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, nogil=True, error_model="numpy")
 def _q1_0_kernel(x: np.ndarray, d_out: np.ndarray, bits: np.ndarray) -> None:
     """d = mean |x| (summed left to right in float32); bit = x >= 0."""
     n_rows, n = x.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for ib in range(n // QK1_0):
             base = ib * QK1_0
             total = F32(0.0)
@@ -42,11 +42,11 @@ def _q1_0_kernel(x: np.ndarray, d_out: np.ndarray, bits: np.ndarray) -> None:
                 bits[r, base + j] = 1 if x[r, base + j] >= 0 else 0
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, nogil=True, error_model="numpy")
 def _q2_0_kernel(x: np.ndarray, d_out: np.ndarray, codes: np.ndarray) -> None:
     """d = amax; code = clamp((int)roundf(x/d) + 1, 0, 3), so codes mean -1, 0, +1, +2 times d."""
     n_rows, n = x.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for ib in range(n // QK2_0):
             base = ib * QK2_0
             amax = F32(0.0)
@@ -65,7 +65,7 @@ def _q2_0_kernel(x: np.ndarray, d_out: np.ndarray, codes: np.ndarray) -> None:
 def _deq_q1_0(blocks: np.ndarray, d: np.ndarray, out: np.ndarray) -> None:
     """Bit j (LSB first) set -> +d, clear -> -d."""
     n_rows, n_blocks, _ = blocks.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for b in range(n_blocks):
             db = d[r, b]
             for j in range(QK1_0):
@@ -77,7 +77,7 @@ def _deq_q1_0(blocks: np.ndarray, d: np.ndarray, out: np.ndarray) -> None:
 def _deq_q2_0(blocks: np.ndarray, d: np.ndarray, out: np.ndarray) -> None:
     """Element j is bits 2*(j%4) of byte j/4; value (code - 1)*d."""
     n_rows, n_blocks, _ = blocks.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for b in range(n_blocks):
             db = d[r, b]
             for j in range(QK2_0):

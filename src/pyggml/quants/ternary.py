@@ -44,10 +44,10 @@ def _pack_trits(x: np.ndarray, inv: np.float32, start: int, stride: int, count: 
     return ((q * 256 + 242) // 243) & 0xFF
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, nogil=True, error_model="numpy")
 def _tq1_0_kernel(x: np.ndarray, d_out: np.ndarray, qs: np.ndarray, qh: np.ndarray) -> None:
     n_rows, n = x.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for ib in range(n // QK_K):
             xb = x[r, ib * QK_K : (ib + 1) * QK_K]
             d = absmax_macro(xb)
@@ -61,10 +61,10 @@ def _tq1_0_kernel(x: np.ndarray, d_out: np.ndarray, qs: np.ndarray, qh: np.ndarr
                 qh[r, ib, j] = _pack_trits(xb, inv, 240 + j, 4, 4)
 
 
-@nb.njit(cache=True, parallel=True, error_model="numpy")
+@nb.njit(cache=True, nogil=True, error_model="numpy")
 def _tq2_0_kernel(x: np.ndarray, d_out: np.ndarray, qs: np.ndarray) -> None:
     n_rows, n = x.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for ib in range(n // QK_K):
             xb = x[r, ib * QK_K : (ib + 1) * QK_K]
             d = absmax_macro(xb)
@@ -110,7 +110,7 @@ def _deq_tq1_0(
     blocks: np.ndarray, d: np.ndarray, byte: np.ndarray, digit: np.ndarray, trits: np.ndarray, out: np.ndarray
 ) -> None:
     n_rows, n_blocks, _ = blocks.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for b in range(n_blocks):
             db = d[r, b]
             for k in range(QK_K):
@@ -121,7 +121,7 @@ def _deq_tq1_0(
 def _deq_tq2_0(blocks: np.ndarray, d: np.ndarray, out: np.ndarray) -> None:
     """Element half*128 + k*32 + m is bits 2k..2k+1 of byte half*32 + m; value (code - 1)*d."""
     n_rows, n_blocks, _ = blocks.shape
-    for r in nb.prange(n_rows):
+    for r in range(n_rows):
         for b in range(n_blocks):
             db = d[r, b]
             base = b * QK_K

@@ -45,6 +45,27 @@ def _notice() -> None:
         print("pyggml: compiling CPU kernels (first run only; cached afterwards)...", file=sys.stderr, flush=True)
 
 
+_nrt_ready = False
+
+
+def _load_overload(cache, sig, ctx):
+    """numba's ``Cache.load_overload`` without its ``refresh`` of the target context, which imports and
+    installs numba's typing and lowering registries (0.3-0.7 s of a warm start, before the first kernel
+    runs) that only compiling needs: loading cached machine code needs the NRT's symbols, nothing more (a
+    compile later refreshes the context itself). None when the cache has no entry or cannot be read."""
+    global _nrt_ready
+    try:
+        if not _nrt_ready:
+            from numba.core.runtime import rtsys
+
+            rtsys.initialize(ctx)
+            _nrt_ready = True
+        with cache._guard_against_spurious_io_errors():
+            return cache._load_overload(sig, ctx)
+    except Exception:  # an unreadable or foreign cache entry (or another numba's cache): compile instead
+        return None
+
+
 class JitKernel:
     """A kernel function compiled to a C callback on first use, through numba's on-disk cache.
 
@@ -79,10 +100,7 @@ class JitKernel:
             return False
         with _compile_lock:
             cf = self._cfunc()
-            try:
-                cres = cf._cache.load_overload(cf._sig, cf._targetdescr.target_context)
-            except Exception:  # an unreadable or foreign cache entry: compile instead
-                cres = None
+            cres = _load_overload(cf._cache, cf._sig, cf._targetdescr.target_context)
             if cres is None:
                 self._absent = True
                 return False
@@ -138,10 +156,7 @@ class JitFunction:
             if self.sig in disp.overloads:
                 self._ready = True
                 return True
-            try:
-                cres = disp._cache.load_overload(self.sig, disp.targetctx)
-            except Exception:  # an unreadable or foreign cache entry: compile instead
-                cres = None
+            cres = _load_overload(disp._cache, self.sig, disp.targetctx)
             if cres is None:
                 self._absent = True
                 return False

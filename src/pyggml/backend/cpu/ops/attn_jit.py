@@ -229,6 +229,25 @@ def _finish(acc, dv, total, dst):  # pragma: no cover - compiled
 
 
 @numba.njit(**_opts)
+def _masked_tile(side, iq1, n_rows, iq2, iq3, ic, n_kv):  # pragma: no cover - compiled
+    """Whether every mask value of the tile (query rows [iq1, iq1 + n_rows), cells [ic, ic + n_kv)) is fp16
+    -inf (0xfc00), which a positive slope keeps -inf: the tile is skipped, as ggml skips it. An OR over the raw
+    bits, vectorised, in place of the table conversion of each value: a batch of many short sequences
+    (an encoder's embeddings: 16 texts of 50 tokens, 169 tiles per head of which 37 live) has most of its tiles
+    masked whole, and converting them was about a fifth of the attention's CPU time (perf samples)."""
+    for tq in range(n_rows):
+        mrow = (side[_M_DATA] + (iq1 + tq) * side[_M_NB1] + (iq2 % side[_M_NE2]) * side[_M_NB2]
+                + (iq3 % side[_M_NE3]) * side[_M_NB3])
+        m16 = numba.carray(u16p(mrow), ic + n_kv)
+        acc = np.uint16(0)
+        for tk in range(ic, ic + n_kv):
+            acc |= m16[tk] ^ np.uint16(0xFC00)
+        if acc != 0:
+            return False
+    return True
+
+
+@numba.njit(**_opts)
 def _tile(r, side, iq1, n_rows, iq2, iq3, slope, scale, softcap, half, tab, buf):  # pragma: no cover - compiled
     """ggml_compute_forward_flash_attn_ext_tiled for query rows [iq1, iq1 + n_rows) of head iq2 (n_rows <= 64)."""
     dk, nek1, dv = r[T_SRC1 + 1], r[T_SRC1 + 2], r[T_SRC2 + 1]
@@ -248,6 +267,8 @@ def _tile(r, side, iq1, n_rows, iq2, iq3, slope, scale, softcap, half, tab, buf)
         big[tq], total[tq] = _NEG_INF, 0.0
     for ic in range(0, nek1, TILE_KV):
         n_kv = min(TILE_KV, nek1 - ic)
+        if mdata != 0 and slope > 0.0 and _masked_tile(side, iq1, n_rows, iq2, iq3, ic, n_kv):
+            continue  # (what the loop below finds too, from the raw bits: no float conversion of a dead tile)
         if mdata != 0:  # the mask, scaled by the slope; the tile is skipped when every row masks all of it
             live = False
             for tq in range(n_rows):
