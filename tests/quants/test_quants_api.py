@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
 from pyggml.errors import PyGGMLError
-from pyggml.quants import CODECS, Codec, QuantError, dequantize, get_codec, quantize, validate_row_data
+from pyggml.quants import CODECS, Codec, QuantError, chunks, dequantize, get_codec, quantize, validate_row_data
 from pyggml.types import GGMLType
 
 RNG = np.random.default_rng(42)
@@ -289,3 +291,27 @@ def test_validate_type_names_and_bad_data() -> None:
         validate_row_data("q9_9", q)
     with pytest.raises(QuantError, match="bytes or a numpy array"):
         validate_row_data(GGMLType.Q8_0, [1, 2, 3])  # type: ignore[arg-type]
+
+
+def test_concurrent_quantizations_with_other_thread_counts_share_the_pool() -> None:
+    """Several threads quantizing at once, each asking for another thread count: the row-range pool grows as
+    asked and no call meets a pool shut down under it (the old pool used to be shut down when a bigger one
+    was made, and a submit racing with that raised RuntimeError); every result is the same bytes."""
+    x = np.random.default_rng(0).standard_normal((64, 1024)).astype(np.float32)
+    ref = quantize(x, GGMLType.Q8_0)
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            for _ in range(20):
+                with chunks.using_threads(n):
+                    assert np.array_equal(quantize(x, GGMLType.Q8_0), ref)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in (2, 3, 4, 5, 6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors

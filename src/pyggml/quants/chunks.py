@@ -55,14 +55,14 @@ def _mark_worker() -> None:
 
 
 def _get_pool(size: int) -> ThreadPoolExecutor:
+    """A pool of at least ``size`` threads (all the cores at first, so that it is rarely made again). A smaller
+    pool it replaces is not shut down: another thread may be about to submit to it, and an idle pool costs
+    only its sleeping threads."""
     global _pool, _pool_size
     with _lock:
         if _pool is None or _pool_size < size:
-            old = _pool
-            _pool = ThreadPoolExecutor(size, thread_name_prefix="pyggml-quant", initializer=_mark_worker)
-            _pool_size = size
-            if old is not None:
-                old.shutdown(wait=False)
+            _pool_size = max(size, _cores())
+            _pool = ThreadPoolExecutor(_pool_size, thread_name_prefix="pyggml-quant", initializer=_mark_worker)
         return _pool
 
 
