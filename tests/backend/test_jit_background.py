@@ -11,9 +11,22 @@ import textwrap
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import pytest
 
+from helpers.opcheck import OpCase, values
 from pyggml.backend.cpu import jit
+from pyggml.backend.cpu.compute import _resolve, graph_compute
+from pyggml.backend.cpu.plan import plan_for
+from pyggml.backend.cpu.quants import repacked
+from pyggml.backend.cpu.repack_buffer import repackable
+from pyggml.backend.cpu.traits import traits
+from pyggml.cli.common import answer_while_compiling
+from pyggml.graph import Graph
+from pyggml.ops import builders as B
+from pyggml.types import GGMLType
+
+F32 = GGMLType.F32
 
 _SOURCE = textwrap.dedent('''
     from pyggml.backend.cpu.jit import jit_kernel
@@ -65,3 +78,78 @@ def test_without_background_compiles_the_faster_kernel_now(tmp_path: Path, monke
     assert jit.lean_unless_ready(mod.k_full, mod.k_lean) is mod.k_full
     jit.prepare([])
     assert mod.k_lean.key not in jit._background
+
+
+# ------------------------------------------------------------------------------ deferring every missing kernel
+def test_a_deferring_plan_runs_the_python_kernel_until_the_background_compile_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """PYGGML_JIT_BACKGROUND=all (generate, chat and serve's default): a node whose kernel is not compiled runs its
+    Python kernel and the kernel is queued for the background; the graph's plan is kept while that runs and built
+    again, with the compiled kernel, once it has ended."""
+    monkeypatch.setenv("PYGGML_JIT_BACKGROUND", "all")
+    c = OpCase()
+    out = B.add(c.ctx, c.tensor(F32, 64, 6), c.tensor(F32, 64, 6))
+    kern = jit.select(out).kernel
+    for k in (kern, *jit.POOL_FUNCTIONS):
+        k.compile()
+    queued: list[str] = []
+    running = [True]
+    monkeypatch.setattr(kern, "load_cached", lambda: False)  # as on a first run
+    monkeypatch.setattr(jit, "compile_in_background", lambda k: queued.append(k.key))
+    monkeypatch.setattr(jit, "compiling", lambda keys: running[0])
+    g = Graph()
+    g.build_forward_expand(out)
+    plan = plan_for(g, _resolve)
+    assert plan.nodes == [] and plan.waiting_for == {kern.key} and queued == [kern.key]
+    assert graph_compute(g, 2) == 0
+    first = values(out).copy()
+    assert plan_for(g, _resolve) is plan  # still compiling: the plan stays
+    running[0] = False
+    monkeypatch.delattr(kern, "load_cached")  # the background process has put it in the disk cache
+    again = plan_for(g, _resolve)
+    assert again is not plan and again.nodes == [out] and not again.waiting_for
+    assert graph_compute(g, 2) == 0
+    np.testing.assert_array_equal(values(out), first)
+
+
+def test_a_kernel_whose_background_compile_failed_compiles_in_the_foreground(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A background process that ended without leaving the kernel in the cache does not start another one on the
+    next plan: the kernel compiles here (and a real compile error would show here)."""
+    mod = _kernels(tmp_path, monkeypatch, "bg_probe_kernels_failed")
+    started: list[str] = []
+    monkeypatch.setattr(jit, "compile_in_background", lambda k: started.append(k.key))
+    assert jit.missing([mod.k_lean]) == [mod.k_lean.key] and started == [mod.k_lean.key]
+    monkeypatch.setattr(jit, "_started", {mod.k_lean.key})  # it was started, and is no longer running
+    assert jit.missing([mod.k_lean]) == [] and mod.k_lean._ready
+    assert started == [mod.k_lean.key]
+
+
+def test_a_deferring_run_repacks_only_where_the_repacked_kernel_is_ready(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Python kernels read the plain layout only, so a weight is repacked on a deferring run once its type's
+    repacked kernel is compiled; until then that kernel compiles in the background for the next run."""
+    if GGMLType.Q4_K not in repacked.TYPES:
+        pytest.skip("this CPU has no repacked Q4_K kernel (AVX2 and F16C)")
+    w = OpCase().tensor(GGMLType.Q4_K, 256, 16)
+    kern = traits(GGMLType.Q4_K).repacked
+    queued: list[str] = []
+    monkeypatch.setattr(jit, "compile_in_background", lambda k: queued.append(k.key))
+    monkeypatch.setattr(kern, "load_cached", lambda: False)
+    monkeypatch.setenv("PYGGML_JIT_BACKGROUND", "1")
+    assert repackable(w) and queued == []
+    monkeypatch.setenv("PYGGML_JIT_BACKGROUND", "all")
+    assert not repackable(w) and queued == [kern.key]
+    monkeypatch.setattr(kern, "load_cached", lambda: True)  # compiled by then
+    assert repackable(w) and queued == [kern.key]
+
+
+def test_the_background_mode_takes_the_environment_over_the_commands_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jit, "_background_default", "1")
+    monkeypatch.delenv("PYGGML_JIT_BACKGROUND")
+    assert jit.background_mode() == "1" and not jit.deferring()
+    answer_while_compiling()  # what generate, chat and serve do first
+    assert jit.background_mode() == "all" and jit.deferring() and jit.background()
+    monkeypatch.setenv("PYGGML_JIT_BACKGROUND", "0")
+    assert jit.background_mode() == "0" and not jit.background()
+    with pytest.raises(ValueError, match="must be '0', '1' or 'all'"):
+        jit.set_background_default("yes")

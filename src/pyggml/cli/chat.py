@@ -16,6 +16,7 @@ from .common import (
     add_grammar_args,
     add_model_args,
     add_sampling_args,
+    answer_while_compiling,
     load_model_and_context,
     sampler_from_args,
     usable_ctx,
@@ -43,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    answer_while_compiling()
     if args.n_predict < -1:
         raise CLIError(f"-n/--n-predict must be -1 (no limit) or a count >= 0, got {args.n_predict}")
     if args.prompt == "":

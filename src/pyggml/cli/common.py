@@ -268,6 +268,15 @@ def placement_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "use_extra_bufts": not getattr(args, "no_repack", False)}
 
 
+def answer_while_compiling() -> None:
+    """For generate, chat and serve: a first run answers on the Python kernels while the compiled ones it lacks
+    build in a background process, and takes each as it lands (jit.background_mode "all"); the measuring tools
+    keep waiting for them, so that their figures are the compiled kernels'."""
+    from ..backend.cpu import jit
+
+    jit.set_background_default("all")
+
+
 def apply_poll(args: argparse.Namespace) -> None:
     """--poll: scale the thread pool's spins before a wait sleeps (the default 50 keeps threads.py's counts)."""
     from ..backend.cpu.threads import BARRIER_SPINS, IDLE_SPINS, get_pool

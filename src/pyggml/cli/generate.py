@@ -18,6 +18,7 @@ from .common import (
     add_grammar_args,
     add_model_args,
     add_sampling_args,
+    answer_while_compiling,
     load_model_and_context,
     sampler_from_args,
     usable_ctx,
@@ -54,6 +55,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    answer_while_compiling()
     if args.file is not None:
         try:
             prompt = Path(args.file).read_text(encoding="utf-8")

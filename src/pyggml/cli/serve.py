@@ -19,6 +19,7 @@ from .common import (
     add_kv_unified_arg,
     add_model_args,
     add_sampling_args,
+    answer_while_compiling,
     flash_attn_arg,
     load_model,
     make_context,
@@ -141,6 +142,7 @@ def _embedding_context(args: argparse.Namespace, model: object) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
+    answer_while_compiling()
     try:
         import uvicorn
 

@@ -93,18 +93,34 @@ class GraphPlan:
                  if n.flags & TensorFlag.COMPUTE and n.op not in EMPTY_OPS and not n.is_empty()]
         self.fingerprint = _fingerprint(graph)
         use_jit = jit.enabled()
+        # deferring (jit.deferring): a node whose kernel is not compiled yet runs its Python kernel while the
+        # kernel compiles in the background, and plan_for builds the plan again once that has ended
+        defer = use_jit and jit.deferring()
+        #: the kernels this plan would take and runs without (Python kernels) until their background compile ends
+        self.waiting_for: set[str] = set(jit.missing(jit.POOL_FUNCTIONS)) if defer else set()
+        pool_missing = bool(self.waiting_for)  # then nothing compiled can run: the kernels only get queued
         steps: list[_Python | _Run] = []
         compiled: list[tuple[Tensor, jit.Choice]] = []
         readers = _Readers(graph)
         for node in nodes:
             fn = resolve(node)  # checks the op has a kernel and its operands (raises before any compute)
             choice = jit.select(node) if use_jit else None
+            if choice is not None and defer:
+                absent = jit.missing(choice)
+                if absent or pool_missing:
+                    self.waiting_for.update(absent)
+                    choice = None
             if choice is None:
                 _settle(steps, compiled)
                 steps.append(_Python(node, fn))
                 continue
             if steps and isinstance(steps[-1], _Run):
                 fused = None if fuse is None else fuse(*compiled[-1], node, choice, readers)
+                if fused is not None and defer:
+                    absent = jit.missing(fused)
+                    if absent:
+                        self.waiting_for.update(absent)
+                        fused = None
                 if fused is not None:  # the previous node and this one become one record (named by this node)
                     compiled[-1] = (node, fused)
                     continue
@@ -245,7 +261,7 @@ def _run_alone(plan: GraphPlan, n0: int, n1: int) -> int:
 def plan_for(graph: Graph, resolve: Callable[[Tensor], Kernel], fuse: Fuse | None = None) -> GraphPlan:
     """The graph's cached plan if it still applies, else a new one (kept on the graph)."""
     plan = getattr(graph, "_cpu_plan", None)
-    if plan is not None and plan.matches(graph):
+    if plan is not None and plan.matches(graph) and not (plan.waiting_for and not jit.compiling(plan.waiting_for)):
         return plan
     plan = GraphPlan(graph, resolve, fuse)
     if graph.uid != 0:

@@ -34,10 +34,16 @@ def _has_layout(t: Tensor) -> bool:
 
 
 def repackable(t: Tensor) -> bool:
-    """Whether weight ``t`` can be repacked now: a layout, and the compiled kernels on (not PYGGML_JIT=0)."""
+    """Whether weight ``t`` can be repacked now: a layout, and the compiled kernels on (not PYGGML_JIT=0). A run
+    that defers missing kernels (jit.deferring) repacks a type only once its kernel is compiled: its nodes run
+    the Python kernels meanwhile, which read the plain layout; the kernel compiles in the background for the
+    next run."""
+    from .jit import deferring, missing
     from .quants import repacked
+    from .traits import traits
 
-    return _has_layout(t) and repacked.enabled()
+    return (_has_layout(t) and repacked.enabled()
+            and not (deferring() and missing([traits(t.type).repacked])))
 
 
 def in_repack_buffer(t: Tensor | None) -> bool:

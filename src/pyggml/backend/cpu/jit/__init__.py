@@ -279,17 +279,71 @@ def lean_unless_ready(lean: JitKernel, superset: JitKernel, later: bool = False)
     return lean
 
 
+#: the background mode when PYGGML_JIT_BACKGROUND is not set (set_background_default)
+_background_default = "1"
+
+
+def set_background_default(mode: str) -> None:
+    """The mode :func:`background_mode` gives when PYGGML_JIT_BACKGROUND is not set: the interactive commands
+    (generate, chat, serve) take "all", so that a first run answers before its kernels are compiled; the
+    library and the measuring tools keep "1", so that a cold bench never times the Python kernels."""
+    global _background_default
+    if mode not in ("0", "1", "all"):
+        raise ValueError(f"background compile mode must be '0', '1' or 'all', not {mode!r}")
+    _background_default = mode
+
+
+def background_mode() -> str:
+    """PYGGML_JIT_BACKGROUND: "0" compiles every missing kernel before the plan runs (the test suite's setting:
+    its processes leave nothing running behind them); "1" lets kernels that only make a plan faster compile in
+    a background process while the plan runs on a kernel that is ready (lean_unless_ready); "all" does that
+    for every missing kernel: its nodes run their Python kernels until the background compile has ended, and
+    the plan is then built again (:func:`deferring`, plan.plan_for)."""
+    mode = os.environ.get("PYGGML_JIT_BACKGROUND", _background_default)
+    return mode if mode in ("0", "all") else "1"
+
+
 def background() -> bool:
-    """PYGGML_JIT_BACKGROUND: "1" (the default) lets kernels that only make a plan faster compile in a
-    background process while the plan runs on a kernel that is ready; "0" compiles them before the plan runs
-    (the test suite's setting: its processes leave nothing running behind them)."""
-    return os.environ.get("PYGGML_JIT_BACKGROUND", "1") != "0"
+    """Whether any kernel may compile in the background (:func:`background_mode` is not "0")."""
+    return background_mode() != "0"
+
+
+def deferring() -> bool:
+    """Whether a plan defers its missing kernels (:func:`background_mode` "all")."""
+    return background_mode() == "all"
+
+
+def missing(kernels: Iterable[JitKernel | JitFunction] | Choice) -> list[str]:
+    """The keys of the kernels (or of those a :class:`Choice` runs: its own, its parts', its pending records')
+    that are neither compiled nor in the disk cache, each queued for a background compile; one whose
+    background compile already ended without leaving it in the cache is compiled now instead (where the real
+    error then shows, rather than a new background process for every plan)."""
+    if isinstance(kernels, Choice):
+        c = kernels
+        kernels = [c.kernel, *(p.kernel for _, p in c.parts), *(p.kernel for _, p in c.pending)]
+    keys = []
+    for k in kernels:
+        if k.load_cached():
+            continue
+        if k.key in _started and not compiling([k.key]):
+            k.compile()
+            continue
+        compile_in_background(k)
+        keys.append(k.key)
+    return keys
+
+
+def compiling(keys: Iterable[str]) -> bool:
+    """Whether any of ``keys`` is still queued or compiling in a background process."""
+    return any(k in _queued or (k in _background and _background[k].poll() is None) for k in keys)
 
 
 #: kernels compiling in background processes (lean_unless_ready's ``later``): key -> process
 _background: dict[str, subprocess.Popen] = {}
 #: kernels to compile in the background once the plan asking for them has what it runs on (prepare)
 _queued: dict[str, JitKernel | JitFunction] = {}
+#: every kernel a background process was started for, in this process
+_started: set[str] = set()
 
 
 def compile_in_background(kernel: JitKernel | JitFunction) -> None:
@@ -313,6 +367,7 @@ def _start_background() -> None:
                             stderr=subprocess.DEVNULL, start_new_session=True)
     for key in keys:
         _background[key] = proc
+    _started.update(keys)
 
 
 def _done_in_background(key: str) -> bool:
@@ -381,6 +436,26 @@ def select(node: Tensor) -> Choice | None:
     return None if sel is None else sel(node)
 
 
-__all__ = ["POOL_FUNCTIONS", "SELECTORS", "Choice", "JitFunction", "JitKernel", "Readers", "background",
-           "compile_in_background", "enabled", "fusion_mode", "jit_kernel", "lean_unless_ready", "prepare",
-           "ready_or_wanted", "select", "selector"]
+__all__ = [
+    "POOL_FUNCTIONS",
+    "SELECTORS",
+    "Choice",
+    "JitFunction",
+    "JitKernel",
+    "Readers",
+    "background",
+    "background_mode",
+    "compile_in_background",
+    "compiling",
+    "deferring",
+    "enabled",
+    "fusion_mode",
+    "jit_kernel",
+    "lean_unless_ready",
+    "missing",
+    "prepare",
+    "ready_or_wanted",
+    "select",
+    "selector",
+    "set_background_default",
+]
