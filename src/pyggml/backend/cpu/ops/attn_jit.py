@@ -45,13 +45,13 @@ from ..simd import _F16C, TAB_ADDR, _fma, _splat, f16_bits, f16_round8, f16_wide
 from ..threads import C_WDATA, available_cores, barrier
 from .elementwise_jit import rows_contiguous
 from .mat_f_jit import vec_dot_f16, vec_dot_f32
-from .nn import alibi_slopes
+from .nn import FA_SPLIT_MIN_KV, alibi_slopes
 from .nn_jit import _row_sum_ggml
 
 F32, F16 = GGMLType.F32, GGMLType.F16
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
 #: ggml's tile sizes (GGML_FA_TILE_Q, GGML_FA_TILE_KV) and the cells from which a decode splits its KV
-TILE_Q, TILE_KV, SPLIT_MIN_KV = 64, 64, 512
+TILE_Q, TILE_KV, SPLIT_MIN_KV = 64, 64, FA_SPLIT_MIN_KV
 #: the side record's words (an int64 array the selector fills; its address is AUX word 0)
 _M_DATA, _M_NB1, _M_NB2, _M_NB3, _M_NE2, _M_NE3, _SINKS, _SLOPES = range(8)
 _NEG_INF = np.float32(-np.inf)

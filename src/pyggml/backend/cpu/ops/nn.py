@@ -380,6 +380,14 @@ def flash_attn_ext(node: Tensor, n_threads: int) -> None:
         m = load_f32(mask)[:, :, :nq, :nkv]
         slope = alibi_slopes(nh, max_bias)[None, :, None, None]
         s = s + slope * tile_to(m, (nq3, nh, nq, nkv))
+    if not tiled and v.type == F16:
+        # V accumulates in fp16 on ggml's one-chunk and split paths: a rounding of 1e-3, not round-off, so it is
+        # taken step by step (a first run's decode runs here until the compiled kernel has landed)
+        sink = None if sinks is None else sinks.view4().reshape(-1)[:nh].astype(np.float32)
+        vrep = np.repeat(vf, rv, axis=1)  # (nq3, nh, nkv, dv): query head h reads KV head h // rv
+        split = nq == 1 and nq3 == 1 and nkv >= FA_SPLIT_MIN_KV
+        node.view4()[...] = _fa_online_f16(s, vrep, sink, split, n_threads).transpose(0, 2, 1, 3)
+        return
     mx = s.max(axis=-1, keepdims=True)
     if sinks is not None:
         sink = sinks.view4().reshape(-1)[:nh].astype(np.float32)[None, :, None, None]
@@ -394,6 +402,85 @@ def flash_attn_ext(node: Tensor, n_threads: int) -> None:
     with np.errstate(divide="ignore", invalid="ignore"):
         inv = np.where(total == 0, 0.0, 1.0 / total).astype(np.float32)
     node.view4()[...] = (out * inv).transpose(0, 2, 1, 3)
+
+
+#: ggml's one-token decodes over this many cells or more split the cells between the threads
+FA_SPLIT_MIN_KV = 512
+
+
+def _f16(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float16).astype(np.float32)
+
+
+def _fa_chunk_f16(s: np.ndarray, vrep: np.ndarray, ic0: int, ic1: int) -> tuple[np.ndarray, ...]:
+    """ggml's one-chunk online softmax over cells [ic0, ic1) for every query row at once: scores ``s`` (..., nkv)
+    (nq3, nh, nq, nkv) with the mask added (-inf: the cell is skipped), V rows ``vrep`` (nq3, nh, nkv, dv) of F16
+    values; the fp16
+    accumulator is rounded after its rescale and after each cell's add, as ggml_vec_scale_f16 and
+    ggml_vec_mad_f16 round it. Returns the rows' (max, sum, accumulator)."""
+    big = np.full(s.shape[:-1], -np.inf, np.float32)
+    total = np.zeros(s.shape[:-1], np.float32)
+    acc = np.zeros((*s.shape[:-1], vrep.shape[-1]), np.float32)
+    live_cells = np.flatnonzero((s[..., ic0:ic1] != -np.inf).reshape(-1, ic1 - ic0).any(axis=0)) + ic0
+    with np.errstate(invalid="ignore", over="ignore"):
+        for ic in live_cells:
+            sc = s[..., ic]
+            live = sc != -np.inf
+            up = live & (sc > big)
+            ms = np.where(up, np.exp(big - sc), np.float32(1.0)).astype(np.float32)
+            vs = np.where(live & ~up, np.exp(sc - big), np.float32(1.0)).astype(np.float32)
+            step = _f16(_f16(acc * ms[..., None]) + vrep[:, :, ic, None, :] * vs[..., None])
+            acc = np.where(live[..., None], step, acc)
+            total = np.where(live, total * ms + vs, total)
+            big = np.where(up, sc, big)
+    return big, total, acc
+
+
+def _fa_sink(big: np.ndarray, total: np.ndarray, acc: np.ndarray, sink: np.ndarray) -> None:
+    """The attention sink's logit joined to each row's softmax at the end (in place; ggml: first chunk only)."""
+    sk = np.broadcast_to(sink[None, :, None], big.shape)
+    up = sk > big
+    with np.errstate(invalid="ignore", over="ignore"):
+        ms = np.where(up, np.exp(big - sk), np.float32(1.0)).astype(np.float32)
+        vs = np.where(up, np.float32(1.0), np.exp(sk - big)).astype(np.float32)
+    acc *= ms[..., None]
+    total[...] = total * ms + vs
+    big[...] = np.maximum(big, sk)
+
+
+def _fa_online_f16(s: np.ndarray, vrep: np.ndarray, sink: np.ndarray | None, split: bool,
+                   n_threads: int) -> np.ndarray:
+    """FLASH_ATTN_EXT's result (nq3, nh, nq, dv) with ggml's steps for an F16 V outside the tiled path: one chunk
+    per row, or for a split decode one chunk per thread (the compiled kernel's thread count) merged in order."""
+    from ..threads import available_cores
+
+    nkv = s.shape[-1]
+    nth = max(1, min(n_threads, available_cores())) if split else 1
+    cs = (nkv + nth - 1) // nth
+    big = np.full(s.shape[:-1], -np.inf, np.float32)
+    total = np.zeros(s.shape[:-1], np.float32)
+    acc = np.zeros((*s.shape[:-1], vrep.shape[-1]), np.float32)
+    for c in range(nth):
+        ic0, ic1 = c * cs, min(nkv, (c + 1) * cs)
+        if ic0 >= nkv:
+            break
+        pb, pt, pa = _fa_chunk_f16(s, vrep, ic0, ic1)
+        if sink is not None and c == 0:
+            _fa_sink(pb, pt, pa, sink)
+        if nth == 1:
+            big, total, acc = pb, pt, pa
+            break
+        with np.errstate(invalid="ignore", over="ignore"):
+            keep = pt != 0
+            mnew = np.maximum(big, pb)
+            s_old = np.where(keep, np.exp(big - mnew), np.float32(1.0)).astype(np.float32)
+            s_new = np.where(keep, np.exp(pb - mnew), np.float32(0.0)).astype(np.float32)
+        acc = np.where(keep[..., None], acc * s_old[..., None] + pa * s_new[..., None], acc)
+        total = np.where(keep, total * s_old + pt * s_new, total)
+        big = np.where(keep, mnew, big)
+    with np.errstate(divide="ignore"):
+        inv = np.where(total == 0, np.float32(0.0), np.float32(1.0) / total).astype(np.float32)
+    return acc * inv[..., None]
 
 
 def _vec_dot_type(ty: GGMLType) -> GGMLType:
