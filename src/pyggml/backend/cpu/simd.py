@@ -211,17 +211,15 @@ def f16_value(h: np.uint32) -> np.float32:
 F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 
 
-@nb.njit(cache=True, nogil=True)
-def _round_to_f16(src: np.ndarray, table: np.ndarray, dst: np.ndarray) -> None:
-    for i in range(src.size):
-        dst[i] = table[f16_bits(src[i])]
-
-
-def round_to_f16(x: np.ndarray) -> np.ndarray:
-    """x rounded to fp16 precision (as ggml rounds src1 for an F16 weight), returned as float32."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    out = np.empty_like(x)
-    _round_to_f16(x.reshape(-1).view(np.uint32), F16_TO_F32, out.reshape(-1))
+def round_to_f16(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """x rounded to fp16 precision (as ggml rounds src1 for an F16 weight: F16C's round to nearest even, which
+    numpy's float16 conversion is too), returned as float32, into ``out`` when given. Only the Python kernels
+    call it, so it is numpy's: nothing to compile before a first run's first token."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        h = np.asarray(x, dtype=np.float32).astype(np.float16)
+    if out is None:
+        return h.astype(np.float32)
+    out[...] = h
     return out
 
 #: the fp16 -> f32 table's address, for records

@@ -15,7 +15,6 @@ import numba
 import numpy as np
 
 from ....ops.enums import UnaryOp
-from ..simd import f16_bits
 
 _SQRT_2_OVER_PI = np.float32(0.79788456080286535587989211986876)
 _GELU_COEF_A = np.float32(0.044715)
@@ -67,29 +66,16 @@ _GELU_TABLE_F32 = _GELU_TABLE.astype(np.float32)
 
 
 def _lookup(table: np.ndarray, x: np.ndarray) -> np.ndarray:
-    idx = np.asarray(x, dtype=np.float32).astype(np.float16).view(np.uint16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        idx = np.asarray(x, dtype=np.float32).astype(np.float16).view(np.uint16)
     return table[idx].astype(np.float32)
 
 
-@numba.njit(cache=True, nogil=True)
-def _gelu_fp16(x: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:
-    xu = x.view(np.uint32)
-    for i in range(x.size):
-        v = x[i]
-        if v <= np.float32(-10.0):
-            out[i] = np.float32(0.0)
-        elif v >= np.float32(10.0):
-            out[i] = v
-        else:
-            out[i] = table[f16_bits(xu[i])]
-
-
 def gelu(x: np.ndarray) -> np.ndarray:
-    """ggml_vec_gelu_f32 with GGML_GELU_FP16: 0 below -10, x above 10, else the fp16 table."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    out = np.empty_like(x)
-    _gelu_fp16(x.reshape(-1), _GELU_TABLE_F32, out.reshape(-1))
-    return out
+    """ggml_vec_gelu_f32 with GGML_GELU_FP16: 0 below -10, x above 10, else the fp16 table (numpy: the Python
+    kernels compile nothing before a first run's first token)."""
+    x = np.asarray(x, dtype=np.float32)
+    return np.where(x <= -10.0, np.float32(0.0), np.where(x >= 10.0, x, _lookup(_GELU_TABLE_F32, x)))
 
 
 def gelu_quick(x: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ from .._common import F16, F32, FLOAT_TYPES, I32, KernelInputError, load_f32, re
 from ..kernel_table import kernel
 from ..quants.actquant import fake_quant
 from ..quants.dots import widen_f16
-from ..simd import F16_TO_F32, _round_to_f16
+from ..simd import round_to_f16
 from . import mat_q
 
 #: floats of dequantized weight per tile
@@ -88,14 +88,8 @@ def weight_product(w: np.ndarray, ty: GGMLType, x: np.ndarray, n_threads: int) -
     # call and lost to one thread whenever the other core was busy
     nt = 1 if matvec or 2 * n * m * k < mat_q.BLAS_PARALLEL_MIN_FLOPS else n_threads
     vdt = _vec_dot_type(ty)
-    if vdt == F16:  # ggml rounds src1 to fp16: same as simd.round_to_f16, into scratch
-        src = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-        x = mat_q.scratch("wp_x", (n, k))
-
-        def round_rows(i0: int, i1: int) -> None:
-            _round_to_f16(src[i0:i1].reshape(-1), F16_TO_F32, x[i0:i1].reshape(-1))
-
-        mat_q.parallel_ranges(round_rows, n, nt, nt)
+    if vdt == F16:  # ggml rounds src1 to fp16, here into scratch
+        x = round_to_f16(x, mat_q.scratch("wp_x", (n, k)))
     elif vdt != F32:
         x = fake_quant(np.ascontiguousarray(x), vdt)
     else:
