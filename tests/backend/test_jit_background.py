@@ -16,9 +16,11 @@ import pytest
 
 from helpers.opcheck import OpCase, values
 from pyggml.backend.cpu import jit
-from pyggml.backend.cpu.compute import _resolve, graph_compute
+from pyggml.backend.cpu.compute import _resolve, compute_forward, graph_compute
+from pyggml.backend.cpu.ops import mat
 from pyggml.backend.cpu.plan import plan_for
 from pyggml.backend.cpu.quants import repacked
+from pyggml.backend.cpu.quants.quantize import _quantize_q8_k
 from pyggml.backend.cpu.repack_buffer import repackable
 from pyggml.backend.cpu.traits import traits
 from pyggml.cli.common import answer_while_compiling
@@ -153,3 +155,34 @@ def test_the_background_mode_takes_the_environment_over_the_commands_default(mon
     assert jit.background_mode() == "0" and not jit.background()
     with pytest.raises(ValueError, match="must be '0', '1' or 'all'"):
         jit.set_background_default("yes")
+
+
+def test_warm_compiles_what_the_python_products_then_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """mat.warm (a first run's helper process) compiles each numba function of the Python products at the
+    signature the products then call it with: a decode's row dot and quantizer, a prompt's dequantizer."""
+    ty = GGMLType.Q6_K
+    tr = traits(ty)
+    mat.warm([ty.name])
+    funcs = (tr.row_dot, tr.to_float, _quantize_q8_k)
+    before = [set(f.overloads) for f in funcs]
+    assert all(before)
+    c = OpCase()
+    w = c.tensor(ty, 512, 8)
+    for n in (1, tr.matvec_max_cols + 3):
+        compute_forward(B.mul_mat(c.ctx, w, c.tensor(F32, 512, n)), 2)
+    assert [set(f.overloads) for f in funcs] == before
+
+
+def test_warm_aside_starts_one_helper_per_weight_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper takes the types the run reaches last first (the run compiles the first ones itself), and a later
+    plan starts one only for types not warmed yet."""
+    started: list[str] = []
+    monkeypatch.setattr(jit, "run_aside", started.append)
+    monkeypatch.setattr(mat, "_warming", set())
+    c = OpCase()
+    x = c.tensor(F32, 256, 1)
+    nodes = [B.mul_mat(c.ctx, c.tensor(ty, 256, 4), x) for ty in (GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K,
+                                                                   GGMLType.Q8_0, F32)]
+    mat.warm_aside(nodes)
+    mat.warm_aside(nodes[:2])
+    assert started == [f"from {mat.__name__} import warm; warm(['Q4_K', 'Q8_0', 'Q5_0'])"]

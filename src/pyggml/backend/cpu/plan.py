@@ -130,6 +130,10 @@ class GraphPlan:
                 steps.append(_Run(len(compiled), len(compiled) + 1))
             compiled.append((node, choice))
         _settle(steps, compiled)
+        if self.waiting_for:  # the products' Python kernels compile their own numba functions: half aside
+            from .ops.mat import warm_aside
+
+            warm_aside(s.node for s in steps if isinstance(s, _Python))
         self.steps = steps
         self.nodes = [node for node, _ in compiled]
         # arrays records point into

@@ -11,6 +11,8 @@ Builders: pyggml/ops/mat.py (the same family).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 import numpy as np
 
 from .... import quants
@@ -23,6 +25,7 @@ from ..kernel_table import kernel
 from ..quants.actquant import fake_quant
 from ..quants.dots import widen_f16
 from ..simd import round_to_f16
+from ..traits import traits
 from . import mat_q
 
 #: floats of dequantized weight per tile
@@ -117,6 +120,41 @@ def weight_product(w: np.ndarray, ty: GGMLType, x: np.ndarray, n_threads: int) -
         nblk = (n + _X_BLOCK_ROWS - 1) // _X_BLOCK_ROWS
         mat_q.parallel_ranges(blocks, nblk, nt, nblk)
     return out
+
+
+#: weight types whose products a warm-up process has been started for (warm_aside)
+_warming: set[GGMLType] = set()
+
+
+def warm_aside(nodes: Iterable[Tensor]) -> None:
+    """A first run (jit.deferring) runs its products on this module's Python kernels, whose numba functions
+    (the row dots, the activation quantizers, the dequantizers) compile one after another as the run reaches
+    them: most of its wait for a first token. This starts a process beside it that compiles the same ones, for
+    the weight types of ``nodes``' MUL_MATs, the last to be reached first, into numba's disk cache, where this process
+    finds each it has not reached yet (numba looks there before compiling a new signature): two cores share the
+    wait."""
+    types = [n.src[0].type for n in nodes if n.op == Op.MUL_MAT and n.src[0].type != F32]
+    names = [t.name for t in reversed(dict.fromkeys(types)) if t not in _warming]
+    if names:
+        _warming.update(GGMLType[n] for n in names)
+        from .. import jit
+
+        jit.run_aside(f"from {__name__} import warm; warm({names!r})")
+
+
+def warm(type_names: Sequence[str]) -> None:
+    """Run weight_product once per weight type, on a decode's one row and, where the type has another path for
+    many rows, on a prompt's: what compiles every numba function the Python products of that type call."""
+    k = 256
+    for prompt in (False, True):  # every type's decode path first: a first run needs those first
+        for name in type_names:
+            ty = GGMLType[name]
+            n_max = traits(ty).matvec_max_cols if ty.is_quantized else _MATVEC_ROWS
+            if prompt and n_max >= 1024:  # one path for every column count
+                continue
+            w = np.zeros((4, k // ty.blck_size * ty.type_size), np.uint8)
+            w.flags.writeable = False  # as a model's mmapped weights
+            weight_product(w, ty, np.zeros((n_max + 1 if prompt else 1, k), np.float32), 1)
 
 
 @kernel(Op.MUL_MAT)

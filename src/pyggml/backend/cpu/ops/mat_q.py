@@ -41,7 +41,7 @@ import numpy as np
 
 from .... import quants
 from ....types import GGMLType
-from .. import blas, threads
+from .. import blas, jit, threads
 from ..quants.actquant import fake_quant
 from ..quants.quantize import _q8_1_sums, _quantize_q8_0, _quantize_q8_k, _scale_blocks
 from ..simd import F16_TO_F32
@@ -99,7 +99,7 @@ def parallel_ranges(fn: Callable[[int, int], None], total: int, n_threads: int, 
     the worst case is the single-thread time. ``fn`` should spend its time in ``nogil`` numba
     kernels or BLAS, so the threads really run at once.
     """
-    if n_threads <= 1 or n_chunks <= 1 or total <= 1:
+    if n_threads <= 1 or n_chunks <= 1 or total <= 1 or not _pool_compiled():
         fn(0, total)
         return
     pool = threads.get_pool()
@@ -137,6 +137,12 @@ def parallel_ranges(fn: Callable[[int, int], None], total: int, n_threads: int, 
         pool.release()
     if errors:
         raise errors[0]
+
+
+def _pool_compiled() -> bool:
+    """Whether the workers can run: their loop is compiled, or may be compiled now. A first run's Python kernels
+    (jit.deferring) stay on one thread until a background process has compiled it, rather than wait for it."""
+    return not jit.deferring() or all(f.load_cached() for f in jit.POOL_FUNCTIONS)
 
 
 def quantize_activations(x: np.ndarray, vec_dot_type: GGMLType) -> tuple[np.ndarray, ...]:
