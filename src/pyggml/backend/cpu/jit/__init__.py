@@ -9,8 +9,10 @@ layouts the compiled kernels do not cover). The numerics are those of the Python
 
 Kernels compile on first use and are cached on disk by numba, so a model only compiles what its
 graphs use; the kernels a new plan is missing compile side by side in helper processes, one per
-core. ``PYGGML_JIT=0`` in the environment turns the compiled kernels off; ``PYGGML_JIT_PROCESSES=1``
-compiles in this process only.
+core. The interactive commands do not wait for them (:func:`background_mode` "all"): the nodes run
+their Python kernels while a background process compiles the kernels, and the plan is built again
+once it has ended. ``PYGGML_JIT=0`` in the environment turns the compiled kernels off;
+``PYGGML_JIT_PROCESSES=1`` compiles in this process only.
 """
 
 from __future__ import annotations
