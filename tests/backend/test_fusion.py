@@ -160,6 +160,44 @@ def test_gate_and_up_products_and_their_glu_repacked(monkeypatch: pytest.MonkeyP
     _ffn_case(monkeypatch, ty, True, n, up_first=n == 5)
 
 
+def _product_adds(ty: GGMLType, k: int, m: int, n: int, residual: bool) -> tuple[Graph, list[Tensor], object]:
+    """A repacked product, its bias ADD (a row) and, with ``residual``, the ADD of a same-shape tensor."""
+    rng = np.random.default_rng(7)
+    wctx = gg.init(4096, no_alloc=True)
+    w = wctx.new_tensor(ty, k, m)
+    buf = gg.backend_alloc_ctx_tensors_from_buft(wctx, repack.repack_buffer_type())
+    gg.backend_tensor_set(w, quants.quantize(rng.standard_normal((m, k)).astype(np.float32), ty).reshape(-1))
+    c = OpCase()
+    mm = B.mul_mat(c.ctx, w, c.tensor(GGMLType.F32, k, n, lo=-3, hi=3))
+    nodes = [mm, B.add(c.ctx, mm, c.tensor(GGMLType.F32, m, lo=-1, hi=1))]
+    if residual:
+        nodes.append(B.add(c.ctx, nodes[-1], c.tensor(GGMLType.F32, m, n, lo=-2, hi=2)))
+    graph = Graph()
+    for t in nodes:
+        graph.build_forward_expand(t)
+    return graph, nodes, buf
+
+
+@pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q4_0, GGMLType.IQ4_NL])
+@pytest.mark.parametrize(("n", "residual"), [(1, False), (37, True), (5, True)])
+def test_a_repacked_product_and_its_bias_and_residual_adds(monkeypatch: pytest.MonkeyPatch, ty: GGMLType, n: int,
+                                                           residual: bool) -> None:
+    """One record for the product and its ADDs (an encoder's ``w x + b + residual``), every node's bits as the
+    three records give them."""
+    if ty not in repacked.TYPES:
+        pytest.skip(f"this CPU has no repacked {ty.name} kernel")
+    got = []
+    for fusion in ("1", "0"):
+        monkeypatch.setenv("PYGGML_FUSION", fusion)
+        graph, nodes, buf = _product_adds(ty, 512, 264, n, residual)
+        assert new_plan(graph).n_compiled == (1 if fusion == "1" else len(nodes))
+        graph_compute(graph, 2)
+        got.append([t.numpy().copy() for t in nodes])
+        buf.free()
+    for a, b in zip(*got, strict=True):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
 def test_gate_and_up_without_a_glu_stay_two_records(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYGGML_FUSION", "all")
     graph, nodes, buf = _ffn(GGMLType.Q5_0, False, 256, 64, 1, None, False)

@@ -1,6 +1,7 @@
 """Backend-level fusions: consecutive compiled nodes the plan runs as one record (ggml-cpu fuses RMS_NORM
 and its MUL the same way; the others are what ggml's GPU backends fuse): nn.py's norm chains and
-ROPE into the KV cache, gate_up.py's FFN products, recurrent_jit.py's SSM_SCAN into the state rows.
+ROPE into the KV cache, gate_up.py's FFN products, mm_add_jit.py's repacked products and the bias and residual
+ADDs after them, recurrent_jit.py's SSM_SCAN into the state rows.
 
 The graph keeps every node and a fused kernel writes every node's output with the bits of that node's own
 kernel, so an eval callback, a later reader or a test sees the same tensors (but for the SSM_SCAN's new
@@ -17,6 +18,7 @@ from __future__ import annotations
 from ....tensor import Tensor
 from ..jit import Choice, Readers
 from . import gate_up_jit as gate_up
+from . import mm_add_jit as mm_add
 from . import nn_jit as nn
 from . import recurrent_jit as recurrent
 
@@ -69,7 +71,8 @@ def memory_safe(nodes: list[Tensor]) -> bool:
     return True
 
 
-_RULES = (nn.fuse_norm, gate_up.fuse_gate_up, nn.fuse_rope_set_rows, recurrent.fuse_ssm_scan_set_rows)
+_RULES = (nn.fuse_norm, gate_up.fuse_gate_up, mm_add.fuse_mm_add, nn.fuse_rope_set_rows,
+          recurrent.fuse_ssm_scan_set_rows)
 
 
 __all__ = ["fuse", "memory_safe"]
