@@ -172,9 +172,16 @@ def _gelu8(typingctx, src, dst, table):
         f8 = _vec(8, _F32)
         x = builder.load(builder.inttoptr(args[0], f8.as_pointer()), align=4)
         idx = builder.zext(builder.bitcast(_f16_8(builder, args[0]), _vec(8, llir.IntType(16))), _vec(8, _I32))
-        allv = builder.bitcast(llir.Constant(_vec(8, _I32), [-1] * 8), f8)
-        g = _x86(builder, "llvm.x86.avx2.gather.d.ps.256", f8, llir.Constant(f8, [0.0] * 8),
-                 builder.inttoptr(args[2], _I8.as_pointer()), idx, allv, llir.Constant(_I8, 4))
+        if _AVX2:
+            allv = builder.bitcast(llir.Constant(_vec(8, _I32), [-1] * 8), f8)
+            g = _x86(builder, "llvm.x86.avx2.gather.d.ps.256", f8, llir.Constant(f8, [0.0] * 8),
+                     builder.inttoptr(args[2], _I8.as_pointer()), idx, allv, llir.Constant(_I8, 4))
+        else:  # (never run: _gelu_row takes this path on AVX2 only; generic IR, so any CPU compiles it)
+            tab = builder.inttoptr(args[2], _F32.as_pointer())
+            g = llir.Constant(f8, [0.0] * 8)
+            for i in range(8):
+                at = builder.extract_element(idx, llir.Constant(_I32, i))
+                g = builder.insert_element(g, builder.load(builder.gep(tab, [at])), llir.Constant(_I32, i))
         zero = llir.Constant(f8, [0.0] * 8)
         g = builder.select(builder.fcmp_ordered("<=", x, llir.Constant(f8, [-10.0] * 8)), zero, g)
         g = builder.select(builder.fcmp_ordered(">=", x, llir.Constant(f8, [10.0] * 8)), x, g)

@@ -9,7 +9,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..native import f32_bits
-from ..simd import _AVX2, _F32, _I8, _I32, _VNNI, _vec, _x86, f16_bits, f16_value
+from ..simd import _F32, _I8, _I32, _vec, f16_bits, f16_value
 
 # --------------------------------------------------------------------------------------------
 # activation quantizers (ggml-cpu's from_float on x86), in numba so a decode step costs microseconds
@@ -37,7 +37,8 @@ def _q8_0_block(typingctx, src, dst):
     """The x86 quantize_row_q8_0's steps on the block of 32 floats at src, 8 lanes at a time as its AVX code
     takes them: amax by vmaxps over |x|, ``id = 127/amax`` (0 for an all-zero block), ``rint(x * id)``
     (round-half-even) stored as 32 int8 at dst; returns amax. The element loop it replaces (the same float
-    steps) ran at about 1.5 ns a value, 5% of a BERT-base embedding batch's CPU time."""
+    steps) ran at about 1.5 ns a value, 5% of a BERT-base embedding batch's CPU time. Generic IR: any CPU
+    compiles it (x86 to vmaxps, vroundps, vcvttps2dq)."""
     sig = types.float32(types.int64, types.int64)
 
     def codegen(context, builder, sig, args):
@@ -47,18 +48,16 @@ def _q8_0_block(typingctx, src, dst):
         mask = ir.Constant(i32x8, [0x7FFFFFFF] * 8)
         ab = [builder.bitcast(builder.and_(builder.bitcast(x, i32x8), mask), f8) for x in xs]
 
-        def vmax(a, b):
-            return _x86(builder, "llvm.x86.avx.max.ps.256", f8, a, b)
+        def vmax(a, b):  # maxps's a > b ? a : b, in generic IR (LLVM selects maxps; any CPU compiles it)
+            return builder.select(builder.fcmp_ordered(">", a, b), a, b)
+
+        def halves(v, keep):
+            return builder.shuffle_vector(v, v, ir.Constant(_vec(len(keep), _I32), keep))
 
         m = vmax(vmax(ab[0], ab[1]), vmax(ab[2], ab[3]))
-        f4 = _vec(4, _F32)
-        lo = builder.shuffle_vector(m, m, ir.Constant(_vec(4, _I32), [0, 1, 2, 3]))
-        hi = builder.shuffle_vector(m, m, ir.Constant(_vec(4, _I32), [4, 5, 6, 7]))
-        m4 = _x86(builder, "llvm.x86.sse.max.ps", f4, lo, hi)
-        m4 = _x86(builder, "llvm.x86.sse.max.ps", f4, m4, builder.shuffle_vector(m4, m4, ir.Constant(
-            _vec(4, _I32), [2, 3, 0, 1])))
-        m4 = _x86(builder, "llvm.x86.sse.max.ss", f4, m4, builder.shuffle_vector(m4, m4, ir.Constant(
-            _vec(4, _I32), [1, 0, 3, 2])))
+        m4 = vmax(halves(m, [4, 5, 6, 7]), halves(m, [0, 1, 2, 3]))
+        m4 = vmax(m4, halves(m4, [2, 3, 2, 3]))
+        m4 = vmax(m4, halves(m4, [1, 1, 3, 3]))
         amax = builder.extract_element(m4, ir.Constant(_I32, 0))
         zero = ir.Constant(_F32, 0.0)
         inv = builder.select(builder.fcmp_ordered("!=", amax, zero),
@@ -77,14 +76,14 @@ def _q8_0_block(typingctx, src, dst):
 
 @intrinsic
 def _quad_sums(typingctx, src, dst):
-    """-128 times the sum of each 4 of the 32 int8 at src (vpdpbusd by ones: exact), 8 int32 stored at dst."""
+    """-128 times the sum of each 4 of the 32 int8 at src, 8 int32 stored at dst."""
     sig = types.void(types.int64, types.int64)
 
     def codegen(context, builder, sig, args):
         i32x8 = _vec(8, _I32)
-        q = builder.load(builder.inttoptr(args[0], i32x8.as_pointer()), align=1)
-        ones = ir.Constant(i32x8, [0x01010101] * 8)
-        s = _x86(builder, "llvm.x86.avx512.vpdpbusd.256", i32x8, ir.Constant(i32x8, [0] * 8), ones, q)
+        q = builder.sext(builder.load(builder.inttoptr(args[0], _vec(32, _I8).as_pointer()), align=1), _vec(32, _I32))
+        quad = [builder.shuffle_vector(q, q, ir.Constant(i32x8, list(range(i, 32, 4)))) for i in range(4)]
+        s = builder.add(builder.add(quad[0], quad[1]), builder.add(quad[2], quad[3]))
         builder.store(builder.mul(s, ir.Constant(i32x8, [-128] * 8)), builder.inttoptr(args[1], i32x8.as_pointer()),
                       align=4)
         return context.get_dummy_value()
@@ -102,7 +101,7 @@ def _quantize_q8_0(x, qa, da, asum):  # pragma: no cover - compiled
     n, k = x.shape
     for j in range(n):
         for b in range(k // 32):
-            if _AVX2 and x.strides[1] == 4 and qa.strides[1] == 1:
+            if x.strides[1] == 4 and qa.strides[1] == 1:
                 q_at = qa.ctypes.data + j * qa.strides[0] + 32 * b
                 amax = _q8_0_block(x.ctypes.data + j * x.strides[0] + 128 * b, q_at)
                 s = 0
@@ -128,7 +127,7 @@ def _quantize_q8_0_lanes(x, qa, da, lanes):  # pragma: no cover - compiled
     n, k = x.shape
     for j in range(n):
         for b in range(k // 32):
-            if _VNNI and x.strides[1] == 4 and qa.strides[1] == 1 and lanes.strides[1] == 4:
+            if x.strides[1] == 4 and qa.strides[1] == 1 and lanes.strides[1] == 4:
                 q_at = qa.ctypes.data + j * qa.strides[0] + 32 * b
                 amax = _q8_0_block(x.ctypes.data + j * x.strides[0] + 128 * b, q_at)
                 _quad_sums(q_at, lanes.ctypes.data + j * lanes.strides[0] + 32 * b)
