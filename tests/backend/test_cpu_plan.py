@@ -90,6 +90,22 @@ def test_unary(fn: str) -> None:
     (exact if fn in ("gelu", "relu", "neg", "abs", "sqr") else close)(got, ref)
 
 
+def test_gelu_takes_the_table_for_every_fp16_value() -> None:
+    """The compiled GELU (8 values at a time: vcvtps2ph and a gather, where the CPU has AVX2) on every fp16 value
+    widened, on floats halfway between fp16 neighbours (the rounding ties), the clamps' edges, infinities and NaN,
+    in rows of 2051 values (a tail of 3 after the vectors): the numpy kernel's bits."""
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+    finite = np.sort(np.unique(halves[np.isfinite(halves)]))
+    ties = ((finite[:-1].astype(np.float64) + finite[1:]) / 2).astype(np.float32)
+    edges = np.float32([-10.0, 10.0, np.nextafter(np.float32(-10), 0), np.nextafter(np.float32(10), 0), -np.inf,
+                        np.inf, np.nan, 65520.0, -65520.0, 1e-8, -1e-8, 0.0, -0.0])
+    x = np.concatenate([halves, ties, edges]).astype(np.float32)
+    x = np.concatenate([x, np.zeros(-len(x) % 2051, np.float32)]).reshape(-1, 2051)
+    c = OpCase()
+    got, ref = both(B.gelu(c.ctx, c.tensor(F32, 2051, x.shape[0], data=x)))
+    exact(got, ref)
+
+
 @pytest.mark.parametrize("fn", ["exp", "sigmoid"])
 def test_exp_and_sigmoid_take_libm_expf_on_every_element(fn: str) -> None:
     """ggml's unary-ops.cpp calls the C library's expf per element (no ggml_v_expf): the compiled kernel's
@@ -186,6 +202,36 @@ def test_flash_attn_ext_skips_masked_tiles(max_bias: float) -> None:
     got, ref = both(B.flash_attn_ext(c.ctx, q, k, v, mask, 1.0 / 8, max_bias, 0.0))
     close(got, ref, rtol=2e-5)
     assert np.isfinite(got).all()
+
+
+@pytest.mark.parametrize("kv_type", [F16, F32])
+def test_flash_attn_ext_tiles_follow_the_sequences_with_the_same_bits(kv_type: GGMLType) -> None:
+    """The tiled path groups query rows by the cells they see (a tile per sequence of a block-diagonal mask) and
+    computes only those cells' columns: a sequence's rows have the bits they have when every other query row is
+    masked whole (rows that see nothing join any tile, so there the tiles are 64 rows as before), and the numpy
+    kernel's values. Sequences of 37, 8, 70, 1, 53 and 31 tokens: spans across and inside the 64-cell tiles, at
+    odd offsets; sinks on."""
+    c = OpCase()
+    d, n_head = 64, 2
+    lens = [37, 8, 70, 1, 53, 31]
+    n_tok = sum(lens)
+    q = c.tensor(F32, d, n_tok, n_head)
+    k = c.tensor(kv_type, d, n_tok, n_head)
+    v = c.tensor(kv_type, d, n_tok, n_head)
+    sinks = c.tensor(F32, n_head)
+    seq = np.repeat(np.arange(len(lens)), lens)
+    block = np.where(seq[:, None] == seq[None, :], 0.0, -np.inf).astype(np.float32)
+    out = B.flash_attn_ext(c.ctx, q, k, v, c.tensor(F16, n_tok, n_tok, data=block), 1.0 / 8, 0.0, 0.0)
+    B.flash_attn_ext_add_sinks(out, sinks)
+    full, ref = both(out)
+    close(full, ref, rtol=2e-5)  # every live cell counted (the numpy kernel's attention)
+    for s in range(len(lens)):
+        alone = np.where((seq[:, None] == s) & (seq[None, :] == s), 0.0, -np.inf).astype(np.float32)
+        out = B.flash_attn_ext(c.ctx, q, k, v, c.tensor(F16, n_tok, n_tok, data=alone), 1.0 / 8, 0.0, 0.0)
+        B.flash_attn_ext_add_sinks(out, sinks)
+        got = both(out)[0]
+        rows = seq == s
+        exact(got[:, rows], full[:, rows])
 
 
 @pytest.mark.parametrize("mode", [0, 2])

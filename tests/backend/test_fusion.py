@@ -99,6 +99,28 @@ def test_a_broadcast_add_is_not_fused_with_the_norm(monkeypatch: pytest.MonkeyPa
     _fused_vs_unfused(monkeypatch, build, 2)  # the ADD alone, then the norm with its MUL
 
 
+@pytest.mark.parametrize(("rows", "bias"), [(1, True), (7, True), (3, False)])
+def test_norm_then_its_weight_and_bias(monkeypatch: pytest.MonkeyPatch, rows: int, bias: bool) -> None:
+    """LayerNorm's NORM, MUL by the weight row and ADD of the bias row as one record (759 values: a tail after
+    the 8-wide variance sums); without the bias, the NORM and its MUL."""
+    def build(c: OpCase) -> list[Tensor]:
+        norm = B.norm(c.ctx, c.tensor(GGMLType.F32, 759, rows, lo=-4, hi=4), 1e-12)
+        nodes = [norm, B.mul(c.ctx, norm, c.tensor(GGMLType.F32, 759, lo=-2, hi=2))]
+        if bias:
+            nodes.append(B.add(c.ctx, nodes[-1], c.tensor(GGMLType.F32, 759, lo=-1, hi=1)))
+        return nodes
+
+    _fused_vs_unfused(monkeypatch, build, 1)
+
+
+def test_a_norm_weight_of_other_rows_is_not_fused() -> None:
+    c = OpCase()
+    norm = B.norm(c.ctx, c.tensor(GGMLType.F32, 64, 3), 1e-5)
+    g = Graph()
+    g.build_forward_expand(B.mul(c.ctx, norm, c.tensor(GGMLType.F32, 64, 3)))  # a tensor of norm's shape, not a row
+    assert new_plan(g).n_compiled == 2
+
+
 def test_a_mul_of_something_else_is_not_fused() -> None:
     c = OpCase()
     x = c.tensor(GGMLType.F32, 64, 2)
@@ -158,6 +180,56 @@ def test_gate_and_up_products_and_their_glu_repacked(monkeypatch: pytest.MonkeyP
     if ty not in repacked.TYPES:
         pytest.skip(f"this CPU has no repacked {ty.name} kernel")
     _ffn_case(monkeypatch, ty, True, n, up_first=n == 5)
+
+
+def _product_after(ty: GGMLType, k: int, m: int, n: int, after: str) -> tuple[Graph, list[Tensor], object]:
+    """A repacked product, then element-wise nodes on it, each on the one before: ``after``'s letters, b a bias
+    ADD (a row), r a residual ADD (a same-shape tensor), g a GELU."""
+    rng = np.random.default_rng(7)
+    wctx = gg.init(4096, no_alloc=True)
+    w = wctx.new_tensor(ty, k, m)
+    buf = gg.backend_alloc_ctx_tensors_from_buft(wctx, repack.repack_buffer_type())
+    gg.backend_tensor_set(w, quants.quantize(rng.standard_normal((m, k)).astype(np.float32), ty).reshape(-1))
+    c = OpCase()
+    nodes = [B.mul_mat(c.ctx, w, c.tensor(GGMLType.F32, k, n, lo=-3, hi=3))]
+    for op in after:
+        prev = nodes[-1]
+        if op == "g":
+            nodes.append(B.gelu(c.ctx, prev))
+        else:
+            nodes.append(B.add(c.ctx, prev, c.tensor(GGMLType.F32, m, 1 if op == "b" else n, lo=-2, hi=2)))
+    graph = Graph()
+    for t in nodes:
+        graph.build_forward_expand(t)
+    return graph, nodes, buf
+
+
+@pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q4_0, GGMLType.IQ4_NL])
+@pytest.mark.parametrize(("n", "after"), [(1, "b"), (37, "br"), (5, "bg"), (9, "g"), (37, "brg")])
+def test_a_repacked_product_and_the_adds_and_gelu_after_it(monkeypatch: pytest.MonkeyPatch, ty: GGMLType, n: int,
+                                                            after: str) -> None:
+    """One record for the product and up to three element-wise nodes after it (an encoder's ``w x + b +
+    residual``, ``gelu(w x + b)``), every node's bits as their own records give them."""
+    if ty not in repacked.TYPES:
+        pytest.skip(f"this CPU has no repacked {ty.name} kernel")
+    got = []
+    for fusion in ("1", "0"):
+        monkeypatch.setenv("PYGGML_FUSION", fusion)
+        graph, nodes, buf = _product_after(ty, 512, 264, n, after)
+        assert new_plan(graph).n_compiled == (1 if fusion == "1" else len(nodes))
+        graph_compute(graph, 2)
+        got.append([t.numpy().copy() for t in nodes])
+        buf.free()
+    for a, b in zip(*got, strict=True):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_a_fourth_elementwise_node_after_a_product_is_a_record_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    if GGMLType.Q8_0 not in repacked.TYPES:
+        pytest.skip("this CPU has no repacked Q8_0 kernel")
+    graph, _, buf = _product_after(GGMLType.Q8_0, 256, 64, 3, "brgb")
+    assert new_plan(graph).n_compiled == 2
+    buf.free()
 
 
 def test_gate_and_up_without_a_glu_stay_two_records(monkeypatch: pytest.MonkeyPatch) -> None:

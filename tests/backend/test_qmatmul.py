@@ -20,6 +20,7 @@ from pyggml import quants
 from pyggml.backend.cpu import simd, traits
 from pyggml.backend.cpu.ops import mat_q as qmatmul
 from pyggml.backend.cpu.quants import actquant, dots
+from pyggml.backend.cpu.quants.quantize import _quantize_q8_0_lanes
 from pyggml.tensor_data import bf16_to_f32, f32_to_bf16
 from pyggml.types import GGMLType
 
@@ -192,7 +193,8 @@ def test_writes_into_a_strided_out(n: int) -> None:
 
 
 def test_activation_quantizers_match_actquant() -> None:
-    """The numba Q8_0 / Q8_K quantizers are byte-exact with ggml-cpu's (actquant, numpy)."""
+    """The numba Q8_0 / Q8_K quantizers (Q8_0's vectorised where the CPU has AVX2) are byte-exact with
+    ggml-cpu's (actquant, numpy)."""
     rng = np.random.default_rng(11)
     x = rng.standard_normal((3, 1024)).astype(np.float32)
     x[0, :256] = 0  # an all-zero block (both block sizes)
@@ -206,6 +208,12 @@ def test_activation_quantizers_match_actquant() -> None:
     np.testing.assert_array_equal(qa.reshape(q.shape), q)
     np.testing.assert_array_equal(da, d16.astype(np.float32))
     np.testing.assert_array_equal(asum, q.astype(np.int32).sum(-1))
+    # the repacked kernels' variant: the same codes and d, and -128 x each 4 codes' sum
+    ql, dl, lanes = np.empty((3, 1024), np.int8), np.empty((3, 32), np.float32), np.empty((3, 256), np.int32)
+    _quantize_q8_0_lanes(x, ql, dl, lanes)
+    np.testing.assert_array_equal(ql.reshape(q.shape), q)
+    np.testing.assert_array_equal(dl, d16.astype(np.float32))
+    np.testing.assert_array_equal(lanes, -128 * q.reshape(3, 256, 4).astype(np.int32).sum(-1))
     qk, dk, bs = qmatmul.quantize_activations(x, T.Q8_K)
     dref, qref = actquant._q8_k_parts(x)
     np.testing.assert_array_equal(qk.reshape(qref.shape), qref)

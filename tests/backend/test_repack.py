@@ -67,10 +67,11 @@ def _product(ty: GGMLType, k: int, rows: int, n: int, use_repack: bool, n_thread
 
 
 @pytest.mark.parametrize("ty", LAYOUT_TYPES)
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 8, 9, 37])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 8, 9, 37, 70])
 def test_repacked_products_give_the_plain_kernels_bits(ty: GGMLType, n: int) -> None:
     """Decode (1 row), the shapes between the 4-row/3-row tiles and their remainders, both sides of Q4_K's
-    group-at-a-time limit (repacked.Q4K_STREAM_COLS = 8), and a prompt: exactly the
+    group-at-a-time limit (repacked.Q4K_STREAM_COLS = 8), and prompts (70 rows: past repacked.PROMPT_COLS, the
+    finer chunks, as many as the row groups): exactly the
     bits of the same product with the weight in a plain CPU buffer (mat-vec kernels, scratch tiles or row dots).
     24 rows: three Q4_K 8-row tiles (a pair and a single one), six Q0 groups. Past the mat-vec kernels' column
     limit IQ4_NL's plain product is the numpy kernel (dequantized, BLAS): its mat-vec, a column at a time."""

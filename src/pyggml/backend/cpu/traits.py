@@ -41,7 +41,7 @@ from .quants.dots import (
 )
 from .quants.intrinsics import _COL_BLOCK_BYTES
 from .quants.matvec import _matvec_q, _mul_mat_id
-from .quants.quantize import _quantize_q8_0, _quantize_q8_k
+from .quants.quantize import _quantize_q8_0, _quantize_q8_0_lanes, _quantize_q8_k
 from .quants.repacked import (
     _iq4_nl_chunks,
     _iq4_nl_run,
@@ -242,17 +242,17 @@ def k_rep_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 @jit_kernel
 def k_rep_q8_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.walk(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _q8_0_chunks, _q8_0_run, 0)
+    gemm.walk(node, ith, nth, ctrl, _quantize_q8_0_lanes, 32, 4, _q8_0_chunks, _q8_0_run, 0)
 
 
 @jit_kernel
 def k_rep_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.walk(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _q4_0_chunks, _q4_0_run, 0)
+    gemm.walk(node, ith, nth, ctrl, _quantize_q8_0_lanes, 32, 4, _q4_0_chunks, _q4_0_run, 0)
 
 
 @jit_kernel
 def k_rep_iq4_nl(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    gemm.walk(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _iq4_nl_chunks, _iq4_nl_run, 0)
+    gemm.walk(node, ith, nth, ctrl, _quantize_q8_0_lanes, 32, 4, _iq4_nl_chunks, _iq4_nl_run, 0)
 
 
 # ------------------------------------------------------------------------------------ the table

@@ -12,6 +12,9 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir as llir
+from numba import types
+from numba.extending import intrinsic
 
 from ....ops.enums import GluOp, Op, UnaryOp
 from ....tensor import Tensor
@@ -20,7 +23,7 @@ from ..jit import Choice, jit_kernel, selector
 from ..jit.mathf import LANES, libm_expf, v_expf
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, aux_f32, params_f32, rec, row_index, span
 from ..native import f32p, u32p
-from ..simd import f16_bits
+from ..simd import _AVX2, _F16C, _F32, _I8, _I32, _f16_8, _vec, _x86, f16_bits
 from .activations import _GELU_TABLE_F32
 
 F32 = GGMLType.F32
@@ -157,10 +160,45 @@ def _sel_scale(node: Tensor) -> Choice | None:
 # compiles only that activation into each kernel (a constant "kind" switch compiled all of them).
 
 
+@intrinsic
+def _gelu8(typingctx, src, dst, table):
+    """_gelu_row's steps on the 8 floats at src into dst: the fp16 bits by vcvtps2ph (simd._f16_8, the bits of
+    simd.f16_bits), the table read by one vpgatherdd, the clamps as selects. Element by element, the software
+    rounding and the lookup took about 8 cycles a value: a BERT-base FFN's GELU (3072 x 800) was 4% of an
+    embedding batch's CPU time."""
+    sig = types.void(types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, sig, args):
+        f8 = _vec(8, _F32)
+        x = builder.load(builder.inttoptr(args[0], f8.as_pointer()), align=4)
+        idx = builder.zext(builder.bitcast(_f16_8(builder, args[0]), _vec(8, llir.IntType(16))), _vec(8, _I32))
+        if _AVX2:
+            allv = builder.bitcast(llir.Constant(_vec(8, _I32), [-1] * 8), f8)
+            g = _x86(builder, "llvm.x86.avx2.gather.d.ps.256", f8, llir.Constant(f8, [0.0] * 8),
+                     builder.inttoptr(args[2], _I8.as_pointer()), idx, allv, llir.Constant(_I8, 4))
+        else:  # (never run: _gelu_row takes this path on AVX2 only; generic IR, so any CPU compiles it)
+            tab = builder.inttoptr(args[2], _F32.as_pointer())
+            g = llir.Constant(f8, [0.0] * 8)
+            for i in range(8):
+                at = builder.extract_element(idx, llir.Constant(_I32, i))
+                g = builder.insert_element(g, builder.load(builder.gep(tab, [at])), llir.Constant(_I32, i))
+        zero = llir.Constant(f8, [0.0] * 8)
+        g = builder.select(builder.fcmp_ordered("<=", x, llir.Constant(f8, [-10.0] * 8)), zero, g)
+        g = builder.select(builder.fcmp_ordered(">=", x, llir.Constant(f8, [10.0] * 8)), x, g)
+        builder.store(g, builder.inttoptr(args[1], f8.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @numba.njit(**_opts)
 def _gelu_row(xv, xb, table, dv):  # pragma: no cover - compiled
-    """ggml_vec_gelu_f32 with GGML_GELU_FP16: the fp16 table, 0 below -10, x above 10."""
-    for i in range(xv.size):
+    """ggml_vec_gelu_f32 with GGML_GELU_FP16: the fp16 table, 0 below -10, x above 10 (8 at a time where
+    this CPU has AVX2 and F16C: _gelu8)."""
+    n8 = xv.size - xv.size % 8 if _AVX2 and _F16C else 0
+    for i in range(0, n8, 8):
+        _gelu8(xv.ctypes.data + 4 * i, dv.ctypes.data + 4 * i, table.ctypes.data)
+    for i in range(n8, xv.size):
         v = xv[i]
         g = table[f16_bits(xb[i])]
         if v <= np.float32(-10.0):

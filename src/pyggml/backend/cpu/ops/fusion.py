@@ -1,15 +1,17 @@
 """Backend-level fusions: consecutive compiled nodes the plan runs as one record (ggml-cpu fuses RMS_NORM
-and its MUL the same way; the others are what ggml's GPU backends fuse): nn.py's norm chains and
-ROPE into the KV cache, gate_up.py's FFN products, recurrent_jit.py's SSM_SCAN into the state rows.
+and its MUL the same way; the others are what ggml's GPU backends fuse): nn.py's norm chains (and NORM with
+LayerNorm's weight and bias), ROPE into the KV cache, gate_up.py's FFN products, mm_add_jit.py's repacked
+products and the bias ADDs, residual ADDs and GELU after them, recurrent_jit.py's SSM_SCAN into the state rows.
 
 The graph keeps every node and a fused kernel writes every node's output with the bits of that node's own
 kernel, so an eval callback, a later reader or a test sees the same tensors (but for the SSM_SCAN's new
 states, which only the SET_ROWS after it may read: the readers argument lets its rule check that); what
 goes is a barrier and a pass over memory per fused node. The plan (plan.py) offers each compiled node with
-the one before it; a fused record may take in the next node again (ADD + RMS_NORM, then its MUL), and a
-fusion only a later node completes (Choice.pending) goes back to its records when none does. The gate/up and
-ROPE fusions save about 1% of a decode step for seconds of compiling: they wait until their kernels are
-cached (jit.ready_or_wanted).
+the one before it; a fused record may take in the next node again (ADD + RMS_NORM, then its MUL; NORM + MUL,
+then the bias ADD), and a fusion only a later node completes (Choice.pending) goes back to its records when
+none does. The gate/up and ROPE fusions save about 1% of a decode step for seconds of compiling: they wait
+until their kernels are cached (jit.ready_or_wanted); the encoder's (products with their ADDs and GELU, the
+LayerNorms) compile in the background on a first run and are taken once cached.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from ....tensor import Tensor
 from ..jit import Choice, Readers
 from . import gate_up_jit as gate_up
+from . import mm_add_jit as mm_add
 from . import nn_jit as nn
 from . import recurrent_jit as recurrent
 
@@ -69,7 +72,8 @@ def memory_safe(nodes: list[Tensor]) -> bool:
     return True
 
 
-_RULES = (nn.fuse_norm, gate_up.fuse_gate_up, nn.fuse_rope_set_rows, recurrent.fuse_ssm_scan_set_rows)
+_RULES = (nn.fuse_norm, nn.fuse_norm_affine, gate_up.fuse_gate_up, mm_add.fuse_mm_add, nn.fuse_rope_set_rows,
+          recurrent.fuse_ssm_scan_set_rows)
 
 
 __all__ = ["fuse", "memory_safe"]

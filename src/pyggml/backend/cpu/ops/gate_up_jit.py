@@ -37,7 +37,7 @@ from ..quants.dots import (
 )
 from ..quants.gemm import quantize_src1
 from ..quants.matvec import _mv_chunks, mv_run
-from ..quants.quantize import _quantize_q8_0, _quantize_q8_k
+from ..quants.quantize import _quantize_q8_0, _quantize_q8_0_lanes, _quantize_q8_k
 from ..quants.repacked import (
     _iq4_nl_chunks,
     _iq4_nl_run,
@@ -163,17 +163,17 @@ def k_gu_rep_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 @jit_kernel
 def k_gu_rep_q8_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _gate_up(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _q8_0_chunks, _q8_0_run, 0)
+    _gate_up(node, ith, nth, ctrl, _quantize_q8_0_lanes, 32, 4, _q8_0_chunks, _q8_0_run, 0)
 
 
 @jit_kernel
 def k_gu_rep_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _gate_up(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _q4_0_chunks, _q4_0_run, 0)
+    _gate_up(node, ith, nth, ctrl, _quantize_q8_0_lanes, 32, 4, _q4_0_chunks, _q4_0_run, 0)
 
 
 @jit_kernel
 def k_gu_rep_iq4_nl(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _gate_up(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _iq4_nl_chunks, _iq4_nl_run, 0)
+    _gate_up(node, ith, nth, ctrl, _quantize_q8_0_lanes, 32, 4, _iq4_nl_chunks, _iq4_nl_run, 0)
 
 
 #: src1 rows up to which a plain weight's gate and up products are fused (a batch of decodes; a prompt's

@@ -74,7 +74,7 @@ def _repacked_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice:
     kern = traits(a.type).repacked
     if a.type == GGMLType.Q4_K:
         return Choice(kern, wsize=gemm.act_bytes(n, k, 256, 16))
-    act = gemm.act_bytes(n, k, 32, 32)
+    act = gemm.act_bytes(n, k, *repacked.ACT_BLOCK)
     per_thread = repacked.prod_bytes(k)
     return Choice(kern, ints=(act, per_thread), wsize=act + available_cores() * per_thread)
 

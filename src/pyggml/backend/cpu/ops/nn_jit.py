@@ -20,7 +20,7 @@ from ....ops.enums import Op
 from ....quants.jitcache import variant
 from ....tensor import Tensor
 from ....types import GGMLType
-from ..jit import Choice, JitKernel, jit_kernel, ready_or_wanted, selector
+from ..jit import Choice, JitKernel, background, compile_in_background, jit_kernel, ready_or_wanted, selector
 from ..jit.mathf import LANES, libm_expf, v_expf
 from ..jit.record import (
     AUX,
@@ -132,6 +132,31 @@ def k_rms_norm_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
 _OP_ADD = int(Op.ADD)
 
 
+@numba.njit(**_opts)
+def _norm_row(x, y, ne0, eps):  # pragma: no cover - compiled
+    """k_norm's steps on one row: y = (x - mean) * (1 / sqrtf(var + eps))."""
+    nv = ne0 - ne0 % 8
+    s = 0.0
+    for i in range(ne0):
+        s += np.float64(x[i])
+    mean = np.float32(s) / np.float32(ne0)
+    total = 0.0
+    for i0 in range(0, nv, 8):
+        for j in range(8):
+            y[i0 + j] = x[i0 + j] - mean
+        q0, q1, q2, q3 = y[i0] * y[i0], y[i0 + 1] * y[i0 + 1], y[i0 + 2] * y[i0 + 2], y[i0 + 3] * y[i0 + 3]
+        q4, q5, q6, q7 = (y[i0 + 4] * y[i0 + 4], y[i0 + 5] * y[i0 + 5], y[i0 + 6] * y[i0 + 6],
+                          y[i0 + 7] * y[i0 + 7])
+        total += np.float64(((q4 + q0) + (q6 + q2)) + ((q5 + q1) + (q7 + q3)))
+    for i in range(nv, ne0):
+        v = x[i] - mean
+        y[i] = v
+        total += np.float64(v * v)
+    scale = np.float32(1.0) / np.float32(math.sqrt(np.float32(total / ne0) + eps))
+    for i in range(ne0):
+        y[i] = y[i] * scale
+
+
 @jit_kernel
 def k_norm(node, ith, nth, ctrl):  # pragma: no cover - compiled
     """LayerNorm without affine (ggml_compute_forward_norm_f32 on AVX2): the mean from the row's double sum
@@ -141,31 +166,62 @@ def k_norm(node, ith, nth, ctrl):  # pragma: no cover - compiled
     r = rec(node)
     eps = params_f32(node)[0]
     ne0, ne1, ne2 = r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
-    nv = ne0 - ne0 % 8
     ir0, ir1 = span(ne1 * ne2 * r[T_DST + 4], ith, nth)
     for ir in range(ir0, ir1):
         i1, i2, i3 = row_index(ir, ne1, ne2)
-        x = numba.carray(f32p(row_at(r, T_SRC0, i1, i2, i3)), ne0)
-        y = numba.carray(f32p(row_at(r, T_DST, i1, i2, i3)), ne0)
-        s = 0.0
+        _norm_row(numba.carray(f32p(row_at(r, T_SRC0, i1, i2, i3)), ne0),
+                  numba.carray(f32p(row_at(r, T_DST, i1, i2, i3)), ne0), ne0, eps)
+
+
+@jit_kernel
+def k_norm_mul_add(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    """NORM, the MUL of its output by a weight row and the ADD of a bias row (LayerNorm's affine), row by row:
+    each node's output written with its own kernel's bits. The record is the last node's: AUX word 0 is the
+    NORM's, word 1 the MUL's when the node is the ADD (0 when the node is the MUL)."""
+    r = rec(node)
+    rn = rec(r[AUX])
+    rm = rec(r[AUX + 1]) if r[AUX + 1] != 0 else r
+    eps = params_f32(r[AUX])[0]
+    ne0, ne1, ne2 = rn[T_DST + 1], rn[T_DST + 2], rn[T_DST + 3]
+    w = numba.carray(f32p(rm[T_SRC1]), ne0)
+    b = numba.carray(f32p(r[T_SRC1]), ne0)
+    ir0, ir1 = span(ne1 * ne2 * rn[T_DST + 4], ith, nth)
+    for ir in range(ir0, ir1):
+        i1, i2, i3 = row_index(ir, ne1, ne2)
+        y = numba.carray(f32p(row_at(rn, T_DST, i1, i2, i3)), ne0)
+        _norm_row(numba.carray(f32p(row_at(rn, T_SRC0, i1, i2, i3)), ne0), y, ne0, eps)
+        ym = numba.carray(f32p(row_at(rm, T_DST, i1, i2, i3)), ne0)
         for i in range(ne0):
-            s += np.float64(x[i])
-        mean = np.float32(s) / np.float32(ne0)
-        total = 0.0
-        for i0 in range(0, nv, 8):
-            for j in range(8):
-                y[i0 + j] = x[i0 + j] - mean
-            q0, q1, q2, q3 = y[i0] * y[i0], y[i0 + 1] * y[i0 + 1], y[i0 + 2] * y[i0 + 2], y[i0 + 3] * y[i0 + 3]
-            q4, q5, q6, q7 = (y[i0 + 4] * y[i0 + 4], y[i0 + 5] * y[i0 + 5], y[i0 + 6] * y[i0 + 6],
-                              y[i0 + 7] * y[i0 + 7])
-            total += np.float64(((q4 + q0) + (q6 + q2)) + ((q5 + q1) + (q7 + q3)))
-        for i in range(nv, ne0):
-            v = x[i] - mean
-            y[i] = v
-            total += np.float64(v * v)
-        scale = np.float32(1.0) / np.float32(math.sqrt(np.float32(total / ne0) + eps))
-        for i in range(ne0):
-            y[i] = y[i] * scale
+            ym[i] = y[i] * w[i]
+        if r[AUX + 1] != 0:
+            yo = numba.carray(f32p(row_at(r, T_DST, i1, i2, i3)), ne0)
+            for i in range(ne0):
+                yo[i] = ym[i] + b[i]
+
+
+def _a_row_of(t: Tensor | None, node: Tensor) -> bool:
+    """Whether ``t`` is one contiguous F32 row as long as ``node``'s rows (a norm's weight or bias)."""
+    return (t is not None and t.type == GGMLType.F32 and t.ne[0] == node.ne[0] and t.ne[1] == t.ne[2] == t.ne[3] == 1
+            and t.nb[0] == 4)
+
+
+def fuse_norm_affine(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice,
+                     readers: object = None) -> Choice | None:
+    """NORM and the MUL of its output by a weight row, then the ADD of a bias row (BERT's LayerNorms: 75 records
+    of an encoder's 12 layers become 25); or None. Taken once k_norm_mul_add is compiled: a first run has it
+    compile in the background and keeps the nodes apart (background compiles off: the plan compiles it)."""
+    if node.src[0] is not prev or node.ne != prev.ne or not _a_row_of(node.src[1], node) or node.src[1] is prev:
+        return None
+    if choice.kernel is k_mul and prev_choice.kernel is k_norm:
+        fused = Choice(k_norm_mul_add, ints=(0,), parts=((prev, prev_choice),))
+    elif choice.kernel is k_add and prev_choice.kernel is k_norm_mul_add and len(prev_choice.parts) == 1:
+        fused = Choice(k_norm_mul_add, parts=(prev_choice.parts[0], (prev, Choice(k_mul))))
+    else:
+        return None
+    if not k_norm_mul_add.load_cached() and background():
+        compile_in_background(k_norm_mul_add)
+        return None
+    return fused
 
 
 def _row_norm_choice(node: Tensor, kernel: JitKernel) -> Choice | None:

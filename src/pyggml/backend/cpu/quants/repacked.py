@@ -10,8 +10,10 @@ decoding (the scratch-tile kernels of gemm.py and q0tiles.py redo that work on e
 * **Q8_0, Q4_0, IQ4_NL** (VNNI): register tiles of the group's 4 rows x 3 activation rows (1 for a
   decode). Codes are unsigned (Q8_0 stored as w + 128; the 4-bit types looked up in a 16-byte table of
   value + 128, vpshufb), so vpdpbusd takes them against the signed activations directly; each lane
-  starts at -128 * (its activation quad's sum), one vpdpbusd per activation block, so it ends at exactly
-  sum(w * a).
+  starts at -128 * (its activation quad's sum), so one vpdpbusd ends it at exactly sum(w * a). Those starting
+  lanes are made once per activation row with its quantization (quantize._quantize_q8_0_lanes), not once per
+  group: each took a vpdpbusd and a subtraction per activation block and group, an eighth of the tile's
+  vector work on the two pipes that also run its vpdpbusd and fma.
 
 Outputs have the bits of the kernels they replace: the same integer sums and float steps (Q4_K: the
 mat-vec's per-lane steps; Q8_0/Q4_0: 8 lanes, fma, hsum, as quants.intrinsics._rowdot_blocks; IQ4_NL:
@@ -54,11 +56,19 @@ def enabled() -> bool:
 # ------------------------------------------------------------------------------------ work split
 #: weight bytes per work chunk for a decode (prompts take at least 8 chunks a thread, for balance)
 CHUNK_BYTES = 1 << 20
+#: activation rows from which a product takes at least PROMPT_CHUNKS chunks a thread: a chunk of a prompt's
+#: product is milliseconds of work, and the thread that finishes first waits for the other's last chunk
+#: (BERT-base's 3072 x 768 products over 800 tokens took 16 chunks of about 3 ms)
+PROMPT_COLS, PROMPT_CHUNKS = 64, 32
+
+
 @numba.njit(inline="always", **_opts)
 def _n_chunks(n_units, unit_bytes, n, nth):  # pragma: no cover - compiled
     """Chunks of whole units (row groups) for nth threads and n activation rows."""
     want = (n_units * unit_bytes) // CHUNK_BYTES
-    if n > 1:
+    if n >= PROMPT_COLS:
+        want = max(want, PROMPT_CHUNKS * nth)
+    elif n > 1:
         want = max(want, 8 * nth)
     return max(1, min(n_units, max(nth, want)))
 
@@ -119,6 +129,8 @@ def _q4k_run(node, c, n_chunks, q, ith, arg):  # pragma: no cover - compiled
 # ------------------------------------------------------------------------------ Q8_0 / Q4_0 / IQ4_NL
 #: rows of a Q0 group (the register tile's height) and activation rows of a full tile
 GROUP, TILE_N = 4, 3
+#: the Q0 kernels' activations: Q8_0 blocks of 32, with a starting lane per 4 codes (_quantize_q8_0_lanes)
+ACT_BLOCK = (32, 4)
 
 
 def _lut(kind: int) -> ir.Constant:
@@ -128,24 +140,26 @@ def _lut(kind: int) -> ir.Constant:
 
 
 def _q0_tile(rn: int, kind: int):
-    """tile(group, nb, qa, k, da, out, ocol, prod): a repacked group's 4 rows (kind 0 Q8_0, 1 Q4_0, 2 IQ4_NL)
-    times rn Q8_0 activation rows (qa int8 rows of k, da f32 rows of nb); out[j][i] at out + 4*i + j*ocol;
-    prod: scratch for the tile's scale products (rn * nb * 4 floats)."""
+    """tile(group, nb, qa, k, da, st, out, ocol, prod): a repacked group's 4 rows (kind 0 Q8_0, 1 Q4_0, 2 IQ4_NL)
+    times rn Q8_0 activation rows (qa int8 rows of k, da f32 rows of nb, st the rows' starting lanes: int32 rows
+    of k/4, -128 * each quad's sum); out[j][i] at out + 4*i + j*ocol; prod: scratch for the tile's scale
+    products (rn * nb * 4 floats)."""
     cb = 32 if kind == 0 else 16  # code bytes of a row's block
     block = GROUP * (2 + cb)  # a block of the group: 4 fp16 scales, 4 rows of codes
     scalar = kind == 2  # IQ4_NL's mat-vec sums each block to one integer and accumulates floats
 
-    def typer(typingctx, group, nb, qa, k, da, out, ocol, prod):
-        sig = types.void(*([types.int64] * 8))
+    def typer(typingctx, group, nb, qa, k, da, st, out, ocol, prod):
+        sig = types.void(*([types.int64] * 9))
 
         def codegen(context, builder, sig, args):
-            g_a, nb_v, qa_a, k_v, da_a, out_a, ocol_v, prod_a = args
+            g_a, nb_v, qa_a, k_v, da_a, st_a, out_a, ocol_v, prod_a = args
             i8ptr, f32ptr = _I8.as_pointer(), _F32.as_pointer()
             f4, f8, i32x8 = _vec(4, _F32), _vec(8, _F32), _vec(8, _I32)
             c64 = lambda v: ir.Constant(_I64, v)  # noqa: E731
             gp = builder.inttoptr(g_a, i8ptr)
             arow = [builder.inttoptr(builder.add(qa_a, builder.mul(k_v, c64(j))), i8ptr) for j in range(rn)]
             darow = [builder.inttoptr(builder.add(da_a, builder.mul(nb_v, c64(4 * j))), f32ptr) for j in range(rn)]
+            strow = [builder.inttoptr(builder.add(st_a, builder.mul(k_v, c64(j))), i8ptr) for j in range(rn)]
             prod_p = builder.inttoptr(prod_a, f32ptr)
 
             def weight_scales(b):  # <4 x float>: the 4 rows' d of block b
@@ -164,8 +178,6 @@ def _q0_tile(rn: int, kind: int):
                         builder.store(prod4, builder.bitcast(prod_at(j, loop.index), f4.as_pointer()), align=4)
             zero = ir.Constant(_F32, 0.0) if scalar else ir.Constant(f8, [0.0] * 8)
             accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(GROUP)] for _ in range(rn)]
-            zero_i = ir.Constant(i32x8, [0] * 8)
-            bias = ir.Constant(_vec(32, _I8), [-128] * 32)  # the unsigned byte 128
             with cgutils.for_range(builder, nb_v) as loop:
                 b = loop.index
                 blk = builder.gep(gp, [builder.add(builder.mul(b, c64(block)), c64(2 * GROUP))])
@@ -179,7 +191,7 @@ def _q0_tile(rn: int, kind: int):
                 dw = weight_scales(b) if rn == 1 else None  # a decode: the products inline, as the row dots
                 for j in range(rn):
                     a = builder.load(_at(builder, arow[j], builder.mul(b, c64(32)), _vec(32, _I8)), align=1)
-                    start = builder.sub(zero_i, _dpbusd(builder, zero_i, bias, a))
+                    start = builder.load(_at(builder, strow[j], builder.mul(b, c64(32)), i32x8), align=4)
                     da = builder.load(builder.gep(darow[j], [b])) if dw is not None else None
                     for i in range(GROUP):
                         lanes = _dpbusd(builder, start, u[i], a)
@@ -236,7 +248,7 @@ def _q0_kernel(kind: int):
         r = rec(node)
         w, k, m = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2]
         nb = k // 32
-        qa_at, da_at, _, _, _, _, n = q
+        qa_at, da_at, st_at, _, _, _, n = q
         d = r[T_DST]
         prod = qa_at + r[AUX] + ith * r[AUX + 1]
         gbytes = nb * GROUP * (2 + cb)  # a group's bytes
@@ -248,22 +260,22 @@ def _q0_kernel(kind: int):
                 ga = w + gi * gbytes
                 j = j0
                 while j < j1:
-                    qa, da, out = qa_at + j * k, da_at + 4 * j * nb, d + 4 * (j * m + GROUP * gi)
+                    qa, da, st, out = qa_at + j * k, da_at + 4 * j * nb, st_at + j * k, d + 4 * (j * m + GROUP * gi)
                     full = j1 - j >= TILE_N
                     if kind == 0:
                         if full:
-                            _q8_0_n(ga, nb, qa, k, da, out, 4 * m, prod)
+                            _q8_0_n(ga, nb, qa, k, da, st, out, 4 * m, prod)
                         else:
-                            _q8_0_1(ga, nb, qa, k, da, out, 4 * m, prod)
+                            _q8_0_1(ga, nb, qa, k, da, st, out, 4 * m, prod)
                     elif kind == 1:
                         if full:
-                            _q4_0_n(ga, nb, qa, k, da, out, 4 * m, prod)
+                            _q4_0_n(ga, nb, qa, k, da, st, out, 4 * m, prod)
                         else:
-                            _q4_0_1(ga, nb, qa, k, da, out, 4 * m, prod)
+                            _q4_0_1(ga, nb, qa, k, da, st, out, 4 * m, prod)
                     elif full:
-                        _iq4_nl_n(ga, nb, qa, k, da, out, 4 * m, prod)
+                        _iq4_nl_n(ga, nb, qa, k, da, st, out, 4 * m, prod)
                     else:
-                        _iq4_nl_1(ga, nb, qa, k, da, out, 4 * m, prod)
+                        _iq4_nl_1(ga, nb, qa, k, da, st, out, 4 * m, prod)
                     j += TILE_N if full else 1
         return g0 * GROUP, g1 * GROUP
 
