@@ -252,14 +252,19 @@ def test_a_fused_output_over_an_input_row_of_another_thread_is_not_fused() -> No
     assert new_plan(g).n_compiled == 1
 
 
-def _scan_into_rows(src_rows: list[int], dst_rows: list[int], other_reader: bool = False) -> Build:
-    """A Mamba-2 SSM_SCAN of two sequences (states read at ``src_rows`` of a state tensor) and the SET_ROWS of
-    its new states into that tensor's ``dst_rows`` (llm/graph.py's store_rs); the nodes compared are the
-    scan's y, the state tensor and, with ``other_reader``, a node that reads the new states too."""
+def _scan_into_rows(src_rows: list[int], dst_rows: list[int], other_reader: bool = False, nt: int = 2) -> Build:
+    """A Mamba-2 SSM_SCAN of two sequences of ``nt`` tokens (states read at ``src_rows`` of a state tensor) and
+    the SET_ROWS of its new states into that tensor's ``dst_rows`` (llm/graph.py's store_rs); the nodes
+    compared are the scan's y, the state tensor and, with ``other_reader``, a node that reads the new states
+    too. The state rows are 32-byte aligned, as a recurrent memory's are, so that a decode (nt 1) into other
+    rows takes the non-temporal stores."""
 
     def build(c: OpCase) -> list[Tensor]:
-        d_state, head_dim, n_head, nt, ns = 40, 3, 4, 2, 2
-        s = c.tensor(GGMLType.F32, d_state * head_dim * n_head, 5)
+        d_state, head_dim, n_head, ns = 40, 3, 4, 2
+        width = d_state * head_dim * n_head
+        big = c.tensor(GGMLType.F32, width * 5 + 8)
+        s = B.view_2d(c.ctx, big, width, 5, width * 4, (-big.data % 32))
+        assert s.data % 32 == 0 and s.nb[1] % 32 == 0
         x = c.tensor(GGMLType.F32, head_dim, n_head, nt, ns)
         dt = c.tensor(GGMLType.F32, n_head, nt, ns, lo=-3.0, hi=3.0)
         a = c.tensor(GGMLType.F32, 1, n_head, lo=-2.0, hi=-0.1)
@@ -283,8 +288,10 @@ def _scan_into_rows(src_rows: list[int], dst_rows: list[int], other_reader: bool
     ([0, 1], [0, 4]),  # a sequence's own row (a cell written again in a decode)
     ([0, 1], [1, 3]),  # a row the other sequence reads: through the scan's output first
 ])
-def test_ssm_scan_into_state_rows(monkeypatch: pytest.MonkeyPatch, src_rows: list[int], dst_rows: list[int]) -> None:
-    _fused_vs_unfused(monkeypatch, _scan_into_rows(src_rows, dst_rows), 1, n_threads=3)
+@pytest.mark.parametrize("nt", [1, 2])
+def test_ssm_scan_into_state_rows(monkeypatch: pytest.MonkeyPatch, src_rows: list[int], dst_rows: list[int],
+                                  nt: int) -> None:
+    _fused_vs_unfused(monkeypatch, _scan_into_rows(src_rows, dst_rows, nt=nt), 1, n_threads=3)
 
 
 def test_ssm_scan_states_read_by_another_node_are_not_fused() -> None:

@@ -96,12 +96,18 @@ _I32T = ir.IntType(32)
 _I64T = ir.IntType(64)
 
 
-def _state_rows(rows: int):
+def _state_rows(rows: int, stream: bool = False):
     """state_rows(s0, s, b, c, da, x, dt_sp, nc, y): ``rows`` consecutive rows of a Mamba-2 state (nc floats
     each; addresses): row r gets s[i] = s0[i]*dA + B[i]*x_dt with x_dt = x[r]*dt_sp, and y[r] = sum(s*C) in
     ggml's AVX2 order: four <8 x float> fma accumulators over steps of 32, GGML_F32x8_REDUCE (x0+x2, x1+x3,
     then x0+x1, the two halves, two horizontal adds), then the leftover dims in float. Rows are independent
-    (their own accumulators); several a call share each load of B and C and overlap their reductions."""
+    (their own accumulators); several a call share each load of B and C and overlap their reductions.
+
+    ``stream``: the vector stores of s are non-temporal (s must be 32-byte aligned, nc a multiple of 8): a
+    decode writes each new state once, into a row nothing reads before the next token, and a Mamba-2's
+    states (a megabyte a layer, twice: the rows read and the rows written) do not stay in the caches between
+    tokens anyway, so an ordinary store first reads every line it writes from memory, a third of the scan's
+    traffic. The caller fences (_sfence) before anything reads them."""
 
     def typer(typingctx, s0, s, b, c, da, x, dt_sp, nc, y):
         sig = types.void(types.int64, types.int64, types.int64, types.int64, types.float32, types.int64,
@@ -121,6 +127,8 @@ def _state_rows(rows: int):
                 ptr = builder.gep(base, [i])
                 return builder.bitcast(ptr, f8.as_pointer()) if vec else ptr
 
+            nontemporal = builder.module.add_metadata([ir.Constant(_I32T, 1)])
+
             nsteps = builder.sdiv(n, ir.Constant(_I64T, _STEP))
             accs = [[cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in range(4)]
                     for _ in range(rows)]
@@ -134,7 +142,9 @@ def _state_rows(rows: int):
                         v = _fma(builder, builder.load(at(p_s0, ro), align=4), vda, builder.fmul(bv, vxdt[r]))
                         acc = accs[r][j]
                         builder.store(_fma(builder, v, cv, builder.load(acc)), acc)
-                        builder.store(v, at(p_s, ro), align=4)
+                        st = builder.store(v, at(p_s, ro), align=32 if stream else 4)
+                        if stream:
+                            st.set_metadata("nontemporal", nontemporal)
 
             def pick(v, idx):
                 return builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
@@ -167,8 +177,22 @@ def _state_rows(rows: int):
     return intrinsic(typer)
 
 
-#: Mamba-2 state rows per call (SCAN_ROWS), and the odd last one
+#: Mamba-2 state rows per call (SCAN_ROWS), and the odd last one; the same with non-temporal stores
 _state_rows_n, _state_rows_1 = _state_rows(SCAN_ROWS), _state_rows(1)
+_stream_rows_n, _stream_rows_1 = _state_rows(SCAN_ROWS, True), _state_rows(1, True)
+
+
+@intrinsic
+def _sfence(typingctx):
+    """sfence: the non-temporal stores before it are visible before any store after it (the barrier's)."""
+    sig = types.void()
+
+    def codegen(context, builder, sig, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse.sfence")
+        builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @numba.njit(**_opts)
@@ -208,10 +232,14 @@ def _scan(node, ith, nth, ctrl, store):  # pragma: no cover - compiled
     # head by head, the tokens inside: a head's state (row floats) stays in cache from token to token, where
     # ggml's token-outer loop streams every head's state through memory once per token (same values: each
     # state element sees the same operations in the same order)
+    fence = False
     for i3 in range(ns):
         s_seq = d + i3 * snb3 + s_off
         if direct:
             _, s_seq = set_rows_at(store, ctrl, i3, True)
+        # a decode's states straight into another row: non-temporal stores (see _state_rows)
+        stream = direct and nt == 1 and nc % 8 == 0 and s_seq % 32 == 0 and s_seq != s_src + ids[i3] * snb3
+        fence = fence or stream
         for h in range(ih0, ih1):
             g = h // hpg
             s0_base = s_src + ids[i3] * snb3
@@ -229,9 +257,17 @@ def _scan(node, ith, nth, ctrl, store):  # pragma: no cover - compiled
                         ii = i1 + h * nr
                         at = ii * nc * 4
                         if i1 + SCAN_ROWS <= nr:
-                            _state_rows_n(s0_base + at, s_base + at, b_row + g * nc * 4, c_row + g * nc * 4, da,
-                                          x_at + ii * 4, dt_sp, nc, y_at + ii * 4)
+                            if stream:
+                                _stream_rows_n(s0_base + at, s_base + at, b_row + g * nc * 4, c_row + g * nc * 4,
+                                               da, x_at + ii * 4, dt_sp, nc, y_at + ii * 4)
+                            else:
+                                _state_rows_n(s0_base + at, s_base + at, b_row + g * nc * 4, c_row + g * nc * 4,
+                                              da, x_at + ii * 4, dt_sp, nc, y_at + ii * 4)
                             i1 += SCAN_ROWS
+                        elif stream:
+                            _stream_rows_1(s0_base + at, s_base + at, b_row + g * nc * 4, c_row + g * nc * 4, da,
+                                           x_at + ii * 4, dt_sp, nc, y_at + ii * 4)
+                            i1 += 1
                         else:
                             _state_rows_1(s0_base + at, s_base + at, b_row + g * nc * 4, c_row + g * nc * 4, da,
                                           x_at + ii * 4, dt_sp, nc, y_at + ii * 4)
@@ -260,6 +296,8 @@ def _scan(node, ith, nth, ctrl, store):  # pragma: no cover - compiled
                     for j in range(row):
                         dst[j] = src[j]
                 s0_base = s_base  # later tokens read the state just written
+    if fence:
+        _sfence()
     if store != 0 and not direct:
         for i3 in range(ns):
             _, to = set_rows_at(store, ctrl, i3, True)
