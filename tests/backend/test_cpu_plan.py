@@ -105,6 +105,35 @@ def test_exp_and_sigmoid_take_libm_expf_on_every_element(fn: str) -> None:
     exact(got.reshape(-1), e if fn == "exp" else one / (one + e))
 
 
+@pytest.mark.parametrize("case", ["add_a", "add_b", "mul_scalar", "scale", "silu", "gelu", "relu"])
+def test_a_node_in_place_over_its_source_gets_the_same_bits(case: str) -> None:
+    """The graph allocator puts an elementwise node's output on a source it is the last reader of (a Mamba
+    layer's conv bias ADD and its SiLU); those kernels then compute through one array (elementwise_jit's
+    _binary): the bits must be those of the same node with an output of its own."""
+
+    def run(in_place: bool) -> np.ndarray:
+        c = OpCase()
+        a, b = c.tensor(F32, 72, 6, lo=-6.0, hi=6.0), c.tensor(F32, 72, 6, lo=0.5, hi=2.0)
+        src = b if case == "add_b" else a
+        if case in ("add_a", "add_b"):
+            out = B.add(c.ctx, a, b)
+        elif case == "mul_scalar":
+            out = B.mul(c.ctx, a, c.tensor(F32, 1, 6, lo=0.5, hi=2.0))
+        elif case == "scale":
+            out = B.scale(c.ctx, a, 0.75)
+        else:
+            out = getattr(B, case)(c.ctx, a)
+        if in_place:
+            out.data = src.data
+        g = Graph()
+        g.build_forward_expand(out)
+        assert any(n is out for n in plan_for(g, _resolve).nodes)
+        assert graph_compute(g, 2) == 0
+        return values(out)
+
+    exact(run(True).view(np.uint32), run(False).view(np.uint32))
+
+
 @pytest.mark.parametrize("op", [GluOp.GEGLU, GluOp.SWIGLU, GluOp.REGLU])
 @pytest.mark.parametrize("form", ["split", "fused", "swapped"])
 def test_glu(op: GluOp, form: str) -> None:

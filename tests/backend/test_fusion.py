@@ -54,10 +54,16 @@ def _fused_vs_unfused(monkeypatch: pytest.MonkeyPatch, build: Build, n_fused: in
 
 
 @pytest.mark.parametrize(("rows", "weight_rows"), [(1, 1), (7, 1), (6, 3)])
-def test_rms_norm_then_mul(monkeypatch: pytest.MonkeyPatch, rows: int, weight_rows: int) -> None:
+@pytest.mark.parametrize("in_place", [False, True])
+def test_rms_norm_then_mul(monkeypatch: pytest.MonkeyPatch, rows: int, weight_rows: int, in_place: bool) -> None:
+    """``in_place``: the MUL's output on the norm's, as the graph allocator places a model's norm weight."""
     def build(c: OpCase) -> list[Tensor]:
         norm = B.rms_norm(c.ctx, c.tensor(GGMLType.F32, 640, rows, lo=-4, hi=4), 1e-6)
-        return [norm, B.mul(c.ctx, norm, c.tensor(GGMLType.F32, 640, weight_rows, lo=-2, hi=2))]
+        mul = B.mul(c.ctx, norm, c.tensor(GGMLType.F32, 640, weight_rows, lo=-2, hi=2))
+        if in_place:
+            mul.data = norm.data
+            return [mul]
+        return [norm, mul]
 
     _fused_vs_unfused(monkeypatch, build, 1)
 
