@@ -15,10 +15,14 @@ cached (jit.ready_or_wanted).
 from __future__ import annotations
 
 from ....tensor import Tensor
-from ..jit import Choice, Readers
+from .. import traits
+from ..jit import Choice, JitKernel, Readers
+from . import elementwise_jit as elementwise
 from . import gate_up_jit as gate_up
 from . import nn_jit as nn
 from . import recurrent_jit as recurrent
+from . import rows_jit as rows
+from . import shape_jit as shape
 
 
 def fuse(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice, readers: Readers) -> Choice | None:
@@ -71,5 +75,28 @@ def memory_safe(nodes: list[Tensor]) -> bool:
 
 _RULES = (nn.fuse_norm, gate_up.fuse_gate_up, nn.fuse_rope_set_rows, recurrent.fuse_ssm_scan_set_rows)
 
+#: kernels that read their sources and write their outputs and nothing else: no work buffer, no shared work
+#: counter, no barrier of their own (so a thread may go on to the next record while another is still in
+#: this one; the products and attention hand out chunks and share scratch, and are not here)
+_BARRIER_FREE: frozenset[JitKernel] = frozenset({
+    elementwise.k_add, elementwise.k_sub, elementwise.k_mul, elementwise.k_div, elementwise.k_scale,
+    elementwise.k_reglu, elementwise.k_geglu, elementwise.k_swiglu, elementwise.k_relu, elementwise.k_gelu,
+    elementwise.k_silu, elementwise.k_tanh, elementwise.k_exp, elementwise.k_sigmoid, elementwise.k_neg,
+    elementwise.k_abs, elementwise.k_sqr,
+    shape.k_concat_4, shape.k_concat_2, shape.k_concat_any, shape.k_repeat_4, shape.k_repeat_2,
+    rows.k_set_rows_f16_i64, rows.k_set_rows_f16_i32, rows.k_set_rows_f32_i64, rows.k_set_rows_f32_i32,
+    rows.k_copy_f32_f32, rows.k_copy_f32_f16, rows.k_copy_f16_f32, rows.k_copy_f16_f16,
+    traits.k_get_rows_f32, traits.k_get_rows_f16, traits.k_get_rows_q8_0, traits.k_get_rows_q4_0,
+    traits.k_get_rows_q5_0, traits.k_get_rows_q4_k, traits.k_get_rows_q6_k,
+    recurrent.k_ssm_conv, recurrent.k_ssm_scan, recurrent.k_ssm_scan_set_rows,
+    nn.k_rms_norm, nn.k_rms_norm_mul,
+})
 
-__all__ = ["fuse", "memory_safe"]
+
+def barrier_free(choice: Choice) -> bool:
+    """Whether a record (with its fused parts) may run without barriers around it (plan.py's Independent)."""
+    return (choice.wsize == 0 and choice.kernel in _BARRIER_FREE
+            and all(barrier_free(part) for _, part in choice.parts))
+
+
+__all__ = ["barrier_free", "fuse", "memory_safe"]
