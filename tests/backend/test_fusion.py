@@ -303,3 +303,32 @@ def test_ssm_scan_into_state_rows(monkeypatch: pytest.MonkeyPatch, src_rows: lis
 def test_ssm_scan_states_read_by_another_node_are_not_fused() -> None:
     g, _ = _graph(_scan_into_rows([0, 1], [3, 2], other_reader=True))
     assert new_plan(g).n_compiled == 3
+
+
+def _conv_bias_silu(n_t: int, silu: bool, in_place: bool) -> Build:
+    """A Mamba layer's SSM_CONV over a window of 3 + n_t columns, the ADD of its bias and the SiLU of that; 45
+    channels (the SiLU's last 5 of a row take libm's expf, not the vector one); ``in_place``: the ADD and the
+    SiLU over the conv's output, as the graph allocator places them."""
+
+    def build(c: OpCase) -> list[Tensor]:
+        d_inner, n_s = 45, 2
+        conv = B.ssm_conv(c.ctx, c.tensor(GGMLType.F32, 3 + n_t, d_inner, n_s, lo=-3, hi=3),
+                          c.tensor(GGMLType.F32, 4, d_inner))
+        add = B.add(c.ctx, conv, c.tensor(GGMLType.F32, d_inner))
+        out = [conv, add]
+        if silu:
+            out.append(B.silu(c.ctx, add))
+        if in_place:
+            for t in out[1:]:
+                t.data = conv.data
+            return out[-1:]
+        return out
+
+    return build
+
+
+@pytest.mark.parametrize("n_t", [1, 6])
+@pytest.mark.parametrize(("silu", "in_place"), [(True, False), (True, True), (False, False)])
+def test_ssm_conv_with_its_bias_and_silu(monkeypatch: pytest.MonkeyPatch, n_t: int, silu: bool,
+                                         in_place: bool) -> None:
+    _fused_vs_unfused(monkeypatch, _conv_bias_silu(n_t, silu, in_place), 1, n_threads=3)

@@ -1,6 +1,7 @@
 """Backend-level fusions: consecutive compiled nodes the plan runs as one record (ggml-cpu fuses RMS_NORM
 and its MUL the same way; the others are what ggml's GPU backends fuse): nn.py's norm chains and
-ROPE into the KV cache, gate_up.py's FFN products, recurrent_jit.py's SSM_SCAN into the state rows.
+ROPE into the KV cache, gate_up.py's FFN products, recurrent_jit.py's SSM_SCAN into the state rows and
+SSM_CONV with its bias and SiLU.
 
 The graph keeps every node and a fused kernel writes every node's output with the bits of that node's own
 kernel, so an eval callback, a later reader or a test sees the same tensors (but for the SSM_SCAN's new
@@ -73,7 +74,8 @@ def memory_safe(nodes: list[Tensor]) -> bool:
     return True
 
 
-_RULES = (nn.fuse_norm, gate_up.fuse_gate_up, nn.fuse_rope_set_rows, recurrent.fuse_ssm_scan_set_rows)
+_RULES = (nn.fuse_norm, gate_up.fuse_gate_up, nn.fuse_rope_set_rows, recurrent.fuse_ssm_scan_set_rows,
+          recurrent.fuse_ssm_conv_bias)
 
 #: kernels that read their sources and write their outputs and nothing else: no work buffer, no shared work
 #: counter, no barrier of their own (so a thread may go on to the next record while another is still in
@@ -88,7 +90,7 @@ _BARRIER_FREE: frozenset[JitKernel] = frozenset({
     rows.k_copy_f32_f32, rows.k_copy_f32_f16, rows.k_copy_f16_f32, rows.k_copy_f16_f16,
     traits.k_get_rows_f32, traits.k_get_rows_f16, traits.k_get_rows_q8_0, traits.k_get_rows_q4_0,
     traits.k_get_rows_q5_0, traits.k_get_rows_q4_k, traits.k_get_rows_q6_k,
-    recurrent.k_ssm_conv, recurrent.k_ssm_scan, recurrent.k_ssm_scan_set_rows,
+    recurrent.k_ssm_conv, recurrent.k_ssm_conv_bias, recurrent.k_ssm_scan, recurrent.k_ssm_scan_set_rows,
     nn.k_rms_norm, nn.k_rms_norm_mul,
 })
 

@@ -32,10 +32,11 @@ from ....ops.enums import EMPTY_OPS, Op
 from ....tensor import Tensor, TensorFlag
 from ....types import GGMLType
 from ..jit import Choice, Readers, jit_kernel, selector
-from ..jit.mathf import libm_expf
-from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_i32, rec, span
+from ..jit.mathf import LANES, libm_expf, v_expf
+from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_i32, rec, row_at, span
 from ..native import f32p, fmaf, i32p
 from ..simd import _fma, _splat
+from . import elementwise_jit as elementwise
 from . import rows_jit as rows
 from .rows_jit import set_rows_at
 
@@ -50,14 +51,13 @@ _STEP = 32
 SCAN_ROWS = 2
 
 
-@jit_kernel
-def k_ssm_conv(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    r = rec(node)
+@numba.njit(**_opts)
+def _conv(r, ir0, ir1):  # pragma: no cover - compiled
+    """SSM_CONV (record words ``r``) of channels [ir0, ir1)."""
     sx, nb01, nb02 = r[T_SRC0], r[T_SRC0 + 6], r[T_SRC0 + 7]
     w, nc, nb11 = r[T_SRC1], r[T_SRC1 + 1], r[T_SRC1 + 6]
-    d, nr, n_t, n_s = r[T_DST], r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
+    d, n_t, n_s = r[T_DST], r[T_DST + 2], r[T_DST + 3]
     nb1, nb2 = r[T_DST + 6], r[T_DST + 7]
-    ir0, ir1 = span(nr, ith, nth)
     # channel by channel, the tokens inside: a channel's window row is read once, in order, where ggml's
     # token-outer loop touches every channel's row (a cache line each) for every token; the outputs of a
     # channel go to n_t rows that the next channel's fill in turn (same values: each output is the same sum)
@@ -71,6 +71,65 @@ def k_ssm_conv(node, ith, nth, ctrl):  # pragma: no cover - compiled
                 for i0 in range(nc):
                     sumf += row[i2 + i0] * c[i0]
                 f32p(o + i2 * nb1)[0] = sumf
+
+
+@jit_kernel
+def k_ssm_conv(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    r = rec(node)
+    ir0, ir1 = span(r[T_DST + 1], ith, nth)
+    _conv(r, ir0, ir1)
+
+
+@jit_kernel
+def k_ssm_conv_bias(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    """SSM_CONV, the ADD of its bias and (when the record is a UNARY's) the SiLU of that (a Mamba layer's
+    conv, fuse_ssm_conv_bias): each thread adds the bias to, and takes the SiLU of, the outputs of its own
+    channels, a row segment per token, right after their conv, so no barrier between; each node's output
+    gets the bits of its own kernel (the float sum, the float add, elementwise_jit's SiLU: ggml_v_expf on a
+    row's whole vectors of LANES, libm expf on the rest). Parts: the SSM_CONV's record, then the ADD's."""
+    r = rec(node)
+    silu = r[0] == _OP_UNARY
+    rc = rec(r[AUX])
+    ra = rec(r[AUX + 1]) if silu else r
+    nr, n_t, n_s = rc[T_DST + 1], rc[T_DST + 2], rc[T_DST + 3]
+    ir0, ir1 = span(nr, ith, nth)
+    _conv(rc, ir0, ir1)
+    n = ir1 - ir0
+    m = min(n, max(0, nr - nr % LANES - ir0))  # this segment's elements in the row's whole vectors
+    bias = numba.carray(f32p(ra[T_SRC1] + ir0 * 4), n)
+    for i3 in range(n_s):
+        for i2 in range(n_t):
+            xc = row_at(rc, T_DST, i2, i3, 0) + ir0 * 4
+            xa = row_at(ra, T_DST, i2, i3, 0) + ir0 * 4
+            conv = numba.carray(f32p(xc), n)
+            add = numba.carray(f32p(xa), n)
+            if xa == xc:  # in place: one array, so that LLVM vectorizes (elementwise_jit._binary)
+                for i in range(n):
+                    conv[i] = conv[i] + bias[i]
+            else:
+                for i in range(n):
+                    add[i] = conv[i] + bias[i]
+            if not silu:
+                continue
+            xu = row_at(r, T_DST, i2, i3, 0) + ir0 * 4
+            if xu == xa:
+                _silu_seg(add, add, m, n)
+            else:
+                _silu_seg(add, numba.carray(f32p(xu), n), m, n)
+
+
+@numba.njit(**_opts)
+def _silu_seg(x, y, m, n):  # pragma: no cover - compiled
+    """y = SiLU(x) over n floats, ggml_v_expf on the first m and libm expf on the rest (elementwise_jit)."""
+    for i in range(m):
+        v = x[i]
+        y[i] = v / (np.float32(1.0) + v_expf(-v))
+    for i in range(m, n):
+        v = x[i]
+        y[i] = v / (np.float32(1.0) + libm_expf(-v))
+
+
+_OP_UNARY = int(Op.UNARY)
 
 
 @selector(Op.SSM_CONV)
@@ -378,3 +437,26 @@ def fuse_ssm_scan_set_rows(prev: Tensor, prev_choice: Choice, node: Tensor, choi
         if any(n is not node and not _is_view_of(n, v) for n in readers(v)):
             return None  # another node reads the states
     return Choice(k_ssm_scan_set_rows, parts=((prev, prev_choice),))
+
+
+def _same_rows_f32(a: Tensor, b: Tensor) -> bool:
+    """Same shape, F32, each row's floats packed (the fused kernel walks rows of both with one index)."""
+    return a.type == b.type == F32 and list(a.ne) == list(b.ne) and a.nb[0] == b.nb[0] == 4
+
+
+def fuse_ssm_conv_bias(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice,
+                       readers: Readers) -> Choice | None:
+    """A Mamba layer's conv, the ADD of its bias and the SiLU of that (llama.cpp's graph; ggml's CUDA backend
+    fuses the same three): SSM_CONV + ADD, then + UNARY SiLU, one record (k_ssm_conv_bias) where each thread
+    adds the bias to, and takes the SiLU of, the outputs of its own channels: two barriers and two passes over
+    the layer's conv outputs saved."""
+    if prev_choice.kernel is k_ssm_conv and choice.kernel is elementwise.k_add:
+        bias = node.src[1]
+        if (node.src[0] is prev and _same_rows_f32(prev, node) and bias.type == F32
+                and list(bias.ne) == [prev.ne[0], 1, 1, 1] and bias.nb[0] == 4):
+            return Choice(k_ssm_conv_bias, parts=((prev, prev_choice),))
+        return None
+    if (prev_choice.kernel is k_ssm_conv_bias and len(prev_choice.parts) == 1 and choice.kernel is elementwise.k_silu
+            and node.src[0] is prev and _same_rows_f32(prev, node)):
+        return Choice(k_ssm_conv_bias, parts=(*prev_choice.parts, (prev, Choice(elementwise.k_add))))
+    return None
