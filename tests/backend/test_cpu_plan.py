@@ -646,9 +646,11 @@ def test_a_moved_tensor_gets_a_new_plan() -> None:
 
 def _two_chains(c: OpCase, overlap: bool = False) -> tuple[Graph, list[Tensor]]:
     """Two chains of elementwise nodes on separate data, interleaved in the graph (each node's neighbours are
-    of the other chain); ``overlap``: the second chain's first output placed on the first chain's input, as an
-    allocator reusing memory would (only a barrier then keeps a thread from overwriting it early)."""
-    a, b = c.tensor(F32, 300, 7, lo=-4.0, hi=4.0), c.tensor(F32, 300, 7, lo=-4.0, hi=4.0)
+    of the other chain); ``overlap``: the second chain's first output, one row of 2100, placed on the first
+    chain's input of 7 rows, as an allocator reusing memory would (only a barrier then keeps a thread from
+    overwriting rows another thread has yet to read)."""
+    a = c.tensor(F32, 300, 7, lo=-4.0, hi=4.0)
+    b = c.tensor(F32, 2100, 1, lo=-4.0, hi=4.0) if overlap else c.tensor(F32, 300, 7, lo=-4.0, hi=4.0)
     w = c.tensor(F32, 300, 7, lo=0.5, hi=2.0)
     a1 = B.mul(c.ctx, a, w)
     b1 = B.silu(c.ctx, b)
@@ -663,11 +665,12 @@ def _two_chains(c: OpCase, overlap: bool = False) -> tuple[Graph, list[Tensor]]:
 
 @pytest.mark.parametrize("n_threads", [2, 3])
 def test_independent_records_run_without_barriers_between_them(n_threads: int) -> None:
-    """plan.py's barrier table: records touching separate memory run back to back without barriers (the
-    interleaved chains: none after a1 and a2), with the bits of a plan that has a barrier after every node."""
+    """plan.py's barrier table: records touching separate memory, or row kernels over the same rows reading
+    what their own rows of the last wrote (each chain), run back to back without barriers, with the bits of a
+    plan that has a barrier after every node."""
     g, outs = _two_chains(OpCase())
     plan = new_plan(g)
-    assert list(plan.bars[: plan.n_compiled]) == [0, 1, 0, 1]
+    assert list(plan.bars[: plan.n_compiled]) == [0, 0, 0, 1]
     assert graph_compute(g, n_threads) == 0
     got = [values(t) for t in outs]
     g2, outs2 = _two_chains(OpCase())
@@ -678,8 +681,17 @@ def test_independent_records_run_without_barriers_between_them(n_threads: int) -
 
 
 def test_a_record_writing_what_an_earlier_one_reads_waits_for_it() -> None:
-    g, _ = _two_chains(OpCase(), overlap=True)  # b1 over a, which a1 reads
-    assert list(new_plan(g).bars[:4]) == [1, 0, 1, 1]  # a2 still goes with b1
+    g, _ = _two_chains(OpCase(), overlap=True)  # b1 over a, which a1 reads, in rows of another length
+    assert list(new_plan(g).bars[:4]) == [1, 0, 0, 1]
+
+
+def test_a_row_kernel_over_other_rows_of_the_last_waits_for_it() -> None:
+    """The norm's one row spans the MUL's seven: a thread's share of it is not what it wrote."""
+    c = OpCase()
+    m = B.mul(c.ctx, c.tensor(F32, 300, 7), c.tensor(F32, 300, 7))
+    g = Graph()
+    g.build_forward_expand(B.rms_norm(c.ctx, B.reshape_2d(c.ctx, m, 2100, 1), 1e-6))
+    assert list(new_plan(g).bars[:2]) == [1, 1]
 
 
 def test_an_index_error_after_records_without_barriers_is_the_numpy_kernels() -> None:

@@ -10,9 +10,10 @@ on the calling thread between runs.
 Consecutive compiled records that touch separate memory, none writing what another reads or writes, run
 without barriers between them (``independent`` says which kernels may: those that only read their sources
 and write their outputs, with no shared scratch or work counter): each thread goes on to its share of the
-next while the other finishes its share of the last. A barrier costs a microsecond or two with every
-thread on a core of its own and tens of microseconds with a busy core (a waiting thread sleeps), against a
-few microseconds of work in most of a decode step's records.
+next while the other finishes its share of the last. So do row kernels over the same rows that share memory
+row for row (an elementwise chain: a thread's rows of the next read only its own rows of the last). A
+barrier costs a microsecond or two with every thread on a core of its own and tens of microseconds with a
+busy core (a waiting thread sleeps), against a few microseconds of work in most of a decode step's records.
 
 A plan is kept on its graph and reused while the graph's uid and its tensors' addresses are the
 same (the scheduler gives every new split graph a fresh uid, as ggml's backends expect when they
@@ -62,9 +63,12 @@ _data = operator.attrgetter("data")
 #: a fusion rule set: (previous node, its choice, node, its choice, the graph's readers) -> the fused choice,
 #: or None
 Fuse = Callable[[Tensor, jit.Choice, Tensor, jit.Choice, jit.Readers], "jit.Choice | None"]
-#: whether a record's kernel (with its fused parts) may run without a barrier before or after it: it reads its
-#: sources and writes its output, and nothing else (no shared scratch, no work counter, no barrier of its own)
-Independent = Callable[[jit.Choice], bool]
+#: whether a record's kernel (with its fused parts) may run without a barrier before or after it: NOT_FREE, or
+#: FREE (it reads its sources and writes its output, and nothing else: no shared scratch, no work counter, no
+#: barrier of its own), or ROWS (FREE, and its threads split the output's rows as record.span does, each row
+#: computed from the same row of every source of the output's shape)
+Independent = Callable[[jit.Choice], int]
+NOT_FREE, FREE, ROWS = 0, 1, 2
 
 
 class _Readers:
@@ -246,30 +250,60 @@ def _extent(t: Tensor) -> tuple[int, int]:
     return t.data, t.data + t.nbytes()
 
 
-def _overlap(xs: list[tuple[int, int]], ys: list[tuple[int, int]]) -> bool:
-    return any(a < d and c < b for a, b in xs for c, d in ys)
+def _layout(t: Tensor) -> tuple:
+    return t.data, tuple(t.ne), tuple(t.nb)
+
+
+class _Access:
+    """What one record reads and writes (every source and output whole, a fused record's parts too), and the
+    rows its threads split when its kernel is a ROWS one."""
+
+    def __init__(self, node: Tensor, choice: jit.Choice, kind: int) -> None:
+        nodes = [*(part for part, _ in choice.parts), node]
+        self.writes = [(_extent(n), n) for n in nodes]
+        self.reads = [(_extent(src), src) for n in nodes for src in n.src if src is not None]
+        self.rows = tuple(node.ne[1:]) if kind == ROWS else None
+
+    def aligned(self, later: _Access, a: Tensor, b: Tensor) -> bool:
+        """Whether bytes both records touch, as ``a`` here and ``b`` in ``later``, are the same rows for the same
+        thread: both ROWS records over the same rows, ``a`` and ``b`` one tensor of those rows."""
+        return (self.rows is not None and self.rows == later.rows and tuple(a.ne[1:]) == self.rows
+                and _layout(a) == _layout(b))
+
+    def before(self, later: _Access) -> bool:
+        """Whether ``later`` may start in a thread that has finished its share of this record while others have
+        not: it writes nothing this one reads or writes and reads nothing this one writes, but for the rows
+        each thread owns in both (a row kernel over what the same thread's rows of this one wrote)."""
+        for (lo, hi), t in self.writes:
+            for (l2, h2), u in (*later.reads, *later.writes):
+                if lo < h2 and l2 < hi and not self.aligned(later, t, u):
+                    return False
+        for (lo, hi), t in self.reads:
+            for (l2, h2), u in later.writes:
+                if lo < h2 and l2 < hi and not self.aligned(later, t, u):
+                    return False
+        return True
 
 
 def _barriers(compiled: list[tuple[Tensor, jit.Choice]], independent: Independent | None) -> np.ndarray:
-    """The plan's barrier table: runs of consecutive records whose kernels are ``independent`` and whose memory
-    is apart (none writes bytes another of the run reads or writes; every source and output counted whole,
-    a fused record's parts too) run without barriers between them."""
+    """The plan's barrier table: runs of consecutive records whose kernels may run without barriers
+    (``independent``) and whose memory is apart, or shared only row for row between row kernels over the same
+    rows (each thread reads back what it wrote itself), run without barriers between them."""
     bars = np.ones(max(len(compiled), 1), dtype=np.uint8)
     if independent is None:
         return bars
-    run: list[tuple[list[tuple[int, int]], list[tuple[int, int]]]] = []
+    run: list[_Access] = []
     for i, (node, choice) in enumerate(compiled):
-        if not independent(choice):
+        kind = independent(choice)
+        if kind == NOT_FREE:
             run = []
             continue
-        nodes = [*(part for part, _ in choice.parts), node]
-        writes = [_extent(n) for n in nodes]
-        reads = [_extent(src) for n in nodes for src in n.src if src is not None]
-        if run and not any(_overlap(w, reads) or _overlap(w, writes) or _overlap(r, writes) for r, w in run):
+        acc = _Access(node, choice, kind)
+        if run and all(earlier.before(acc) for earlier in run):
             bars[i - 1] = 0
-            run.append((reads, writes))
+            run.append(acc)
         else:
-            run = [(reads, writes)]
+            run = [acc]
     return bars
 
 

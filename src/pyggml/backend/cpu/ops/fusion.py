@@ -18,6 +18,7 @@ from __future__ import annotations
 from ....tensor import Tensor
 from .. import traits
 from ..jit import Choice, JitKernel, Readers
+from ..plan import FREE, NOT_FREE, ROWS
 from . import elementwise_jit as elementwise
 from . import gate_up_jit as gate_up
 from . import nn_jit as nn
@@ -81,24 +82,41 @@ _RULES = (nn.fuse_norm, gate_up.fuse_gate_up, nn.fuse_rope_set_rows, recurrent.f
 #: counter, no barrier of their own (so a thread may go on to the next record while another is still in
 #: this one; the products and attention hand out chunks and share scratch, and are not here)
 _BARRIER_FREE: frozenset[JitKernel] = frozenset({
-    elementwise.k_add, elementwise.k_sub, elementwise.k_mul, elementwise.k_div, elementwise.k_scale,
-    elementwise.k_reglu, elementwise.k_geglu, elementwise.k_swiglu, elementwise.k_relu, elementwise.k_gelu,
-    elementwise.k_silu, elementwise.k_tanh, elementwise.k_exp, elementwise.k_sigmoid, elementwise.k_neg,
-    elementwise.k_abs, elementwise.k_sqr,
     shape.k_concat_4, shape.k_concat_2, shape.k_concat_any, shape.k_repeat_4, shape.k_repeat_2,
     rows.k_set_rows_f16_i64, rows.k_set_rows_f16_i32, rows.k_set_rows_f32_i64, rows.k_set_rows_f32_i32,
     rows.k_copy_f32_f32, rows.k_copy_f32_f16, rows.k_copy_f16_f32, rows.k_copy_f16_f16,
     traits.k_get_rows_f32, traits.k_get_rows_f16, traits.k_get_rows_q8_0, traits.k_get_rows_q4_0,
     traits.k_get_rows_q5_0, traits.k_get_rows_q4_k, traits.k_get_rows_q6_k,
     recurrent.k_ssm_conv, recurrent.k_ssm_conv_bias, recurrent.k_ssm_scan, recurrent.k_ssm_scan_set_rows,
+})
+#: of those, the row kernels: a thread takes record.span's share of the output's rows and computes each from
+#: the same row of every source of the output's shape (elementwise_jit's _binary, k_scale and _activation_rows,
+#: the RMS norms)
+_ROW_KERNELS: frozenset[JitKernel] = frozenset({
+    elementwise.k_add, elementwise.k_sub, elementwise.k_mul, elementwise.k_div, elementwise.k_scale,
+    elementwise.k_reglu, elementwise.k_geglu, elementwise.k_swiglu, elementwise.k_relu, elementwise.k_gelu,
+    elementwise.k_silu, elementwise.k_tanh, elementwise.k_exp, elementwise.k_sigmoid, elementwise.k_neg,
+    elementwise.k_abs, elementwise.k_sqr,
     nn.k_rms_norm, nn.k_rms_norm_mul,
 })
 
 
-def barrier_free(choice: Choice) -> bool:
-    """Whether a record (with its fused parts) may run without barriers around it (plan.py's Independent)."""
-    return (choice.wsize == 0 and choice.kernel in _BARRIER_FREE
-            and all(barrier_free(part) for _, part in choice.parts))
+def barrier_free(choice: Choice) -> int:
+    """plan.py's Independent: NOT_FREE, FREE or ROWS for a record (with its fused parts)."""
+    if choice.wsize:
+        return NOT_FREE
+    if choice.kernel in _ROW_KERNELS:
+        kind = ROWS
+    elif choice.kernel in _BARRIER_FREE:
+        kind = FREE
+    else:
+        return NOT_FREE
+    for _, part in choice.parts:
+        if barrier_free(part) == NOT_FREE:
+            return NOT_FREE
+        if barrier_free(part) != ROWS:
+            kind = FREE
+    return kind
 
 
 __all__ = ["barrier_free", "fuse", "memory_safe"]
