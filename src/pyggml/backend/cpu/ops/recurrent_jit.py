@@ -35,7 +35,7 @@ from ..jit import Choice, Readers, jit_kernel, selector
 from ..jit.mathf import LANES, libm_expf, v_expf
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_i32, rec, row_at, span
 from ..native import f32p, fmaf, i32p
-from ..simd import _fma, _splat
+from ..simd import _fma, _host_has, _splat
 from . import elementwise_jit as elementwise
 from . import rows_jit as rows
 from .rows_jit import set_rows_at
@@ -239,6 +239,7 @@ def _state_rows(rows: int, stream: bool = False):
 #: Mamba-2 state rows per call (SCAN_ROWS), and the odd last one; the same with non-temporal stores
 _state_rows_n, _state_rows_1 = _state_rows(SCAN_ROWS), _state_rows(1)
 _stream_rows_n, _stream_rows_1 = _state_rows(SCAN_ROWS, True), _state_rows(1, True)
+_SSE = _host_has("sse")
 
 
 @intrinsic
@@ -247,8 +248,12 @@ def _sfence(typingctx):
     sig = types.void()
 
     def codegen(context, builder, sig, args):
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse.sfence")
-        builder.call(fn, [])
+        if _SSE:
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                                "llvm.x86.sse.sfence")
+            builder.call(fn, [])
+        else:  # another CPU, or a portable build: a full fence (an mfence on x86) orders them as well
+            builder.fence("seq_cst")
         return context.get_dummy_value()
 
     return sig, codegen
