@@ -19,7 +19,7 @@ import pytest
 
 from helpers.opcheck import OpCase, values
 from pyggml.backend.cpu import jit
-from pyggml.backend.cpu.compute import _resolve, compute_forward, graph_compute
+from pyggml.backend.cpu.compute import _resolve, compute_forward, graph_compute, new_plan
 from pyggml.backend.cpu.ops import mat_jit
 from pyggml.backend.cpu.plan import GraphPlan, plan_for
 from pyggml.backend.cpu.quants import gemm
@@ -119,6 +119,35 @@ def test_exp_and_sigmoid_take_libm_expf_on_every_element(fn: str) -> None:
     one = np.float32(1.0)
     e = np.array([libm.expf(float(v if fn == "exp" else -v)) for v in xs], dtype=np.float32)
     exact(got.reshape(-1), e if fn == "exp" else one / (one + e))
+
+
+@pytest.mark.parametrize("case", ["add_a", "add_b", "mul_scalar", "scale", "silu", "gelu", "relu"])
+def test_a_node_in_place_over_its_source_gets_the_same_bits(case: str) -> None:
+    """The graph allocator puts an elementwise node's output on a source it is the last reader of (a Mamba
+    layer's conv bias ADD and its SiLU); those kernels then compute through one array (elementwise_jit's
+    _binary): the bits must be those of the same node with an output of its own."""
+
+    def run(in_place: bool) -> np.ndarray:
+        c = OpCase()
+        a, b = c.tensor(F32, 72, 6, lo=-6.0, hi=6.0), c.tensor(F32, 72, 6, lo=0.5, hi=2.0)
+        src = b if case == "add_b" else a
+        if case in ("add_a", "add_b"):
+            out = B.add(c.ctx, a, b)
+        elif case == "mul_scalar":
+            out = B.mul(c.ctx, a, c.tensor(F32, 1, 6, lo=0.5, hi=2.0))
+        elif case == "scale":
+            out = B.scale(c.ctx, a, 0.75)
+        else:
+            out = getattr(B, case)(c.ctx, a)
+        if in_place:
+            out.data = src.data
+        g = Graph()
+        g.build_forward_expand(out)
+        assert any(n is out for n in plan_for(g, _resolve).nodes)
+        assert graph_compute(g, 2) == 0
+        return values(out)
+
+    exact(run(True).view(np.uint32), run(False).view(np.uint32))
 
 
 @pytest.mark.parametrize("op", [GluOp.GEGLU, GluOp.SWIGLU, GluOp.REGLU])
@@ -660,6 +689,68 @@ def test_a_moved_tensor_gets_a_new_plan() -> None:
     graph_compute(g, 1)
     assert g._cpu_plan is not plan
     exact(values(moved), values(a) * np.float32(2.0))
+
+
+def _two_chains(c: OpCase, overlap: bool = False) -> tuple[Graph, list[Tensor]]:
+    """Two chains of elementwise nodes on separate data, interleaved in the graph (each node's neighbours are
+    of the other chain); ``overlap``: the second chain's first output, one row of 2100, placed on the first
+    chain's input of 7 rows, as an allocator reusing memory would (only a barrier then keeps a thread from
+    overwriting rows another thread has yet to read)."""
+    a = c.tensor(F32, 300, 7, lo=-4.0, hi=4.0)
+    b = c.tensor(F32, 2100, 1, lo=-4.0, hi=4.0) if overlap else c.tensor(F32, 300, 7, lo=-4.0, hi=4.0)
+    w = c.tensor(F32, 300, 7, lo=0.5, hi=2.0)
+    a1 = B.mul(c.ctx, a, w)
+    b1 = B.silu(c.ctx, b)
+    if overlap:
+        b1.data = a.data
+    a2, b2 = B.add(c.ctx, a1, w), B.scale(c.ctx, b1, 0.5)
+    g = Graph()
+    for t in (a1, b1, a2, b2):
+        g.build_forward_expand(t)
+    return g, [a2, b2]
+
+
+@pytest.mark.parametrize("n_threads", [2, 3])
+def test_independent_records_run_without_barriers_between_them(n_threads: int) -> None:
+    """plan.py's barrier table: records touching separate memory, or row kernels over the same rows reading
+    what their own rows of the last wrote (each chain), run back to back without barriers, with the bits of a
+    plan that has a barrier after every node."""
+    g, outs = _two_chains(OpCase())
+    plan = new_plan(g)
+    assert list(plan.bars[: plan.n_compiled]) == [0, 0, 0, 1]
+    assert graph_compute(g, n_threads) == 0
+    got = [values(t) for t in outs]
+    g2, outs2 = _two_chains(OpCase())
+    assert GraphPlan(g2, _resolve).bars.all()  # no Independent: a barrier after every record
+    assert graph_compute(g2, n_threads) == 0
+    for x, y in zip(got, outs2, strict=True):
+        exact(x.view(np.uint32), values(y).view(np.uint32))
+
+
+def test_a_record_writing_what_an_earlier_one_reads_waits_for_it() -> None:
+    g, _ = _two_chains(OpCase(), overlap=True)  # b1 over a, which a1 reads, in rows of another length
+    assert list(new_plan(g).bars[:4]) == [1, 0, 0, 1]
+
+
+def test_a_row_kernel_over_other_rows_of_the_last_waits_for_it() -> None:
+    """The norm's one row spans the MUL's seven: a thread's share of it is not what it wrote."""
+    c = OpCase()
+    m = B.mul(c.ctx, c.tensor(F32, 300, 7), c.tensor(F32, 300, 7))
+    g = Graph()
+    g.build_forward_expand(B.rms_norm(c.ctx, B.reshape_2d(c.ctx, m, 2100, 1), 1e-6))
+    assert list(new_plan(g).bars[:2]) == [1, 1]
+
+
+def test_an_index_error_after_records_without_barriers_is_the_numpy_kernels() -> None:
+    """The failing GET_ROWS is noticed at the barrier after the SCALE run with it."""
+    c = OpCase()
+    rows = B.get_rows(c.ctx, c.tensor(F32, 8, 4), c.ints(I32, 2, data=np.array([1, 4])))
+    g = Graph()
+    g.build_forward_expand(rows)
+    g.build_forward_expand(B.scale(c.ctx, c.tensor(F32, 64, 3), 2.0))
+    assert list(new_plan(g).bars[:1]) == [0]
+    with pytest.raises(PyGGMLError, match="out of range"):
+        graph_compute(g, 2)
 
 
 def test_graphs_computed_from_two_threads_at_once() -> None:

@@ -54,10 +54,16 @@ def _fused_vs_unfused(monkeypatch: pytest.MonkeyPatch, build: Build, n_fused: in
 
 
 @pytest.mark.parametrize(("rows", "weight_rows"), [(1, 1), (7, 1), (6, 3)])
-def test_rms_norm_then_mul(monkeypatch: pytest.MonkeyPatch, rows: int, weight_rows: int) -> None:
+@pytest.mark.parametrize("in_place", [False, True])
+def test_rms_norm_then_mul(monkeypatch: pytest.MonkeyPatch, rows: int, weight_rows: int, in_place: bool) -> None:
+    """``in_place``: the MUL's output on the norm's, as the graph allocator places a model's norm weight."""
     def build(c: OpCase) -> list[Tensor]:
         norm = B.rms_norm(c.ctx, c.tensor(GGMLType.F32, 640, rows, lo=-4, hi=4), 1e-6)
-        return [norm, B.mul(c.ctx, norm, c.tensor(GGMLType.F32, 640, weight_rows, lo=-2, hi=2))]
+        mul = B.mul(c.ctx, norm, c.tensor(GGMLType.F32, 640, weight_rows, lo=-2, hi=2))
+        if in_place:
+            mul.data = norm.data
+            return [mul]
+        return [norm, mul]
 
     _fused_vs_unfused(monkeypatch, build, 1)
 
@@ -324,14 +330,19 @@ def test_a_fused_output_over_an_input_row_of_another_thread_is_not_fused() -> No
     assert new_plan(g).n_compiled == 1
 
 
-def _scan_into_rows(src_rows: list[int], dst_rows: list[int], other_reader: bool = False) -> Build:
-    """A Mamba-2 SSM_SCAN of two sequences (states read at ``src_rows`` of a state tensor) and the SET_ROWS of
-    its new states into that tensor's ``dst_rows`` (llm/graph.py's store_rs); the nodes compared are the
-    scan's y, the state tensor and, with ``other_reader``, a node that reads the new states too."""
+def _scan_into_rows(src_rows: list[int], dst_rows: list[int], other_reader: bool = False, nt: int = 2) -> Build:
+    """A Mamba-2 SSM_SCAN of two sequences of ``nt`` tokens (states read at ``src_rows`` of a state tensor) and
+    the SET_ROWS of its new states into that tensor's ``dst_rows`` (llm/graph.py's store_rs); the nodes
+    compared are the scan's y, the state tensor and, with ``other_reader``, a node that reads the new states
+    too. The state rows are 32-byte aligned, as a recurrent memory's are, so that a decode (nt 1) into other
+    rows takes the non-temporal stores."""
 
     def build(c: OpCase) -> list[Tensor]:
-        d_state, head_dim, n_head, nt, ns = 40, 3, 4, 2, 2
-        s = c.tensor(GGMLType.F32, d_state * head_dim * n_head, 5)
+        d_state, head_dim, n_head, ns = 40, 3, 4, 2
+        width = d_state * head_dim * n_head
+        big = c.tensor(GGMLType.F32, width * 5 + 8)
+        s = B.view_2d(c.ctx, big, width, 5, width * 4, (-big.data % 32))
+        assert s.data % 32 == 0 and s.nb[1] % 32 == 0
         x = c.tensor(GGMLType.F32, head_dim, n_head, nt, ns)
         dt = c.tensor(GGMLType.F32, n_head, nt, ns, lo=-3.0, hi=3.0)
         a = c.tensor(GGMLType.F32, 1, n_head, lo=-2.0, hi=-0.1)
@@ -355,10 +366,41 @@ def _scan_into_rows(src_rows: list[int], dst_rows: list[int], other_reader: bool
     ([0, 1], [0, 4]),  # a sequence's own row (a cell written again in a decode)
     ([0, 1], [1, 3]),  # a row the other sequence reads: through the scan's output first
 ])
-def test_ssm_scan_into_state_rows(monkeypatch: pytest.MonkeyPatch, src_rows: list[int], dst_rows: list[int]) -> None:
-    _fused_vs_unfused(monkeypatch, _scan_into_rows(src_rows, dst_rows), 1, n_threads=3)
+@pytest.mark.parametrize("nt", [1, 2])
+def test_ssm_scan_into_state_rows(monkeypatch: pytest.MonkeyPatch, src_rows: list[int], dst_rows: list[int],
+                                  nt: int) -> None:
+    _fused_vs_unfused(monkeypatch, _scan_into_rows(src_rows, dst_rows, nt=nt), 1, n_threads=3)
 
 
 def test_ssm_scan_states_read_by_another_node_are_not_fused() -> None:
     g, _ = _graph(_scan_into_rows([0, 1], [3, 2], other_reader=True))
     assert new_plan(g).n_compiled == 3
+
+
+def _conv_bias_silu(n_t: int, silu: bool, in_place: bool) -> Build:
+    """A Mamba layer's SSM_CONV over a window of 3 + n_t columns, the ADD of its bias and the SiLU of that; 45
+    channels (the SiLU's last 5 of a row take libm's expf, not the vector one); ``in_place``: the ADD and the
+    SiLU over the conv's output, as the graph allocator places them."""
+
+    def build(c: OpCase) -> list[Tensor]:
+        d_inner, n_s = 45, 2
+        conv = B.ssm_conv(c.ctx, c.tensor(GGMLType.F32, 3 + n_t, d_inner, n_s, lo=-3, hi=3),
+                          c.tensor(GGMLType.F32, 4, d_inner))
+        add = B.add(c.ctx, conv, c.tensor(GGMLType.F32, d_inner))
+        out = [conv, add]
+        if silu:
+            out.append(B.silu(c.ctx, add))
+        if in_place:
+            for t in out[1:]:
+                t.data = conv.data
+            return out[-1:]
+        return out
+
+    return build
+
+
+@pytest.mark.parametrize("n_t", [1, 6])
+@pytest.mark.parametrize(("silu", "in_place"), [(True, False), (True, True), (False, False)])
+def test_ssm_conv_with_its_bias_and_silu(monkeypatch: pytest.MonkeyPatch, n_t: int, silu: bool,
+                                         in_place: bool) -> None:
+    _fused_vs_unfused(monkeypatch, _conv_bias_silu(n_t, silu, in_place), 1, n_threads=3)

@@ -20,7 +20,7 @@ from . import blas, jit, repack_buffer
 from ._common import KernelInputError, types_of
 from .kernel_table import KERNELS, Kernel, kernel, required_srcs
 from .ops import fusion  # importing ops registers every kernel and selector
-from .plan import Fuse, GraphPlan, plan_for
+from .plan import Fuse, GraphPlan, Independent, plan_for
 
 
 def supports_op(node: Tensor) -> bool:
@@ -49,9 +49,15 @@ def _fusions() -> Fuse | None:
     return None if jit.fusion_mode() == "0" else fusion.fuse
 
 
+def _independent() -> Independent | None:
+    """ops/fusion.py's kernels that may run without barriers around them, or None under PYGGML_FUSION=0 (a
+    barrier after every record, to compare)."""
+    return None if jit.fusion_mode() == "0" else fusion.barrier_free
+
+
 def new_plan(graph: Graph) -> GraphPlan:
     """A fresh plan of ``graph`` with this backend's kernels and fusions (what graph_compute keeps on the graph)."""
-    return GraphPlan(graph, _resolve, _fusions())
+    return GraphPlan(graph, _resolve, _fusions(), _independent())
 
 
 def compute_forward(node: Tensor, n_threads: int = 1) -> None:
@@ -71,7 +77,7 @@ def graph_compute(graph: Graph, n_threads: int = 1, abort_callback: Callable[[],
     """
     if n_threads < 1:
         raise KernelInputError(f"n_threads must be >= 1, got {n_threads}")
-    plan = plan_for(graph, _resolve, _fusions())
+    plan = plan_for(graph, _resolve, _fusions(), _independent())
     blas_threads = blas.get_threads()  # MUL_MAT adjusts BLAS threads per product; give them back after
     try:
         return plan.compute(n_threads, abort_callback)

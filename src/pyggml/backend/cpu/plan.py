@@ -7,6 +7,14 @@ loop over *steps*: runs of compiled nodes go to the thread pool as one command (
 thread walks the run, kernel then barrier, with no Python in between), and each numpy node runs
 on the calling thread between runs.
 
+Consecutive compiled records that touch separate memory, none writing what another reads or writes, run
+without barriers between them (``independent`` says which kernels may: those that only read their sources
+and write their outputs, with no shared scratch or work counter): each thread goes on to its share of the
+next while the other finishes its share of the last. So do row kernels over the same rows that share memory
+row for row (an elementwise chain: a thread's rows of the next read only its own rows of the last). A
+barrier costs a microsecond or two with every thread on a core of its own and tens of microseconds with a
+busy core (a waiting thread sleeps), against a few microseconds of work in most of a decode step's records.
+
 A plan is kept on its graph and reused while the graph's uid and its tensors' addresses are the
 same (the scheduler gives every new split graph a fresh uid, as ggml's backends expect when they
 cache per graph). Changing a node's op_params in place between computes is not noticed, as in
@@ -55,6 +63,12 @@ _data = operator.attrgetter("data")
 #: a fusion rule set: (previous node, its choice, node, its choice, the graph's readers) -> the fused choice,
 #: or None
 Fuse = Callable[[Tensor, jit.Choice, Tensor, jit.Choice, jit.Readers], "jit.Choice | None"]
+#: whether a record's kernel (with its fused parts) may run without a barrier before or after it: NOT_FREE, or
+#: FREE (it reads its sources and writes its output, and nothing else: no shared scratch, no work counter, no
+#: barrier of its own), or ROWS (FREE, and its threads split the output's rows as record.span does, each row
+#: computed from the same row of every source of the output's shape)
+Independent = Callable[[jit.Choice], int]
+NOT_FREE, FREE, ROWS = 0, 1, 2
 
 
 class _Readers:
@@ -83,10 +97,12 @@ def _fingerprint(graph: Graph) -> tuple:
 class GraphPlan:
     """The resolved steps of one graph (see the module docstring)."""
 
-    def __init__(self, graph: Graph, resolve: Callable[[Tensor], Kernel], fuse: Fuse | None = None) -> None:
+    def __init__(self, graph: Graph, resolve: Callable[[Tensor], Kernel], fuse: Fuse | None = None,
+                 independent: Independent | None = None) -> None:
         """``resolve`` gives a node's numpy kernel (raising when there is none), ``fuse`` the kernel running
-        two consecutive compiled nodes as one record, or None (ops/fusion.py's fuse: the executor passes what
-        it knows, so a plan needs nothing above it)."""
+        two consecutive compiled nodes as one record, or None, and ``independent`` the kernels that may run
+        without barriers around them, or None for a barrier after every record (ops/fusion.py's fuse and
+        barrier_free: the executor passes what it knows, so a plan needs nothing above it)."""
         self.uid = graph.uid
         self.resolve = resolve
         nodes = [n for n in graph.nodes
@@ -157,6 +173,8 @@ class GraphPlan:
             wsize = max(wsize, choice.wsize)
         self.wdata = np.zeros(max(wsize, 64), dtype=np.uint8)
         self.n_compiled = n
+        #: 1 after a record the next one must wait for, 0 where it need not (see the module doc)
+        self.bars = _barriers(compiled, independent)
 
     @staticmethod
     def _write_record(words: np.ndarray, node: Tensor, choice: jit.Choice, part_addrs: list[int]) -> None:
@@ -231,15 +249,82 @@ class GraphPlan:
 
     def _run(self, pool: ThreadPool | None, nth: int, n0: int, n1: int) -> None:
         if pool is not None:
-            bad = pool.run_segment(self.fns, self.recs, n0, n1, nth, self.wdata)
+            bad = pool.run_segment(self.fns, self.recs, n0, n1, nth, self.wdata, self.bars)
         else:
             bad = _run_alone(self, n0, n1)
         if bad >= 0:
             # a compiled kernel met data it cannot compute (an index out of range...): the numpy
-            # kernel raises the precise error; if it does not, report what the compiled one saw
+            # kernel raises the precise error; if it does not, report what the compiled one saw. The error
+            # shows at the first barrier, after the last of the records run without one between them: their
+            # numpy kernels run in order (the graph's results are void after an error anyway)
+            first = bad
+            while first > n0 and not self.bars[first - 1]:
+                first -= 1
+            for node in self.nodes[first : bad + 1]:
+                self.resolve(node)(node, n_threads=1)
             node = self.nodes[bad]
-            self.resolve(node)(node, n_threads=1)
             raise PyGGMLError(f"{node.op.name} node {node.name!r}: the compiled kernel rejected its inputs")
+
+
+def _extent(t: Tensor) -> tuple[int, int]:
+    return t.data, t.data + t.nbytes()
+
+
+def _layout(t: Tensor) -> tuple:
+    return t.data, tuple(t.ne), tuple(t.nb)
+
+
+class _Access:
+    """What one record reads and writes (every source and output whole, a fused record's parts too), and the
+    rows its threads split when its kernel is a ROWS one."""
+
+    def __init__(self, node: Tensor, choice: jit.Choice, kind: int) -> None:
+        nodes = [*(part for part, _ in choice.parts), node]
+        self.writes = [(_extent(n), n) for n in nodes]
+        self.reads = [(_extent(src), src) for n in nodes for src in n.src if src is not None]
+        self.rows = tuple(node.ne[1:]) if kind == ROWS else None
+
+    def aligned(self, later: _Access, a: Tensor, b: Tensor) -> bool:
+        """Whether bytes both records touch, as ``a`` here and ``b`` in ``later``, are the same rows for the same
+        thread: both ROWS records over the same rows, ``a`` and ``b`` one tensor of those rows."""
+        return (self.rows is not None and self.rows == later.rows and tuple(a.ne[1:]) == self.rows
+                and _layout(a) == _layout(b))
+
+    def before(self, later: _Access) -> bool:
+        """Whether ``later`` may start in a thread that has finished its share of this record while others have
+        not: it writes nothing this one reads or writes and reads nothing this one writes, but for the rows
+        each thread owns in both (a row kernel over what the same thread's rows of this one wrote)."""
+        for (lo, hi), t in self.writes:
+            for (l2, h2), u in (*later.reads, *later.writes):
+                if lo < h2 and l2 < hi and not self.aligned(later, t, u):
+                    return False
+        for (lo, hi), t in self.reads:
+            for (l2, h2), u in later.writes:
+                if lo < h2 and l2 < hi and not self.aligned(later, t, u):
+                    return False
+        return True
+
+
+def _barriers(compiled: list[tuple[Tensor, jit.Choice]], independent: Independent | None) -> np.ndarray:
+    """The plan's barrier table: runs of consecutive records whose kernels may run without barriers
+    (``independent``) and whose memory is apart, or shared only row for row between row kernels over the same
+    rows (each thread reads back what it wrote itself), run without barriers between them."""
+    bars = np.ones(max(len(compiled), 1), dtype=np.uint8)
+    if independent is None:
+        return bars
+    run: list[_Access] = []
+    for i, (node, choice) in enumerate(compiled):
+        kind = independent(choice)
+        if kind == NOT_FREE:
+            run = []
+            continue
+        acc = _Access(node, choice, kind)
+        if run and all(earlier.before(acc) for earlier in run):
+            bars[i - 1] = 0
+            run.append(acc)
+        else:
+            run = [acc]
+    return bars
 
 
 def _settle(steps: list[_Python | _Run], compiled: list[tuple[Tensor, jit.Choice]]) -> None:
@@ -262,12 +347,13 @@ def _run_alone(plan: GraphPlan, n0: int, n1: int) -> int:
     return run_nodes(int(ctrl.ctypes.data), 0)
 
 
-def plan_for(graph: Graph, resolve: Callable[[Tensor], Kernel], fuse: Fuse | None = None) -> GraphPlan:
+def plan_for(graph: Graph, resolve: Callable[[Tensor], Kernel], fuse: Fuse | None = None,
+             independent: Independent | None = None) -> GraphPlan:
     """The graph's cached plan if it still applies, else a new one (kept on the graph)."""
     plan = getattr(graph, "_cpu_plan", None)
     if plan is not None and plan.matches(graph) and not (plan.waiting_for and not jit.compiling(plan.waiting_for)):
         return plan
-    plan = GraphPlan(graph, resolve, fuse)
+    plan = GraphPlan(graph, resolve, fuse, independent)
     if graph.uid != 0:
         graph._cpu_plan = plan
     return plan

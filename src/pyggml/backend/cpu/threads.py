@@ -48,6 +48,7 @@ from .native import (
     futex_wake,
     i64p,
     sched_yield,
+    u8p,
 )
 
 # ------------------------------------------------------------------------------ control block
@@ -70,6 +71,9 @@ C_WSIZE = 55
 #: read-mostly settings: polls before a barrier wait sleeps, and before an idle worker sleeps
 C_SPIN = 56
 C_IDLE_SPIN = 57
+#: the command's barrier table: address of the plan's uint8[n], 0 after a node the next one need not wait for
+#: (0: a barrier after every node)
+C_BARS = 58
 #: threads asleep in a barrier, and idle workers asleep on C_SEQ: a thread that releases them makes
 #: the futex_wake system call only when one of these is non-zero (written only by sleepers)
 C_SLEEPERS = 64
@@ -185,15 +189,20 @@ def idle_budget(ctrl: int) -> int:  # pragma: no cover - compiled
 def run_nodes(ctrl: int, ith: int) -> int:  # pragma: no cover - compiled
     """Run the current command's nodes as thread ``ith``; returns the failing node's index or -1.
 
-    After each node all threads meet at the barrier; a kernel that met bad data sets C_ERR, and
-    every thread sees it after that barrier and stops (thread 0 records the node).
+    After each node all threads meet at the barrier, but after a node that the barrier table (C_BARS) says
+    the next one does not depend on (plan.py's independent runs), and never after the last; a kernel that
+    met bad data sets C_ERR, and every thread sees it after the next barrier and stops (thread 0 records
+    the node it stopped after: the one that failed or a later one of its run).
     """
     c = numba.carray(i64p(ctrl), CTRL_WORDS)
     n0, n1, nth = c[C_N0], c[C_N1], c[C_NTH]
     fns = numba.carray(i64p(c[C_FNS]), n1)
     recs = c[C_RECS]
+    bars = c[C_BARS]
     for i in range(n0, n1):
         call_kernel(fns[i], recs + i * NODE_BYTES, ith, nth, ctrl)
+        if bars != 0 and i < n1 - 1 and u8p(bars)[i] == 0:
+            continue
         barrier(ctrl, nth)
         if atomic_load(ctrl + 8 * C_ERR) != 0:
             if ith == 0:
@@ -375,11 +384,13 @@ class ThreadPool:
                 self._wake[w].set()
 
     def run_segment(self, fns: np.ndarray, recs: np.ndarray, n0: int, n1: int, nth: int,
-                    wdata: np.ndarray) -> int:
-        """Run plan nodes [n0, n1) on nth threads (the caller is thread 0); the failing node or -1."""
+                    wdata: np.ndarray, bars: np.ndarray | None = None) -> int:
+        """Run plan nodes [n0, n1) on nth threads (the caller is thread 0); the failing node or -1.
+        ``bars``: the barrier table (see run_nodes), or None for a barrier after every node."""
         nth = min(nth, len(self._workers) + 1)
         self._command(K_NODES, nth, {C_FNS: fns.ctypes.data, C_RECS: recs.ctypes.data, C_N0: n0, C_N1: n1,
-                                     C_WDATA: wdata.ctypes.data, C_WSIZE: wdata.nbytes})
+                                     C_WDATA: wdata.ctypes.data, C_WSIZE: wdata.nbytes,
+                                     C_BARS: 0 if bars is None else bars.ctypes.data})
         return run_nodes(self.addr, 0)
 
     def run_python(self, task: Callable[[], None], nth: int) -> None:

@@ -1,7 +1,8 @@
 """Backend-level fusions: consecutive compiled nodes the plan runs as one record (ggml-cpu fuses RMS_NORM
 and its MUL the same way; the others are what ggml's GPU backends fuse): nn.py's norm chains (and NORM with
 LayerNorm's weight and bias), ROPE into the KV cache, gate_up.py's FFN products, mm_add_jit.py's repacked
-products and the bias ADDs, residual ADDs and GELU after them, recurrent_jit.py's SSM_SCAN into the state rows.
+products and the bias ADDs, residual ADDs and GELU after them, recurrent_jit.py's SSM_SCAN into the state rows and
+SSM_CONV with its bias and SiLU.
 
 The graph keeps every node and a fused kernel writes every node's output with the bits of that node's own
 kernel, so an eval callback, a later reader or a test sees the same tensors (but for the SSM_SCAN's new
@@ -17,11 +18,16 @@ LayerNorms) compile in the background on a first run and are taken once cached.
 from __future__ import annotations
 
 from ....tensor import Tensor
-from ..jit import Choice, Readers
+from .. import traits
+from ..jit import Choice, JitKernel, Readers
+from ..plan import FREE, NOT_FREE, ROWS
+from . import elementwise_jit as elementwise
 from . import gate_up_jit as gate_up
 from . import mm_add_jit as mm_add
 from . import nn_jit as nn
 from . import recurrent_jit as recurrent
+from . import rows_jit as rows
+from . import shape_jit as shape
 
 
 def fuse(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice, readers: Readers) -> Choice | None:
@@ -73,7 +79,47 @@ def memory_safe(nodes: list[Tensor]) -> bool:
 
 
 _RULES = (nn.fuse_norm, nn.fuse_norm_affine, gate_up.fuse_gate_up, mm_add.fuse_mm_add, nn.fuse_rope_set_rows,
-          recurrent.fuse_ssm_scan_set_rows)
+          recurrent.fuse_ssm_scan_set_rows, recurrent.fuse_ssm_conv_bias)
+
+#: kernels that read their sources and write their outputs and nothing else: no work buffer, no shared work
+#: counter, no barrier of their own (so a thread may go on to the next record while another is still in
+#: this one; the products and attention hand out chunks and share scratch, and are not here)
+_BARRIER_FREE: frozenset[JitKernel] = frozenset({
+    shape.k_concat_4, shape.k_concat_2, shape.k_concat_any, shape.k_repeat_4, shape.k_repeat_2,
+    rows.k_set_rows_f16_i64, rows.k_set_rows_f16_i32, rows.k_set_rows_f32_i64, rows.k_set_rows_f32_i32,
+    rows.k_copy_f32_f32, rows.k_copy_f32_f16, rows.k_copy_f16_f32, rows.k_copy_f16_f16,
+    traits.k_get_rows_f32, traits.k_get_rows_f16, traits.k_get_rows_q8_0, traits.k_get_rows_q4_0,
+    traits.k_get_rows_q5_0, traits.k_get_rows_q4_k, traits.k_get_rows_q6_k,
+    recurrent.k_ssm_conv, recurrent.k_ssm_conv_bias, recurrent.k_ssm_scan, recurrent.k_ssm_scan_set_rows,
+})
+#: of those, the row kernels: a thread takes record.span's share of the output's rows and computes each from
+#: the same row of every source of the output's shape (elementwise_jit's _binary, k_scale and _activation_rows,
+#: the RMS norms)
+_ROW_KERNELS: frozenset[JitKernel] = frozenset({
+    elementwise.k_add, elementwise.k_sub, elementwise.k_mul, elementwise.k_div, elementwise.k_scale,
+    elementwise.k_reglu, elementwise.k_geglu, elementwise.k_swiglu, elementwise.k_relu, elementwise.k_gelu,
+    elementwise.k_silu, elementwise.k_tanh, elementwise.k_exp, elementwise.k_sigmoid, elementwise.k_neg,
+    elementwise.k_abs, elementwise.k_sqr,
+    nn.k_rms_norm, nn.k_rms_norm_mul,
+})
 
 
-__all__ = ["fuse", "memory_safe"]
+def barrier_free(choice: Choice) -> int:
+    """plan.py's Independent: NOT_FREE, FREE or ROWS for a record (with its fused parts)."""
+    if choice.wsize:
+        return NOT_FREE
+    if choice.kernel in _ROW_KERNELS:
+        kind = ROWS
+    elif choice.kernel in _BARRIER_FREE:
+        kind = FREE
+    else:
+        return NOT_FREE
+    for _, part in choice.parts:
+        if barrier_free(part) == NOT_FREE:
+            return NOT_FREE
+        if barrier_free(part) != ROWS:
+            kind = FREE
+    return kind
+
+
+__all__ = ["barrier_free", "fuse", "memory_safe"]

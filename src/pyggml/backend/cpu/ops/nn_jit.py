@@ -123,10 +123,19 @@ def k_rms_norm_mul(node, ith, nth, ctrl):  # pragma: no cover - compiled
         yn = numba.carray(f32p(row_at(rn, T_DST, i1, i2, i3)), ne0)
         wv = numba.carray(f32p(row_at(r, T_SRC1, i1 % r[T_SRC1 + 2], i2 % r[T_SRC1 + 3], i3 % r[T_SRC1 + 4])), ne10)
         y = numba.carray(f32p(row_at(r, T_DST, i1, i2, i3)), ne0)
-        for i in range(ne0):
-            v = x[i] * scale
-            yn[i] = v
-            y[i] = v * wv[i % ne10]
+        if ne10 == ne0 and yn.ctypes.data == y.ctypes.data:  # the MUL in place over the norm: one store (the
+            for i in range(ne0):                              # MUL's), so LLVM can vectorize the loop
+                y[i] = (x[i] * scale) * wv[i]
+        elif ne10 == ne0:  # a weight row per row (no modulo per element: an integer division each)
+            for i in range(ne0):
+                v = x[i] * scale
+                yn[i] = v
+                y[i] = v * wv[i]
+        else:
+            for i in range(ne0):
+                v = x[i] * scale
+                yn[i] = v
+                y[i] = v * wv[i % ne10]
 
 
 _OP_ADD = int(Op.ADD)

@@ -32,10 +32,11 @@ from ....ops.enums import EMPTY_OPS, Op
 from ....tensor import Tensor, TensorFlag
 from ....types import GGMLType
 from ..jit import Choice, Readers, jit_kernel, selector
-from ..jit.mathf import libm_expf
-from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_i32, rec, span
+from ..jit.mathf import LANES, libm_expf, v_expf
+from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_i32, rec, row_at, span
 from ..native import f32p, fmaf, i32p
-from ..simd import _fma, _splat
+from ..simd import _fma, _host_has, _splat
+from . import elementwise_jit as elementwise
 from . import rows_jit as rows
 from .rows_jit import set_rows_at
 
@@ -50,14 +51,13 @@ _STEP = 32
 SCAN_ROWS = 2
 
 
-@jit_kernel
-def k_ssm_conv(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    r = rec(node)
+@numba.njit(**_opts)
+def _conv(r, ir0, ir1):  # pragma: no cover - compiled
+    """SSM_CONV (record words ``r``) of channels [ir0, ir1)."""
     sx, nb01, nb02 = r[T_SRC0], r[T_SRC0 + 6], r[T_SRC0 + 7]
     w, nc, nb11 = r[T_SRC1], r[T_SRC1 + 1], r[T_SRC1 + 6]
-    d, nr, n_t, n_s = r[T_DST], r[T_DST + 1], r[T_DST + 2], r[T_DST + 3]
+    d, n_t, n_s = r[T_DST], r[T_DST + 2], r[T_DST + 3]
     nb1, nb2 = r[T_DST + 6], r[T_DST + 7]
-    ir0, ir1 = span(nr, ith, nth)
     # channel by channel, the tokens inside: a channel's window row is read once, in order, where ggml's
     # token-outer loop touches every channel's row (a cache line each) for every token; the outputs of a
     # channel go to n_t rows that the next channel's fill in turn (same values: each output is the same sum)
@@ -71,6 +71,65 @@ def k_ssm_conv(node, ith, nth, ctrl):  # pragma: no cover - compiled
                 for i0 in range(nc):
                     sumf += row[i2 + i0] * c[i0]
                 f32p(o + i2 * nb1)[0] = sumf
+
+
+@jit_kernel
+def k_ssm_conv(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    r = rec(node)
+    ir0, ir1 = span(r[T_DST + 1], ith, nth)
+    _conv(r, ir0, ir1)
+
+
+@jit_kernel
+def k_ssm_conv_bias(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    """SSM_CONV, the ADD of its bias and (when the record is a UNARY's) the SiLU of that (a Mamba layer's
+    conv, fuse_ssm_conv_bias): each thread adds the bias to, and takes the SiLU of, the outputs of its own
+    channels, a row segment per token, right after their conv, so no barrier between; each node's output
+    gets the bits of its own kernel (the float sum, the float add, elementwise_jit's SiLU: ggml_v_expf on a
+    row's whole vectors of LANES, libm expf on the rest). Parts: the SSM_CONV's record, then the ADD's."""
+    r = rec(node)
+    silu = r[0] == _OP_UNARY
+    rc = rec(r[AUX])
+    ra = rec(r[AUX + 1]) if silu else r
+    nr, n_t, n_s = rc[T_DST + 1], rc[T_DST + 2], rc[T_DST + 3]
+    ir0, ir1 = span(nr, ith, nth)
+    _conv(rc, ir0, ir1)
+    n = ir1 - ir0
+    m = min(n, max(0, nr - nr % LANES - ir0))  # this segment's elements in the row's whole vectors
+    bias = numba.carray(f32p(ra[T_SRC1] + ir0 * 4), n)
+    for i3 in range(n_s):
+        for i2 in range(n_t):
+            xc = row_at(rc, T_DST, i2, i3, 0) + ir0 * 4
+            xa = row_at(ra, T_DST, i2, i3, 0) + ir0 * 4
+            conv = numba.carray(f32p(xc), n)
+            add = numba.carray(f32p(xa), n)
+            if xa == xc:  # in place: one array, so that LLVM vectorizes (elementwise_jit._binary)
+                for i in range(n):
+                    conv[i] = conv[i] + bias[i]
+            else:
+                for i in range(n):
+                    add[i] = conv[i] + bias[i]
+            if not silu:
+                continue
+            xu = row_at(r, T_DST, i2, i3, 0) + ir0 * 4
+            if xu == xa:
+                _silu_seg(add, add, m, n)
+            else:
+                _silu_seg(add, numba.carray(f32p(xu), n), m, n)
+
+
+@numba.njit(**_opts)
+def _silu_seg(x, y, m, n):  # pragma: no cover - compiled
+    """y = SiLU(x) over n floats, ggml_v_expf on the first m and libm expf on the rest (elementwise_jit)."""
+    for i in range(m):
+        v = x[i]
+        y[i] = v / (np.float32(1.0) + v_expf(-v))
+    for i in range(m, n):
+        v = x[i]
+        y[i] = v / (np.float32(1.0) + libm_expf(-v))
+
+
+_OP_UNARY = int(Op.UNARY)
 
 
 @selector(Op.SSM_CONV)
@@ -96,12 +155,18 @@ _I32T = ir.IntType(32)
 _I64T = ir.IntType(64)
 
 
-def _state_rows(rows: int):
+def _state_rows(rows: int, stream: bool = False):
     """state_rows(s0, s, b, c, da, x, dt_sp, nc, y): ``rows`` consecutive rows of a Mamba-2 state (nc floats
     each; addresses): row r gets s[i] = s0[i]*dA + B[i]*x_dt with x_dt = x[r]*dt_sp, and y[r] = sum(s*C) in
     ggml's AVX2 order: four <8 x float> fma accumulators over steps of 32, GGML_F32x8_REDUCE (x0+x2, x1+x3,
     then x0+x1, the two halves, two horizontal adds), then the leftover dims in float. Rows are independent
-    (their own accumulators); several a call share each load of B and C and overlap their reductions."""
+    (their own accumulators); several a call share each load of B and C and overlap their reductions.
+
+    ``stream``: the vector stores of s are non-temporal (s must be 32-byte aligned, nc a multiple of 8): a
+    decode writes each new state once, into a row nothing reads before the next token, and a Mamba-2's
+    states (a megabyte a layer, twice: the rows read and the rows written) do not stay in the caches between
+    tokens anyway, so an ordinary store first reads every line it writes from memory, a third of the scan's
+    traffic. The caller fences (_sfence) before anything reads them."""
 
     def typer(typingctx, s0, s, b, c, da, x, dt_sp, nc, y):
         sig = types.void(types.int64, types.int64, types.int64, types.int64, types.float32, types.int64,
@@ -121,6 +186,8 @@ def _state_rows(rows: int):
                 ptr = builder.gep(base, [i])
                 return builder.bitcast(ptr, f8.as_pointer()) if vec else ptr
 
+            nontemporal = builder.module.add_metadata([ir.Constant(_I32T, 1)])
+
             nsteps = builder.sdiv(n, ir.Constant(_I64T, _STEP))
             accs = [[cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in range(4)]
                     for _ in range(rows)]
@@ -134,7 +201,9 @@ def _state_rows(rows: int):
                         v = _fma(builder, builder.load(at(p_s0, ro), align=4), vda, builder.fmul(bv, vxdt[r]))
                         acc = accs[r][j]
                         builder.store(_fma(builder, v, cv, builder.load(acc)), acc)
-                        builder.store(v, at(p_s, ro), align=4)
+                        st = builder.store(v, at(p_s, ro), align=32 if stream else 4)
+                        if stream:
+                            st.set_metadata("nontemporal", nontemporal)
 
             def pick(v, idx):
                 return builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
@@ -167,8 +236,27 @@ def _state_rows(rows: int):
     return intrinsic(typer)
 
 
-#: Mamba-2 state rows per call (SCAN_ROWS), and the odd last one
+#: Mamba-2 state rows per call (SCAN_ROWS), and the odd last one; the same with non-temporal stores
 _state_rows_n, _state_rows_1 = _state_rows(SCAN_ROWS), _state_rows(1)
+_stream_rows_n, _stream_rows_1 = _state_rows(SCAN_ROWS, True), _state_rows(1, True)
+_SSE = _host_has("sse")
+
+
+@intrinsic
+def _sfence(typingctx):
+    """sfence: the non-temporal stores before it are visible before any store after it (the barrier's)."""
+    sig = types.void()
+
+    def codegen(context, builder, sig, args):
+        if _SSE:
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                                "llvm.x86.sse.sfence")
+            builder.call(fn, [])
+        else:  # another CPU, or a portable build: a full fence (an mfence on x86) orders them as well
+            builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @numba.njit(**_opts)
@@ -208,10 +296,14 @@ def _scan(node, ith, nth, ctrl, store):  # pragma: no cover - compiled
     # head by head, the tokens inside: a head's state (row floats) stays in cache from token to token, where
     # ggml's token-outer loop streams every head's state through memory once per token (same values: each
     # state element sees the same operations in the same order)
+    fence = False
     for i3 in range(ns):
         s_seq = d + i3 * snb3 + s_off
         if direct:
             _, s_seq = set_rows_at(store, ctrl, i3, True)
+        # a decode's states straight into another row: non-temporal stores (see _state_rows)
+        stream = direct and nt == 1 and nc % 8 == 0 and s_seq % 32 == 0 and s_seq != s_src + ids[i3] * snb3
+        fence = fence or stream
         for h in range(ih0, ih1):
             g = h // hpg
             s0_base = s_src + ids[i3] * snb3
@@ -229,9 +321,17 @@ def _scan(node, ith, nth, ctrl, store):  # pragma: no cover - compiled
                         ii = i1 + h * nr
                         at = ii * nc * 4
                         if i1 + SCAN_ROWS <= nr:
-                            _state_rows_n(s0_base + at, s_base + at, b_row + g * nc * 4, c_row + g * nc * 4, da,
-                                          x_at + ii * 4, dt_sp, nc, y_at + ii * 4)
+                            if stream:
+                                _stream_rows_n(s0_base + at, s_base + at, b_row + g * nc * 4, c_row + g * nc * 4,
+                                               da, x_at + ii * 4, dt_sp, nc, y_at + ii * 4)
+                            else:
+                                _state_rows_n(s0_base + at, s_base + at, b_row + g * nc * 4, c_row + g * nc * 4,
+                                              da, x_at + ii * 4, dt_sp, nc, y_at + ii * 4)
                             i1 += SCAN_ROWS
+                        elif stream:
+                            _stream_rows_1(s0_base + at, s_base + at, b_row + g * nc * 4, c_row + g * nc * 4, da,
+                                           x_at + ii * 4, dt_sp, nc, y_at + ii * 4)
+                            i1 += 1
                         else:
                             _state_rows_1(s0_base + at, s_base + at, b_row + g * nc * 4, c_row + g * nc * 4, da,
                                           x_at + ii * 4, dt_sp, nc, y_at + ii * 4)
@@ -260,6 +360,8 @@ def _scan(node, ith, nth, ctrl, store):  # pragma: no cover - compiled
                     for j in range(row):
                         dst[j] = src[j]
                 s0_base = s_base  # later tokens read the state just written
+    if fence:
+        _sfence()
     if store != 0 and not direct:
         for i3 in range(ns):
             _, to = set_rows_at(store, ctrl, i3, True)
@@ -340,3 +442,26 @@ def fuse_ssm_scan_set_rows(prev: Tensor, prev_choice: Choice, node: Tensor, choi
         if any(n is not node and not _is_view_of(n, v) for n in readers(v)):
             return None  # another node reads the states
     return Choice(k_ssm_scan_set_rows, parts=((prev, prev_choice),))
+
+
+def _same_rows_f32(a: Tensor, b: Tensor) -> bool:
+    """Same shape, F32, each row's floats packed (the fused kernel walks rows of both with one index)."""
+    return a.type == b.type == F32 and list(a.ne) == list(b.ne) and a.nb[0] == b.nb[0] == 4
+
+
+def fuse_ssm_conv_bias(prev: Tensor, prev_choice: Choice, node: Tensor, choice: Choice,
+                       readers: Readers) -> Choice | None:
+    """A Mamba layer's conv, the ADD of its bias and the SiLU of that (llama.cpp's graph; ggml's CUDA backend
+    fuses the same three): SSM_CONV + ADD, then + UNARY SiLU, one record (k_ssm_conv_bias) where each thread
+    adds the bias to, and takes the SiLU of, the outputs of its own channels: two barriers and two passes over
+    the layer's conv outputs saved."""
+    if prev_choice.kernel is k_ssm_conv and choice.kernel is elementwise.k_add:
+        bias = node.src[1]
+        if (node.src[0] is prev and _same_rows_f32(prev, node) and bias.type == F32
+                and list(bias.ne) == [prev.ne[0], 1, 1, 1] and bias.nb[0] == 4):
+            return Choice(k_ssm_conv_bias, parts=((prev, prev_choice),))
+        return None
+    if (prev_choice.kernel is k_ssm_conv_bias and len(prev_choice.parts) == 1 and choice.kernel is elementwise.k_silu
+            and node.src[0] is prev and _same_rows_f32(prev, node)):
+        return Choice(k_ssm_conv_bias, parts=(*prev_choice.parts, (prev, Choice(elementwise.k_add))))
+    return None
