@@ -40,11 +40,14 @@ _compile_lock = threading.RLock()
 _noticed = False
 
 
-def _notice() -> None:
+def _notice(aside: bool = False) -> None:
+    """The one line a first run prints (once a process): compiling now, or aside while the Python kernels run."""
     global _noticed
     if not _noticed:
         _noticed = True
-        print("pyggml: compiling CPU kernels (first run only; cached afterwards)...", file=sys.stderr, flush=True)
+        how = " in the background, the Python kernels running meanwhile" if aside else ""
+        print(f"pyggml: compiling CPU kernels{how} (first run only; cached afterwards)...", file=sys.stderr,
+              flush=True)
 
 
 _nrt_ready = False
@@ -332,6 +335,8 @@ def missing(kernels: Iterable[JitKernel | JitFunction] | Choice) -> list[str]:
             continue
         compile_in_background(k)
         keys.append(k.key)
+    if keys:
+        _notice(aside=True)
     return keys
 
 
