@@ -162,7 +162,7 @@ def test_warm_compiles_what_the_python_products_then_run(monkeypatch: pytest.Mon
     signature the products then call it with: a decode's row dot and quantizer, a prompt's dequantizer."""
     ty = GGMLType.Q6_K
     tr = traits(ty)
-    mat.warm([ty.name])
+    mat.warm([(ty.name, False), (ty.name, True)])
     funcs = (tr.row_dot, tr.to_float, _quantize_q8_k)
     before = [set(f.overloads) for f in funcs]
     assert all(before)
@@ -173,16 +173,36 @@ def test_warm_compiles_what_the_python_products_then_run(monkeypatch: pytest.Mon
     assert [set(f.overloads) for f in funcs] == before
 
 
-def test_warm_aside_starts_one_helper_per_weight_type(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The helper takes the types the run reaches last first (the run compiles the first ones itself), and a later
-    plan starts one only for types not warmed yet."""
+class _Proc:
+    """A stand-in for the helper process: records waits."""
+
+    def __init__(self) -> None:
+        self.waits = 0
+
+    def wait(self) -> int:
+        self.waits += 1
+        return 0
+
+
+def test_warm_aside_shares_the_paths_out_and_a_product_waits_for_the_helpers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The paths a plan's products take are shared between this process (compiling its share at once) and one
+    helper, longest compile first, each to the side free sooner (the helper starts later); a later plan warms
+    only paths not seen yet, and a product on a path the helper holds waits for it rather than compile it too."""
+    helper = _Proc()
     started: list[str] = []
-    monkeypatch.setattr(jit, "run_aside", started.append)
-    monkeypatch.setattr(mat, "_warming", set())
+    here: list[list[tuple[str, bool]]] = []
+    monkeypatch.setattr(jit, "run_aside", lambda code: started.append(code) or helper)
+    monkeypatch.setattr(mat, "warm", here.append)
+    monkeypatch.setattr(mat, "_warming", {})
     c = OpCase()
     x = c.tensor(F32, 256, 1)
-    nodes = [B.mul_mat(c.ctx, c.tensor(ty, 256, 4), x) for ty in (GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K,
-                                                                   GGMLType.Q8_0, F32)]
+    nodes = [B.mul_mat(c.ctx, c.tensor(ty, 256, 4), x)
+             for ty in (GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, F32)]
     mat.warm_aside(nodes)
     mat.warm_aside(nodes[:2])
-    assert started == [f"from {mat.__name__} import warm; warm(['Q4_K', 'Q8_0', 'Q5_0'])"]
+    assert started == [f"from {mat.__name__} import warm; warm([('Q6_K', False), ('Q8_0', False)])"]
+    assert here == [[("Q4_K", False), ("Q5_0", False)]]
+    mat._wait_for_warm_up(GGMLType.Q4_K, 1)
+    assert helper.waits == 0
+    mat._wait_for_warm_up(GGMLType.Q6_K, 1)
+    assert helper.waits == 1

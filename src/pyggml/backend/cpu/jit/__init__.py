@@ -377,13 +377,13 @@ def _start_background() -> None:
     _started.update(keys)
 
 
-def run_aside(code: str) -> None:
-    """Run Python ``code`` in a process beside this one, of normal priority, not waited for (it finishes if this
-    process exits first): work this one would otherwise do itself a moment later, such as filling numba's disk
-    cache (ops.mat.warm_aside)."""
+def run_aside(code: str) -> subprocess.Popen:
+    """Run Python ``code`` in a process beside this one, of normal priority (it finishes if this process exits
+    first): work this one would otherwise do itself a moment later, such as filling numba's disk cache
+    (ops.mat.warm_aside)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True)
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def _done_in_background(key: str) -> bool:

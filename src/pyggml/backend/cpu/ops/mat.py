@@ -11,6 +11,7 @@ Builders: pyggml/ops/mat.py (the same family).
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -82,6 +83,7 @@ def weight_product(w: np.ndarray, ty: GGMLType, x: np.ndarray, n_threads: int) -
     """
     n, k = x.shape
     m = w.shape[0]
+    _wait_for_warm_up(ty, n)
     out = mat_q.scratch("wp_out", (n, m))
     if ty.is_quantized:
         return mat_q.mul_mat_q(w, ty, x, out, n_threads)
@@ -122,39 +124,67 @@ def weight_product(w: np.ndarray, ty: GGMLType, x: np.ndarray, n_threads: int) -
     return out
 
 
-#: weight types whose products a warm-up process has been started for (warm_aside)
-_warming: set[GGMLType] = set()
+#: (weight type, prompt path?) -> the warm-up process compiling that path's numba functions, or None where this
+#: process compiled them itself (warm_aside)
+_warming: dict[tuple[GGMLType, bool], subprocess.Popen | None] = {}
+#: rough compile costs, in units of about 0.6 CPU s (measured on a 2-core EPYC): a K-quant's row dot about 3, another
+#: type's row dot and its share of the activation quantizer 2; a helper process spends about one importing
+_K_QUANT_COST, _OTHER_COST, _HELPER_START_COST = 3, 2, 1
+
+
+def _prompt_path(ty: GGMLType, n_cols: int) -> bool:
+    """Whether a product of ``n_cols`` columns takes the prompt path (dequantized tiles and BLAS)."""
+    return n_cols > (traits(ty).matvec_max_cols if ty.is_quantized else _MATVEC_ROWS)
 
 
 def warm_aside(nodes: Iterable[Tensor]) -> None:
     """A first run (jit.deferring) runs its products on this module's Python kernels, whose numba functions
-    (the row dots, the activation quantizers, the dequantizers) compile one after another as the run reaches
-    them: most of its wait for a first token. This starts a process beside it that compiles the same ones, for
-    the weight types of ``nodes``' MUL_MATs, the last to be reached first, into numba's disk cache, where this process
-    finds each it has not reached yet (numba looks there before compiling a new signature): two cores share the
-    wait."""
-    types = [n.src[0].type for n in nodes if n.op == Op.MUL_MAT and n.src[0].type != F32]
-    names = [t.name for t in reversed(dict.fromkeys(types)) if t not in _warming]
-    if names:
-        _warming.update(GGMLType[n] for n in names)
+    (the row dots, the activation quantizers, the dequantizers) would compile one after another as the run
+    reaches them: most of its wait for a first token. The paths ``nodes``' MUL_MATs take (weight type, decode or
+    prompt) are shared out between this process, which compiles its share now, and a helper process, which
+    fills numba's disk cache with the rest (longest compile first, each to the side that is free sooner); a
+    product whose path the helper has not finished waits for it (_wait_for_warm_up) instead of compiling the
+    same functions a second time."""
+    paths = [(n.src[0].type, _prompt_path(n.src[0].type, n.src[1].ne[1] * n.src[1].ne[2] * n.src[1].ne[3]))
+             for n in nodes if n.op == Op.MUL_MAT and n.src[0].type != F32]
+    paths = [p for p in dict.fromkeys(paths) if p not in _warming]
+    if not paths:
+        return
+    mine: list[tuple[GGMLType, bool]] = []
+    aside: list[tuple[GGMLType, bool]] = []
+    load = [0, _HELPER_START_COST]
+    for p in sorted(paths, key=lambda p: -(_K_QUANT_COST if p[0].name.endswith("_K") else _OTHER_COST)):
+        side = 0 if load[0] <= load[1] else 1
+        load[side] += _K_QUANT_COST if p[0].name.endswith("_K") else _OTHER_COST
+        (mine if side == 0 else aside).append(p)
+    proc = None
+    if aside:
         from .. import jit
 
-        jit.run_aside(f"from {__name__} import warm; warm({names!r})")
+        spec = [(t.name, prompt) for t, prompt in aside]
+        proc = jit.run_aside(f"from {__name__} import warm; warm({spec!r})")
+    _warming.update(dict.fromkeys(aside, proc))
+    _warming.update(dict.fromkeys(mine))
+    warm([(t.name, prompt) for t, prompt in mine])
 
 
-def warm(type_names: Sequence[str]) -> None:
-    """Run weight_product once per weight type, on a decode's one row and, where the type has another path for
-    many rows, on a prompt's: what compiles every numba function the Python products of that type call."""
+def _wait_for_warm_up(ty: GGMLType, n_cols: int) -> None:
+    """Wait for the warm-up process compiling this product's path, if one still is (warm_aside)."""
+    proc = _warming.get((ty, _prompt_path(ty, n_cols))) if _warming else None
+    if proc is not None:
+        proc.wait()
+
+
+def warm(paths: Sequence[tuple[str, bool]]) -> None:
+    """Run weight_product once per (weight type name, prompt path?): on one row for a decode, on one row more than
+    the type's mat-vec takes for a prompt; what compiles every numba function that path calls."""
     k = 256
-    for prompt in (False, True):  # every type's decode path first: a first run needs those first
-        for name in type_names:
-            ty = GGMLType[name]
-            n_max = traits(ty).matvec_max_cols if ty.is_quantized else _MATVEC_ROWS
-            if prompt and n_max >= 1024:  # one path for every column count
-                continue
-            w = np.zeros((4, k // ty.blck_size * ty.type_size), np.uint8)
-            w.flags.writeable = False  # as a model's mmapped weights
-            weight_product(w, ty, np.zeros((n_max + 1 if prompt else 1, k), np.float32), 1)
+    for name, prompt in paths:
+        ty = GGMLType[name]
+        n_max = traits(ty).matvec_max_cols if ty.is_quantized else _MATVEC_ROWS
+        w = np.zeros((4, k // ty.blck_size * ty.type_size), np.uint8)
+        w.flags.writeable = False  # as a model's mmapped weights
+        weight_product(w, ty, np.zeros((n_max + 1 if prompt else 1, k), np.float32), 1)
 
 
 @kernel(Op.MUL_MAT)
