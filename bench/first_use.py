@@ -102,6 +102,7 @@ def main() -> int:
             warm_wall.append(w)
             warm_ttft.append(f)
             warm_cpu.append(c)
+            _wait_for_background(cache)  # fusions the warm run found worth compiling, before the folder goes
         print(f"run {i + 1}: cold {cold_wall[-1]:.2f} s (first token {cold_ttft[-1]:.2f} s, {cold_cpu[-1]:.1f} CPU s; "
               f"its background compiles ended {bg_wait[-1]:.1f} s after it), "
               f"warm {warm_wall[-1]:.2f} s (first token {warm_ttft[-1]:.2f} s, {warm_cpu[-1]:.1f} CPU s); "
