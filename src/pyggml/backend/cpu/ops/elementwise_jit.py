@@ -226,16 +226,21 @@ def _gelu_row(xv, xb, table, dv):  # pragma: no cover - compiled
 
 
 @numba.njit(**_opts)
+def silu_seg(x, y, m, n):  # pragma: no cover - compiled
+    """y = SiLU(x) over n floats: ggml_v_expf on the first m (whole vectors), libm expf on the rest."""
+    for i in range(m):
+        v = x[i]
+        y[i] = v / (np.float32(1.0) + v_expf(-v))
+    for i in range(m, n):
+        v = x[i]
+        y[i] = v / (np.float32(1.0) + libm_expf(-v))
+
+
+@numba.njit(**_opts)
 def _silu_row(xv, xb, table, dv):  # pragma: no cover - compiled
     """ggml_vec_silu_f32 on AVX2: x / (1 + exp(-x)), ggml_v_expf over whole vectors, libm for the rest."""
     n = xv.size
-    nv = n - n % LANES
-    for i in range(nv):
-        v = xv[i]
-        dv[i] = v / (np.float32(1.0) + v_expf(-v))
-    for i in range(nv, n):
-        v = xv[i]
-        dv[i] = v / (np.float32(1.0) + libm_expf(-v))
+    silu_seg(xv, dv, n - n % LANES, n)
 
 
 @numba.njit(**_opts)

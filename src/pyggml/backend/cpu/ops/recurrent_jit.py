@@ -32,7 +32,7 @@ from ....ops.enums import EMPTY_OPS, Op
 from ....tensor import Tensor, TensorFlag
 from ....types import GGMLType
 from ..jit import Choice, Readers, jit_kernel, selector
-from ..jit.mathf import LANES, libm_expf, v_expf
+from ..jit.mathf import LANES, libm_expf
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, aux_f32, params_i32, rec, row_at, span
 from ..native import f32p, fmaf, i32p
 from ..simd import _fma, _host_has, _splat
@@ -113,20 +113,9 @@ def k_ssm_conv_bias(node, ith, nth, ctrl):  # pragma: no cover - compiled
                 continue
             xu = row_at(r, T_DST, i2, i3, 0) + ir0 * 4
             if xu == xa:
-                _silu_seg(add, add, m, n)
+                elementwise.silu_seg(add, add, m, n)
             else:
-                _silu_seg(add, numba.carray(f32p(xu), n), m, n)
-
-
-@numba.njit(**_opts)
-def _silu_seg(x, y, m, n):  # pragma: no cover - compiled
-    """y = SiLU(x) over n floats, ggml_v_expf on the first m and libm expf on the rest (elementwise_jit)."""
-    for i in range(m):
-        v = x[i]
-        y[i] = v / (np.float32(1.0) + v_expf(-v))
-    for i in range(m, n):
-        v = x[i]
-        y[i] = v / (np.float32(1.0) + libm_expf(-v))
+                elementwise.silu_seg(add, numba.carray(f32p(xu), n), m, n)
 
 
 _OP_UNARY = int(Op.UNARY)
