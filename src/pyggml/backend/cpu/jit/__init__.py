@@ -368,21 +368,18 @@ def _start_background() -> None:
         return
     keys = list(_queued)
     _queued.clear()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    code = f"import os; os.nice(19); import {__name__} as j; j._compile_keys()"
-    proc = subprocess.Popen([sys.executable, "-c", code, "", *keys], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = run_aside(f"import os; os.nice(19); import {__name__} as j; j._compile_keys()", "", *keys)
     for key in keys:
         _background[key] = proc
     _started.update(keys)
 
 
-def run_aside(code: str) -> subprocess.Popen:
-    """Run Python ``code`` in a process beside this one, of normal priority (it finishes if this process exits
-    first): work this one would otherwise do itself a moment later, such as filling numba's disk cache
-    (ops.mat.warm_aside)."""
+def run_aside(code: str, *args: str) -> subprocess.Popen:
+    """Run Python ``code`` (with ``args`` as sys.argv[1:]) in a process beside this one, not waited for (it finishes
+    if this process exits first): work this one would otherwise do itself a moment later, such as filling numba's
+    disk cache (the background compiles; ops.mat.warm_aside)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL,
+    return subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
 
 
