@@ -19,7 +19,7 @@ from ...tensor import Tensor
 from . import blas, jit, repack_buffer
 from ._common import KernelInputError, types_of
 from .kernel_table import KERNELS, Kernel, kernel, required_srcs
-from .ops import fusion  # importing ops registers every kernel and selector
+from .ops import fusion, mat  # importing ops registers every kernel and selector
 from .plan import Fuse, GraphPlan, Independent, plan_for
 
 
@@ -57,7 +57,7 @@ def _independent() -> Independent | None:
 
 def new_plan(graph: Graph) -> GraphPlan:
     """A fresh plan of ``graph`` with this backend's kernels and fusions (what graph_compute keeps on the graph)."""
-    return GraphPlan(graph, _resolve, _fusions(), _independent())
+    return GraphPlan(graph, _resolve, _fusions(), _independent(), mat.warm_aside)
 
 
 def compute_forward(node: Tensor, n_threads: int = 1) -> None:
@@ -77,7 +77,7 @@ def graph_compute(graph: Graph, n_threads: int = 1, abort_callback: Callable[[],
     """
     if n_threads < 1:
         raise KernelInputError(f"n_threads must be >= 1, got {n_threads}")
-    plan = plan_for(graph, _resolve, _fusions(), _independent())
+    plan = plan_for(graph, _resolve, _fusions(), _independent(), mat.warm_aside)
     blas_threads = blas.get_threads()  # MUL_MAT adjusts BLAS threads per product; give them back after
     try:
         return plan.compute(n_threads, abort_callback)

@@ -24,7 +24,7 @@ ggml's RPC and CUDA graph reuse: build a new graph, or set ``graph.uid = graph_n
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +69,9 @@ Fuse = Callable[[Tensor, jit.Choice, Tensor, jit.Choice, jit.Readers], "jit.Choi
 #: computed from the same row of every source of the output's shape)
 Independent = Callable[[jit.Choice], int]
 NOT_FREE, FREE, ROWS = 0, 1, 2
+#: what a plan that defers missing kernels (jit.deferring) calls with the nodes it runs on their Python kernels,
+#: so that those kernels' own numba functions compile ahead (ops/mat.py's warm_aside)
+Warm = Callable[[Iterable[Tensor]], None]
 
 
 class _Readers:
@@ -98,11 +101,12 @@ class GraphPlan:
     """The resolved steps of one graph (see the module docstring)."""
 
     def __init__(self, graph: Graph, resolve: Callable[[Tensor], Kernel], fuse: Fuse | None = None,
-                 independent: Independent | None = None) -> None:
+                 independent: Independent | None = None, warm: Warm | None = None) -> None:
         """``resolve`` gives a node's numpy kernel (raising when there is none), ``fuse`` the kernel running
         two consecutive compiled nodes as one record, or None, and ``independent`` the kernels that may run
-        without barriers around them, or None for a barrier after every record (ops/fusion.py's fuse and
-        barrier_free: the executor passes what it knows, so a plan needs nothing above it)."""
+        without barriers around them, or None for a barrier after every record, and ``warm`` what a deferring plan
+        hands its Python-kernel nodes to (ops/fusion.py's fuse and barrier_free, ops/mat.py's warm_aside: the
+        executor passes what it knows, so a plan needs nothing above it)."""
         self.uid = graph.uid
         self.resolve = resolve
         nodes = [n for n in graph.nodes
@@ -146,10 +150,8 @@ class GraphPlan:
                 steps.append(_Run(len(compiled), len(compiled) + 1))
             compiled.append((node, choice))
         _settle(steps, compiled)
-        if self.waiting_for:  # the products' Python kernels compile their own numba functions: half aside
-            from .ops.mat import warm_aside
-
-            warm_aside(s.node for s in steps if isinstance(s, _Python))
+        if self.waiting_for and warm is not None:  # the Python kernels' own numba functions compile ahead
+            warm(s.node for s in steps if isinstance(s, _Python))
         self.steps = steps
         self.nodes = [node for node, _ in compiled]
         # arrays records point into
@@ -348,12 +350,12 @@ def _run_alone(plan: GraphPlan, n0: int, n1: int) -> int:
 
 
 def plan_for(graph: Graph, resolve: Callable[[Tensor], Kernel], fuse: Fuse | None = None,
-             independent: Independent | None = None) -> GraphPlan:
+             independent: Independent | None = None, warm: Warm | None = None) -> GraphPlan:
     """The graph's cached plan if it still applies, else a new one (kept on the graph)."""
     plan = getattr(graph, "_cpu_plan", None)
     if plan is not None and plan.matches(graph) and not (plan.waiting_for and not jit.compiling(plan.waiting_for)):
         return plan
-    plan = GraphPlan(graph, resolve, fuse, independent)
+    plan = GraphPlan(graph, resolve, fuse, independent, warm)
     if graph.uid != 0:
         graph._cpu_plan = plan
     return plan
