@@ -45,13 +45,13 @@ from ..simd import _F16C, TAB_ADDR, _fma, _splat, f16_bits, f16_round8, f16_wide
 from ..threads import C_WDATA, available_cores, barrier
 from .elementwise_jit import rows_contiguous
 from .mat_f_jit import vec_dot_f16, vec_dot_f32
-from .nn import FA_SPLIT_MIN_KV, alibi_slopes
+from .nn import FA_TILE_Q, alibi_slopes, fa_path
 from .nn_jit import _row_sum_ggml
 
 F32, F16 = GGMLType.F32, GGMLType.F16
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
-#: ggml's tile sizes (GGML_FA_TILE_Q, GGML_FA_TILE_KV) and the cells from which a decode splits its KV
-TILE_Q, TILE_KV, SPLIT_MIN_KV = 64, 64, FA_SPLIT_MIN_KV
+#: ggml's tile sizes (GGML_FA_TILE_Q, GGML_FA_TILE_KV)
+TILE_Q, TILE_KV = FA_TILE_Q, 64
 #: the side record's words (an int64 array the selector fills; its address is AUX word 0)
 _M_DATA, _M_NB1, _M_NB2, _M_NB3, _M_NE2, _M_NE3, _SINKS, _SLOPES = range(8)
 _NEG_INF = np.float32(-np.inf)
@@ -562,9 +562,7 @@ def _sel_flash_attn(node: Tensor) -> Choice | None:
         side[_M_NE2], side[_M_NE3] = mask.ne[2], mask.ne[3]
     side[_SINKS] = 0 if sinks is None else sinks.data
     side[_SLOPES] = slopes.ctypes.data
-    # ggml's choice of path (ggml_compute_forward_flash_attn_ext_f16)
-    path = ("split" if q.ne[1] == 1 and ne3 == 1 and k.ne[1] >= SPLIT_MIN_KV
-            else "tiled" if q.ne[1] >= TILE_Q else "chunk")
+    path = fa_path(q.ne[1], ne3, k.ne[1])
     wsize = 4 * n_head * available_cores() * (2 + v.ne[0]) if path == "split" else 0
     return Choice(_KERNELS[k.type == F16, path], ints=(side.ctypes.data, TAB_ADDR), wsize=wsize,
                   notes={"side": side, "slopes": slopes})

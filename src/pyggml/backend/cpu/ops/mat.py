@@ -132,9 +132,18 @@ _warming: dict[tuple[GGMLType, bool], subprocess.Popen | None] = {}
 _K_QUANT_COST, _OTHER_COST, _HELPER_START_COST = 3, 2, 1
 
 
+def _matvec_max(ty: GGMLType) -> int:
+    """The most columns a product of a ``ty`` weight takes on its decode path (mat_q.mul_mat_q, weight_product)."""
+    return traits(ty).matvec_max_cols if ty.is_quantized else _MATVEC_ROWS
+
+
 def _prompt_path(ty: GGMLType, n_cols: int) -> bool:
     """Whether a product of ``n_cols`` columns takes the prompt path (dequantized tiles and BLAS)."""
-    return n_cols > (traits(ty).matvec_max_cols if ty.is_quantized else _MATVEC_ROWS)
+    return n_cols > _matvec_max(ty)
+
+
+def _compile_cost(ty: GGMLType) -> int:
+    return _K_QUANT_COST if ty.name.endswith("_K") else _OTHER_COST
 
 
 def warm_aside(nodes: Iterable[Tensor]) -> None:
@@ -153,9 +162,9 @@ def warm_aside(nodes: Iterable[Tensor]) -> None:
     mine: list[tuple[GGMLType, bool]] = []
     aside: list[tuple[GGMLType, bool]] = []
     load = [0, _HELPER_START_COST]
-    for p in sorted(paths, key=lambda p: -(_K_QUANT_COST if p[0].name.endswith("_K") else _OTHER_COST)):
+    for p in sorted(paths, key=lambda p: -_compile_cost(p[0])):
         side = 0 if load[0] <= load[1] else 1
-        load[side] += _K_QUANT_COST if p[0].name.endswith("_K") else _OTHER_COST
+        load[side] += _compile_cost(p[0])
         (mine if side == 0 else aside).append(p)
     proc = None
     if aside:
@@ -181,10 +190,9 @@ def warm(paths: Sequence[tuple[str, bool]]) -> None:
     k = 256
     for name, prompt in paths:
         ty = GGMLType[name]
-        n_max = traits(ty).matvec_max_cols if ty.is_quantized else _MATVEC_ROWS
         w = np.zeros((4, k // ty.blck_size * ty.type_size), np.uint8)
         w.flags.writeable = False  # as a model's mmapped weights
-        weight_product(w, ty, np.zeros((n_max + 1 if prompt else 1, k), np.float32), 1)
+        weight_product(w, ty, np.zeros((_matvec_max(ty) + 1 if prompt else 1, k), np.float32), 1)
 
 
 @kernel(Op.MUL_MAT)

@@ -37,6 +37,7 @@ from .._common import (
 )
 from ..kernel_table import kernel
 from ..quants.actquant import fake_quant
+from ..simd import round_to_f16
 
 
 # ------------------------------------------------------------------------------------------ norms
@@ -361,7 +362,8 @@ def flash_attn_ext(node: Tensor, n_threads: int) -> None:
     if nh % nhk or nh % nhv or nq3 % nk3 or nq3 % nv3:
         raise KernelInputError("FLASH_ATTN_EXT: K/V heads must divide Q heads")
     qf = q.view4()
-    tiled = nq >= 64 and k.type == v.type and k.type in (F16, F32)
+    path = fa_path(nq, nq3, nkv)
+    tiled = path == "tiled" and k.type == v.type and k.type in (F16, F32)
     if not tiled and k.type != F32:
         qf = fake_quant(np.ascontiguousarray(qf).reshape(-1, dk), _vec_dot_type(k.type)).reshape(qf.shape)
     kf = load_f32(k)
@@ -380,17 +382,17 @@ def flash_attn_ext(node: Tensor, n_threads: int) -> None:
         m = load_f32(mask)[:, :, :nq, :nkv]
         slope = alibi_slopes(nh, max_bias)[None, :, None, None]
         s = s + slope * tile_to(m, (nq3, nh, nq, nkv))
+    sink_h = None if sinks is None else sinks.view4().reshape(-1)[:nh].astype(np.float32)  # one logit a head
     if not tiled and v.type == F16:
         # V accumulates in fp16 on ggml's one-chunk and split paths: a rounding of 1e-3, not round-off, so it is
         # taken step by step (a first run's decode runs here until the compiled kernel has landed)
-        sink = None if sinks is None else sinks.view4().reshape(-1)[:nh].astype(np.float32)
         vrep = np.repeat(vf, rv, axis=1)  # (nq3, nh, nkv, dv): query head h reads KV head h // rv
-        split = nq == 1 and nq3 == 1 and nkv >= FA_SPLIT_MIN_KV
-        node.view4()[...] = _fa_online_f16(s, vrep, sink, split, n_threads).transpose(0, 2, 1, 3)
+        out_f16 = _fa_online_f16(s, vrep, sink_h, path == "split", n_threads)
+        node.view4()[...] = out_f16.transpose(0, 2, 1, 3)
         return
     mx = s.max(axis=-1, keepdims=True)
-    if sinks is not None:
-        sink = sinks.view4().reshape(-1)[:nh].astype(np.float32)[None, :, None, None]
+    if sink_h is not None:
+        sink = sink_h[None, :, None, None]
         mx = np.maximum(mx, sink)
     mx = np.where(np.isfinite(mx), mx, np.float32(0.0))
     with np.errstate(invalid="ignore", over="ignore"):
@@ -404,19 +406,23 @@ def flash_attn_ext(node: Tensor, n_threads: int) -> None:
     node.view4()[...] = (out * inv).transpose(0, 2, 1, 3)
 
 
-#: ggml's one-token decodes over this many cells or more split the cells between the threads
-FA_SPLIT_MIN_KV = 512
+#: ggml's query rows per tile (GGML_FA_TILE_Q: batches of this many rows or more take the tiled path), and the
+#: cells from which a one-token decode splits its cells between the threads
+FA_TILE_Q, FA_SPLIT_MIN_KV = 64, 512
 
 
-def _f16(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.float16).astype(np.float32)
+def fa_path(n_q: int, ne3: int, n_kv: int) -> str:
+    """ggml's path for a FLASH_ATTN_EXT of ``n_q`` query rows (ne3 sequences of them) over ``n_kv`` cells
+    (ggml_compute_forward_flash_attn_ext_f16): "split", "tiled" or "chunk"; each rounds differently."""
+    if n_q == 1 and ne3 == 1 and n_kv >= FA_SPLIT_MIN_KV:
+        return "split"
+    return "tiled" if n_q >= FA_TILE_Q else "chunk"
 
 
 def _fa_chunk_f16(s: np.ndarray, vrep: np.ndarray, ic0: int, ic1: int) -> tuple[np.ndarray, ...]:
-    """ggml's one-chunk online softmax over cells [ic0, ic1) for every query row at once: scores ``s`` (..., nkv)
-    (nq3, nh, nq, nkv) with the mask added (-inf: the cell is skipped), V rows ``vrep`` (nq3, nh, nkv, dv) of F16
-    values; the fp16
-    accumulator is rounded after its rescale and after each cell's add, as ggml_vec_scale_f16 and
+    """ggml's one-chunk online softmax over cells [ic0, ic1) for every query row at once: scores ``s`` (nq3, nh,
+    nq, nkv) with the mask added (-inf: the cell is skipped), V rows ``vrep`` (nq3, nh, nkv, dv) of F16 values. The
+    fp16 accumulator is rounded after its rescale and after each cell's add, as ggml_vec_scale_f16 and
     ggml_vec_mad_f16 round it. Returns the rows' (max, sum, accumulator)."""
     big = np.full(s.shape[:-1], -np.inf, np.float32)
     total = np.zeros(s.shape[:-1], np.float32)
@@ -429,7 +435,7 @@ def _fa_chunk_f16(s: np.ndarray, vrep: np.ndarray, ic0: int, ic1: int) -> tuple[
             up = live & (sc > big)
             ms = np.where(up, np.exp(big - sc), np.float32(1.0)).astype(np.float32)
             vs = np.where(live & ~up, np.exp(sc - big), np.float32(1.0)).astype(np.float32)
-            step = _f16(_f16(acc * ms[..., None]) + vrep[:, :, ic, None, :] * vs[..., None])
+            step = round_to_f16(round_to_f16(acc * ms[..., None]) + vrep[:, :, ic, None, :] * vs[..., None])
             acc = np.where(live[..., None], step, acc)
             total = np.where(live, total * ms + vs, total)
             big = np.where(up, sc, big)
