@@ -191,6 +191,11 @@ class GraphPlan:
         words[AUX : AUX + len(ints)] = ints
         words.view(np.float32)[2 * (AUX + 8) : 2 * (AUX + 8) + len(floats)] = floats
 
+    def kernels_landed(self) -> bool:
+        """Whether kernels this plan ran without (waiting_for) have since been compiled aside: built again, it
+        takes them."""
+        return bool(self.waiting_for) and not jit.compiling(self.waiting_for)
+
     def matches(self, graph: Graph) -> bool:
         return graph.uid != 0 and graph.uid == self.uid and _fingerprint(graph) == self.fingerprint
 
@@ -353,7 +358,7 @@ def plan_for(graph: Graph, resolve: Callable[[Tensor], Kernel], fuse: Fuse | Non
              independent: Independent | None = None, warm: Warm | None = None) -> GraphPlan:
     """The graph's cached plan if it still applies, else a new one (kept on the graph)."""
     plan = getattr(graph, "_cpu_plan", None)
-    if plan is not None and plan.matches(graph) and not (plan.waiting_for and not jit.compiling(plan.waiting_for)):
+    if plan is not None and plan.matches(graph) and not plan.kernels_landed():
         return plan
     plan = GraphPlan(graph, resolve, fuse, independent, warm)
     if graph.uid != 0:
