@@ -37,6 +37,11 @@ def percentile(xs: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
+#: headers of every request: a connection per request (llama-server at 0c1e570 exits after three streamed
+#: responses on one kept-alive connection: "cleaning up before exit", then "Server disconnected")
+HEADERS = {"Connection": "close"}
+
+
 async def one_request(client: httpx.AsyncClient, i: int, max_tokens: int) -> tuple[float, int]:
     """One streamed completion: (seconds to the first text, completion tokens)."""
     body = {"prompt": f"Request {i}. Write a short story about {TOPICS[i % len(TOPICS)]} number {i}:",
@@ -46,7 +51,7 @@ async def one_request(client: httpx.AsyncClient, i: int, max_tokens: int) -> tup
     ttft = None
     n_tokens = 0
     n_chunks = 0
-    async with client.stream("POST", "/v1/completions", json=body) as r:
+    async with client.stream("POST", "/v1/completions", json=body, headers=HEADERS) as r:
         if r.status_code != 200:
             raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:200]!r}")
         async for line in r.aiter_lines():
@@ -98,7 +103,8 @@ def main() -> int:
     ap.add_argument("-c", "--clients", type=int, nargs="+", default=[1, 4, 8],
                     help="concurrency levels (default 1 4 8)")
     ap.add_argument("-r", "--requests", type=int, default=0,
-                    help="requests per level (default: 2 per client, at least 4)")
+                    help="requests per level (default: 2 per client, at least 16: a p50 of 4 requests moves with "
+                         "one that met a new batch shape)")
     ap.add_argument("-n", "--max-tokens", type=int, default=32, help="tokens generated per request (default 32)")
     ap.add_argument("--max-seconds", type=float, default=600, help="stop starting requests after this (default 600)")
     ap.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
@@ -111,7 +117,7 @@ def main() -> int:
     rows = []
     for c in args.clients:  # level by level, the servers in turn: both meet the same machine load
         for url in args.url:
-            n = args.requests or max(4, 2 * c)
+            n = args.requests or max(16, 2 * c)
             rows.append(asyncio.run(level(url, c, n, args.max_tokens, deadline)))
             if not args.json:
                 r = rows[-1]
