@@ -186,8 +186,10 @@ class _Proc:
 
 def test_warm_aside_shares_the_paths_out_and_a_product_waits_for_the_helpers(monkeypatch: pytest.MonkeyPatch) -> None:
     """The paths a plan's products take are shared between this process (compiling its share at once) and one
-    helper, longest compile first, each to the side free sooner (the helper starts later); a later plan warms
-    only paths not seen yet, and a product on a path the helper holds waits for it rather than compile it too."""
+    helper, longest compile first, each to the side free sooner (the helper starts later), the paths sharing an
+    activation quantizer on one side (Q4_K and Q6_K: Q8_K; Q5_0 and Q8_0: Q8_0); a later plan warms only paths
+    not seen yet, and a product on a path the helper holds waits for it rather than compile it too. The helper
+    defers as this process does, so it compiles the row dots this process calls."""
     helper = _Proc()
     started: list[str] = []
     here: list[list[tuple[str, bool]]] = []
@@ -200,9 +202,29 @@ def test_warm_aside_shares_the_paths_out_and_a_product_waits_for_the_helpers(mon
              for ty in (GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, F32)]
     mat.warm_aside(nodes)
     mat.warm_aside(nodes[:2])
-    assert started == [f"from {mat.__name__} import warm; warm([('Q6_K', False), ('Q8_0', False)])"]
-    assert here == [[("Q4_K", False), ("Q5_0", False)]]
+    assert len(started) == 1 and "set_background_default('all')" in started[0]
+    assert started[0].endswith(f"from {mat.__name__} import warm; warm([('Q5_0', False), ('Q8_0', False)])")
+    assert here == [[("Q4_K", False), ("Q6_K", False)]]
     mat._wait_for_warm_up(GGMLType.Q4_K, 1)
     assert helper.waits == 0
-    mat._wait_for_warm_up(GGMLType.Q6_K, 1)
+    mat._wait_for_warm_up(GGMLType.Q8_0, 1)
     assert helper.waits == 1
+    # one quantizer group only: its paths are shared out one by one
+    monkeypatch.setattr(mat, "_warming", {})
+    started.clear()
+    here.clear()
+    mat.warm_aside(nodes[2:4])
+    assert here == [[("Q4_K", False)]] and started[0].endswith("warm([('Q6_K', False)])")
+
+
+def test_a_first_run_takes_the_row_dots_that_compile_sooner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the compiled kernels are deferred, the Python products take the one-row-at-a-time dots (compiled in
+    about half the time) where the type has them; otherwise the batched ones. Both give the same bits."""
+    from pyggml.backend.cpu.ops import mat_q
+    from pyggml.backend.cpu.quants import dots
+
+    monkeypatch.setenv("PYGGML_JIT_BACKGROUND", "all")
+    assert mat_q.row_dot(GGMLType.Q4_K) is dots._mv1_q4_k and mat_q.row_dot(GGMLType.Q8_0) is dots._mv1_q8_0
+    assert mat_q.row_dot(GGMLType.Q4_1) is dots._mv_q4_1  # no one-row variant
+    monkeypatch.setenv("PYGGML_JIT_BACKGROUND", "1")
+    assert mat_q.row_dot(GGMLType.Q4_K) is dots._mv_q4_k

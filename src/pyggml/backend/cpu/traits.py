@@ -281,6 +281,9 @@ class TypeTraitsCPU:
     mmid: JitKernel | None = None
     get_rows: JitKernel | None = None
     repacked: JitKernel | None = None
+    #: numpy path: row_dot taking its activation rows one at a time (_mv1_*: the same bits; compiled in about
+    #: half the time, which a first run's Python kernels want: ops/mat_q.row_dot)
+    row_dot1: Callable | None = None
 
 
 #: src1 rows up to which the fused kernels beat the integer GEMM (quants/gemm.py) or dequantize + BLAS,
@@ -301,20 +304,20 @@ TYPE_TRAITS_CPU: dict[GGMLType, TypeTraitsCPU] = {
     F32: TypeTraitsCPU(get_rows=k_get_rows_f32),
     F16: TypeTraitsCPU(get_rows=k_get_rows_f16),
     Q8_0: TypeTraitsCPU(_Q8_0, _mv_q8_0, _dq_q8_0, ALL_COLS, k_mm_q8_0, k_mv_q8_0, tiles=k_tiles_q8_0,
-                        mmid=k_mmid_q8_0, get_rows=k_get_rows_q8_0, repacked=k_rep_q8_0),
+                        mmid=k_mmid_q8_0, get_rows=k_get_rows_q8_0, repacked=k_rep_q8_0, row_dot1=_mv1_q8_0),
     Q4_0: TypeTraitsCPU(_Q8_0, _mv_q4_0, _dq_q4_0, ALL_COLS, k_mm_q4_0, k_mv_q4_0, tiles=k_tiles_q4_0,
-                        mmid=k_mmid_q4_0, get_rows=k_get_rows_q4_0, repacked=k_rep_q4_0),
+                        mmid=k_mmid_q4_0, get_rows=k_get_rows_q4_0, repacked=k_rep_q4_0, row_dot1=_mv1_q4_0),
     Q5_0: TypeTraitsCPU(_Q8_0, _mv_q5_0, _dq_q5_0, ALL_COLS, k_mm_q5_0, k_mv_q5_0, tiles=k_tiles_q5_0,
-                        mmid=k_mmid_q5_0, get_rows=k_get_rows_q5_0),
+                        mmid=k_mmid_q5_0, get_rows=k_get_rows_q5_0, row_dot1=_mv1_q5_0),
     IQ4_NL: TypeTraitsCPU(_Q8_0, _mv_iq4_nl, None, 8, k_mm_iq4_nl, k_mm_iq4_nl, mmid=k_mmid_iq4_nl,
                           repacked=k_rep_iq4_nl),
     Q4_1: TypeTraitsCPU(_Q8_0, _mv_q4_1, None, 8),
     Q5_1: TypeTraitsCPU(_Q8_0, _mv_q5_1, None, 8),
     Q4_K: TypeTraitsCPU(_Q8_K, _mv_q4_k, _dq_q4_k, 64, k_mm_q4_k, k_mv_q4_k, gemm=(k_gemm_q4_k, gemm.SB_BYTES),
-                        mmid=k_mmid_q4_k, get_rows=k_get_rows_q4_k, repacked=k_rep_q4_k),
-    Q5_K: TypeTraitsCPU(_Q8_K, _mv_q5_k, None, 128, k_mm_q5_k, k_mv_q5_k, mmid=k_mmid_q5_k),
+                        mmid=k_mmid_q4_k, get_rows=k_get_rows_q4_k, repacked=k_rep_q4_k, row_dot1=_mv1_q4_k),
+    Q5_K: TypeTraitsCPU(_Q8_K, _mv_q5_k, None, 128, k_mm_q5_k, k_mv_q5_k, mmid=k_mmid_q5_k, row_dot1=_mv1_q5_k),
     Q6_K: TypeTraitsCPU(_Q8_K, _mv_q6_k, _dq_q6_k, 96, k_mm_q6_k, k_mv_q6_k, gemm=(k_gemm_q6_k, gemm.Q6_BYTES),
-                        mmid=k_mmid_q6_k, get_rows=k_get_rows_q6_k),
+                        mmid=k_mmid_q6_k, get_rows=k_get_rows_q6_k, row_dot1=_mv1_q6_k),
 }
 #: the types with fused integer row dots (the numpy path's decode products)
 FUSED = frozenset(t for t, tr in TYPE_TRAITS_CPU.items() if tr.row_dot is not None)

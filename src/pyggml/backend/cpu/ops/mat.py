@@ -127,9 +127,11 @@ def weight_product(w: np.ndarray, ty: GGMLType, x: np.ndarray, n_threads: int) -
 #: (weight type, prompt path?) -> the warm-up process compiling that path's numba functions, or None where this
 #: process compiled them itself (warm_aside)
 _warming: dict[tuple[GGMLType, bool], subprocess.Popen | None] = {}
-#: rough compile costs, in units of about 0.6 CPU s (measured on a 2-core EPYC): a K-quant's row dot about 3, another
-#: type's row dot and its share of the activation quantizer 2; a helper process spends about one importing
-_K_QUANT_COST, _OTHER_COST, _HELPER_START_COST = 3, 2, 1
+#: rough compile costs of a first run's numba functions, in units of about 0.3 CPU s (measured on a 2-core EPYC): a
+#: K-quant's one-row dots (mat_q.row_dot) 3, another type's 1; the activation quantizer the products of one
+#: vec_dot_type share, Q8_K 1 and Q8_0 2; a helper process spends about 2 starting
+_K_QUANT_COST, _OTHER_COST, _HELPER_START_COST = 3, 1, 2
+_QUANTIZER_COST = {GGMLType.Q8_K: 1, GGMLType.Q8_0: 2}
 
 
 def _matvec_max(ty: GGMLType) -> int:
@@ -142,8 +144,10 @@ def _prompt_path(ty: GGMLType, n_cols: int) -> bool:
     return n_cols > _matvec_max(ty)
 
 
-def _compile_cost(ty: GGMLType) -> int:
-    return _K_QUANT_COST if ty.name.endswith("_K") else _OTHER_COST
+def _compile_cost(paths: Sequence[tuple[GGMLType, bool]]) -> int:
+    """The compile cost of paths of one vec_dot_type: their row dots and, once, their activation quantizer."""
+    dots = sum(_K_QUANT_COST if ty.name.endswith("_K") else _OTHER_COST for ty, _ in paths)
+    return dots + _QUANTIZER_COST.get(_vec_dot_type(paths[0][0]), 0)
 
 
 def warm_aside(nodes: Iterable[Tensor]) -> None:
@@ -159,19 +163,27 @@ def warm_aside(nodes: Iterable[Tensor]) -> None:
     paths = [p for p in dict.fromkeys(paths) if p not in _warming]
     if not paths:
         return
+    groups: dict[GGMLType, list[tuple[GGMLType, bool]]] = {}
+    for p in paths:
+        groups.setdefault(_vec_dot_type(p[0]), []).append(p)
+    # the paths sharing an activation quantizer go to one side together (it compiles once) where there are two
+    # such groups or more; paths of one group are shared out one by one (the row dots are the larger part)
+    units = list(groups.values()) if len(groups) > 1 else [[p] for p in paths]
     mine: list[tuple[GGMLType, bool]] = []
     aside: list[tuple[GGMLType, bool]] = []
     load = [0, _HELPER_START_COST]
-    for p in sorted(paths, key=lambda p: -_compile_cost(p[0])):
+    for unit in sorted(units, key=lambda u: -_compile_cost(u)):
         side = 0 if load[0] <= load[1] else 1
-        load[side] += _compile_cost(p[0])
-        (mine if side == 0 else aside).append(p)
+        load[side] += _compile_cost(unit)
+        (mine if side == 0 else aside).extend(unit)
     proc = None
     if aside:
         from .. import jit
 
         spec = [(t.name, prompt) for t, prompt in aside]
-        proc = jit.run_aside(f"from {__name__} import warm; warm({spec!r})")
+        # deferring there too, so that it compiles the row dots this process will call (mat_q.row_dot)
+        proc = jit.run_aside(f"from {jit.__name__} import set_background_default; set_background_default('all'); "
+                             f"from {__name__} import warm; warm({spec!r})")
     _warming.update(dict.fromkeys(aside, proc))
     _warming.update(dict.fromkeys(mine))
     warm([(t.name, prompt) for t, prompt in mine])

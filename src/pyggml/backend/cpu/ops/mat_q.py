@@ -175,6 +175,15 @@ def vec_dot_type_of(qtype: GGMLType) -> GGMLType:
     return quants.get_codec(qtype).vec_dot_type
 
 
+def row_dot(qtype: GGMLType) -> Callable:
+    """The type's fused row dots; on a first run (jit.deferring: these Python kernels run while the compiled ones
+    build aside) the ones taking the activation rows one at a time where the type has them: the same bits,
+    compiled in about half the time (Q4_K 1.6 against 2.6 CPU s, Q6_K 1.3 against 2.8, Q8_0 0.6 against 0.9),
+    and these compiles are most of a first run's wait for its first token."""
+    tr = traits(qtype)
+    return tr.row_dot1 if tr.row_dot1 is not None and jit.deferring() else tr.row_dot
+
+
 def matvec_q(w_rows: np.ndarray, qtype: GGMLType, x: np.ndarray, out: np.ndarray, n_threads: int) -> None:
     """Fused integer path: out[j, r] = ggml vec_dot(w row r, Q8(x[j])) for a type in FUSED.
 
@@ -187,7 +196,7 @@ def matvec_q(w_rows: np.ndarray, qtype: GGMLType, x: np.ndarray, out: np.ndarray
     wi = wf.view(np.int8)
     m = w_rows.shape[0]
     qa, da, extra = quantize_activations(x, vec_dot_type_of(qtype))
-    kern = traits(qtype).row_dot
+    kern = row_dot(qtype)
 
     def rows(r0: int, r1: int) -> None:
         kern(wf, wi, rs, m, qa, da, extra, _F16, out, r0, r1)
