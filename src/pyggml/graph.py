@@ -16,7 +16,16 @@ from enum import IntEnum
 from .context import Context
 from .errors import GraphFullError, PyGGMLError
 from .ops.enums import Op
-from .tensor import GGML_MAX_SRC, GGML_MEM_ALIGN, GGML_OBJECT_SIZE, Tensor, TensorFlag, ggml_pad
+from .tensor import (
+    FLAG_COMPUTE,
+    FLAG_PARAM,
+    GGML_MAX_SRC,
+    GGML_MEM_ALIGN,
+    GGML_OBJECT_SIZE,
+    Tensor,
+    TensorFlag,
+    ggml_pad,
+)
 
 GGML_DEFAULT_GRAPH_SIZE = 2048
 
@@ -157,7 +166,7 @@ class Graph:
         """ggml_visit_parents_graph, iteratively. Post-order over src in eval order."""
         visited, use_counts = self.visited, self.use_counts
         if root.op != Op.NONE and compute:
-            root.flags |= TensorFlag.COMPUTE
+            root.flags |= FLAG_COMPUTE
         if id(root) in visited:
             if compute:
                 _propagate_compute(root)
@@ -176,7 +185,7 @@ class Graph:
                 if src is None:
                     continue
                 if src.op != Op.NONE and compute:
-                    src.flags |= TensorFlag.COMPUTE
+                    src.flags |= FLAG_COMPUTE
                 if id(src) in visited:
                     use_counts[id(src)] += 1
                     if compute:
@@ -195,7 +204,7 @@ class Graph:
             self._append(node)
 
     def _append(self, node: Tensor) -> None:
-        if node.op == Op.NONE and not (node.flags & TensorFlag.PARAM):
+        if node.op == Op.NONE and not (node.flags & FLAG_PARAM):
             if len(self.leafs) >= self.size:
                 raise GraphFullError(f"graph is full: more than {self.size} leafs")
             if not node.name:
@@ -271,9 +280,9 @@ def _propagate_compute(node: Tensor) -> None:
     while stack:
         n = stack.pop()
         for src in n.src:
-            if src is not None and not (src.flags & TensorFlag.COMPUTE):
+            if src is not None and not (src.flags & FLAG_COMPUTE):
                 if src.op != Op.NONE:
-                    src.flags |= TensorFlag.COMPUTE
+                    src.flags |= FLAG_COMPUTE
                 stack.append(src)
 
 

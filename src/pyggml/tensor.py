@@ -43,6 +43,13 @@ class TensorFlag(IntFlag):
     COMPUTE = 16
 
 
+#: TensorFlag's bits as plain ints, which Tensor.flags holds: a graph's building and planning test them thousands of
+#: times, and an IntFlag operand makes every ``&`` and ``|`` build a new enum value (about a tenth of a new graph
+#: shape's Python); ``flags & TensorFlag.X`` still works
+FLAG_INPUT, FLAG_OUTPUT, FLAG_PARAM, FLAG_LOSS, FLAG_COMPUTE = (int(f) for f in (
+    TensorFlag.INPUT, TensorFlag.OUTPUT, TensorFlag.PARAM, TensorFlag.LOSS, TensorFlag.COMPUTE))
+
+
 class NoDataError(PyGGMLError, RuntimeError):
     """The tensor has no memory yet (a no_alloc context, or not yet allocated)."""
 
@@ -153,20 +160,20 @@ class Tensor:
 
     # ------------------------------------------------------------------ flags
     def set_input(self) -> None:
-        self.flags |= TensorFlag.INPUT
+        self.flags |= FLAG_INPUT
 
     def set_output(self) -> None:
         """Mark as a graph output; as in ggml, the tensors it views are kept alive too."""
         t: Tensor | None = self
         while t is not None:
-            t.flags |= TensorFlag.OUTPUT
+            t.flags |= FLAG_OUTPUT
             t = t.view_src
 
     def set_param(self) -> None:
-        self.flags |= TensorFlag.PARAM
+        self.flags |= FLAG_PARAM
 
     def set_loss(self) -> None:
-        self.flags |= TensorFlag.LOSS
+        self.flags |= FLAG_LOSS
 
     # ------------------------------------------------------------------ shape helpers
     def nelements(self) -> int:
@@ -178,19 +185,15 @@ class Tensor:
 
     def nbytes(self) -> int:
         """ggml_nbytes: the span of bytes from the first to one past the last element."""
-        ne, nb = self.ne, self.nb
-        if any(n <= 0 for n in ne):
+        # unrolled: a new graph shape asks this of every tensor several times (a quarter of its build's Python)
+        (ne0, ne1, ne2, ne3), (nb0, nb1, nb2, nb3) = self.ne, self.nb
+        if ne0 <= 0 or ne1 <= 0 or ne2 <= 0 or ne3 <= 0:
             return 0
+        rows = (ne1 - 1) * nb1 + (ne2 - 1) * nb2 + (ne3 - 1) * nb3
         bs = self.type.blck_size
         if bs == 1:
-            size = self.type.type_size
-            for i in range(GGML_MAX_DIMS):
-                size += (ne[i] - 1) * nb[i]
-        else:
-            size = ne[0] * nb[0] // bs
-            for i in range(1, GGML_MAX_DIMS):
-                size += (ne[i] - 1) * nb[i]
-        return size
+            return self.type.type_size + (ne0 - 1) * nb0 + rows
+        return ne0 * nb0 // bs + rows
 
     def row_size(self) -> int:
         return self.type.row_size(self.ne[0])

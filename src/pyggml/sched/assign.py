@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..backend.base import BufferUsage
 from ..backend.errors import BackendError
 from ..ops.enums import VIEW_OPS, Op
-from ..tensor import TensorFlag
+from ..tensor import FLAG_INPUT
 
 if TYPE_CHECKING:
     from ..backend.base import Backend, Buffer, BufferType
@@ -128,7 +128,7 @@ class Assigner:
         if buf is not None:
             raise SchedAssignError(f"pre-allocated tensor ({t.name}) in a buffer ({buf.name()}) that cannot run "
                                    f"the operation ({t.op.name}): no backend of the scheduler supports both")
-        if t.flags & TensorFlag.INPUT:
+        if t.flags & FLAG_INPUT:
             return self.n - 1, "1.inp"
         # ROPE's freq factors and FLASH_ATTN_EXT's sinks are too small to choose a backend by
         if t.op in (Op.ROPE, Op.FLASH_ATTN_EXT):

@@ -17,7 +17,7 @@ from ..backend import api
 from ..backend.base import Backend, BufferUsage, GGMLStatus
 from ..graph import Graph, graph_next_uid
 from ..ops.enums import Op
-from ..tensor import TensorFlag
+from ..tensor import FLAG_INPUT
 from .assign import SchedError
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def _copy_inputs(sched: BackendSched, split: SchedSplit) -> None:
         inp_backend = sched.get_tensor_backend(inp)
         inp_cpy = sched.tensor_copy(inp, bid, sched.cur_copy)
         assert inp_cpy is not None and inp_backend is not None
-        if inp.flags & TensorFlag.INPUT:
+        if inp.flags & FLAG_INPUT:
             # copy user inputs at once: the caller may overwrite them as soon as we return
             _sync_split_event(sched, bid)
             api.backend_tensor_copy(inp, inp_cpy)

@@ -30,7 +30,7 @@ from ..backend.base import Backend, BufferType, BufferUsage, DeviceType, Event, 
 from ..context import Context
 from ..graph import Graph, graph_next_uid, graph_overhead_custom, hash_size
 from ..ops.enums import VIEW_OPS
-from ..tensor import GGML_MAX_NAME, GGML_TENSOR_SIZE, TensorFlag
+from ..tensor import FLAG_INPUT, FLAG_OUTPUT, GGML_MAX_NAME, GGML_TENSOR_SIZE
 from .assign import Assigner, Assignments, SchedAssignError, SchedError
 from .compute import compute_splits
 from .debug import debug_level, print_assignments
@@ -346,11 +346,11 @@ class BackendSched:
                 src_id = ids.get(src)
                 if src_id == -1:
                     raise SchedAssignError(f"source {src.name!r} of node {node.name!r} was left without a backend")
-                if src.flags & TensorFlag.INPUT and self.n_copies > 1 and self.tensor_copy(src, src_id, 0) is None:
+                if src.flags & FLAG_INPUT and self.n_copies > 1 and self.tensor_copy(src, src_id, 0) is None:
                     bname = self.backends[src_id].name()
                     for c in range(self.n_copies):
                         t_copy = src if c == self.cur_copy else self._dup_tensor_layout(src, f"{bname}#{src.name}#{c}")
-                        t_copy.flags |= TensorFlag.INPUT | TensorFlag.OUTPUT  # keep ggml-alloc off it
+                        t_copy.flags |= FLAG_INPUT | FLAG_OUTPUT  # keep ggml-alloc off it
                         self._set_copy(src, src_id, c, t_copy)
                         if t_copy is not src:
                             ids.set(t_copy, src_id, "4.cpy")
@@ -361,7 +361,7 @@ class BackendSched:
                         for c in range(self.n_copies):
                             t_copy = self._dup_tensor_layout(src, f"{bname}#{src.name}#{c}")
                             if self.n_copies > 1:
-                                t_copy.flags |= TensorFlag.INPUT | TensorFlag.OUTPUT
+                                t_copy.flags |= FLAG_INPUT | FLAG_OUTPUT
                             self._set_copy(src, cur, c, t_copy)
                             ids.set(t_copy, cur, "4.cpy")
                         if len(split.inputs) >= split.inputs_capacity:

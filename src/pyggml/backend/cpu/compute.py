@@ -26,8 +26,9 @@ from .plan import Fuse, GraphPlan, Independent, plan_for
 def supports_op(node: Tensor) -> bool:
     """Whether an op has a CPU kernel at all (type support is checked when the kernel runs); an op reading
     a CPU_REPACK tensor only when the repacked kernels compute it (ggml's extra buffer type supports_op)."""
-    if any(repack_buffer.in_repack_buffer(s) for s in node.src):
-        return repack_buffer.supports_op(node)
+    for s in node.src:
+        if s is not None and repack_buffer.in_repack_buffer(s):
+            return repack_buffer.supports_op(node)
     return node.op in EMPTY_OPS or node.op in KERNELS
 
 

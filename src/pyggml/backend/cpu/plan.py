@@ -32,7 +32,7 @@ import numpy as np
 from ...errors import PyGGMLError
 from ...graph import Graph
 from ...ops.enums import EMPTY_OPS
-from ...tensor import Tensor, TensorFlag
+from ...tensor import FLAG_COMPUTE, Tensor
 from . import jit
 from .jit.record import AUX, NODE_WORDS, PARAMS, T_DST, T_SRC0, T_SRC1, T_SRC2, write_tensor
 from .kernel_table import Kernel
@@ -110,7 +110,7 @@ class GraphPlan:
         self.uid = graph.uid
         self.resolve = resolve
         nodes = [n for n in graph.nodes
-                 if n.flags & TensorFlag.COMPUTE and n.op not in EMPTY_OPS and not n.is_empty()]
+                 if n.flags & FLAG_COMPUTE and n.op not in EMPTY_OPS and not n.is_empty()]
         self.fingerprint = _fingerprint(graph)
         use_jit = jit.enabled()
         # deferring (jit.deferring): a node whose kernel is not compiled yet runs its Python kernel while the
