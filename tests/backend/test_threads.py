@@ -78,3 +78,37 @@ def test_the_barrier_budget_stays_within_its_bounds() -> None:
                 assert pool.ctrl[C_SPIN_NOW] == low
     finally:
         pool.set_spins(BARRIER_SPINS, IDLE_SPINS)
+
+
+def test_ctrl_c_between_publishing_a_command_and_running_it_waits_for_the_command(monkeypatch) -> None:
+    """A Ctrl-C that arrives after thread 0 has published a command to the workers, before it takes its own part,
+    is held until the command has run (threads.sigint_held): raised there, it left the workers waiting at a barrier
+    inside the command, and the next command ran the old one's nodes (chat's Ctrl-C in a reply: a segfault). The
+    interrupted compute's result is whole, and the pool serves the next compute (from another thread, so that a
+    stuck pool fails the test instead of hanging it)."""
+    import os
+    import signal
+    import threading
+
+    g, out = _graph()
+    graph_compute(g, 2)
+    want = np.array(values(out))
+    pool = get_pool()
+    publish = pool._command
+
+    def publish_then_ctrl_c(*args) -> None:
+        publish(*args)
+        os.kill(os.getpid(), signal.SIGINT)  # Python runs the handler right after this call returns
+
+    monkeypatch.setattr(pool, "_command", publish_then_ctrl_c)
+    out.view4()[...] = 0
+    with pytest.raises(KeyboardInterrupt):
+        graph_compute(g, 2)
+    np.testing.assert_array_equal(np.array(values(out)), want)
+    monkeypatch.setattr(pool, "_command", publish)
+    done: list[np.ndarray] = []
+    worker = threading.Thread(target=lambda: (graph_compute(g, 2), done.append(np.array(values(out)))), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert done, "the pool did not serve the next compute"
+    np.testing.assert_array_equal(done[0], want)

@@ -30,9 +30,11 @@ pool runs on its caller alone (``nth = 1``), as it would have with one thread.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numba
 import numpy as np
@@ -388,19 +390,21 @@ class ThreadPool:
         """Run plan nodes [n0, n1) on nth threads (the caller is thread 0); the failing node or -1.
         ``bars``: the barrier table (see run_nodes), or None for a barrier after every node."""
         nth = min(nth, len(self._workers) + 1)
-        self._command(K_NODES, nth, {C_FNS: fns.ctypes.data, C_RECS: recs.ctypes.data, C_N0: n0, C_N1: n1,
-                                     C_WDATA: wdata.ctypes.data, C_WSIZE: wdata.nbytes,
-                                     C_BARS: 0 if bars is None else bars.ctypes.data})
-        return run_nodes(self.addr, 0)
+        with sigint_held():
+            self._command(K_NODES, nth, {C_FNS: fns.ctypes.data, C_RECS: recs.ctypes.data, C_N0: n0, C_N1: n1,
+                                         C_WDATA: wdata.ctypes.data, C_WSIZE: wdata.nbytes,
+                                         C_BARS: 0 if bars is None else bars.ctypes.data})
+            return run_nodes(self.addr, 0)
 
     def run_python(self, task: Callable[[], None], nth: int) -> None:
         """Run ``task()`` on the caller and on ``nth - 1`` workers at once (the task shares out its
         own work and must tolerate a worker that joins late or not at all)."""
         nth = min(nth, len(self._workers) + 1)
-        if nth > 1:
-            self._task = task
-            self._command(K_PYTHON, nth, {})
-        task()
+        with sigint_held():
+            if nth > 1:
+                self._task = task
+                self._command(K_PYTHON, nth, {})
+            task()
 
     def shutdown(self) -> None:
         if self._workers:
@@ -411,6 +415,33 @@ class ThreadPool:
                 t.join(timeout=1.0)
         self._workers.clear()
         self._wake.clear()
+
+
+@contextlib.contextmanager
+def sigint_held() -> Iterator[None]:
+    """Ctrl-C held back while thread 0 publishes a command and takes its part in it, then handled as usual.
+
+    A KeyboardInterrupt raised between the two (Python runs signal handlers between any two bytecodes) left the
+    workers inside the command, waiting at a barrier for a thread 0 that had gone: the next command's thread 0 met
+    them there, and they went on with the old command's nodes over memory since reused, a segfault (``chat``'s
+    Ctrl-C in a reply, once under load). Held, the interrupt comes when the command has ended, as it would have
+    anyway: compiled code does not stop for it. Only the main thread handles signals, and only a Python handler
+    is held (SIG_IGN and SIG_DFL are left alone)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.getsignal(signal.SIGINT)
+    if not callable(old):
+        yield
+        return
+    got: list[object] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: got.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if got:
+            old(signal.SIGINT, got[0])
 
 
 _POOL: ThreadPool | None = None
