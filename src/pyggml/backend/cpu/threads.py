@@ -30,11 +30,11 @@ pool runs on its caller alone (``nth = 1``), as it would have with one thread.
 
 from __future__ import annotations
 
-import contextlib
+import _signal  # getsignal without signal.getsignal's enum conversion (2 us a call, a raised ValueError inside)
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numba
 import numpy as np
@@ -390,7 +390,7 @@ class ThreadPool:
         """Run plan nodes [n0, n1) on nth threads (the caller is thread 0); the failing node or -1.
         ``bars``: the barrier table (see run_nodes), or None for a barrier after every node."""
         nth = min(nth, len(self._workers) + 1)
-        with sigint_held():
+        with sigint_held:
             self._command(K_NODES, nth, {C_FNS: fns.ctypes.data, C_RECS: recs.ctypes.data, C_N0: n0, C_N1: n1,
                                          C_WDATA: wdata.ctypes.data, C_WSIZE: wdata.nbytes,
                                          C_BARS: 0 if bars is None else bars.ctypes.data})
@@ -400,7 +400,7 @@ class ThreadPool:
         """Run ``task()`` on the caller and on ``nth - 1`` workers at once (the task shares out its
         own work and must tolerate a worker that joins late or not at all)."""
         nth = min(nth, len(self._workers) + 1)
-        with sigint_held():
+        with sigint_held:
             if nth > 1:
                 self._task = task
                 self._command(K_PYTHON, nth, {})
@@ -417,31 +417,52 @@ class ThreadPool:
         self._wake.clear()
 
 
-@contextlib.contextmanager
-def sigint_held() -> Iterator[None]:
-    """Ctrl-C held back while thread 0 publishes a command and takes its part in it, then handled as usual.
+class _SigintHold:
+    """:data:`sigint_held`: Ctrl-C held back while thread 0 publishes a command and takes its part in it, then
+    handled as usual.
 
     A KeyboardInterrupt raised between the two (Python runs signal handlers between any two bytecodes) left the
     workers inside the command, waiting at a barrier for a thread 0 that had gone: the next command's thread 0 met
     them there, and they went on with the old command's nodes over memory since reused, a segfault (``chat``'s
     Ctrl-C in a reply, once under load). Held, the interrupt comes when the command has ended, as it would have
     anyway: compiled code does not stop for it. Only the main thread handles signals, and only a Python handler
-    is held (SIG_IGN and SIG_DFL are left alone)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.getsignal(signal.SIGINT)
-    if not callable(old):
-        yield
-        return
-    got: list[object] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: got.append(frame))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
-        if got:
-            old(signal.SIGINT, got[0])
+    is held (SIG_IGN and SIG_DFL are left alone). A stand-in handler goes in front of the current one once (and
+    again if the program installs another), so a command pays about a microsecond, not two sigaction calls
+    (11 us: a first run's Python kernels publish a command per node)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.handler: Callable | None = None  # the handler the stand-in passes signals on to
+        self.held: tuple[int, object] | None = None
+
+    def _stand_in(self, signum: int, frame: object) -> None:
+        if self.depth:
+            self.held = (signum, frame)
+        elif self.handler is not None:
+            self.handler(signum, frame)
+
+    def __enter__(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        current = _signal.getsignal(signal.SIGINT)
+        if current != self._stand_in:
+            if not callable(current):
+                return
+            self.handler = current
+            signal.signal(signal.SIGINT, self._stand_in)
+        self.depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        if threading.current_thread() is not threading.main_thread() or not self.depth:
+            return
+        self.depth -= 1
+        held, self.held = self.held, None
+        if held is not None and self.handler is not None:
+            self.handler(*held)
+
+
+#: ``with sigint_held:`` around publishing a command and running thread 0's part (see _SigintHold)
+sigint_held = _SigintHold()
 
 
 _POOL: ThreadPool | None = None
