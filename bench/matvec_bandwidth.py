@@ -35,13 +35,9 @@ DEFAULT_TYPES = "q8_0,q4_0,q5_0,iq4_nl,q4_K,q5_K,q6_K,f16"
 
 @numba.njit(nogil=True, cache=True)
 def _stream_sum(a: np.ndarray, i0: int, i1: int) -> int:  # pragma: no cover - compiled
-    s0 = s1 = s2 = s3 = 0
-    for i in range(i0, i1, 4):
-        s0 += a[i]
-        s1 += a[i + 1]
-        s2 += a[i + 2]
-        s3 += a[i + 3]
-    return s0 + s1 + s2 + s3
+    # a vectorized sum: the four scalar accumulators this was read 5.4 GB/s a thread on a 2-core EPYC whose
+    # memory gives 27.7 (34.9 on two), so the kernels' shares of it read far above 100%
+    return a[i0:i1].sum()
 
 
 def _stream_once(a: np.ndarray, n_threads: int) -> float:
