@@ -232,16 +232,22 @@ _DEAD = np.uint16(0xFC00)  # fp16 -inf: a mask value that masks its cell (a posi
 
 
 @numba.njit(**_opts)
+def _any_live(m16, a, b):  # pragma: no cover - compiled
+    """Whether any mask cell in [a, b) is not fp16 -inf: an OR over the raw bits, which vectorises."""
+    acc = np.uint16(0)
+    for t in range(a, b):
+        acc |= m16[t] ^ _DEAD
+    return acc != 0
+
+
+@numba.njit(**_opts)
 def _live_cells(m16, n_kv):  # pragma: no cover - compiled
     """(first, last + 1) of the cells of a mask row whose value is not fp16 -inf ((0, 0) when there is none),
     searched from both ends 64 cells at a time by an OR over the raw bits (vectorised), then cell by cell."""
     lo = 0
     while lo < n_kv:
         e = min(lo + TILE_KV, n_kv)
-        acc = np.uint16(0)
-        for t in range(lo, e):
-            acc |= m16[t] ^ _DEAD
-        if acc != 0:
+        if _any_live(m16, lo, e):
             break
         lo = e
     if lo >= n_kv:
@@ -251,10 +257,7 @@ def _live_cells(m16, n_kv):  # pragma: no cover - compiled
     hi = n_kv
     while True:
         b = max(lo, hi - TILE_KV)
-        acc = np.uint16(0)
-        for t in range(b, hi):
-            acc |= m16[t] ^ _DEAD
-        if acc != 0:
+        if _any_live(m16, b, hi):
             break
         hi = b
     while m16[hi - 1] == _DEAD:
