@@ -97,6 +97,29 @@ def _fp16_at(builder: ir.IRBuilder, ptr: ir.Value, tbase: ir.Value) -> ir.Value:
     return builder.load(builder.gep(tbase, [builder.zext(bits, ir.IntType(64))]))
 
 
+def _fp16_lanes(builder: ir.IRBuilder, ptrs: list[ir.Value], tbase: ir.Value) -> ir.Value:
+    """The fp16 values at byte pointers ``ptrs`` (4 or 8) as one <n x float>: with F16C one conversion
+    (vcvtph2ps) of the gathered bits, else a table load each."""
+    n = len(ptrs)
+    if not _F16C:
+        return _insert_lanes(builder, [_fp16_at(builder, p, tbase) for p in ptrs])
+    bits = [builder.load(builder.bitcast(p, _I16.as_pointer()), align=1) for p in ptrs]
+    v = builder.asm(ir.FunctionType(_vec(8, _I16), []), "vpxor $0, $0, $0", "=x", [], False)  # see _fp16_at
+    for i, b in enumerate(bits):
+        v = builder.insert_element(v, b, ir.Constant(_I32, i))
+    if n < 8:
+        v = builder.shuffle_vector(v, v, ir.Constant(_vec(n, _I32), list(range(n))))
+    return builder.fpext(builder.bitcast(v, _vec(n, ir.HalfType())), _vec(n, ir.FloatType()))
+
+
+def _insert_lanes(builder: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
+    """Scalars of one type -> a vector holding them in order."""
+    v = ir.Constant(_vec(len(values), values[0].type), ir.Undefined)
+    for i, x in enumerate(values):
+        v = builder.insert_element(v, x, ir.Constant(_I32, i))
+    return v
+
+
 def _f16_8(builder: ir.IRBuilder, src: ir.Value) -> ir.Value:
     """<8 x half> of the 8 floats at address src (vcvtps2ph with F16C: nearest, ties to even, NaN kept quiet
     with its top payload bits, as simd.f16_bits)."""

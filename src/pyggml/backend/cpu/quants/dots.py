@@ -30,18 +30,21 @@ from .intrinsics import (
     rowsdot_q8_0,
 )
 from .kq_intrinsics import (
-    sbdot2_q4_k,
-    sbdot2_q5_k,
-    sbdot2_q6_k,
-    sbdot3_q4_k,
-    sbdot3_q5_k,
-    sbdot3_q6_k,
-    sbdot4_q4_k,
-    sbdot4_q5_k,
-    sbdot4_q6_k,
-    sbdot_q4_k,
-    sbdot_q5_k,
-    sbdot_q6_k,
+    sbacc_cols2_q4_k,
+    sbacc_cols2_q5_k,
+    sbacc_cols2_q6_k,
+    sbacc_cols3_q4_k,
+    sbacc_cols3_q5_k,
+    sbacc_cols3_q6_k,
+    sbacc_cols4_q4_k,
+    sbacc_cols4_q5_k,
+    sbacc_cols4_q6_k,
+    sbacc_rows1_q4_k,
+    sbacc_rows1_q5_k,
+    sbacc_rows1_q6_k,
+    sbacc_rows4_q4_k,
+    sbacc_rows4_q5_k,
+    sbacc_rows4_q6_k,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -217,64 +220,62 @@ def _scale_min_k4(wu, o, sc, mn):  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
-def _k_terms(kind, wu, wi, o, qf, ao, bf, bo, tab, dab):  # pragma: no cover - compiled
-    """One superblock of one row against one activation row: the two float32 terms the row's
-    accumulators take, (d*da)*sumi and (dmin*da)*summ (Q6_K: (d*da)*sumi and 0). Inlined where it is
-    called (numba keeps the dead kinds' code until LLVM folds the constant kind; a per-kind function
-    picked through a variable is not inlined, and that call cost the Q6_K decode a third of its speed)."""
-    if kind == 2:
-        return (_h(tab, wu, o + 208) * dab) * np.float32(sbdot_q6_k(wi, o, qf, ao, bf, bo)), np.float32(0)
-    t1 = sbdot_q4_k(wu, o, qf, ao, bf, bo) if kind == 0 else sbdot_q5_k(wu, o, qf, ao, bf, bo)
-    return (_h(tab, wu, o) * dab) * np.float32(t1[0]), (_h(tab, wu, o + 2) * dab) * np.float32(t1[1])
+def _k_acc_cols(kind, g, wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc):  # pragma: no cover - compiled
+    """One superblock against g = 2..4 activation rows, accumulated into acc (kq_intrinsics._sbacc). kind and
+    g are constants once inlined: LLVM keeps the one call."""
+    if kind == 0:
+        if g == 4:
+            sbacc_cols4_q4_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
+        elif g == 3:
+            sbacc_cols3_q4_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
+        else:
+            sbacc_cols2_q4_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
+    elif kind == 1:
+        if g == 4:
+            sbacc_cols4_q5_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
+        elif g == 3:
+            sbacc_cols3_q5_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
+        else:
+            sbacc_cols2_q5_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
+    elif g == 4:
+        sbacc_cols4_q6_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
+    elif g == 3:
+        sbacc_cols3_q6_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
+    else:
+        sbacc_cols2_q6_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
 
 
 @njit(cache=True, inline="always")
-def _k_cols(kind, g, wu, wi, o, qf, ao, bf, bo, k, bk, t):  # pragma: no cover - compiled
-    """The integer sums of one superblock (at o) against g = 1..ROWDOT_COLS activation rows (row c at ao + c*k,
-    its 16-sums at bo + c*bk) into t: Q4_K/Q5_K (t[2c], t[2c+1]) = (sumi, summ), Q6_K t[c] = sumi. The block is
-    decoded once for the g rows; every sum is the one-row intrinsic's (kind is a constant once inlined)."""
-    if kind == 2:
+def _k_acc_rows(kind, g, wu, o, ws, qf, ao, bf, bo, dab, tab, acc):  # pragma: no cover - compiled
+    """The superblocks of g = 4 weight rows ws bytes apart (or of one row) against one activation row, into
+    acc."""
+    if kind == 0:
         if g == 4:
-            v4 = sbdot4_q6_k(wi, o, qf, ao, bf, bo, k, bk)
-            for c in range(4):
-                t[c] = v4[c]
-        elif g == 3:
-            v3 = sbdot3_q6_k(wi, o, qf, ao, bf, bo, k, bk)
-            for c in range(3):
-                t[c] = v3[c]
-        elif g == 2:
-            v2 = sbdot2_q6_k(wi, o, qf, ao, bf, bo, k, bk)
-            for c in range(2):
-                t[c] = v2[c]
+            sbacc_rows4_q4_k(wu, o, ws, qf, ao, bf, bo, dab, tab, acc)
         else:
-            t[0] = sbdot_q6_k(wi, o, qf, ao, bf, bo)
-        return
-    if g == 4:
-        w4 = sbdot4_q4_k(wu, o, qf, ao, bf, bo, k, bk) if kind == 0 else sbdot4_q5_k(wu, o, qf, ao, bf, bo, k, bk)
-        for c in range(8):
-            t[c] = w4[c]
-    elif g == 3:
-        w3 = sbdot3_q4_k(wu, o, qf, ao, bf, bo, k, bk) if kind == 0 else sbdot3_q5_k(wu, o, qf, ao, bf, bo, k, bk)
-        for c in range(6):
-            t[c] = w3[c]
-    elif g == 2:
-        w2 = sbdot2_q4_k(wu, o, qf, ao, bf, bo, k, bk) if kind == 0 else sbdot2_q5_k(wu, o, qf, ao, bf, bo, k, bk)
-        for c in range(4):
-            t[c] = w2[c]
+            sbacc_rows1_q4_k(wu, o, ws, qf, ao, bf, bo, dab, tab, acc)
+    elif kind == 1:
+        if g == 4:
+            sbacc_rows4_q5_k(wu, o, ws, qf, ao, bf, bo, dab, tab, acc)
+        else:
+            sbacc_rows1_q5_k(wu, o, ws, qf, ao, bf, bo, dab, tab, acc)
+    elif g == 4:
+        sbacc_rows4_q6_k(wu, o, ws, qf, ao, bf, bo, dab, tab, acc)
     else:
-        w1 = sbdot_q4_k(wu, o, qf, ao, bf, bo) if kind == 0 else sbdot_q5_k(wu, o, qf, ao, bf, bo)
-        t[0], t[1] = w1[0], w1[1]
+        sbacc_rows1_q6_k(wu, o, ws, qf, ao, bf, bo, dab, tab, acc)
 
 
 def _k_kernel(kind: int, batch: bool):
-    """Q4_K / Q5_K / Q6_K (kind 0/1/2) rows against activation rows. With batch and two or more rows, each
-    superblock is decoded once per group of up to ROWDOT_COLS activation rows (the last 1-3 as one group), the
-    weight row still in L1 for the next group; every output is summed in the same order either way. Q6_K's
-    codes are used unsigned and its -32 offset comes off via the block sums (see _q6_body). A lone activation
-    row (a decode) takes four weight rows a quarter of the range apart at once, as the row dots do:
-    four streams and four accumulator chains side by side, each row's sums unchanged. Without batch,
-    every column goes one at a time (the same bits); kind and batch are closure constants, as in
-    _rowdot_kernel."""
+    """Q4_K / Q5_K / Q6_K (kind 0/1/2) rows against activation rows, four products per call of a
+    kq_intrinsics._sbacc intrinsic. With batch and two or more columns, each superblock is decoded once per
+    group of four columns (of all of them for two or three; the last group of a batch overlaps the one
+    before it rather than being shorter: its columns come out with the same bits again), the weight row
+    still in L1 for the next group. Otherwise (a decode, or any batch without batch) each column takes
+    four weight rows a quarter of the range apart at once, as the row dots do: four streams side by side,
+    the last (r1-r0) % 4 rows one at a time. Every output's float steps are those of the scalar loop
+    acc += (d*da) * sumi, accm += (dmin*da) * summ over the superblocks, acc - accm at the end (ggml's
+    gemv_q4_K_8x8 order), whichever way it is grouped. Q6_K's codes are used unsigned and its -32 offset
+    comes off via the block sums (see _q6_body). kind and batch are closure constants, as in _rowdot_kernel."""
 
     @njit(cache=True, nogil=True)
     @variant(kind, batch)
@@ -283,58 +284,35 @@ def _k_kernel(kind: int, batch: bool):
         bk = bsum.shape[1]
         bpb = 144 if kind == 0 else (176 if kind == 1 else 210)
         qf, bf = qa.reshape(qa.size), bsum.reshape(bsum.size)
+        acc = np.zeros(2 * ROWDOT_COLS, np.float32)
         if batch and n > 1:
-            t = np.zeros(2 * ROWDOT_COLS, np.int32)
-            acc0 = np.zeros(ROWDOT_COLS, np.float32)
-            acc1 = np.zeros(ROWDOT_COLS, np.float32)
+            daf = da.reshape(da.size)
+            g = min(n, ROWDOT_COLS)
             for r in range(r0, r1):
-                for j in range(0, n, ROWDOT_COLS):
-                    g = min(ROWDOT_COLS, n - j)
-                    acc0[:] = 0
-                    acc1[:] = 0
+                for j0 in range(0, n, g):
+                    j = min(j0, n - g)
+                    acc[:] = 0
                     for b in range(nb):
-                        o, ao, bo = r * rs + bpb * b, j * k + 256 * b, j * bk + 16 * b
-                        _k_cols(kind, g, wu, wi, o, qf, ao, bf, bo, k, bk, t)
-                        if kind == 2:
-                            dw = _h(tab, wu, o + 208)
-                            for c in range(g):
-                                acc0[c] += (dw * da[j + c, b]) * np.float32(t[c])
-                        else:
-                            dw, mw = _h(tab, wu, o), _h(tab, wu, o + 2)
-                            for c in range(g):
-                                acc0[c] += (dw * da[j + c, b]) * np.float32(t[2 * c])
-                                acc1[c] += (mw * da[j + c, b]) * np.float32(t[2 * c + 1])
+                        _k_acc_cols(kind, g, wu, r * rs + bpb * b, qf, j * k + 256 * b, bf, j * bk + 16 * b, k, bk,
+                                    daf, j * nb + b, nb, tab, acc)
                     for c in range(g):
-                        out[j + c, r] = acc0[c] - acc1[c]
+                        out[j + c, r] = acc[c] - acc[ROWDOT_COLS + c]
             return
         q = (r1 - r0) // 4
         for j in range(n):
             for t in range(q):
-                ra, rb, rc, rd = r0 + t, r0 + q + t, r0 + 2 * q + t, r0 + 3 * q + t
-                a0 = a1 = b0 = b1 = c0 = c1 = d0 = d1 = np.float32(0)
+                acc[:] = 0
                 for b in range(nb):
-                    ao, bo, dab, ob = j * k + 256 * b, j * bk + 16 * b, da[j, b], bpb * b
-                    x0, x1 = _k_terms(kind, wu, wi, ra * rs + ob, qf, ao, bf, bo, tab, dab)
-                    a0 += x0
-                    a1 += x1
-                    x0, x1 = _k_terms(kind, wu, wi, rb * rs + ob, qf, ao, bf, bo, tab, dab)
-                    b0 += x0
-                    b1 += x1
-                    x0, x1 = _k_terms(kind, wu, wi, rc * rs + ob, qf, ao, bf, bo, tab, dab)
-                    c0 += x0
-                    c1 += x1
-                    x0, x1 = _k_terms(kind, wu, wi, rd * rs + ob, qf, ao, bf, bo, tab, dab)
-                    d0 += x0
-                    d1 += x1
-                out[j, ra], out[j, rb], out[j, rc], out[j, rd] = a0 - a1, b0 - b1, c0 - c1, d0 - d1
+                    _k_acc_rows(kind, 4, wu, (r0 + t) * rs + bpb * b, q * rs, qf, j * k + 256 * b, bf,
+                                j * bk + 16 * b, da[j, b], tab, acc)
+                for p in range(4):
+                    out[j, r0 + p * q + t] = acc[p] - acc[4 + p]
             for r in range(r0 + 4 * q, r1):
-                a0 = a1 = np.float32(0)
+                acc[:] = 0
                 for b in range(nb):
-                    x0, x1 = _k_terms(kind, wu, wi, r * rs + bpb * b, qf, j * k + 256 * b, bf, j * bk + 16 * b, tab,
-                                      da[j, b])
-                    a0 += x0
-                    a1 += x1
-                out[j, r] = a0 - a1
+                    _k_acc_rows(kind, 1, wu, r * rs + bpb * b, 0, qf, j * k + 256 * b, bf, j * bk + 16 * b, da[j, b],
+                                tab, acc)
+                out[j, r] = acc[0] - acc[4]
 
     return mv
 

@@ -201,12 +201,12 @@ _UNSIGNED_SHIFT = {_decode_q4_0: 3, _decode_q5_0: 4}
 PREFETCH_BYTES = 2048
 
 
-def _prefetch_ahead(builder: ir.IRBuilder, ptr: ir.Value, nbytes: int) -> None:
-    """Prefetch (for reading, into all levels: prefetcht0) every line of the nbytes at ptr + PREFETCH_BYTES."""
+def _prefetch_ahead(builder: ir.IRBuilder, ptr: ir.Value, nbytes: int, ahead: int = PREFETCH_BYTES) -> None:
+    """Prefetch (for reading, into all levels: prefetcht0) every line of the nbytes at ptr + ahead."""
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32,
                                                                                          _I32]), "llvm.prefetch.p0i8")
     for line in range(0, nbytes, 64):
-        at = builder.gep(builder.bitcast(ptr, _I8.as_pointer()), [ir.Constant(_I64, PREFETCH_BYTES + line)])
+        at = builder.gep(builder.bitcast(ptr, _I8.as_pointer()), [ir.Constant(_I64, ahead + line)])
         builder.call(fn, [at, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
 
 
