@@ -76,6 +76,10 @@ _AVX512 = _AVX2 and _host_has("avx512bw")
 _VNNI = _AVX2 and (_host_has("avxvnni") or (_host_has("avx512vnni") and _host_has("avx512vl")))
 
 
+#: AVX-512 VNNI: vpdpbusd on 64-byte registers (the two-tile K-quant GEMM kernels, quants/gemm.py)
+_VNNI512 = _AVX512 and _host_has("avx512vnni")
+
+
 #: F16C: fp16 scales widened with vcvtph2ps instead of a table lookup
 _F16C = _host_has("f16c")
 

@@ -33,10 +33,10 @@ from ....quants.jitcache import variant
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, rec, row_index, span
 from ..native import atomic_add, atomic_store, f32p, i8p, i32p, i64p, u8p
 from ..repack import Q4K_CODES, Q4K_D, Q4K_DMIN, Q4K_GROUP_BYTES, Q4K_MINS, Q4K_SCALES
-from ..simd import _AVX2, _AVX512, _vec
+from ..simd import _AVX2, _AVX512, _VNNI, _VNNI512, _vec
 from ..threads import C_CHUNK, C_WDATA, barrier
 from .dots import _h, _scale_min_k4, _u32
-from .intrinsics import _maddubs, _maddwd, _prefetch_ahead
+from .intrinsics import _dpbusd, _maddubs, _maddwd, _prefetch_ahead
 
 ROWS = 8  # interleaved weight rows per tile
 COLS = 4  # activation rows per micro-kernel call
@@ -181,6 +181,14 @@ class _Layout:
         return builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
                                       ir.Constant(_vec(16, _I32), [i // 2 for i in range(16)]))
 
+    def scales32(self, builder: ir.IRBuilder, tb: ir.Value, sub: int) -> ir.Value:
+        """<8 x i32>: sub-block ``sub``'s scale of row r in lane r."""
+        if not self.packed:
+            v = self.scales(builder, tb, sub)
+            even = ir.Constant(_vec(8, _I32), list(range(0, 16, 2)))
+            return builder.sext(builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), even), _vec(8, _I32))
+        return builder.zext(builder.load(_at(builder, tb, Q4K_SCALES + 8 * sub, _vec(8, _I8)), align=1), _vec(8, _I32))
+
     def mins(self, builder: ir.IRBuilder, tb: ir.Value, j: int) -> ir.Value:
         """<16 x i16>: row r's mins of sub-blocks 2j and 2j+1 in lanes 2r and 2r+1 (Q4_K)."""
         if not self.packed:
@@ -238,7 +246,9 @@ def _tile_kernel(cols: int, q6: bool, nt: int, packed: bool = False):
                 n_sub, per, group = (16, 4, 2) if q6 else (8, 8, 8)
                 if wide:  # AVX-512: the two tiles side by side in 64-byte registers, their lanes never mixed
                     acc32 = _wide_sums(builder, lay, tbs, arow, cols)
-                for s in range(0 if wide else n_sub):
+                elif _VNNI and cols > 1:
+                    acc32 = _dpbusd_sums(builder, lay, tbs, arow, cols)
+                for s in range(0 if wide or (_VNNI and cols > 1) else n_sub):
                     scs = [lay.scales(builder, tb, s) for tb in tbs]
                     for g0 in range(0, per, group):
                         acc16 = [[ir.Constant(_vec(16, _I16), [0] * 16) for _ in range(cols)] for _ in range(nt)]
@@ -270,26 +280,73 @@ def _tile_kernel(cols: int, q6: bool, nt: int, packed: bool = False):
     return intrinsic(typer)
 
 
+def _dpbusd_sums(builder, lay, tbs, arow, cols):
+    """The integer loop of a tile kernel with VNNI: per sub-block, each (tile, column) sums its steps with
+    vpdpbusd (4 products into each row's i32 lane, in two chains of alternate steps, so that the
+    instruction's latency overlaps), then multiplies the sums by the row's sub-block scale (i32 lanes): the
+    exact integers of pmaddubsw + pmaddwd, with one instruction a step where those took two. Returns
+    acc32[tile][col]. For several columns only: one column's two chains wait on the instruction's latency
+    (a decode, Q4_K 8960 x 1536 repacked, 1 thread: 22.1 GB/s against 23.9 with pmaddubsw)."""
+    n_sub, per = (16, 4) if lay.q6 else (8, 8)
+    chains = 2
+    zero = ir.Constant(_vec(8, _I32), [0] * 8)
+    acc = [[zero] * cols for _ in tbs]
+    for s in range(n_sub):
+        parts = [[[zero] * chains for _ in range(cols)] for _ in tbs]
+        for t in range(per):
+            step = per * s + t
+            ws = [lay.codes(builder, tb, step) for tb in tbs]
+            for c in range(cols):
+                a4 = builder.load(_at(builder, arow[c], 4 * step, _I32), align=1)
+                av = builder.bitcast(_splat_i32(builder, a4, 8), _vec(32, _I8))
+                for i, w in enumerate(ws):
+                    parts[i][c][t % chains] = _dpbusd(builder, parts[i][c][t % chains], w, av)
+        for i, tb in enumerate(tbs):
+            sc = lay.scales32(builder, tb, s)
+            for c in range(cols):
+                total = parts[i][c][0]
+                for p in parts[i][c][1:]:
+                    total = builder.add(total, p)
+                acc[i][c] = builder.add(acc[i][c], builder.mul(total, sc))
+    return acc
+
+
 def _wide_sums(builder, lay, tbs, arow, cols):
     """The integer loop of a two-tile kernel on AVX-512: each step's two 32-byte tile rows as one 64-byte
     register against one 16-lane broadcast of the activation's 4 bytes; lanes 0..7 are tile 0's rows,
-    8..15 tile 1's. The same pmaddubsw/pmaddwd sums as two 32-byte passes. Returns acc32[tile][col]."""
+    8..15 tile 1's. The same sums as two 32-byte passes: pmaddubsw/pmaddwd, or with VNNI vpdpbusd per step and
+    the scale once per sub-block (as _dpbusd_sums). Returns acc32[tile][col]."""
     n_sub, per, group = (16, 4, 2) if lay.q6 else (8, 8, 8)
     i16x32, i32x16 = _vec(32, _I16), _vec(16, _I32)
     cat64 = ir.Constant(_vec(64, _I32), list(range(64)))
     cat32 = ir.Constant(_vec(32, _I32), list(range(32)))
-    acc = [ir.Constant(i32x16, [0] * 16)] * cols
+    cat16 = ir.Constant(_vec(16, _I32), list(range(16)))
+    zero = ir.Constant(i32x16, [0] * 16)
+    acc = [zero] * cols
+
+    def step_sums(step, sums, add):  # each column's broadcast activation against the step's 64 code bytes
+        w = builder.shuffle_vector(*(lay.codes(builder, tb, step) for tb in tbs), cat64)
+        for c in range(cols):
+            a4 = builder.load(_at(builder, arow[c], 4 * step, _I32), align=1)
+            sums[c] = add(sums[c], w, builder.bitcast(_splat_i32(builder, a4, 16), _vec(64, _I8)))
+
     for s in range(n_sub):
+        if _VNNI512:
+            parts = [[zero, zero] for _ in range(cols)]
+            for t in range(per):
+                chain = [p[t % 2] for p in parts]
+                step_sums(per * s + t, chain, lambda a, w, av: _dpbusd(builder, a, w, av))
+                for c in range(cols):
+                    parts[c][t % 2] = chain[c]
+            sc = builder.shuffle_vector(*(lay.scales32(builder, tb, s) for tb in tbs), cat16)
+            for c in range(cols):
+                acc[c] = builder.add(acc[c], builder.mul(builder.add(*parts[c]), sc))
+            continue
         sc = builder.shuffle_vector(*(lay.scales(builder, tb, s) for tb in tbs), cat32)
         for g0 in range(0, per, group):
             acc16 = [ir.Constant(i16x32, [0] * 32)] * cols
             for t in range(g0, g0 + group):
-                step = per * s + t
-                w = builder.shuffle_vector(*(lay.codes(builder, tb, step) for tb in tbs), cat64)
-                for c in range(cols):
-                    a4 = builder.load(_at(builder, arow[c], 4 * step, _I32), align=1)
-                    av = builder.bitcast(_splat_i32(builder, a4, 16), _vec(64, _I8))
-                    acc16[c] = builder.add(acc16[c], _maddubs(builder, w, av))
+                step_sums(per * s + t, acc16, lambda a, w, av: builder.add(a, _maddubs(builder, w, av)))
             for c in range(cols):
                 acc[c] = builder.add(acc[c], _maddwd(builder, acc16[c], sc))
     lo = ir.Constant(_vec(8, _I32), list(range(8)))

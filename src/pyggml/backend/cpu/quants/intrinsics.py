@@ -136,10 +136,11 @@ def _maddwd(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
 
 
 def _dpbusd(builder: ir.IRBuilder, acc: ir.Value, u: ir.Value, s: ir.Value) -> ir.Value:
-    """<8 x i32> acc + (lane i: the 4 products of bytes 4i..4i+3 of <32 x i8> unsigned u and signed s)."""
-    i32x8 = _vec(8, _I32)
-    return _x86(builder, "llvm.x86.avx512.vpdpbusd.256", i32x8, acc, builder.bitcast(u, i32x8),
-                builder.bitcast(s, i32x8))
+    """<8|16 x i32> acc + (lane i: the 4 products of bytes 4i..4i+3 of <32|64 x i8> unsigned u and signed s)."""
+    n = acc.type.count
+    i32s = _vec(n, _I32)
+    return _x86(builder, f"llvm.x86.avx512.vpdpbusd.{32 * n}", i32s, acc, builder.bitcast(u, i32s),
+                builder.bitcast(s, i32s))
 
 
 def _i16_lanes(builder: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
