@@ -7,7 +7,23 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from ..simd import _AVX2, _F32, _I8, _I16, _I32, _I64, _VNNI, _fma, _fp16_at, _halves, _hsum8, _splat, _vec, _x86
+from ..simd import (
+    _AVX2,
+    _AVX512,
+    _F32,
+    _I8,
+    _I16,
+    _I32,
+    _I64,
+    _VNNI,
+    _fma,
+    _fp16_at,
+    _halves,
+    _hsum8,
+    _splat,
+    _vec,
+    _x86,
+)
 
 # --------------------------------------------------------------------------------------------
 # Short fixed-length integer dot products as numba intrinsics (portable LLVM vector IR).
@@ -78,8 +94,12 @@ def _high_bits32(builder: ir.IRBuilder, h32: ir.Value) -> ir.Value:
     """Bit i of the i32 h32 as 16 or 0 in byte lane i (<32 x i8>): the Q5 fifth bit, in place.
 
     Byte i/8 of h32 is copied to lane i, masked with 1 << (i % 8) and compared with zero: one
-    byte shuffle and one test, where shifting 32 i32 lanes by 0..31 took several wide ops.
+    byte shuffle and one test, where shifting 32 i32 lanes by 0..31 took several wide ops. AVX-512BW takes
+    h32 as a mask register as it is (kmovd, then a masked move: two instructions where those took four).
     """
+    if _AVX512:
+        hit = builder.bitcast(h32, ir.VectorType(ir.IntType(1), 32))
+        return builder.select(hit, _consts(32, [16] * 32), _consts(32, [0] * 32))
     by = builder.bitcast(h32, _vec(4))
     spread = builder.shuffle_vector(by, ir.Constant(_vec(4), ir.Undefined),
                                     ir.Constant(_vec(32, _I32), [i // 8 for i in range(32)]))
@@ -171,8 +191,9 @@ def _ptr_at(context, builder, arrty, arr, off):
     return builder.gep(ary.data, [off])
 
 
-def _decode_q8_0(builder, blk):
-    return builder.load(builder.bitcast(builder.gep(blk, [ir.Constant(_I64, 2)]), _vec(32).as_pointer()), align=1)
+def _decode_q8_0(builder, blk, unsigned=False):
+    codes = builder.load(builder.bitcast(builder.gep(blk, [ir.Constant(_I64, 2)]), _vec(32).as_pointer()), align=1)
+    return builder.xor(codes, _consts(32, [0x80] * 32)) if unsigned else codes  # unsigned: code + 128
 
 
 def _decode_q4_0(builder, blk, unsigned=False):
@@ -193,6 +214,8 @@ def _decode_q5_0(builder, blk, unsigned=False):
 #: the stored codes, vpdpbusd or pmaddubsw + pmaddwd, and subtract offset * the activation quad's sum: the same
 #: int32 lanes as ggml's sign trick on the signed codes)
 _UNSIGNED_SHIFT = {_decode_q4_0: 3, _decode_q5_0: 4}
+#: with vpdpbusd Q8_0 too (codes + 128: pmaddubsw's i16 pair sums of those would saturate; vpdpbusd's never do)
+_UNSIGNED_SHIFT_VNNI = {**_UNSIGNED_SHIFT, _decode_q8_0: 7}
 
 
 #: bytes ahead of its loads a kernel streaming repacked weights prefetches (quants/repacked.py): a decode reads
@@ -219,7 +242,8 @@ def _rowdot_blocks(builder, decode, block_bytes, wbases, nb, cols, tbase):
     f8 = _vec(8, _F32)
     # unsigned codes: with VNNI always; on AVX2 when several rows share each column's offset (a decode's four
     # rows: the offset's three instructions once, where the sign trick took two a row)
-    shift = _UNSIGNED_SHIFT.get(decode) if _VNNI or (_AVX2 and len(wbases) > 1) else None
+    shift = (_UNSIGNED_SHIFT_VNNI.get(decode) if _VNNI
+             else _UNSIGNED_SHIFT.get(decode) if _AVX2 and len(wbases) > 1 else None)
     zero = ir.Constant(_vec(8, _I32), [0] * 8)
     ones = ir.Constant(_vec(16, _I16), [1] * 16)
 
@@ -234,13 +258,17 @@ def _rowdot_blocks(builder, decode, block_bytes, wbases, nb, cols, tbase):
         if shift is not None:  # offset * each activation quad's sum, once per column for all the rows
             offs = [builder.shl(quad_sums(_consts(32, [1] * 32), av), ir.Constant(_vec(8, _I32), [shift] * 8))
                     for av in avs]
+            if _VNNI:  # vpdpbusd starts from -offset and ends at the signed codes' sums: no zeroing, no subtraction
+                offs = [builder.sub(zero, o) for o in offs]
         for wbase, row_accs in zip(wbases, accs, strict=True):
             blk = builder.gep(wbase, [builder.mul(b, ir.Constant(_I64, block_bytes))])
             dw = _fp16_at(builder, blk, tbase)
             codes = decode(builder, blk, shift is not None) if shift is not None else decode(builder, blk)
             for c, (acc, (_, dbase)) in enumerate(zip(row_accs, cols, strict=True)):
                 d = builder.fmul(dw, builder.load(builder.gep(dbase, [b])))
-                if shift is not None:
+                if shift is not None and _VNNI:
+                    lanes = _dpbusd(builder, offs[c], codes, avs[c])
+                elif shift is not None:
                     lanes = builder.sub(quad_sums(codes, avs[c]), offs[c])
                 else:
                     lanes = _signed_lanes8(builder, codes, avs[c])  # <8 x i32>
