@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from pyggml.cli.main import main
@@ -100,6 +101,27 @@ def test_disagreeing_draft_model_is_plain_greedy(target, other, plain, n_max):
     out, spec = _run(target, [ModelDrafter(_ctx(other), n_max)])
     assert out.tokens == plain.tokens
     assert spec.stats.n_drafted > 0 and spec.stats.acceptance < 0.5
+
+
+def test_draft_p_min_stops_where_the_top_token_is_less_likely(target):
+    """A draft ends before the first token whose probability among the draft's 10 best logits is below p_min
+    (llama.cpp's draft sampler); with p_min 0 it always runs to n_max."""
+    model, vocab = target
+    prompt = vocab.tokenize(PROMPT, add_special=True)
+    ref = _ctx(model)
+    ref.decode(prompt)
+    probs, toks = [], []
+    logits = ref.decode([prompt[-1]], positions=[len(prompt)])[-1]  # the draft below decodes the last token again
+    for _ in range(6):
+        top = np.sort(logits)[-10:].astype(np.float64)
+        toks.append(int(np.argmax(logits)))
+        probs.append(1.0 / np.exp(top - logits.max()).sum())
+        logits = ref.decode([toks[-1]], positions=[len(prompt) + len(toks)])[-1]
+    assert toks == ModelDrafter(_ctx(model), 6).draft(prompt, prompt[-1], 6)
+    p_min = (sorted(probs)[2] + sorted(probs)[3]) / 2  # between two of them: some drafted tokens pass, some not
+    want = next((i for i, p in enumerate(probs) if p < p_min), 6)
+    assert 0 <= want < 6
+    assert ModelDrafter(_ctx(model), 6, p_min=p_min).draft(prompt, prompt[-1], 6) == toks[:want]
 
 
 @pytest.mark.parametrize("n_max", [1, 4, 16])
