@@ -229,7 +229,6 @@ def _tile_kernel(cols: int, q6: bool, nt: int, packed: bool = False):
             bs_p = builder.inttoptr(bs_a, i8ptr)
             f8 = _vec(8, _F32)
             zero_f = ir.Constant(f8, [0.0] * 8)
-            zero_i = ir.Constant(_vec(8, _I32), [0] * 8)
             acc0 = [[cgutils.alloca_once_value(builder, zero_f) for _ in range(cols)] for _ in range(nt)]
             acc1 = [[cgutils.alloca_once_value(builder, zero_f) for _ in range(cols)] for _ in range(nt)]
             with cgutils.for_range(builder, nsb_v) as loop:
@@ -240,29 +239,10 @@ def _tile_kernel(cols: int, q6: bool, nt: int, packed: bool = False):
                         _prefetch_ahead(builder, tb, lay.sb_bytes)
                 arow = [builder.gep(qa_p, [builder.add(builder.mul(ir.Constant(_I64, c), k_v),
                                                        builder.mul(b, ir.Constant(_I64, 256)))]) for c in range(cols)]
-                acc32 = [[zero_i] * cols for _ in range(nt)]
-                # Q4_K: sub-blocks of 32 (8 steps), i16 sums of 8 steps fit (8*2*15*127 < 2^15);
-                # Q6_K: sub-blocks of 16 (4 steps), i16 sums of 2 steps (2*2*63*127 < 2^15)
-                n_sub, per, group = (16, 4, 2) if q6 else (8, 8, 8)
                 if wide:  # AVX-512: the two tiles side by side in 64-byte registers, their lanes never mixed
                     acc32 = _wide_sums(builder, lay, tbs, arow, cols)
-                elif _VNNI and cols > 1:
-                    acc32 = _dpbusd_sums(builder, lay, tbs, arow, cols)
-                for s in range(0 if wide or (_VNNI and cols > 1) else n_sub):
-                    scs = [lay.scales(builder, tb, s) for tb in tbs]
-                    for g0 in range(0, per, group):
-                        acc16 = [[ir.Constant(_vec(16, _I16), [0] * 16) for _ in range(cols)] for _ in range(nt)]
-                        for t in range(g0, g0 + group):
-                            step = per * s + t
-                            ws = [lay.codes(builder, tb, step) for tb in tbs]
-                            for c in range(cols):
-                                a4 = builder.load(_at(builder, arow[c], 4 * step, _I32), align=1)
-                                av = builder.bitcast(_splat_i32(builder, a4, 8), _vec(32, _I8))
-                                for i, w in enumerate(ws):
-                                    acc16[i][c] = builder.add(acc16[i][c], _maddubs(builder, w, av))
-                        for i, sc in enumerate(scs):
-                            for c in range(cols):
-                                acc32[i][c] = builder.add(acc32[i][c], _maddwd(builder, acc16[i][c], sc))
+                else:
+                    acc32 = _sums(builder, lay, tbs, arow, cols)
                 nsb16 = builder.mul(nsb_v, ir.Constant(_I64, 16))
                 for i, tb in enumerate(tbs):
                     _tile_floats(builder, lay, tb, b, cols, nsb_v, nsb16, da_p, bs_p, acc32[i], acc0[i], acc1[i])
@@ -280,79 +260,81 @@ def _tile_kernel(cols: int, q6: bool, nt: int, packed: bool = False):
     return intrinsic(typer)
 
 
-def _dpbusd_sums(builder, lay, tbs, arow, cols):
-    """The integer loop of a tile kernel with VNNI: per sub-block, each (tile, column) sums its steps with
-    vpdpbusd (4 products into each row's i32 lane, in two chains of alternate steps, so that the
-    instruction's latency overlaps), then multiplies the sums by the row's sub-block scale (i32 lanes): the
-    exact integers of pmaddubsw + pmaddwd, with one instruction a step where those took two. Returns
-    acc32[tile][col]. For several columns only: one column's two chains wait on the instruction's latency
-    (a decode, Q4_K 8960 x 1536 repacked, 1 thread: 22.1 GB/s against 23.9 with pmaddubsw)."""
-    n_sub, per = (16, 4) if lay.q6 else (8, 8)
-    chains = 2
-    zero = ir.Constant(_vec(8, _I32), [0] * 8)
-    acc = [[zero] * cols for _ in tbs]
+def _step(builder, lay, tbs, arow, cols, step, sums, add, wide=False):
+    """Tile step ``step`` (4 codes of each row): each column's 4 activation bytes broadcast against the step's
+    code register of each tile (wide: of both tiles, one 64-byte register), sums[tile][col] = add(sum, codes,
+    activation)."""
+    ws = [lay.codes(builder, tb, step) for tb in tbs]
+    if wide:
+        ws = [builder.shuffle_vector(*ws, ir.Constant(_vec(64, _I32), list(range(64))))]
+    lanes = 16 if wide else 8
+    for c in range(cols):
+        a4 = builder.load(_at(builder, arow[c], 4 * step, _I32), align=1)
+        av = builder.bitcast(_splat_i32(builder, a4, lanes), _vec(4 * lanes, _I8))
+        for i, w in enumerate(ws):
+            sums[i][c] = add(sums[i][c], w, av)
+
+
+def _sub_sums(builder, lay, tbs, arow, cols, wide, scales, scales32):
+    """The integer loop of a tile kernel over one superblock: per sub-block, per (tile, column), the 8 rows'
+    sums of scale * sum(code * activation), as <8|16 x i32> (wide: both tiles). ``scales(tb, s)`` and
+    ``scales32(tb, s)`` give a tile's (or, wide, both tiles') sub-block scales as i16 pairs / i32 lanes.
+
+    With VNNI and several columns (or wide): vpdpbusd per step (4 products into each row's i32 lane, two
+    chains of alternate steps so that its latency overlaps), the scale once per sub-block (vpmulld): one
+    instruction a step where pmaddubsw + add + pmaddwd took two. One column's two chains wait on its latency
+    (a decode, Q4_K 8960 x 1536 repacked, 1 thread: 22.1 GB/s against 23.9 with pmaddubsw), so it keeps those;
+    so does a CPU without VNNI: i16 sums of ``group`` steps (Q4_K: sub-blocks of 32 = 8 steps,
+    8*2*15*127 < 2^15; Q6_K: of 16 = 4 steps, i16 sums of 2 steps, 2*2*63*127 < 2^15), pmaddwd by the scales.
+    Integer sums: the same either way."""
+    n_sub, per, group = (16, 4, 2) if lay.q6 else (8, 8, 8)
+    n = 16 if wide else 8
+    groups = 1 if wide else len(tbs)
+    zero = ir.Constant(_vec(n, _I32), [0] * n)
+    acc = [[zero] * cols for _ in range(groups)]
+    vnni = (_VNNI512 if wide else _VNNI) and (cols > 1 or wide)
     for s in range(n_sub):
-        parts = [[[zero] * chains for _ in range(cols)] for _ in tbs]
-        for t in range(per):
-            step = per * s + t
-            ws = [lay.codes(builder, tb, step) for tb in tbs]
-            for c in range(cols):
-                a4 = builder.load(_at(builder, arow[c], 4 * step, _I32), align=1)
-                av = builder.bitcast(_splat_i32(builder, a4, 8), _vec(32, _I8))
-                for i, w in enumerate(ws):
-                    parts[i][c][t % chains] = _dpbusd(builder, parts[i][c][t % chains], w, av)
-        for i, tb in enumerate(tbs):
-            sc = lay.scales32(builder, tb, s)
-            for c in range(cols):
-                total = parts[i][c][0]
-                for p in parts[i][c][1:]:
-                    total = builder.add(total, p)
-                acc[i][c] = builder.add(acc[i][c], builder.mul(total, sc))
+        if vnni:
+            chains = [[[zero] * cols for _ in range(groups)] for _ in range(2)]
+            for t in range(per):
+                _step(builder, lay, tbs, arow, cols, per * s + t, chains[t % 2],
+                      lambda a, w, av: _dpbusd(builder, a, w, av), wide)
+            sc = scales32(s)
+            for i in range(groups):
+                for c in range(cols):
+                    acc[i][c] = builder.add(acc[i][c], builder.mul(builder.add(chains[0][i][c], chains[1][i][c]),
+                                                                   sc[i]))
+            continue
+        sc = scales(s)
+        for g0 in range(0, per, group):
+            acc16 = [[ir.Constant(_vec(2 * n, _I16), [0] * (2 * n))] * cols for _ in range(groups)]
+            for t in range(g0, g0 + group):
+                _step(builder, lay, tbs, arow, cols, per * s + t, acc16,
+                      lambda a, w, av: builder.add(a, _maddubs(builder, w, av)), wide)
+            for i in range(groups):
+                for c in range(cols):
+                    acc[i][c] = builder.add(acc[i][c], _maddwd(builder, acc16[i][c], sc[i]))
     return acc
 
 
+def _sums(builder, lay, tbs, arow, cols):
+    """_sub_sums on 32-byte registers, a tile at a time: acc32[tile][col]."""
+    return _sub_sums(builder, lay, tbs, arow, cols, False, lambda s: [lay.scales(builder, tb, s) for tb in tbs],
+                     lambda s: [lay.scales32(builder, tb, s) for tb in tbs])
+
+
 def _wide_sums(builder, lay, tbs, arow, cols):
-    """The integer loop of a two-tile kernel on AVX-512: each step's two 32-byte tile rows as one 64-byte
-    register against one 16-lane broadcast of the activation's 4 bytes; lanes 0..7 are tile 0's rows,
-    8..15 tile 1's. The same sums as two 32-byte passes: pmaddubsw/pmaddwd, or with VNNI vpdpbusd per step and
-    the scale once per sub-block (as _dpbusd_sums). Returns acc32[tile][col]."""
-    n_sub, per, group = (16, 4, 2) if lay.q6 else (8, 8, 8)
-    i16x32, i32x16 = _vec(32, _I16), _vec(16, _I32)
-    cat64 = ir.Constant(_vec(64, _I32), list(range(64)))
-    cat32 = ir.Constant(_vec(32, _I32), list(range(32)))
-    cat16 = ir.Constant(_vec(16, _I32), list(range(16)))
-    zero = ir.Constant(i32x16, [0] * 16)
-    acc = [zero] * cols
-
-    def step_sums(step, sums, add):  # each column's broadcast activation against the step's 64 code bytes
-        w = builder.shuffle_vector(*(lay.codes(builder, tb, step) for tb in tbs), cat64)
-        for c in range(cols):
-            a4 = builder.load(_at(builder, arow[c], 4 * step, _I32), align=1)
-            sums[c] = add(sums[c], w, builder.bitcast(_splat_i32(builder, a4, 16), _vec(64, _I8)))
-
-    for s in range(n_sub):
-        if _VNNI512:
-            parts = [[zero, zero] for _ in range(cols)]
-            for t in range(per):
-                chain = [p[t % 2] for p in parts]
-                step_sums(per * s + t, chain, lambda a, w, av: _dpbusd(builder, a, w, av))
-                for c in range(cols):
-                    parts[c][t % 2] = chain[c]
-            sc = builder.shuffle_vector(*(lay.scales32(builder, tb, s) for tb in tbs), cat16)
-            for c in range(cols):
-                acc[c] = builder.add(acc[c], builder.mul(builder.add(*parts[c]), sc))
-            continue
-        sc = builder.shuffle_vector(*(lay.scales(builder, tb, s) for tb in tbs), cat32)
-        for g0 in range(0, per, group):
-            acc16 = [ir.Constant(i16x32, [0] * 32)] * cols
-            for t in range(g0, g0 + group):
-                step_sums(per * s + t, acc16, lambda a, w, av: builder.add(a, _maddubs(builder, w, av)))
-            for c in range(cols):
-                acc[c] = builder.add(acc[c], _maddwd(builder, acc16[c], sc))
-    lo = ir.Constant(_vec(8, _I32), list(range(8)))
-    hi = ir.Constant(_vec(8, _I32), list(range(8, 16)))
-    undef = ir.Constant(i32x16, ir.Undefined)
-    return [[builder.shuffle_vector(a, undef, half) for a in acc] for half in (lo, hi)]
+    """_sub_sums of a two-tile kernel on AVX-512: each step's two 32-byte tile rows as one 64-byte register
+    against one 16-lane broadcast of the activation's 4 bytes; lanes 0..7 are tile 0's rows, 8..15 tile 1's.
+    Returns acc32[tile][col]."""
+    both = ir.Constant(_vec(32, _I32), list(range(32)))
+    acc = _sub_sums(builder, lay, tbs, arow, cols, True,
+                    lambda s: [builder.shuffle_vector(*(lay.scales(builder, tb, s) for tb in tbs), both)],
+                    lambda s: [builder.shuffle_vector(*(lay.scales32(builder, tb, s) for tb in tbs),
+                                                      ir.Constant(_vec(16, _I32), list(range(16))))])[0]
+    undef = ir.Constant(_vec(16, _I32), ir.Undefined)
+    return [[builder.shuffle_vector(a, undef, ir.Constant(_vec(8, _I32), list(range(8 * h, 8 * h + 8)))) for a in acc]
+            for h in range(2)]
 
 
 def _tile_floats(builder, lay, tb, b, cols, nsb_v, nsb16, da_p, bs_p, acc32, acc0, acc1) -> None:
