@@ -80,7 +80,18 @@ def test_the_barrier_budget_stays_within_its_bounds() -> None:
         pool.set_spins(BARRIER_SPINS, IDLE_SPINS)
 
 
-def test_ctrl_c_between_publishing_a_command_and_running_it_waits_for_the_command(monkeypatch) -> None:
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handler (KeyboardInterrupt) for the test: pytest-xdist's workers ignore SIGINT, and a
+    test that ran before may have left any handler."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_between_publishing_a_command_and_running_it_waits_for_the_command(monkeypatch, python_sigint) -> None:
     """A Ctrl-C that arrives after thread 0 has published a command to the workers, before it takes its own part,
     is held until the command has run (threads.sigint_held): raised there, it left the workers waiting at a barrier
     inside the command, and the next command ran the old one's nodes (chat's Ctrl-C in a reply: a segfault). The
@@ -113,3 +124,25 @@ def test_ctrl_c_between_publishing_a_command_and_running_it_waits_for_the_comman
     worker.join(timeout=30)
     assert done, "the pool did not serve the next compute"
     np.testing.assert_array_equal(done[0], want)
+
+
+def test_a_restored_previous_handler_gets_ctrl_c_not_the_one_it_replaced(python_sigint) -> None:
+    """A program that saves the SIGINT handler (a stand-in of sigint_held's), installs its own, computes, and puts
+    the saved one back (uvicorn around a server's run) has Ctrl-C go to the handler it saved, not to the one it
+    removed: the stand-in in front of that one passes on to it."""
+    import signal
+
+    g, _ = _graph()
+    graph_compute(g, 2)  # a stand-in goes in front of Python's default handler
+    saved = signal.getsignal(signal.SIGINT)
+    removed: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: removed.append(signum))
+    try:
+        graph_compute(g, 2)  # and another in front of the program's own
+        signal.raise_signal(signal.SIGINT)
+        assert removed == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, saved)
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)
+    assert removed == [signal.SIGINT]

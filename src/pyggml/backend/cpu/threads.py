@@ -428,37 +428,45 @@ class _SigintHold:
     anyway: compiled code does not stop for it. Only the main thread handles signals, and only a Python handler
     is held (SIG_IGN and SIG_DFL are left alone). A stand-in handler goes in front of the current one once (and
     again if the program installs another), so a command pays about a microsecond, not two sigaction calls
-    (11 us: a first run's Python kernels publish a command per node)."""
+    (11 us: a first run's Python kernels publish a command per node).
+
+    Each stand-in passes signals on to the handler it was put in front of, so a program that saved a stand-in as
+    its "previous handler", installed its own and put the saved one back (uvicorn does, around a server's run)
+    gets its previous handler back, not the one it has removed (which a single stand-in went on calling: in one
+    test run, uvicorn's exit flag instead of KeyboardInterrupt)."""
 
     def __init__(self) -> None:
         self.depth = 0
-        self.handler: Callable | None = None  # the handler the stand-in passes signals on to
-        self.held: tuple[int, object] | None = None
+        self.held: tuple[int, object, Callable] | None = None  # a held signal and the handler it goes to
 
-    def _stand_in(self, signum: int, frame: object) -> None:
-        if self.depth:
-            self.held = (signum, frame)
-        elif self.handler is not None:
-            self.handler(signum, frame)
+    def _stand_in(self, handler: Callable) -> Callable:
+        def stand_in(signum: int, frame: object) -> None:
+            if self.depth:
+                self.held = (signum, frame, handler)
+            else:
+                handler(signum, frame)
+
+        stand_in.passes_to = handler  # type: ignore[attr-defined]
+        return stand_in
 
     def __enter__(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
         current = _signal.getsignal(signal.SIGINT)
-        if current != self._stand_in:
+        if getattr(current, "passes_to", None) is None:
             if not callable(current):
                 return
-            self.handler = current
-            signal.signal(signal.SIGINT, self._stand_in)
+            signal.signal(signal.SIGINT, self._stand_in(current))
         self.depth += 1
 
     def __exit__(self, *exc: object) -> None:
         if threading.current_thread() is not threading.main_thread() or not self.depth:
             return
         self.depth -= 1
-        held, self.held = self.held, None
-        if held is not None and self.handler is not None:
-            self.handler(*held)
+        if self.depth or self.held is None:
+            return
+        (signum, frame, handler), self.held = self.held, None
+        handler(signum, frame)
 
 
 #: ``with sigint_held:`` around publishing a command and running thread 0's part (see _SigintHold)
