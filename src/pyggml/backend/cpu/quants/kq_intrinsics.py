@@ -213,9 +213,9 @@ def _sbacc(body, nret: int, block_bytes: int, rows: bool, g: int = ROWDOT_COLS):
             bb = _ptr_at(context, builder, sig.args[5], args[5], args[6])
             wbs = [wb] + [builder.gep(wb, [builder.mul(args[2], ir.Constant(_I64, p))]) for p in range(1, g)]
             vecs = [body(builder, w, [(ab, bb)])[0] for w in wbs]
-            other = _splat(builder, args[7], m)
-            if g < n:
-                other = _insert_lanes(builder, [args[7] if p < g else zero_f for _ in d_at for p in range(n)])
+            dab = args[7]
+            other = _splat(builder, dab, m) if g == n else _insert_lanes(
+                builder, [dab if p < g else zero_f for _ in d_at for p in range(n)])
             tab, tarr, acc, aarr = args[8], sig.args[8], args[9], sig.args[9]
         else:
             ab = _ptr_at(context, builder, sig.args[2], args[2], args[3])
