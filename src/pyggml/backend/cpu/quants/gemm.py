@@ -277,8 +277,8 @@ def _step(builder, lay, tbs, arow, cols, step, sums, add, wide=False):
 
 def _sub_sums(builder, lay, tbs, arow, cols, wide, scales, scales32):
     """The integer loop of a tile kernel over one superblock: per sub-block, per (tile, column), the 8 rows'
-    sums of scale * sum(code * activation), as <8|16 x i32> (wide: both tiles). ``scales(tb, s)`` and
-    ``scales32(tb, s)`` give a tile's (or, wide, both tiles') sub-block scales as i16 pairs / i32 lanes.
+    sums of scale * sum(code * activation), as <8|16 x i32> (wide: both tiles). ``scales(s)`` and
+    ``scales32(s)`` give sub-block s's scales per tile (wide: one entry, both tiles) as i16 pairs / i32 lanes.
 
     With VNNI and several columns (or wide): vpdpbusd per step (4 products into each row's i32 lane, two
     chains of alternate steps so that its latency overlaps), the scale once per sub-block (vpmulld): one

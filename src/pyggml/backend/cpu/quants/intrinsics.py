@@ -225,12 +225,12 @@ _UNSIGNED_SHIFT_VNNI = {**_UNSIGNED_SHIFT, _decode_q8_0: 7}
 PREFETCH_BYTES = 2048
 
 
-def _prefetch_ahead(builder: ir.IRBuilder, ptr: ir.Value, nbytes: int, ahead: int = PREFETCH_BYTES) -> None:
-    """Prefetch (for reading, into all levels: prefetcht0) every line of the nbytes at ptr + ahead."""
+def _prefetch_ahead(builder: ir.IRBuilder, ptr: ir.Value, nbytes: int) -> None:
+    """Prefetch (for reading, into all levels: prefetcht0) every line of the nbytes at ptr + PREFETCH_BYTES."""
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32,
                                                                                          _I32]), "llvm.prefetch.p0i8")
     for line in range(0, nbytes, 64):
-        at = builder.gep(builder.bitcast(ptr, _I8.as_pointer()), [ir.Constant(_I64, ahead + line)])
+        at = builder.gep(builder.bitcast(ptr, _I8.as_pointer()), [ir.Constant(_I64, PREFETCH_BYTES + line)])
         builder.call(fn, [at, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
 
 
