@@ -221,8 +221,8 @@ def _scale_min_k4(wu, o, sc, mn):  # pragma: no cover - compiled
 
 @njit(cache=True, inline="always")
 def _k_acc_cols(kind, g, wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc):  # pragma: no cover - compiled
-    """One superblock against g = 2..4 activation rows, accumulated into acc (kq_intrinsics._sbacc). kind and
-    g are constants once inlined: LLVM keeps the one call."""
+    """One superblock against g = 2..4 activation rows, accumulated into acc (kq_intrinsics._sbacc). kind is a
+    constant once inlined: LLVM keeps its three calls."""
     if kind == 0:
         if g == 4:
             sbacc_cols4_q4_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
@@ -268,11 +268,10 @@ def _k_acc_rows(kind, g, wu, o, ws, qf, ao, bf, bo, dab, tab, acc):  # pragma: n
 def _k_kernel(kind: int, batch: bool):
     """Q4_K / Q5_K / Q6_K (kind 0/1/2) rows against activation rows, four products per call of a
     kq_intrinsics._sbacc intrinsic. With batch and two or more columns, each superblock is decoded once per
-    group of four columns (of all of them for two or three; the last group of a batch overlaps the one
-    before it rather than being shorter: its columns come out with the same bits again), the weight row
-    still in L1 for the next group. Otherwise (a decode, or any batch without batch) each column takes
-    four weight rows a quarter of the range apart at once, as the row dots do: four streams side by side,
-    the last (r1-r0) % 4 rows one at a time. Every output's float steps are those of the scalar loop
+    group of four columns (the last 1-3 as one group), the weight row still in L1 for the next group.
+    Otherwise (a decode, or any batch without batch) each column takes four weight rows a quarter of the
+    range apart at once, as the row dots do: four streams side by side, the last (r1-r0) % 4 rows one at a
+    time. Every output's float steps are those of the scalar loop
     acc += (d*da) * sumi, accm += (dmin*da) * summ over the superblocks, acc - accm at the end (ggml's
     gemv_q4_K_8x8 order), whichever way it is grouped. Q6_K's codes are used unsigned and its -32 offset
     comes off via the block sums (see _q6_body). kind and batch are closure constants, as in _rowdot_kernel."""
@@ -287,32 +286,35 @@ def _k_kernel(kind: int, batch: bool):
         acc = np.zeros(2 * ROWDOT_COLS, np.float32)
         if batch and n > 1:
             daf = da.reshape(da.size)
-            g = min(n, ROWDOT_COLS)
             for r in range(r0, r1):
-                for j0 in range(0, n, g):
-                    j = min(j0, n - g)
+                for j in range(0, n, ROWDOT_COLS):
+                    g = min(ROWDOT_COLS, n - j)
                     acc[:] = 0
                     for b in range(nb):
-                        _k_acc_cols(kind, g, wu, r * rs + bpb * b, qf, j * k + 256 * b, bf, j * bk + 16 * b, k, bk,
-                                    daf, j * nb + b, nb, tab, acc)
+                        if g == 1:  # a last lone column: the one-row call, the same bits
+                            _k_acc_rows(kind, 1, wu, r * rs + bpb * b, 0, qf, j * k + 256 * b, bf, j * bk + 16 * b,
+                                        da[j, b], tab, acc)
+                        else:
+                            _k_acc_cols(kind, g, wu, r * rs + bpb * b, qf, j * k + 256 * b, bf, j * bk + 16 * b, k,
+                                        bk, daf, j * nb + b, nb, tab, acc)
                     for c in range(g):
                         out[j + c, r] = acc[c] - acc[ROWDOT_COLS + c]
             return
-        q = (r1 - r0) // 4
+        q = (r1 - r0) // ROWDOT_COLS
         for j in range(n):
             for t in range(q):
                 acc[:] = 0
                 for b in range(nb):
-                    _k_acc_rows(kind, 4, wu, (r0 + t) * rs + bpb * b, q * rs, qf, j * k + 256 * b, bf,
+                    _k_acc_rows(kind, ROWDOT_COLS, wu, (r0 + t) * rs + bpb * b, q * rs, qf, j * k + 256 * b, bf,
                                 j * bk + 16 * b, da[j, b], tab, acc)
-                for p in range(4):
-                    out[j, r0 + p * q + t] = acc[p] - acc[4 + p]
-            for r in range(r0 + 4 * q, r1):
+                for p in range(ROWDOT_COLS):
+                    out[j, r0 + p * q + t] = acc[p] - acc[ROWDOT_COLS + p]
+            for r in range(r0 + ROWDOT_COLS * q, r1):
                 acc[:] = 0
                 for b in range(nb):
                     _k_acc_rows(kind, 1, wu, r * rs + bpb * b, 0, qf, j * k + 256 * b, bf, j * bk + 16 * b, da[j, b],
                                 tab, acc)
-                out[j, r] = acc[0] - acc[4]
+                out[j, r] = acc[0] - acc[ROWDOT_COLS]
 
     return mv
 
