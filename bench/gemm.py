@@ -16,6 +16,7 @@ The default shape is Qwen2.5 1.5B's ffn_up (8960 rows of 1536); ``--shape 1536x8
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import time
@@ -68,12 +69,12 @@ def main() -> None:
         ty = gg.GGMLType[name.upper()]
         for cols in (int(c) for c in args.cols.split(",")):
             if args.mv:
-                limit = traits.MATVEC_MAX_COLS[ty]
-                traits.MATVEC_MAX_COLS[ty] = cols
+                row = traits.TYPE_TRAITS_CPU[ty]  # the selectors read the row's limit
+                traits.TYPE_TRAITS_CPU[ty] = dataclasses.replace(row, matvec_max_cols=cols)
                 a = gops(ty, rows, k, cols, args.threads, True, args.reps)
-                traits.MATVEC_MAX_COLS[ty] = 0
+                traits.TYPE_TRAITS_CPU[ty] = dataclasses.replace(row, matvec_max_cols=0)
                 b = gops(ty, rows, k, cols, args.threads, True, args.reps)
-                traits.MATVEC_MAX_COLS[ty] = limit
+                traits.TYPE_TRAITS_CPU[ty] = row
             else:
                 a = gops(ty, rows, k, cols, args.threads, True, args.reps)
                 b = gops(ty, rows, k, cols, args.threads, False, args.reps)

@@ -355,7 +355,7 @@ def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(kind: int, ty:
             assert np.isnan(out[0, :r0]).all() and np.isnan(out[0, r1:]).all()
 
 
-@pytest.mark.parametrize("ty", [T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("ty", [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
 def test_k_quant_decode_rows_match_the_prompt_path_bits(ty: GGMLType) -> None:
     """A lone activation row (a decode) goes four weight rows at a time; a prompt's rows go four columns
     at a time. The same activation row must get the same bits either way, for every row range."""
@@ -383,7 +383,8 @@ def test_k_quant_decode_rows_match_the_prompt_path_bits(ty: GGMLType) -> None:
         np.testing.assert_array_equal(outs[2][:, r0:r1].view(np.uint32), outs[0][:, r0:r1].view(np.uint32))
 
 
-@pytest.mark.parametrize("ty", [T.Q8_0, T.Q4_0, T.Q5_0, T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("ty", [T.Q8_0, T.Q4_0, T.Q5_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K],
+                         ids=lambda t: t.name)
 def test_a_batch_of_columns_gives_each_column_its_one_column_bits(ty: GGMLType) -> None:
     """A batch of decodes (2..9 activation rows) decodes each weight row once for groups of up to ROWDOT_COLS
     columns, the last 1-3 of a batch together; every column must be bit for bit what the one-column kernel

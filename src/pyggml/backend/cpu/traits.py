@@ -23,6 +23,8 @@ from .quants.dots import (
     _dq_q5_0,
     _dq_q6_k,
     _dq_q8_0,
+    _mv1_q2_k,
+    _mv1_q3_k,
     _mv1_q4_0,
     _mv1_q4_k,
     _mv1_q5_0,
@@ -30,6 +32,8 @@ from .quants.dots import (
     _mv1_q6_k,
     _mv1_q8_0,
     _mv_iq4_nl,
+    _mv_q2_k,
+    _mv_q3_k,
     _mv_q4_0,
     _mv_q4_1,
     _mv_q4_k,
@@ -56,7 +60,8 @@ from .quants.to_float import _dequantizing, _get_rows, _row_f16, _row_f32
 
 Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL = (GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q4_1,
                                         GGMLType.Q5_1, GGMLType.IQ4_NL)
-Q4_K, Q5_K, Q6_K, F32, F16 = GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.F32, GGMLType.F16
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K
+F32, F16 = GGMLType.F32, GGMLType.F16
 
 
 # ------------------------------------------------------------------------------------ the kernels
@@ -128,6 +133,26 @@ def k_mv_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 
 @jit_kernel
+def k_mm_q2_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv_q2_k)
+
+
+@jit_kernel
+def k_mv_q2_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_q2_k)
+
+
+@jit_kernel
+def k_mm_q3_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv_q3_k)
+
+
+@jit_kernel
+def k_mv_q3_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_q3_k)
+
+
+@jit_kernel
 def k_gemm_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
     gemm.gemm_tiles(node, ith, nth, ctrl, rec(node)[AUX + 1], 256, gemm.SB_BYTES, 16, _quantize_q8_k,
                     gemm.repack_q4_k, gemm._q4k_4, gemm._q4k_1, gemm._q4k_one4, gemm._q4k_one1, _mv_q4_k)
@@ -190,6 +215,16 @@ def k_mmid_q5_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
 @jit_kernel
 def k_mmid_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _mul_mat_id(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_q6_k)
+
+
+@jit_kernel
+def k_mmid_q2_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _mul_mat_id(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_q2_k)
+
+
+@jit_kernel
+def k_mmid_q3_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _mul_mat_id(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_q3_k)
 
 
 # GET_ROWS row converters: (source row address, destination row, row bytes, fp16 table)
@@ -287,15 +322,16 @@ class TypeTraitsCPU:
 
 
 #: src1 rows up to which the fused kernels beat the integer GEMM (quants/gemm.py) or dequantize + BLAS,
-#: per type: the crossings measured with ``bench/gemm.py --mv`` runs on 2 threads, Qwen2.5
-#: shapes (GOPS fused/GEMM: Q5_0 4864x896 76.9/66.8 at 32 columns, 74.4/83.5 at 48; Q4_0 74.0/68.4
-#: at 48, 74.8/93.8 at 64; Q4_K 8960x1536 92.2/85.8 at 64, 75.0/110.8 at 96; Q6_K 1536x8960
-#: 82.4/82.1 at 96; Q8_0 4864x896 fused/BLAS 87.8/76.6 at 96; Q5_K fused/BLAS 73.2/54.6 at 128).
+#: per type: the crossings measured with ``bench/gemm.py --mv`` on 2 threads (GOPS fused/GEMM, 8960x1536 unless
+#: said: Q4_K 195.5/188.4 at 32 columns, 207.0/227.6 at 40; Q6_K 198.2/180.6 at 48, 208.6/210.3 at 64, 1536x8960
+#: 202.3/217.9 at 64; Q5_0 4864x896 76.9/66.8 at 32, 74.4/83.5 at 48; Q4_0 74.0/68.4 at 48, 74.8/93.8 at 64).
 #: The fused kernels decode each weight block once for ROWDOT_COLS activation rows.
 #: IQ4_NL/Q4_1/Q5_1 have plainer kernels (a decode per column), hence the lower limit.
-#: Q8_0/Q4_0/Q5_0 take the fused kernels at every column count: llama.cpp computes their prompts with
-#: the same per-output dot as their decode on x86 (llamafile's tinyBLAS_Q0_AVX: 8 float lanes, fma per
-#: block), so a product's bits never depend on the batch's shape, and neither do perplexity or imatrix.
+#: Q2_K/Q3_K/Q5_K have no integer GEMM, and their fused kernels beat dequantize + BLAS at every column count
+#: measured (fused/BLAS at 512 columns: Q2_K 182.9/153.9, Q3_K 172.2/153.5, Q5_K 150.8/144.7; 1024: 169.6/146.8,
+#: 151.9/145.8, 160.1/158.0), so they take them at every count, as Q8_0/Q4_0/Q5_0 do: llama.cpp computes those
+#: prompts with the same per-output dot as their decode on x86 (llamafile's tinyBLAS_Q0_AVX: 8 float lanes,
+#: fma per block), so a product's bits never depend on the batch's shape, and neither do perplexity or imatrix.
 ALL_COLS = 1 << 62
 
 _Q8_0, _Q8_K = (32, 32), (256, 16)
@@ -313,11 +349,13 @@ TYPE_TRAITS_CPU: dict[GGMLType, TypeTraitsCPU] = {
                           repacked=k_rep_iq4_nl),
     Q4_1: TypeTraitsCPU(_Q8_0, _mv_q4_1, None, 8),
     Q5_1: TypeTraitsCPU(_Q8_0, _mv_q5_1, None, 8),
-    Q4_K: TypeTraitsCPU(_Q8_K, _mv_q4_k, _dq_q4_k, 64, k_mm_q4_k, k_mv_q4_k, gemm=(k_gemm_q4_k, gemm.SB_BYTES),
+    Q4_K: TypeTraitsCPU(_Q8_K, _mv_q4_k, _dq_q4_k, 32, k_mm_q4_k, k_mv_q4_k, gemm=(k_gemm_q4_k, gemm.SB_BYTES),
                         mmid=k_mmid_q4_k, get_rows=k_get_rows_q4_k, repacked=k_rep_q4_k, row_dot1=_mv1_q4_k),
-    Q5_K: TypeTraitsCPU(_Q8_K, _mv_q5_k, None, 128, k_mm_q5_k, k_mv_q5_k, mmid=k_mmid_q5_k, row_dot1=_mv1_q5_k),
-    Q6_K: TypeTraitsCPU(_Q8_K, _mv_q6_k, _dq_q6_k, 96, k_mm_q6_k, k_mv_q6_k, gemm=(k_gemm_q6_k, gemm.Q6_BYTES),
+    Q5_K: TypeTraitsCPU(_Q8_K, _mv_q5_k, None, ALL_COLS, k_mm_q5_k, k_mv_q5_k, mmid=k_mmid_q5_k, row_dot1=_mv1_q5_k),
+    Q6_K: TypeTraitsCPU(_Q8_K, _mv_q6_k, _dq_q6_k, 48, k_mm_q6_k, k_mv_q6_k, gemm=(k_gemm_q6_k, gemm.Q6_BYTES),
                         mmid=k_mmid_q6_k, get_rows=k_get_rows_q6_k, row_dot1=_mv1_q6_k),
+    Q2_K: TypeTraitsCPU(_Q8_K, _mv_q2_k, None, ALL_COLS, k_mm_q2_k, k_mv_q2_k, mmid=k_mmid_q2_k, row_dot1=_mv1_q2_k),
+    Q3_K: TypeTraitsCPU(_Q8_K, _mv_q3_k, None, ALL_COLS, k_mm_q3_k, k_mv_q3_k, mmid=k_mmid_q3_k, row_dot1=_mv1_q3_k),
 }
 #: the types with fused integer row dots (the numpy path's decode products)
 FUSED = frozenset(t for t, tr in TYPE_TRAITS_CPU.items() if tr.row_dot is not None)

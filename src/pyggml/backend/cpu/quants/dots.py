@@ -7,6 +7,7 @@ from numba import njit
 
 from ....quants.jitcache import variant
 from ..simd import F16_TO_F32 as _F16
+from . import kq_intrinsics
 from .intrinsics import (
     _COL_BLOCK_BYTES,
     ROWDOT_COLS,
@@ -28,23 +29,6 @@ from .intrinsics import (
     rowsdot_q4_0,
     rowsdot_q5_0,
     rowsdot_q8_0,
-)
-from .kq_intrinsics import (
-    sbacc_cols2_q4_k,
-    sbacc_cols2_q5_k,
-    sbacc_cols2_q6_k,
-    sbacc_cols3_q4_k,
-    sbacc_cols3_q5_k,
-    sbacc_cols3_q6_k,
-    sbacc_cols4_q4_k,
-    sbacc_cols4_q5_k,
-    sbacc_cols4_q6_k,
-    sbacc_rows1_q4_k,
-    sbacc_rows1_q5_k,
-    sbacc_rows1_q6_k,
-    sbacc_rows4_q4_k,
-    sbacc_rows4_q5_k,
-    sbacc_rows4_q6_k,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -219,54 +203,41 @@ def _scale_min_k4(wu, o, sc, mn):  # pragma: no cover - compiled
         mn[k] = (np.int32(wu[o + k + 4]) >> 4) | ((np.int32(wu[o + k]) >> 6) << 4)
 
 
-@njit(cache=True, inline="always")
-def _k_acc_cols(kind, g, wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc):  # pragma: no cover - compiled
-    """One superblock against g = 2..4 activation rows, accumulated into acc (kq_intrinsics._sbacc). kind is a
-    constant once inlined: LLVM keeps its three calls."""
-    if kind == 0:
-        if g == 4:
-            sbacc_cols4_q4_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
-        elif g == 3:
-            sbacc_cols3_q4_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
-        else:
-            sbacc_cols2_q4_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
-    elif kind == 1:
-        if g == 4:
-            sbacc_cols4_q5_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
-        elif g == 3:
-            sbacc_cols3_q5_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
-        else:
-            sbacc_cols2_q5_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
-    elif g == 4:
-        sbacc_cols4_q6_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
-    elif g == 3:
-        sbacc_cols3_q6_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
-    else:
-        sbacc_cols2_q6_k(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
+#: the K-quant kinds of _k_kernel, in its order: (name, superblock bytes)
+K_KINDS = (("q4_k", 144), ("q5_k", 176), ("q6_k", 210), ("q2_k", 84), ("q3_k", 110))
 
 
-@njit(cache=True, inline="always")
-def _k_acc_rows(kind, g, wu, o, ws, qf, ao, bf, bo, dab, tab, acc):  # pragma: no cover - compiled
-    """The superblocks of g = 4 weight rows ws bytes apart (or of one row) against one activation row, into
-    acc."""
-    if kind == 0:
+def _k_acc(kind: int):
+    """(acc_cols, acc_rows) for K_KINDS[kind], calling its kq_intrinsics._sbacc intrinsics (closure constants):
+    acc_cols(g, ...) one superblock against g = 2..4 activation rows, acc_rows(g, ...) the superblocks of g = 4
+    weight rows ws bytes apart (or of one row) against one activation row, accumulated into acc."""
+    name = K_KINDS[kind][0]
+    cols4, cols3, cols2, rows4, rows1 = (getattr(kq_intrinsics, f"sbacc_{v}_{name}")
+                                         for v in ("cols4", "cols3", "cols2", "rows4", "rows1"))
+
+    @njit(cache=True, inline="always")
+    @variant(name)
+    def acc_cols(g, wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc):  # pragma: no cover - compiled
         if g == 4:
-            sbacc_rows4_q4_k(wu, o, ws, qf, ao, bf, bo, dab, tab, acc)
+            cols4(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
+        elif g == 3:
+            cols3(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
         else:
-            sbacc_rows1_q4_k(wu, o, ws, qf, ao, bf, bo, dab, tab, acc)
-    elif kind == 1:
+            cols2(wu, o, qf, ao, bf, bo, k, bk, daf, dao, dak, tab, acc)
+
+    @njit(cache=True, inline="always")
+    @variant(name)
+    def acc_rows(g, wu, o, ws, qf, ao, bf, bo, dab, tab, acc):  # pragma: no cover - compiled
         if g == 4:
-            sbacc_rows4_q5_k(wu, o, ws, qf, ao, bf, bo, dab, tab, acc)
+            rows4(wu, o, ws, qf, ao, bf, bo, dab, tab, acc)
         else:
-            sbacc_rows1_q5_k(wu, o, ws, qf, ao, bf, bo, dab, tab, acc)
-    elif g == 4:
-        sbacc_rows4_q6_k(wu, o, ws, qf, ao, bf, bo, dab, tab, acc)
-    else:
-        sbacc_rows1_q6_k(wu, o, ws, qf, ao, bf, bo, dab, tab, acc)
+            rows1(wu, o, ws, qf, ao, bf, bo, dab, tab, acc)
+
+    return acc_cols, acc_rows
 
 
 def _k_kernel(kind: int, batch: bool):
-    """Q4_K / Q5_K / Q6_K (kind 0/1/2) rows against activation rows, four products per call of a
+    """K-quant rows (K_KINDS[kind]: Q4_K, Q5_K, Q6_K, Q2_K, Q3_K) against activation rows, four products per call of a
     kq_intrinsics._sbacc intrinsic. With batch and two or more columns, each superblock is decoded once per
     group of four columns (the last 1-3 as one group), the weight row still in L1 for the next group.
     Otherwise (a decode, or any batch without batch) each column takes four weight rows a quarter of the
@@ -274,14 +245,16 @@ def _k_kernel(kind: int, batch: bool):
     time. Every output's float steps are those of the scalar loop
     acc += (d*da) * sumi, accm += (dmin*da) * summ over the superblocks, acc - accm at the end (ggml's
     gemv_q4_K_8x8 order), whichever way it is grouped. Q6_K's codes are used unsigned and its -32 offset
-    comes off via the block sums (see _q6_body). kind and batch are closure constants, as in _rowdot_kernel."""
+    comes off via the block sums (see _q6_body), as do Q3_K's -4; Q2_K's mins are Q4_K's. kind and batch are
+    closure constants, as in _rowdot_kernel."""
+    acc_cols, acc_rows = _k_acc(kind)
+    bpb = K_KINDS[kind][1]
 
     @njit(cache=True, nogil=True)
     @variant(kind, batch)
     def mv(wu, wi, rs, m, qa, da, bsum, tab, out, r0, r1):  # pragma: no cover - compiled
         n, nb, k = qa.shape[0], qa.shape[1] // 256, qa.shape[1]
         bk = bsum.shape[1]
-        bpb = 144 if kind == 0 else (176 if kind == 1 else 210)
         qf, bf = qa.reshape(qa.size), bsum.reshape(bsum.size)
         acc = np.zeros(2 * ROWDOT_COLS, np.float32)
         if batch and n > 1:
@@ -292,10 +265,10 @@ def _k_kernel(kind: int, batch: bool):
                     acc[:] = 0
                     for b in range(nb):
                         if g == 1:  # a last lone column: the one-row call, the same bits
-                            _k_acc_rows(kind, 1, wu, r * rs + bpb * b, 0, qf, j * k + 256 * b, bf, j * bk + 16 * b,
+                            acc_rows(1, wu, r * rs + bpb * b, 0, qf, j * k + 256 * b, bf, j * bk + 16 * b,
                                         da[j, b], tab, acc)
                         else:
-                            _k_acc_cols(kind, g, wu, r * rs + bpb * b, qf, j * k + 256 * b, bf, j * bk + 16 * b, k,
+                            acc_cols(g, wu, r * rs + bpb * b, qf, j * k + 256 * b, bf, j * bk + 16 * b, k,
                                         bk, daf, j * nb + b, nb, tab, acc)
                     for c in range(g):
                         out[j + c, r] = acc[c] - acc[ROWDOT_COLS + c]
@@ -305,22 +278,22 @@ def _k_kernel(kind: int, batch: bool):
             for t in range(q):
                 acc[:] = 0
                 for b in range(nb):
-                    _k_acc_rows(kind, ROWDOT_COLS, wu, (r0 + t) * rs + bpb * b, q * rs, qf, j * k + 256 * b, bf,
+                    acc_rows(ROWDOT_COLS, wu, (r0 + t) * rs + bpb * b, q * rs, qf, j * k + 256 * b, bf,
                                 j * bk + 16 * b, da[j, b], tab, acc)
                 for p in range(ROWDOT_COLS):
                     out[j, r0 + p * q + t] = acc[p] - acc[ROWDOT_COLS + p]
             for r in range(r0 + ROWDOT_COLS * q, r1):
                 acc[:] = 0
                 for b in range(nb):
-                    _k_acc_rows(kind, 1, wu, r * rs + bpb * b, 0, qf, j * k + 256 * b, bf, j * bk + 16 * b, da[j, b],
+                    acc_rows(1, wu, r * rs + bpb * b, 0, qf, j * k + 256 * b, bf, j * bk + 16 * b, da[j, b],
                                 tab, acc)
                 out[j, r] = acc[0] - acc[ROWDOT_COLS]
 
     return mv
 
 
-_mv_q4_k, _mv_q5_k, _mv_q6_k = (_k_kernel(kind, True) for kind in range(3))
-_mv1_q4_k, _mv1_q5_k, _mv1_q6_k = (_k_kernel(kind, False) for kind in range(3))
+_mv_q4_k, _mv_q5_k, _mv_q6_k, _mv_q2_k, _mv_q3_k = (_k_kernel(kind, True) for kind in range(len(K_KINDS)))
+_mv1_q4_k, _mv1_q5_k, _mv1_q6_k, _mv1_q2_k, _mv1_q3_k = (_k_kernel(kind, False) for kind in range(len(K_KINDS)))
 
 
 # --------------------------------------------------------------------------------------------

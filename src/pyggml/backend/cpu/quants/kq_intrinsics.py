@@ -117,45 +117,116 @@ def _q6_scale_pair(builder: ir.IRBuilder, group: ir.Value, i: int, j: int) -> ir
     return builder.shuffle_vector(group, ir.Constant(group.type, ir.Undefined), _idx([i] * 8 + [8 + j] * 8))
 
 
-def _q6_body(builder, wb, cols):
-    """Q6_K superblock codegen: per column (ab, bb) one <8 x i32> whose lane total is sum_{j<16} scale_j *
-    sum over sub-block j of (q-32)*a. The codes are used unsigned (0..63) and the -32 comes off as
-    32*sum_j scale_j*bsum_j, from the activation's 16-sums at bb (int32), as ggml's AVX2 kernel does,
-    lane-wise (the same int32 total). Scales: int8 at byte 192, widened once per superblock."""
-    accs = [ir.Constant(_vec(8, _I32), [0] * 8)] * len(cols)
-    sc8 = _load_at(builder, wb, 192, 16)
-    sc16 = builder.sext(sc8, _vec(16, _I16))
-    undef16 = ir.Constant(sc16.type, ir.Undefined)
-    # scales 8h..8h+7 in both halves (a vpermq each), for _q6_scale_pair
-    groups = [builder.shuffle_vector(sc16, undef16, _idx([8 * h + i for i in range(8)] * 2)) for h in range(2)]
-    for hf in range(2):
-        ql0 = _load_at(builder, wb, 64 * hf, 32)
-        ql1 = _load_at(builder, wb, 64 * hf + 32, 32)
-        qh = _load_at(builder, wb, 128 + 32 * hf, 32)
-        for k, (ql, shift) in enumerate(((ql0, 0), (ql1, 0), (ql0, 4), (ql1, 4))):
-            lo = builder.and_(builder.lshr(ql, _consts(32, [shift] * 32)), _consts(32, [15] * 32))
-            hi = builder.and_(builder.lshr(qh, _consts(32, [2 * k] * 32)), _consts(32, [3] * 32))
-            codes = builder.or_(lo, builder.shl(hi, _consts(32, [4] * 32)))
-            # 32 codes = two sub-blocks of 16, scales 8hf+2k and 8hf+2k+1
-            if _AVX2:
-                pair = _q6_scale_pair(builder, groups[hf], 2 * k, 2 * k + 1)
-            else:
-                scales = [builder.sext(builder.extract_element(sc8, ir.Constant(_I32, 8 * hf + 2 * k + g)), _I32)
-                          for g in range(2)]
-            for c, (ab, _) in enumerate(cols):
-                a32 = _load_at(builder, ab, 128 * hf + 32 * k, 32)
+def _sub16_body(codes_at, scale_bytes, tail):
+    """Codegen of a superblock of 16 sub-blocks of 16 (Q2_K, Q3_K, Q6_K): body(builder, wb, cols) -> per column
+    (ab, bb) the <8 x i32> sums tail(builder, wb, acc, bsums) makes of acc (lane total sum_j scale_j * sum over
+    sub-block j of code*a, codes unsigned) and the activation's 16-sums at bb (int32). codes_at(builder, wb, h,
+    k) gives the <32 x i8> unsigned codes of values 128h+32k..+31 (sub-blocks 8h+2k and 8h+2k+1), scale_bytes
+    (builder, wb) the 16 scales as <16 x i8> (signed), widened once per superblock."""
+
+    def body(builder, wb, cols):
+        accs = [ir.Constant(_vec(8, _I32), [0] * 8)] * len(cols)
+        sc8 = scale_bytes(builder, wb)
+        sc16 = builder.sext(sc8, _vec(16, _I16))
+        undef16 = ir.Constant(sc16.type, ir.Undefined)
+        # scales 8h..8h+7 in both halves (a vpermq each), for _q6_scale_pair
+        groups = [builder.shuffle_vector(sc16, undef16, _idx([8 * h + i for i in range(8)] * 2)) for h in range(2)]
+        for hf in range(2):
+            for k in range(4):
+                codes = codes_at(builder, wb, hf, k)
                 if _AVX2:
-                    lanes = _maddwd(builder, _maddubs(builder, codes, a32), pair)
+                    pair = _q6_scale_pair(builder, groups[hf], 2 * k, 2 * k + 1)
                 else:
-                    lanes = _scaled_lanes8(builder, codes, a32, scales)
-                accs[c] = builder.add(accs[c], lanes)
-    sc32 = builder.sext(sc8, _vec(16, _I32))
-    out = []
-    for acc, (_, bb) in zip(accs, cols, strict=True):
-        bsums = builder.load(builder.bitcast(bb, _vec(16, _I32).as_pointer()), align=4)
-        off = _halves(builder, builder.mul(sc32, bsums))
-        out.append([builder.sub(acc, builder.shl(off, ir.Constant(_vec(8, _I32), [5] * 8)))])
-    return out
+                    scales = [builder.sext(builder.extract_element(sc8, ir.Constant(_I32, 8 * hf + 2 * k + g)), _I32)
+                              for g in range(2)]
+                for c, (ab, _) in enumerate(cols):
+                    a32 = _load_at(builder, ab, 128 * hf + 32 * k, 32)
+                    if _AVX2:
+                        lanes = _maddwd(builder, _maddubs(builder, codes, a32), pair)
+                    else:
+                        lanes = _scaled_lanes8(builder, codes, a32, scales)
+                    accs[c] = builder.add(accs[c], lanes)
+        out = []
+        for acc, (_, bb) in zip(accs, cols, strict=True):
+            bsums = builder.load(builder.bitcast(bb, _vec(16, _I32).as_pointer()), align=4)
+            out.append(tail(builder, wb, sc8, acc, bsums))
+        return out
+
+    return body
+
+
+def _bits(builder: ir.IRBuilder, v: ir.Value, shift: int, mask: int) -> ir.Value:
+    """(v >> shift) & mask, bytewise."""
+    return builder.and_(builder.lshr(v, _consts(32, [shift] * 32)), _consts(32, [mask] * 32))
+
+
+def _offset_tail(shift: int):
+    """Codes stored as value + 2^shift: the offset comes off as 2^shift * sum_j scale_j * bsum_j, lane-wise (the
+    same int32 total), as ggml's AVX2 kernels do."""
+
+    def tail(builder, wb, sc8, acc, bsums):
+        off = _halves(builder, builder.mul(builder.sext(sc8, _vec(16, _I32)), bsums))
+        return [builder.sub(acc, builder.shl(off, ir.Constant(_vec(8, _I32), [shift] * 8)))]
+
+    return tail
+
+
+def _q6_codes(builder, wb, hf, k):
+    """Q6_K: 4 low bits from ql (bytes 0..127), 2 high bits from qh (128..191); codes 0..63 (value + 32)."""
+    ql = _load_at(builder, wb, 64 * hf + 32 * (k % 2), 32)
+    lo = _bits(builder, ql, 4 * (k // 2), 15)
+    hi = _bits(builder, _load_at(builder, wb, 128 + 32 * hf, 32), 2 * k, 3)
+    return builder.or_(lo, builder.shl(hi, _consts(32, [4] * 32)))
+
+
+def _q3_codes(builder, wb, hf, k):
+    """Q3_K: 2 bits from qs (bytes 32..95), the third from hmask (0..31) bit 4h+k; codes 0..7 (value + 4)."""
+    lo = _bits(builder, _load_at(builder, wb, 32 + 32 * hf, 32), 2 * k, 3)
+    hi = _bits(builder, _load_at(builder, wb, 0, 32), 4 * hf + k, 1)
+    return builder.or_(lo, builder.shl(hi, _consts(32, [2] * 32)))
+
+
+def _q2_codes(builder, wb, hf, k):
+    """Q2_K: 2 bits from qs (bytes 16..79); codes 0..3."""
+    return _bits(builder, _load_at(builder, wb, 16 + 32 * hf, 32), 2 * k, 3)
+
+
+def _q3_scales(builder, wb):
+    """Q3_K's 12 scale bytes (96..107) -> its 16 6-bit scales minus 32, on four little-endian u32 words as
+    ggml's dequantize_row_q3_K unpacks them."""
+    def word(i: int) -> ir.Value:
+        return builder.load(builder.bitcast(builder.gep(wb, [ir.Constant(_I64, 96 + 4 * i)]), _I32.as_pointer()),
+                            align=1)
+
+    def c(v: int) -> ir.Constant:
+        return ir.Constant(_I32, v)
+
+    a0, a1, tmp = word(0), word(1), word(2)
+    low, two = c(0x0F0F0F0F), c(0x03030303)
+    w = [builder.or_(builder.and_(a, low), builder.shl(builder.and_(builder.lshr(tmp, c(sh)), two), c(4)))
+         for a, sh in ((a0, 0), (a1, 2))]
+    w += [builder.or_(builder.and_(builder.lshr(a, c(4)), low),
+                      builder.shl(builder.and_(builder.lshr(tmp, c(sh)), two), c(4))) for a, sh in ((a0, 4), (a1, 6))]
+    v = ir.Constant(_vec(4, _I32), ir.Undefined)
+    for i, x in enumerate(w):
+        v = builder.insert_element(v, x, c(i))
+    return builder.sub(builder.bitcast(v, _vec(16)), _consts(16, [32] * 16))
+
+
+def _q2_scale_bytes(builder, wb):
+    """Q2_K's 16 scale bytes (0..15): the scale is the low nibble (the high one is the min)."""
+    return builder.and_(_load_at(builder, wb, 0, 16), _consts(16, [15] * 16))
+
+
+def _q2_tail(builder, wb, sc8, acc, bsums):
+    """Q2_K: [sum_j scale_j * sum q*a, sum_j min_j * bsum_j], the mins the scale bytes' high nibbles."""
+    mins = builder.zext(builder.lshr(_load_at(builder, wb, 0, 16), _consts(16, [4] * 16)), _vec(16, _I32))
+    return [acc, _halves(builder, builder.mul(mins, bsums))]
+
+
+_q6_body = _sub16_body(_q6_codes, lambda builder, wb: _load_at(builder, wb, 192, 16), _offset_tail(5))
+_q3_body = _sub16_body(_q3_codes, _q3_scales, _offset_tail(2))
+_q2_body = _sub16_body(_q2_codes, _q2_scale_bytes, _q2_tail)
 
 
 def _hadd(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
@@ -180,18 +251,15 @@ def _lane_totals(builder: ir.IRBuilder, vecs: list[ir.Value]) -> ir.Value:
     return builder.add(lo, hi)
 
 
-#: byte offsets of a superblock's fp16 scales, one per value of its body: Q4_K/Q5_K (d, dmin), Q6_K d
-_D_AT = {2: (0, 2), 1: (208,)}
-
-
-def _sbacc(body, nret: int, block_bytes: int, rows: bool, g: int = ROWDOT_COLS):
+def _sbacc(body, d_at: tuple[int, ...], block_bytes: int, rows: bool, g: int = ROWDOT_COLS):
     """An accumulating superblock intrinsic for g <= 4 (ROWDOT_COLS) products at once, from a codegen body.
 
     Columns (rows=False): sbacc(w, o, a, ao, bs, bso, ak, bk, da, dao, dak, tab, acc), the superblock at w[o]
     against activation rows p = 0..g-1 at a[ao + p*ak], 16-sums bs[bso + p*bk], scales da[dao + p*dak].
     Weight rows (rows=True): sbacc(w, o, ws, a, ao, bs, bso, dab, tab, acc), the superblocks at w[o + p*ws]
     against one activation row (scale dab).
-    Either way product p's value i (Q4_K/Q5_K: the scale and the min term; Q6_K: one) is added to
+    d_at: the byte offsets of the superblock's fp16 scales, one per value of the body (Q4_K/Q5_K/Q2_K: d and
+    dmin; Q6_K/Q3_K: d). Either way product p's value i (the scale and the min term, or one) is added to
     acc[4*i + p] as (d_i * da) * float(sum): the float steps of a scalar loop over the products, done as one
     vector (the same bits), with the integer totals of all the sums from one reduction tree (_lane_totals)
     instead of a horizontal sum each. Lanes p >= g stay 0.
@@ -201,8 +269,8 @@ def _sbacc(body, nret: int, block_bytes: int, rows: bool, g: int = ROWDOT_COLS):
     1536 x 8960 past the caches, 4 columns, 1 thread: 1.80 ms without, 1.27 with). A decode's four streams
     are left to it (prefetched: 0.60 -> 0.73 ms a row)."""
     n = ROWDOT_COLS
+    nret = len(d_at)
     m = nret * n
-    d_at = _D_AT[nret]
     zero_i = ir.Constant(_vec(8, _I32), [0] * 8)
     zero_f = ir.Constant(_F32, 0.0)
 
@@ -257,10 +325,17 @@ def _sbacc(body, nret: int, block_bytes: int, rows: bool, g: int = ROWDOT_COLS):
 
 
 #: a batch's groups of four columns (two or three for a batch that small), a decode's four weight rows and
-#: its last rows one at a time (see _sbacc)
-_Q4K, _Q5K, _Q6K = (_k4_body(False), 2, 144), (_k4_body(True), 2, 176), (_q6_body, 1, 210)
-sbacc_cols4_q4_k, sbacc_cols4_q5_k, sbacc_cols4_q6_k = (_sbacc(*b, False, 4) for b in (_Q4K, _Q5K, _Q6K))
-sbacc_cols3_q4_k, sbacc_cols3_q5_k, sbacc_cols3_q6_k = (_sbacc(*b, False, 3) for b in (_Q4K, _Q5K, _Q6K))
-sbacc_cols2_q4_k, sbacc_cols2_q5_k, sbacc_cols2_q6_k = (_sbacc(*b, False, 2) for b in (_Q4K, _Q5K, _Q6K))
-sbacc_rows4_q4_k, sbacc_rows4_q5_k, sbacc_rows4_q6_k = (_sbacc(*b, True, 4) for b in (_Q4K, _Q5K, _Q6K))
-sbacc_rows1_q4_k, sbacc_rows1_q5_k, sbacc_rows1_q6_k = (_sbacc(*b, True, 1) for b in (_Q4K, _Q5K, _Q6K))
+#: its last rows one at a time (see _sbacc); per type (body, offsets of d [and dmin], block bytes)
+_Q4K, _Q5K, _Q6K = (_k4_body(False), (0, 2), 144), (_k4_body(True), (0, 2), 176), (_q6_body, (208,), 210)
+_Q2K, _Q3K = (_q2_body, (80, 82), 84), (_q3_body, (108,), 110)
+_TYPES = (_Q4K, _Q5K, _Q6K, _Q2K, _Q3K)
+sbacc_cols4_q4_k, sbacc_cols4_q5_k, sbacc_cols4_q6_k, sbacc_cols4_q2_k, sbacc_cols4_q3_k = (
+    _sbacc(*b, False, 4) for b in _TYPES)
+sbacc_cols3_q4_k, sbacc_cols3_q5_k, sbacc_cols3_q6_k, sbacc_cols3_q2_k, sbacc_cols3_q3_k = (
+    _sbacc(*b, False, 3) for b in _TYPES)
+sbacc_cols2_q4_k, sbacc_cols2_q5_k, sbacc_cols2_q6_k, sbacc_cols2_q2_k, sbacc_cols2_q3_k = (
+    _sbacc(*b, False, 2) for b in _TYPES)
+sbacc_rows4_q4_k, sbacc_rows4_q5_k, sbacc_rows4_q6_k, sbacc_rows4_q2_k, sbacc_rows4_q3_k = (
+    _sbacc(*b, True, 4) for b in _TYPES)
+sbacc_rows1_q4_k, sbacc_rows1_q5_k, sbacc_rows1_q6_k, sbacc_rows1_q2_k, sbacc_rows1_q3_k = (
+    _sbacc(*b, True, 1) for b in _TYPES)
