@@ -23,7 +23,7 @@ from pyggml.backend.cpu.compute import _resolve, compute_forward, graph_compute,
 from pyggml.backend.cpu.ops import mat_jit
 from pyggml.backend.cpu.plan import GraphPlan, plan_for
 from pyggml.backend.cpu.quants import gemm
-from pyggml.backend.cpu.traits import MATVEC_MAX_COLS, traits
+from pyggml.backend.cpu.traits import ALL_COLS, MATVEC_MAX_COLS, TYPE_TRAITS_CPU, traits
 from pyggml.errors import PyGGMLError
 from pyggml.graph import Graph
 from pyggml.ops import builders as B
@@ -557,8 +557,8 @@ def _one_column_at_a_time(c: OpCase, w: Tensor, x: Tensor) -> np.ndarray:
                      for j in range(x.ne[1])])
 
 
-@pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q2_K, GGMLType.Q3_K,
-                                GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K])
+@pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.IQ4_NL, GGMLType.Q2_K,
+                                GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K])
 @pytest.mark.parametrize("cols", [3, 4, 6, 11])
 def test_mat_vec_columns_together_give_each_columns_bits(ty: GGMLType, cols: int) -> None:
     """Several activation rows share each decode of a weight block (groups of 4, the last 1-3 together);
@@ -625,11 +625,14 @@ def test_integer_gemm_gives_the_mat_vec_results(ty: GGMLType, rows: int, extra: 
     exact(values(out)[0, 0], _one_column_at_a_time(c, w, x))
 
 
-def test_large_products_stay_on_the_numpy_kernel() -> None:
+def test_products_no_compiled_kernel_covers_stay_on_the_numpy_kernel() -> None:
+    """Q4_1/Q5_1 have no compiled kernel (their fused row dots run from the numpy path up to their column
+    limit, BLAS past it); every compiled quantized type has a kernel for any column count."""
     c = OpCase()
-    w = c.tensor(GGMLType.Q4_1, 64, 8)
-    out = B.mul_mat(c.ctx, w, c.tensor(F32, 64, 1))  # no compiled Q4_1 kernel
-    many = B.mul_mat(c.ctx, c.tensor(GGMLType.IQ4_NL, 64, 8), c.tensor(F32, 64, MATVEC_MAX_COLS[GGMLType.IQ4_NL] + 1))
+    out = B.mul_mat(c.ctx, c.tensor(GGMLType.Q4_1, 64, 8), c.tensor(F32, 64, 1))
+    many = B.mul_mat(c.ctx, c.tensor(GGMLType.Q5_1, 64, 8), c.tensor(F32, 64, MATVEC_MAX_COLS[GGMLType.Q5_1] + 1))
+    compiled = [ty for ty, tr in TYPE_TRAITS_CPU.items() if tr.mm is not None]
+    assert all(traits(ty).matvec_max_cols == ALL_COLS or traits(ty).gemm is not None for ty in compiled)
     for node in (out, many):
         g = Graph()
         g.build_forward_expand(node)

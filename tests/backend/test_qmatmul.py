@@ -323,8 +323,8 @@ def _flat_weights(ty: GGMLType, m: int, k: int, rng: np.random.Generator) -> tup
     return np.ascontiguousarray(wq).reshape(-1), wq.shape[1]
 
 
-@pytest.mark.parametrize(("kind", "ty"), [(0, T.Q8_0), (1, T.Q4_0), (2, T.Q5_0)], ids=["q8_0", "q4_0", "q5_0"])
-def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(kind: int, ty: GGMLType) -> None:
+@pytest.mark.parametrize("ty", [T.Q8_0, T.Q4_0, T.Q5_0, T.IQ4_NL], ids=lambda t: t.name)
+def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(ty: GGMLType) -> None:
     """A decode's mat-vec runs ROWDOT_ROWS rows per call (rows a quarter of the range apart); each output
     must be bit for bit the one-row dot, for every range length (remainder rows included)."""
     from pyggml.backend.cpu.quants import dots as kernels
@@ -335,7 +335,8 @@ def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(kind: int, ty:
     wu, rs = _flat_weights(ty, m, k, rng)
     qa = rng.integers(-127, 128, size=(1, k), dtype=np.int8)
     da = rng.uniform(0.001, 0.02, size=(1, k // 32)).astype(np.float32)
-    one = (intrinsics.rowdot_q8_0, intrinsics.rowdot_q4_0, intrinsics.rowdot_q5_0)[kind]
+    name = ty.name.lower()
+    one = intrinsics.ROWDOT[name].one
     import numba
 
     @numba.njit
@@ -346,7 +347,6 @@ def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(kind: int, ty:
     want = np.zeros(m, np.float32)
     single(wu.view(np.int8), want)
     asum = np.zeros((1, k // 32), np.int32)
-    name = ("q8_0", "q4_0", "q5_0")[kind]
     for fn in (getattr(kernels, f"_mv_{name}"), getattr(kernels, f"_mv1_{name}")):  # with/without column groups
         for r0, r1 in [(0, m), (0, 4), (3, 10), (5, 6), (2, 23), (0, 0)]:
             out = np.full((1, m), np.nan, np.float32)
@@ -383,7 +383,7 @@ def test_k_quant_decode_rows_match_the_prompt_path_bits(ty: GGMLType) -> None:
         np.testing.assert_array_equal(outs[2][:, r0:r1].view(np.uint32), outs[0][:, r0:r1].view(np.uint32))
 
 
-@pytest.mark.parametrize("ty", [T.Q8_0, T.Q4_0, T.Q5_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K],
+@pytest.mark.parametrize("ty", [T.Q8_0, T.Q4_0, T.Q5_0, T.IQ4_NL, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K],
                          ids=lambda t: t.name)
 def test_a_batch_of_columns_gives_each_column_its_one_column_bits(ty: GGMLType) -> None:
     """A batch of decodes (2..9 activation rows) decodes each weight row once for groups of up to ROWDOT_COLS

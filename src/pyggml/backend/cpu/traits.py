@@ -23,6 +23,7 @@ from .quants.dots import (
     _dq_q5_0,
     _dq_q6_k,
     _dq_q8_0,
+    _mv1_iq4_nl,
     _mv1_q2_k,
     _mv1_q3_k,
     _mv1_q4_0,
@@ -100,6 +101,11 @@ def k_mv_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
 @jit_kernel
 def k_mm_iq4_nl(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _matvec_q(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _mv_iq4_nl)
+
+
+@jit_kernel
+def k_mv_iq4_nl(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _mv1_iq4_nl)
 
 
 @jit_kernel
@@ -199,7 +205,7 @@ def k_mmid_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 @jit_kernel
 def k_mmid_iq4_nl(node, ith, nth, ctrl):  # pragma: no cover - compiled
-    _mul_mat_id(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _mv_iq4_nl)
+    _mul_mat_id(node, ith, nth, ctrl, _quantize_q8_0, 32, 32, _mv1_iq4_nl)
 
 
 @jit_kernel
@@ -326,10 +332,10 @@ class TypeTraitsCPU:
 #: said: Q4_K 195.5/188.4 at 32 columns, 207.0/227.6 at 40; Q6_K 198.2/180.6 at 48, 208.6/210.3 at 64, 1536x8960
 #: 202.3/217.9 at 64; Q5_0 4864x896 76.9/66.8 at 32, 74.4/83.5 at 48; Q4_0 74.0/68.4 at 48, 74.8/93.8 at 64).
 #: The fused kernels decode each weight block once for ROWDOT_COLS activation rows.
-#: IQ4_NL/Q4_1/Q5_1 have plainer kernels (a decode per column), hence the lower limit.
+#: Q4_1/Q5_1 have plainer kernels (a decode per column), hence the lower limit.
 #: Q2_K/Q3_K/Q5_K have no integer GEMM, and their fused kernels beat dequantize + BLAS at every column count
 #: measured (fused/BLAS at 512 columns: Q2_K 182.9/153.9, Q3_K 172.2/153.5, Q5_K 150.8/144.7; 1024: 169.6/146.8,
-#: 151.9/145.8, 160.1/158.0), so they take them at every count, as Q8_0/Q4_0/Q5_0 do: llama.cpp computes those
+#: 151.9/145.8, 160.1/158.0), so they take them at every count, as Q8_0/Q4_0/Q5_0/IQ4_NL do: llama.cpp computes those
 #: prompts with the same per-output dot as their decode on x86 (llamafile's tinyBLAS_Q0_AVX: 8 float lanes,
 #: fma per block), so a product's bits never depend on the batch's shape, and neither do perplexity or imatrix.
 ALL_COLS = 1 << 62
@@ -345,8 +351,8 @@ TYPE_TRAITS_CPU: dict[GGMLType, TypeTraitsCPU] = {
                         mmid=k_mmid_q4_0, get_rows=k_get_rows_q4_0, repacked=k_rep_q4_0, row_dot1=_mv1_q4_0),
     Q5_0: TypeTraitsCPU(_Q8_0, _mv_q5_0, _dq_q5_0, ALL_COLS, k_mm_q5_0, k_mv_q5_0, tiles=k_tiles_q5_0,
                         mmid=k_mmid_q5_0, get_rows=k_get_rows_q5_0, row_dot1=_mv1_q5_0),
-    IQ4_NL: TypeTraitsCPU(_Q8_0, _mv_iq4_nl, None, 8, k_mm_iq4_nl, k_mm_iq4_nl, mmid=k_mmid_iq4_nl,
-                          repacked=k_rep_iq4_nl),
+    IQ4_NL: TypeTraitsCPU(_Q8_0, _mv_iq4_nl, None, ALL_COLS, k_mm_iq4_nl, k_mv_iq4_nl, mmid=k_mmid_iq4_nl,
+                          repacked=k_rep_iq4_nl, row_dot1=_mv1_iq4_nl),
     Q4_1: TypeTraitsCPU(_Q8_0, _mv_q4_1, None, 8),
     Q5_1: TypeTraitsCPU(_Q8_0, _mv_q5_1, None, 8),
     Q4_K: TypeTraitsCPU(_Q8_K, _mv_q4_k, _dq_q4_k, 32, k_mm_q4_k, k_mv_q4_k, gemm=(k_gemm_q4_k, gemm.SB_BYTES),

@@ -8,28 +8,7 @@ from numba import njit
 from ....quants.jitcache import variant
 from ..simd import F16_TO_F32 as _F16
 from . import kq_intrinsics
-from .intrinsics import (
-    _COL_BLOCK_BYTES,
-    ROWDOT_COLS,
-    ROWDOT_ROWS,
-    dot_q4_32,
-    dot_q5_32,
-    rowdot2_q4_0,
-    rowdot2_q5_0,
-    rowdot2_q8_0,
-    rowdot3_q4_0,
-    rowdot3_q5_0,
-    rowdot3_q8_0,
-    rowdot4_q4_0,
-    rowdot4_q5_0,
-    rowdot4_q8_0,
-    rowdot_q4_0,
-    rowdot_q5_0,
-    rowdot_q8_0,
-    rowsdot_q4_0,
-    rowsdot_q5_0,
-    rowsdot_q8_0,
-)
+from .intrinsics import _COL_BLOCK_BYTES, ROWDOT, ROWDOT_COLS, ROWDOT_ROWS, dot_q4_32, dot_q5_32
 
 # --------------------------------------------------------------------------------------------
 # fused mat-vec kernels. Shared arguments:
@@ -53,15 +32,20 @@ def _u32(wu, o):  # pragma: no cover - compiled
     return np.int64(wu[o]) | (np.int64(wu[o + 1]) << 8) | (np.int64(wu[o + 2]) << 16) | (np.int64(wu[o + 3]) << 24)
 
 
+#: the row-dot kinds of _rowdot_kernel, in its order (intrinsics.ROWDOT's names)
+ROWDOT_KINDS = ("q8_0", "q4_0", "q5_0", "iq4_nl")
+
+
 def _rowdot_kernel(kind: int, batch: bool):
-    """Q8_0 / Q4_0 / Q5_0 (kind 0/1/2) mat-vec: one whole-row vector dot per output (see rowdot_*). With
-    batch and two or more columns, each row is decoded once per group of up to ROWDOT_COLS columns (the last
-    1-3 columns of a block of columns as one group), the row still in L1 for the next group: a batch of
-    decodes reads the weight once, not once per column. Without batch, or for one column, every column goes
-    on its own, four rows a quarter of the range apart per call (the same bits either way). kind and batch
-    are constants of the closure, so numba drops the branches a kernel cannot take before typing them (it
-    does not for literal arguments).
+    """Q8_0 / Q4_0 / Q5_0 / IQ4_NL (ROWDOT_KINDS[kind]) mat-vec: one whole-row vector dot per output (see
+    intrinsics.RowDots). With batch and two or more columns, each row is decoded once per group of up to
+    ROWDOT_COLS columns (the last 1-3 columns of a block of columns as one group), the row still in L1 for the
+    next group: a batch of decodes reads the weight once, not once per column. Without batch, or for one column,
+    every column goes on its own, four rows a quarter of the range apart per call (the same bits either way).
+    kind and batch are constants of the closure, as are the type's intrinsics, so numba drops the branches a
+    kernel cannot take before typing them (it does not for literal arguments).
     """
+    one, rows, cols4, cols3, cols2 = ROWDOT[ROWDOT_KINDS[kind]]
 
     @njit(cache=True, nogil=True)
     @variant(kind, batch)
@@ -77,87 +61,35 @@ def _rowdot_kernel(kind: int, batch: bool):
                 left = j1 - jr
                 for r in range(r0, r1):
                     for j in range(j0, jr, ROWDOT_COLS):  # several columns per decode of the row
-                        if kind == 0:
-                            s = rowdot4_q8_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
-                        elif kind == 1:
-                            s = rowdot4_q4_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
-                        else:
-                            s = rowdot4_q5_0(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
+                        s = cols4(wi, r * rs, nb, qf, j * 32 * nb, df, j * nb, tab)
                         for c in range(ROWDOT_COLS):
                             out[j + c, r] = s[c]
                     if left == 3:
-                        if kind == 0:
-                            s3 = rowdot3_q8_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
-                        elif kind == 1:
-                            s3 = rowdot3_q4_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
-                        else:
-                            s3 = rowdot3_q5_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
+                        s3 = cols3(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
                         for c in range(3):
                             out[jr + c, r] = s3[c]
                     elif left == 2:
-                        if kind == 0:
-                            s2 = rowdot2_q8_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
-                        elif kind == 1:
-                            s2 = rowdot2_q4_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
-                        else:
-                            s2 = rowdot2_q5_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
+                        s2 = cols2(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
                         for c in range(2):
                             out[jr + c, r] = s2[c]
                     elif left == 1:
-                        if kind == 0:
-                            out[jr, r] = rowdot_q8_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
-                        elif kind == 1:
-                            out[jr, r] = rowdot_q4_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
-                        else:
-                            out[jr, r] = rowdot_q5_0(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
+                        out[jr, r] = one(wi, r * rs, nb, qf, jr * 32 * nb, df, jr * nb, tab)
             return
         q = (r1 - r0) // ROWDOT_ROWS
         r4 = r0 + q * ROWDOT_ROWS
         for j in range(n):  # a decode: rows r0+t, r0+q+t, ... per call, four chains side by side
             for t in range(q):
-                if kind == 0:
-                    s = rowsdot_q8_0(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
-                elif kind == 1:
-                    s = rowsdot_q4_0(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
-                else:
-                    s = rowsdot_q5_0(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
+                s = rows(wi, (r0 + t) * rs, q * rs, nb, qa[j], 0, da[j], 0, tab)
                 for i in range(ROWDOT_ROWS):
                     out[j, r0 + i * q + t] = s[i]
             for r in range(r4, r1):
-                if kind == 0:
-                    out[j, r] = rowdot_q8_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
-                elif kind == 1:
-                    out[j, r] = rowdot_q4_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
-                else:
-                    out[j, r] = rowdot_q5_0(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
+                out[j, r] = one(wi, r * rs, nb, qa[j], 0, da[j], 0, tab)
 
     return mv
 
 
-_mv_q8_0, _mv_q4_0, _mv_q5_0 = (_rowdot_kernel(kind, True) for kind in range(3))
-_mv1_q8_0, _mv1_q4_0, _mv1_q5_0 = (_rowdot_kernel(kind, False) for kind in range(3))
-
-
-@njit(cache=True, nogil=True)
-def _mv_iq4_nl(wu, wi, rs, m, qa, da, asum, tab, out, r0, r1):  # pragma: no cover - compiled
-    """IQ4_NL's codes index a 16-entry table, which no portable vector op expresses: plain loop."""
-    n, nb = qa.shape[0], qa.shape[1] // 32
-    kv = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int32)
-    acc = np.empty(n, np.float32)
-    for r in range(r0, r1):
-        acc[:] = 0
-        for b in range(nb):
-            o = r * rs + 18 * b
-            dw = _h(tab, wu, o)
-            for j in range(n):
-                s = np.int32(0)
-                for i in range(16):
-                    v = np.int32(wu[o + 2 + i])
-                    s = np.int32(s + kv[v & 15] * np.int32(qa[j, 32 * b + i])
-                                 + kv[v >> 4] * np.int32(qa[j, 32 * b + 16 + i]))
-                acc[j] += (dw * da[j, b]) * np.float32(s)
-        for j in range(n):
-            out[j, r] = acc[j]
+_mv_q8_0, _mv_q4_0, _mv_q5_0, _mv_iq4_nl = (_rowdot_kernel(kind, True) for kind in range(len(ROWDOT_KINDS)))
+_mv1_q8_0, _mv1_q4_0, _mv1_q5_0, _mv1_iq4_nl = (_rowdot_kernel(kind, False) for kind in range(len(ROWDOT_KINDS)))
 
 
 def _q_1_kernel(five: bool):

@@ -3,10 +3,13 @@ lane structure where a kernel needs its bits, portable vector IR elsewhere."""
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from ....quants.iq4 import KVALUES_IQ4NL
 from ..simd import (
     _AVX2,
     _AVX512,
@@ -202,6 +205,31 @@ def _decode_q4_0(builder, blk, unsigned=False):
     return codes if unsigned else builder.sub(codes, _consts(32, [8] * 32))
 
 
+def lut16(values, unsigned: bool) -> ir.Constant:
+    """<32 x i8>: a 4-bit type's 16 code values (value + 128 when unsigned) in both 128-bit halves (vpshufb)."""
+    return ir.Constant(_vec(32, _I8), [(int(v) + (128 if unsigned else 0)) & 0xFF for v in values] * 2)
+
+
+def _lookup16(builder: ir.IRBuilder, table: ir.Constant, idx: ir.Value) -> ir.Value:
+    """<32 x i8> table[idx] for idx 0..15 (lut16's layout): vpshufb, or 16 selects without AVX2."""
+    if _AVX2:
+        return _x86(builder, "llvm.x86.avx2.pshuf.b", _vec(32), table, idx)
+    out = ir.Constant(_vec(32), [0] * 32)
+    for v, byte in enumerate(table.constant[:16]):
+        hit = builder.icmp_unsigned("==", idx, _consts(32, [v] * 32))
+        out = builder.select(hit, _consts(32, [byte] * 32), out)
+    return out
+
+
+_IQ4NL_LUT = {u: lut16(KVALUES_IQ4NL, u) for u in (False, True)}
+
+
+def _decode_iq4_nl(builder, blk, unsigned=False):
+    """IQ4_NL: Q4_0's block with its nibbles indexing the 16 non-linear values (ggml's kvalues_iq4nl)."""
+    q = builder.load(builder.bitcast(builder.gep(blk, [ir.Constant(_I64, 2)]), _vec(16).as_pointer()), align=1)
+    return _lookup16(builder, _IQ4NL_LUT[unsigned], _nibbles32(builder, q))
+
+
 def _decode_q5_0(builder, blk, unsigned=False):
     hptr = builder.bitcast(builder.gep(blk, [ir.Constant(_I64, 2)]), _I32.as_pointer())
     hb = _high_bits32(builder, builder.load(hptr, align=1))
@@ -214,8 +242,9 @@ def _decode_q5_0(builder, blk, unsigned=False):
 #: the stored codes, vpdpbusd or pmaddubsw + pmaddwd, and subtract offset * the activation quad's sum: the same
 #: int32 lanes as ggml's sign trick on the signed codes)
 _UNSIGNED_SHIFT = {_decode_q4_0: 3, _decode_q5_0: 4}
-#: with vpdpbusd Q8_0 too (codes + 128: pmaddubsw's i16 pair sums of those would saturate; vpdpbusd's never do)
-_UNSIGNED_SHIFT_VNNI = {**_UNSIGNED_SHIFT, _decode_q8_0: 7}
+#: with vpdpbusd Q8_0 and IQ4_NL too (codes + 128: pmaddubsw's i16 pair sums of those would saturate; vpdpbusd's
+#: never do)
+_UNSIGNED_SHIFT_VNNI = {**_UNSIGNED_SHIFT, _decode_q8_0: 7, _decode_iq4_nl: 7}
 
 
 #: bytes ahead of its loads a kernel streaming repacked weights prefetches (quants/repacked.py): a decode reads
@@ -367,22 +396,25 @@ def _rowdot32_rows(decode, block_bytes: int):
     return intrinsic(typer)
 
 
-rowdot_q8_0 = _rowdot32(_decode_q8_0, 34)
-rowdot_q4_0 = _rowdot32(_decode_q4_0, 18)
-rowdot_q5_0 = _rowdot32(_decode_q5_0, 22)
-rowdot4_q8_0 = _rowdot32_cols(_decode_q8_0, 34)
-rowdot4_q4_0 = _rowdot32_cols(_decode_q4_0, 18)
-rowdot4_q5_0 = _rowdot32_cols(_decode_q5_0, 22)
-#: the last 2 or 3 columns of a batch (one decode of each row for all of them, as rowdot4)
-rowdot3_q8_0 = _rowdot32_cols(_decode_q8_0, 34, 3)
-rowdot3_q4_0 = _rowdot32_cols(_decode_q4_0, 18, 3)
-rowdot3_q5_0 = _rowdot32_cols(_decode_q5_0, 22, 3)
-rowdot2_q8_0 = _rowdot32_cols(_decode_q8_0, 34, 2)
-rowdot2_q4_0 = _rowdot32_cols(_decode_q4_0, 18, 2)
-rowdot2_q5_0 = _rowdot32_cols(_decode_q5_0, 22, 2)
-rowsdot_q8_0 = _rowdot32_rows(_decode_q8_0, 34)
-rowsdot_q4_0 = _rowdot32_rows(_decode_q4_0, 18)
-rowsdot_q5_0 = _rowdot32_rows(_decode_q5_0, 22)
+class RowDots(NamedTuple):
+    """One type's row-dot intrinsics: one row and column, a decode's ROWDOT_ROWS rows, a batch's groups of 4
+    columns and its last 2 or 3 (one decode of each row for all of them, as ``one``)."""
+
+    one: Any
+    rows: Any
+    cols4: Any
+    cols3: Any
+    cols2: Any
+
+
+def _row_dots(decode, block_bytes: int) -> RowDots:
+    return RowDots(_rowdot32(decode, block_bytes), _rowdot32_rows(decode, block_bytes),
+                   *(_rowdot32_cols(decode, block_bytes, c) for c in (4, 3, 2)))
+
+
+#: the row-dot types by name, each (decoder, block bytes) made into its RowDots
+ROWDOT = {name: _row_dots(*spec) for name, spec in (("q8_0", (_decode_q8_0, 34)), ("q4_0", (_decode_q4_0, 18)),
+                                                     ("q5_0", (_decode_q5_0, 22)), ("iq4_nl", (_decode_iq4_nl, 18)))}
 
 
 def _reduce_i32(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:

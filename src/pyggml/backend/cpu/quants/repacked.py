@@ -16,8 +16,8 @@ decoding (the scratch-tile kernels of gemm.py and q0tiles.py redo that work on e
   vector work on the two pipes that also run its vpdpbusd and fma.
 
 Outputs have the bits of the kernels they replace: the same integer sums and float steps (Q4_K: the
-mat-vec's per-lane steps; Q8_0/Q4_0: 8 lanes, fma, hsum, as quants.intrinsics._rowdot_blocks; IQ4_NL:
-a float sum per block, as quants.dots._mv_iq4_nl). tests/backend/test_repack.py compares them.
+mat-vec's per-lane steps; Q8_0/Q4_0/IQ4_NL: 8 lanes, fma, hsum, as quants.intrinsics._rowdot_blocks).
+tests/backend/test_repack.py compares them.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from ..jit import enabled as jit_enabled
 from ..jit.mathf import LANES
 from ..jit.record import AUX, T_DST, T_SRC0, chunk_bounds, rec
 from ..repack import Q4K_GROUP_BYTES
-from ..simd import _F16C, _F32, _I8, _I32, _I64, _VNNI, _fma, _hsum8, _vec, _x86
+from ..simd import _F16C, _F32, _I8, _I32, _I64, _VNNI, _fma, _hsum8, _vec
 from . import gemm
 from .gemm import _at, _opts, _splat_f32
-from .intrinsics import _COL_BLOCK_BYTES, _dpbusd, _nibbles32, _prefetch_ahead, _reduce_i32
+from .intrinsics import _COL_BLOCK_BYTES, _dpbusd, _lookup16, _nibbles32, _prefetch_ahead, lut16
 
 Q4_K, Q8_0, Q4_0, IQ4_NL = GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.IQ4_NL
 
@@ -133,12 +133,6 @@ GROUP, TILE_N = 4, 3
 ACT_BLOCK = (32, 4)
 
 
-def _lut(kind: int) -> ir.Constant:
-    """<32 x i8>: the 16 unsigned codes (value + 128) of a 4-bit type, in both 128-bit halves (vpshufb)."""
-    values = [i - 8 for i in range(16)] if kind == 1 else [int(v) for v in KVALUES_IQ4NL]
-    return ir.Constant(_vec(32, _I8), [(v + 128) & 0xFF for v in values] * 2)
-
-
 def _q0_tile(rn: int, kind: int):
     """tile(group, nb, qa, k, da, st, out, ocol, prod): a repacked group's 4 rows (kind 0 Q8_0, 1 Q4_0, 2 IQ4_NL)
     times rn Q8_0 activation rows (qa int8 rows of k, da f32 rows of nb, st the rows' starting lanes: int32 rows
@@ -146,7 +140,7 @@ def _q0_tile(rn: int, kind: int):
     products (rn * nb * 4 floats)."""
     cb = 32 if kind == 0 else 16  # code bytes of a row's block
     block = GROUP * (2 + cb)  # a block of the group: 4 fp16 scales, 4 rows of codes
-    scalar = kind == 2  # IQ4_NL's mat-vec sums each block to one integer and accumulates floats
+    lut = lut16(range(-8, 8) if kind == 1 else KVALUES_IQ4NL, True)
 
     def typer(typingctx, group, nb, qa, k, da, st, out, ocol, prod):
         sig = types.void(*([types.int64] * 9))
@@ -176,7 +170,7 @@ def _q0_tile(rn: int, kind: int):
                         da = builder.load(builder.gep(darow[j], [loop.index]))
                         prod4 = builder.fmul(dw, _splat_f32(builder, da, 4))
                         builder.store(prod4, builder.bitcast(prod_at(j, loop.index), f4.as_pointer()), align=4)
-            zero = ir.Constant(_F32, 0.0) if scalar else ir.Constant(f8, [0.0] * 8)
+            zero = ir.Constant(f8, [0.0] * 8)
             accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(GROUP)] for _ in range(rn)]
             with cgutils.for_range(builder, nb_v) as loop:
                 b = loop.index
@@ -185,8 +179,8 @@ def _q0_tile(rn: int, kind: int):
                 if kind == 0:
                     u = [builder.load(_at(builder, blk, cb * i, _vec(32, _I8)), align=1) for i in range(GROUP)]
                 else:
-                    u = [_x86(builder, "llvm.x86.avx2.pshuf.b", _vec(32, _I8), _lut(kind),
-                              _nibbles32(builder, builder.load(_at(builder, blk, cb * i, _vec(16, _I8)), align=1)))
+                    u = [_lookup16(builder, lut, _nibbles32(builder, builder.load(_at(builder, blk, cb * i,
+                                                                                       _vec(16, _I8)), align=1)))
                          for i in range(GROUP)]
                 dw = weight_scales(b) if rn == 1 else None  # a decode: the products inline, as the row dots
                 for j in range(rn):
@@ -200,17 +194,12 @@ def _q0_tile(rn: int, kind: int):
                         else:
                             p = builder.load(builder.gep(prod_at(j, b), [c64(i)]))
                         acc = accs[j][i]
-                        if scalar:
-                            term = builder.fmul(p, builder.sitofp(_reduce_i32(builder, lanes), _F32))
-                            builder.store(builder.fadd(builder.load(acc), term), acc)
-                        else:
-                            builder.store(_fma(builder, _splat_f32(builder, p, 8), builder.sitofp(lanes, f8),
-                                               builder.load(acc)), acc)
+                        builder.store(_fma(builder, _splat_f32(builder, p, 8), builder.sitofp(lanes, f8),
+                                           builder.load(acc)), acc)
             out_p = builder.inttoptr(out_a, i8ptr)
             for j in range(rn):
                 for i in range(GROUP):
-                    v = builder.load(accs[j][i])
-                    res = v if scalar else _hsum8(builder, v)
+                    res = _hsum8(builder, builder.load(accs[j][i]))
                     at = builder.add(builder.mul(ocol_v, c64(j)), c64(4 * i))
                     builder.store(res, _at(builder, out_p, at, _F32), align=4)
             return context.get_dummy_value()
