@@ -24,6 +24,7 @@ from .quants.dots import (
     _dq_q6_k,
     _dq_q8_0,
     _mv1_iq4_nl,
+    _mv1_iq4_xs,
     _mv1_q2_k,
     _mv1_q3_k,
     _mv1_q4_0,
@@ -33,6 +34,7 @@ from .quants.dots import (
     _mv1_q6_k,
     _mv1_q8_0,
     _mv_iq4_nl,
+    _mv_iq4_xs,
     _mv_q2_k,
     _mv_q3_k,
     _mv_q4_0,
@@ -62,7 +64,7 @@ from .quants.to_float import _dequantizing, _get_rows, _row_f16, _row_f32
 Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL = (GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q4_1,
                                         GGMLType.Q5_1, GGMLType.IQ4_NL)
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K
-F32, F16 = GGMLType.F32, GGMLType.F16
+IQ4_XS, F32, F16 = GGMLType.IQ4_XS, GGMLType.F32, GGMLType.F16
 
 
 # ------------------------------------------------------------------------------------ the kernels
@@ -159,6 +161,16 @@ def k_mv_q3_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 
 @jit_kernel
+def k_mm_iq4_xs(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv_iq4_xs)
+
+
+@jit_kernel
+def k_mv_iq4_xs(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_iq4_xs)
+
+
+@jit_kernel
 def k_gemm_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
     gemm.gemm_tiles(node, ith, nth, ctrl, rec(node)[AUX + 1], 256, gemm.SB_BYTES, 16, _quantize_q8_k,
                     gemm.repack_q4_k, gemm._q4k_4, gemm._q4k_1, gemm._q4k_one4, gemm._q4k_one1, _mv_q4_k)
@@ -221,6 +233,11 @@ def k_mmid_q5_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
 @jit_kernel
 def k_mmid_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _mul_mat_id(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_q6_k)
+
+
+@jit_kernel
+def k_mmid_iq4_xs(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _mul_mat_id(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_iq4_xs)
 
 
 @jit_kernel
@@ -333,9 +350,10 @@ class TypeTraitsCPU:
 #: 202.3/217.9 at 64; Q5_0 4864x896 76.9/66.8 at 32, 74.4/83.5 at 48; Q4_0 74.0/68.4 at 48, 74.8/93.8 at 64).
 #: The fused kernels decode each weight block once for ROWDOT_COLS activation rows.
 #: Q4_1/Q5_1 have plainer kernels (a decode per column), hence the lower limit.
-#: Q2_K/Q3_K/Q5_K have no integer GEMM, and their fused kernels beat dequantize + BLAS at every column count
-#: measured (fused/BLAS at 512 columns: Q2_K 182.9/153.9, Q3_K 172.2/153.5, Q5_K 150.8/144.7; 1024: 169.6/146.8,
-#: 151.9/145.8, 160.1/158.0), so they take them at every count, as Q8_0/Q4_0/Q5_0/IQ4_NL do: llama.cpp computes those
+#: Q2_K/Q3_K/Q5_K/IQ4_XS have no integer GEMM, and their fused kernels beat dequantize + BLAS at the column
+#: counts of a prompt's ubatches (fused/BLAS at 512 columns: Q2_K 182.9/153.9, Q3_K 172.2/153.5, Q5_K 150.8/144.7;
+#: 1024: 169.6/146.8, 151.9/145.8, 160.1/158.0; IQ4_XS 173.1/156.7 at 256, 155.4/168.7 at 1024), so they take
+#: them at every count, as Q8_0/Q4_0/Q5_0/IQ4_NL do: llama.cpp computes those
 #: prompts with the same per-output dot as their decode on x86 (llamafile's tinyBLAS_Q0_AVX: 8 float lanes,
 #: fma per block), so a product's bits never depend on the batch's shape, and neither do perplexity or imatrix.
 ALL_COLS = 1 << 62
@@ -362,6 +380,8 @@ TYPE_TRAITS_CPU: dict[GGMLType, TypeTraitsCPU] = {
                         mmid=k_mmid_q6_k, get_rows=k_get_rows_q6_k, row_dot1=_mv1_q6_k),
     Q2_K: TypeTraitsCPU(_Q8_K, _mv_q2_k, None, ALL_COLS, k_mm_q2_k, k_mv_q2_k, mmid=k_mmid_q2_k, row_dot1=_mv1_q2_k),
     Q3_K: TypeTraitsCPU(_Q8_K, _mv_q3_k, None, ALL_COLS, k_mm_q3_k, k_mv_q3_k, mmid=k_mmid_q3_k, row_dot1=_mv1_q3_k),
+    IQ4_XS: TypeTraitsCPU(_Q8_K, _mv_iq4_xs, None, ALL_COLS, k_mm_iq4_xs, k_mv_iq4_xs, mmid=k_mmid_iq4_xs,
+                          row_dot1=_mv1_iq4_xs),
 }
 #: the types with fused integer row dots (the numpy path's decode products)
 FUSED = frozenset(t for t, tr in TYPE_TRAITS_CPU.items() if tr.row_dot is not None)

@@ -9,8 +9,21 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from ..simd import _AVX2, _AVX512, _F32, _I16, _I32, _I64, _fp16_lanes, _halves, _insert_lanes, _splat, _vec
-from .intrinsics import ROWDOT_COLS, _arr1, _consts, _i16_lanes, _maddubs, _maddwd, _pairs, _prefetch_ahead, _ptr_at
+from ..simd import _AVX2, _AVX512, _F32, _I16, _I32, _I64, _fp16_lanes, _halves, _insert_lanes, _splat, _vec, _x86
+from .intrinsics import (
+    _IQ4NL_LUT,
+    ROWDOT_COLS,
+    _arr1,
+    _consts,
+    _i16_lanes,
+    _lookup16,
+    _maddubs,
+    _maddwd,
+    _nibbles32,
+    _pairs,
+    _prefetch_ahead,
+    _ptr_at,
+)
 
 
 def _scaled_lanes8(builder: ir.IRBuilder, codes: ir.Value, a: ir.Value, scales: list[ir.Value]) -> ir.Value:
@@ -224,6 +237,39 @@ def _q2_tail(builder, wb, sc8, acc, bsums):
     return [acc, _halves(builder, builder.mul(mins, bsums))]
 
 
+def _iq4xs_body(builder, wb, cols):
+    """IQ4_XS superblock codegen: per column (ab, bb) one <8 x i32> whose lane total is sum_{s<8} (ls_s - 32) *
+    sum over sub-block s of value*a, the values IQ4_NL's (a 16-byte lookup of the nibbles: qs at byte 8, 16 bytes a
+    sub-block, low nibbles first) and ls_s the 6-bit scale from scales_l (byte 4, a nibble each) and scales_h (byte
+    2, two bits each). Signed codes: ggml's sign trick on AVX2 (|v| <= 127, so the pair sums fit in i16)."""
+    def c(v: int) -> ir.Constant:
+        return ir.Constant(_I32, v)
+
+    lo = builder.load(builder.bitcast(builder.gep(wb, [ir.Constant(_I64, 4)]), _I32.as_pointer()), align=1)
+    hi = builder.zext(builder.load(builder.bitcast(builder.gep(wb, [ir.Constant(_I64, 2)]), _I16.as_pointer()),
+                                   align=1), _I32)
+    low = builder.and_(builder.lshr(_splat(builder, lo, 8), _idx([4 * i for i in range(8)])), _idx([15] * 8))
+    high = builder.and_(builder.lshr(_splat(builder, hi, 8), _idx([2 * i for i in range(8)])), _idx([3] * 8))
+    ls = builder.or_(low, builder.shl(high, _idx([4] * 8)))
+    scales = builder.sub(ls, _idx([32] * 8))
+    accs = [ir.Constant(_vec(8, _I32), [0] * 8)] * len(cols)
+    for sb in range(8):
+        codes = _lookup16(builder, _IQ4NL_LUT[False], _nibbles32(builder, _load_at(builder, wb, 8 + 16 * sb, 16)))
+        scale = builder.extract_element(scales, c(sb))
+        if _AVX2:
+            ax = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), codes, codes)
+        for k, (ab, _) in enumerate(cols):
+            a32 = _load_at(builder, ab, 32 * sb, 32)
+            if _AVX2:
+                sy = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), a32, codes)
+                lanes = _maddwd(builder, _maddubs(builder, ax, sy), _i16_lanes(builder, [scale]))
+            else:
+                prod = builder.mul(builder.sext(codes, _vec(32, _I32)), builder.sext(a32, _vec(32, _I32)))
+                lanes = _halves(builder, _pairs(builder, builder.mul(prod, _splat(builder, scale, 32))))
+            accs[k] = builder.add(accs[k], lanes)
+    return [[acc] for acc in accs]
+
+
 _q6_body = _sub16_body(_q6_codes, lambda builder, wb: _load_at(builder, wb, 192, 16), _offset_tail(5))
 _q3_body = _sub16_body(_q3_codes, _q3_scales, _offset_tail(2))
 _q2_body = _sub16_body(_q2_codes, _q2_scale_bytes, _q2_tail)
@@ -327,15 +373,20 @@ def _sbacc(body, d_at: tuple[int, ...], block_bytes: int, rows: bool, g: int = R
 #: a batch's groups of four columns (two or three for a batch that small), a decode's four weight rows and
 #: its last rows one at a time (see _sbacc); per type (body, offsets of d [and dmin], block bytes)
 _Q4K, _Q5K, _Q6K = (_k4_body(False), (0, 2), 144), (_k4_body(True), (0, 2), 176), (_q6_body, (208,), 210)
-_Q2K, _Q3K = (_q2_body, (80, 82), 84), (_q3_body, (108,), 110)
-_TYPES = (_Q4K, _Q5K, _Q6K, _Q2K, _Q3K)
-sbacc_cols4_q4_k, sbacc_cols4_q5_k, sbacc_cols4_q6_k, sbacc_cols4_q2_k, sbacc_cols4_q3_k = (
+_Q2K, _Q3K, _IQ4XS = (_q2_body, (80, 82), 84), (_q3_body, (108,), 110), (_iq4xs_body, (0,), 136)
+_TYPES = (_Q4K, _Q5K, _Q6K, _Q2K, _Q3K, _IQ4XS)
+(sbacc_cols4_q4_k, sbacc_cols4_q5_k, sbacc_cols4_q6_k, sbacc_cols4_q2_k, sbacc_cols4_q3_k,
+ sbacc_cols4_iq4_xs) = (
     _sbacc(*b, False, 4) for b in _TYPES)
-sbacc_cols3_q4_k, sbacc_cols3_q5_k, sbacc_cols3_q6_k, sbacc_cols3_q2_k, sbacc_cols3_q3_k = (
+(sbacc_cols3_q4_k, sbacc_cols3_q5_k, sbacc_cols3_q6_k, sbacc_cols3_q2_k, sbacc_cols3_q3_k,
+ sbacc_cols3_iq4_xs) = (
     _sbacc(*b, False, 3) for b in _TYPES)
-sbacc_cols2_q4_k, sbacc_cols2_q5_k, sbacc_cols2_q6_k, sbacc_cols2_q2_k, sbacc_cols2_q3_k = (
+(sbacc_cols2_q4_k, sbacc_cols2_q5_k, sbacc_cols2_q6_k, sbacc_cols2_q2_k, sbacc_cols2_q3_k,
+ sbacc_cols2_iq4_xs) = (
     _sbacc(*b, False, 2) for b in _TYPES)
-sbacc_rows4_q4_k, sbacc_rows4_q5_k, sbacc_rows4_q6_k, sbacc_rows4_q2_k, sbacc_rows4_q3_k = (
+(sbacc_rows4_q4_k, sbacc_rows4_q5_k, sbacc_rows4_q6_k, sbacc_rows4_q2_k, sbacc_rows4_q3_k,
+ sbacc_rows4_iq4_xs) = (
     _sbacc(*b, True, 4) for b in _TYPES)
-sbacc_rows1_q4_k, sbacc_rows1_q5_k, sbacc_rows1_q6_k, sbacc_rows1_q2_k, sbacc_rows1_q3_k = (
+(sbacc_rows1_q4_k, sbacc_rows1_q5_k, sbacc_rows1_q6_k, sbacc_rows1_q2_k, sbacc_rows1_q3_k,
+ sbacc_rows1_iq4_xs) = (
     _sbacc(*b, True, 1) for b in _TYPES)
