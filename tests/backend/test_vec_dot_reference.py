@@ -8,19 +8,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 
 from pyggml import quants
+from pyggml.alloc.ctx_alloc import backend_alloc_ctx_tensors
+from pyggml.backend.api import backend_tensor_set
+from pyggml.backend.base import BufferUsage
+from pyggml.backend.cpu.backend import backend_cpu_init
 from pyggml.backend.cpu.compute import graph_compute
 from pyggml.backend.cpu.ops import mat_q
+from pyggml.backend.cpu.ops.mat_f_jit import vec_dot_f16
 from pyggml.context import Context
 from pyggml.graph import Graph
 from pyggml.ops.builders import mul_mat
+from pyggml.tensor_data import bf16_to_f32
 from pyggml.types import GGMLType
 
 DATA = np.load(Path(__file__).resolve().parents[1] / "data" / "vec_dot" / "vec_dot.npz")
-NAMES = sorted({k.rsplit("_", 1)[0] for k in DATA.files})
+FLOATS = ("f16", "bf16")
+NAMES = sorted({k.rsplit("_", 1)[0] for k in DATA.files} - set(FLOATS))
 #: the types whose products ggml's x86 kernels sum in the same float order as pyggml's (8 fma lanes per block):
 #: bit for bit
 SAME_BITS = {"q8_0", "q4_0", "q5_0"}
@@ -29,7 +37,9 @@ SAME_BITS = {"q8_0", "q4_0", "q5_0"}
 def _case(name: str) -> tuple[GGMLType, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     qt = GGMLType[name.upper()]
     x, w, ref = DATA[f"{name}_x"], DATA[f"{name}_w"], DATA[f"{name}_out"]
-    scale = np.abs(x).astype(np.float64) @ np.abs(quants.dequantize(w, qt)).astype(np.float64).T
+    wf = bf16_to_f32(w.view(np.uint16)) if qt == GGMLType.BF16 else w.view(np.float16).astype(np.float32) \
+        if qt == GGMLType.F16 else quants.dequantize(w, qt)
+    scale = np.abs(x).astype(np.float64) @ np.abs(wf).astype(np.float64).T
     return qt, x, w, ref, scale
 
 
@@ -67,3 +77,38 @@ def test_compiled_products_are_ggmls_vec_dot(name: str, n: int) -> None:
     g.build_forward_expand(out)
     assert graph_compute(g, 2) == 0
     _check(np.array(out.view4())[0, 0], ref[:n], scale[:n], name)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_f16_weights_take_ggmls_vec_dot(n: int) -> None:
+    """A model's F16 weights (their buffer's usage WEIGHTS) decode with ggml's vec_dot_f16 float steps (src1
+    rounded to fp16, fma lanes), not the double sums attention's F16 cache takes."""
+    qt, x, w, ref, scale = _case("f16")
+    ctx = Context(1 << 20, no_alloc=True)
+    wt = ctx.new_tensor(qt, x.shape[1], w.shape[0])
+    buf = backend_alloc_ctx_tensors(ctx, backend_cpu_init())
+    buf.set_usage(BufferUsage.WEIGHTS)
+    backend_tensor_set(wt, w.reshape(-1))
+    gctx = Context(16 << 20)
+    xt = gctx.new_tensor(GGMLType.F32, x.shape[1], n)
+    xt.set(x[:n])
+    out = mul_mat(gctx, wt, xt)
+    g = Graph()
+    g.build_forward_expand(out)
+    assert graph_compute(g, 2) == 0
+    got = np.array(out.view4())[0, 0]
+    err = np.abs(got.astype(np.float64) - ref[:n]) / scale[:n]
+    assert err.max() <= 1e-6, f"{err.max():.2e} of a dot's size"
+    # the float steps are vec_dot_f16's (a double sum would be within the tolerance above too)
+    xr = x[:n].astype(np.float16).astype(np.float32)
+    want = _vec_dots(w.view(np.uint16), xr)  # fp16 bits (numba has no float16)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@numba.njit
+def _vec_dots(w, x):  # pragma: no cover - compiled
+    out = np.empty((x.shape[0], w.shape[0]), np.float32)
+    for j in range(x.shape[0]):
+        for r in range(w.shape[0]):
+            out[j, r] = vec_dot_f16(w[r].ctypes.data, x[j].ctypes.data, w.shape[1])
+    return out

@@ -7,7 +7,7 @@ Not run by the tests (they read what this wrote). Needs llama.cpp 0c1e570's shar
 
 Per type: ``x`` (N_ACT x K float32 activations), ``w`` (M weight rows quantized by ggml_quantize_chunk from
 random normal floats, raw bytes) and ``out`` (N_ACT x M): ``type_traits_cpu[type].vec_dot`` of every weight row
-with every activation row after the CPU's own ``from_float`` to the type's vec_dot_type (Q8_K or Q8_0/Q8_1),
+with every activation row after the CPU's own ``from_float`` to the type's vec_dot_type (Q8_K, Q8_0/Q8_1, F16, BF16),
 the decode product llama.cpp runs on this CPU (AVX2/AVX-512 paths).
 """
 
@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-#: ggml type ids (ggml.h): the types pyggml has fused mat-vec kernels for
-TYPES = {"q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "q2_K": 10, "q3_K": 11, "q4_K": 12, "q5_K": 13,
-         "q6_K": 14, "iq4_nl": 20, "iq4_xs": 23}
+#: ggml type ids (ggml.h): the types pyggml has fused mat-vec kernels for, and the float weights
+TYPES = {"f16": 1, "bf16": 30, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "q2_K": 10, "q3_K": 11,
+         "q4_K": 12, "q5_K": 13, "q6_K": 14, "iq4_nl": 20, "iq4_xs": 23}
 M, K, N_ACT, SEED = 12, 1024, 3, 4321
 
 
