@@ -29,9 +29,10 @@ from pyggml.graph import Graph
 from pyggml.ops import builders as B
 from pyggml.ops.enums import GluOp
 from pyggml.tensor import Tensor
+from pyggml.tensor_data import bf16_to_f32, f32_to_bf16
 from pyggml.types import GGMLType
 
-F32, F16, I32, I64 = GGMLType.F32, GGMLType.F16, GGMLType.I32, GGMLType.I64
+F32, F16, BF16, I32, I64 = GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.I32, GGMLType.I64
 
 
 def both(out: Tensor, n_threads: int = 2, compiled: tuple[Tensor, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
@@ -438,7 +439,7 @@ def test_quantized_mul_mat_id_is_the_numpy_paths_bits(ty: GGMLType, n_b: int, n_
 
 
 @pytest.mark.parametrize("n_tok", [1, 3, 40])
-@pytest.mark.parametrize("wt", [F16, F32])
+@pytest.mark.parametrize("wt", [F16, BF16, F32])
 def test_float_mat_mul_like_attention(wt: GGMLType, n_tok: int) -> None:
     """KQ against a permuted K view with GQA broadcast (4 query heads per KV head)."""
     c = OpCase()
@@ -488,22 +489,21 @@ def _vec_dot(w: np.ndarray, x: np.ndarray, half: bool) -> np.ndarray:
     return red
 
 
-@pytest.mark.parametrize("wt", [F16, F32])
+@pytest.mark.parametrize("wt", [F16, BF16, F32])
 @pytest.mark.parametrize(("k", "m", "n"), [(64, 36, 17), (72, 36, 21), (40, 37, 17), (70, 36, 18)])
 def test_prompt_float_mat_mul_is_llama_cpps_order(wt: GGMLType, k: int, m: int, n: int) -> None:
     """Prompt-size products get llama.cpp's bits on x86/AVX2: tinyBLAS's tiles when k % 8 == 0 and m % 4 == 0,
-    one ggml_vec_dot per output otherwise (m = 37; k = 70), src1 rounded to fp16 against fp16 weights."""
+    one ggml_vec_dot per output otherwise (m = 37; k = 70), src1 rounded to fp16 / bf16 against fp16 / bf16
+    weights."""
     c = OpCase()
     w = c.tensor(wt, k, m)
     x = c.tensor(F32, k, n, lo=-3, hi=3)
     out = B.mul_mat(c.ctx, w, x)
     got, _ = both(out)
     wv = values(w)[0, 0]
-    xv = values(x)[0, 0]
-    if wt == F16:
-        xv = xv.astype(np.float16).astype(np.float32)
+    xv = _rounded_src1(values(x)[0, 0], wt)
     tiled = k % 8 == 0 and m % 4 == 0
-    want = _tinyblas(wv, xv) if tiled else _vec_dot(wv, xv, wt == F16)
+    want = _tinyblas(wv, xv) if tiled else _vec_dot(wv, xv, wt != F32)
     exact(got[0, 0], want)
 
 
@@ -522,16 +522,22 @@ def test_prompt_f16_mat_mul_rounds_src1_ties_to_even() -> None:
     exact(got[0, 0], _tinyblas(values(w)[0, 0], xv))
 
 
-@pytest.mark.parametrize("wt", [F16, F32])
+def _rounded_src1(xv: np.ndarray, wt: GGMLType) -> np.ndarray:
+    """src1 as the product sees it: rounded to the weight's vec_dot_type (F16, BF16) and back."""
+    if wt == F16:
+        return xv.astype(np.float16).astype(np.float32)
+    return bf16_to_f32(f32_to_bf16(xv)) if wt == BF16 else xv
+
+
+@pytest.mark.parametrize("wt", [F16, BF16, F32])
 def test_decode_float_mat_mul_sums_in_double(wt: GGMLType) -> None:
-    """Up to 16 columns: each output is the double sum of the float products, rounded once."""
+    """Up to 16 columns (of a product whose weight is not a model's: attention's cache): each output is the
+    double sum of the float products, rounded once."""
     c = OpCase()
     w = c.tensor(wt, 72, 36)
     x = c.tensor(F32, 72, 16, lo=-3, hi=3)
     got, _ = both(B.mul_mat(c.ctx, w, x))
-    xv = values(x)[0, 0]
-    if wt == F16:
-        xv = xv.astype(np.float16).astype(np.float32)
+    xv = _rounded_src1(values(x)[0, 0], wt)
     want = (xv.astype(np.float64) @ values(w)[0, 0].T.astype(np.float64)).astype(np.float32)
     np.testing.assert_array_equal(got[0, 0], want)
 

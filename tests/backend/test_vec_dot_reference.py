@@ -19,11 +19,11 @@ from pyggml.backend.base import BufferUsage
 from pyggml.backend.cpu.backend import backend_cpu_init
 from pyggml.backend.cpu.compute import graph_compute
 from pyggml.backend.cpu.ops import mat_q
-from pyggml.backend.cpu.ops.mat_f_jit import vec_dot_f16
+from pyggml.backend.cpu.ops.mat_f_jit import vec_dot_bf16, vec_dot_f16
 from pyggml.context import Context
 from pyggml.graph import Graph
 from pyggml.ops.builders import mul_mat
-from pyggml.tensor_data import bf16_to_f32
+from pyggml.tensor_data import bf16_to_f32, f32_to_bf16
 from pyggml.types import GGMLType
 
 DATA = np.load(Path(__file__).resolve().parents[1] / "data" / "vec_dot" / "vec_dot.npz")
@@ -80,10 +80,11 @@ def test_compiled_products_are_ggmls_vec_dot(name: str, n: int) -> None:
 
 
 @pytest.mark.parametrize("n", [1, 3])
-def test_f16_weights_take_ggmls_vec_dot(n: int) -> None:
-    """A model's F16 weights (their buffer's usage WEIGHTS) decode with ggml's vec_dot_f16 float steps (src1
-    rounded to fp16, fma lanes), not the double sums attention's F16 cache takes."""
-    qt, x, w, ref, scale = _case("f16")
+@pytest.mark.parametrize("name", FLOATS)
+def test_float_weights_take_ggmls_vec_dot(name: str, n: int) -> None:
+    """A model's F16/BF16 weights (their buffer's usage WEIGHTS) decode with ggml's vec_dot float steps (src1
+    rounded to fp16/bf16, fma lanes), not the double sums attention's F16 cache takes."""
+    qt, x, w, ref, scale = _case(name)
     ctx = Context(1 << 20, no_alloc=True)
     wt = ctx.new_tensor(qt, x.shape[1], w.shape[0])
     buf = backend_alloc_ctx_tensors(ctx, backend_cpu_init())
@@ -99,16 +100,24 @@ def test_f16_weights_take_ggmls_vec_dot(n: int) -> None:
     got = np.array(out.view4())[0, 0]
     err = np.abs(got.astype(np.float64) - ref[:n]) / scale[:n]
     assert err.max() <= 1e-6, f"{err.max():.2e} of a dot's size"
-    # the float steps are vec_dot_f16's (a double sum would be within the tolerance above too)
-    xr = x[:n].astype(np.float16).astype(np.float32)
-    want = _vec_dots(w.view(np.uint16), xr)  # fp16 bits (numba has no float16)
+    # the float steps are vec_dot_f16/bf16's (a double sum would be within the tolerance above too)
+    if qt == GGMLType.F16:
+        want = _vec_dots_f16(w.view(np.uint16), x[:n].astype(np.float16).astype(np.float32))  # numba has no float16
+    else:
+        want = _vec_dots_bf16(w.view(np.uint16), bf16_to_f32(f32_to_bf16(x[:n])))
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
-@numba.njit
-def _vec_dots(w, x):  # pragma: no cover - compiled
-    out = np.empty((x.shape[0], w.shape[0]), np.float32)
-    for j in range(x.shape[0]):
-        for r in range(w.shape[0]):
-            out[j, r] = vec_dot_f16(w[r].ctypes.data, x[j].ctypes.data, w.shape[1])
-    return out
+def _vec_dots(dot):
+    @numba.njit
+    def dots(w, x):  # pragma: no cover - compiled
+        out = np.empty((x.shape[0], w.shape[0]), np.float32)
+        for j in range(x.shape[0]):
+            for r in range(w.shape[0]):
+                out[j, r] = dot(w[r].ctypes.data, x[j].ctypes.data, w.shape[1])
+        return out
+
+    return dots
+
+
+_vec_dots_f16, _vec_dots_bf16 = _vec_dots(vec_dot_f16), _vec_dots(vec_dot_bf16)

@@ -195,6 +195,15 @@ def _hsum8(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
 # --------------------------------------------------------------------------------- fp16 <-> float32
 
 @nb.njit(cache=True, nogil=True, inline="always")
+def bf16_bits(u: np.uint32) -> np.uint32:
+    """The bf16 bits of the float32 with bits ``u``, as ggml_compute_fp32_to_bf16 (quants.fp.fp32_to_bf16_bits):
+    round to nearest even on the integer bits, a NaN made quiet."""
+    if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        return (u >> np.uint32(16)) | np.uint32(64)
+    return ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFFFFFF)) >> np.uint32(16)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
 def f16_bits(u: np.uint32) -> np.uint32:
     """The fp16 bits nearest (ties to even) to the float32 with bits ``u``, as numpy's and ggml's
     conversions give them: overflow to inf, NaN kept quiet with its top payload bits."""

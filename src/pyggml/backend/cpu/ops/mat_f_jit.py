@@ -13,6 +13,7 @@ attention does not change with the batch's shape.
 from __future__ import annotations
 
 import numba
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -25,25 +26,45 @@ from ...base import BufferUsage
 from ..jit import Choice, jit_kernel, lean_unless_ready
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, n_chunks, rec, row_index, span
 from ..native import atomic_add, atomic_store, f32p, i64p, u16p, u32p
-from ..simd import _AVX512, _F16C, TAB_ADDR, _fma, _hsum8, f16_bits, f16_round8
+from ..simd import _AVX512, _F16C, TAB_ADDR, _fma, _hsum8, bf16_bits, f16_bits, f16_round8
 from ..threads import C_CHUNK, C_WDATA, available_cores, barrier
 
-F32, F16 = GGMLType.F32, GGMLType.F16
+F32, F16, BF16 = GGMLType.F32, GGMLType.F16, GGMLType.BF16
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
 _F32T = ir.FloatType()
 _I64 = ir.IntType(64)
 _LANES = 16
 
 
-def _load8(builder: ir.IRBuilder, base: ir.Value, i: ir.Value, half: bool) -> ir.Value:
-    """8 weights from element i of ``base`` (fp16 or f32) as <8 x float>."""
-    ty = ir.HalfType() if half else _F32T
-    v = builder.load(builder.bitcast(builder.gep(base, [i]), ir.VectorType(ty, 8).as_pointer()), align=2 if half else 4)
-    return builder.fpext(v, ir.VectorType(_F32T, 8)) if half else v
+#: the float weight kinds: fp16, bf16 (their bits, as i16: LLVM's bfloat needs no AVX512-BF16 this way), f32
+_F16K, _BF16K, _F32K = "f16", "bf16", "f32"
 
 
-def _dot_intrinsic(half: bool):
-    """dot(w_addr, x_addr, n) -> float32: sum w[i]*x[i], w fp16 (half=True) or f32, x f32, for decode-size
+def _elem_type(kind: str) -> ir.Type:
+    return {_F16K: ir.HalfType(), _BF16K: ir.IntType(16), _F32K: _F32T}[kind]
+
+
+def _widen(builder: ir.IRBuilder, v: ir.Value, kind: str) -> ir.Value:
+    """Stored weights (a scalar or a vector) as float32, exactly: fp16 fpext, bf16 its bits shifted up 16."""
+    if kind == _F16K:
+        return builder.fpext(v, ir.VectorType(_F32T, v.type.count) if isinstance(v.type, ir.VectorType) else _F32T)
+    if kind == _BF16K:
+        vec = isinstance(v.type, ir.VectorType)
+        i32 = ir.VectorType(ir.IntType(32), v.type.count) if vec else ir.IntType(32)
+        bits = builder.shl(builder.zext(v, i32), ir.Constant(i32, [16] * v.type.count) if vec else ir.Constant(i32, 16))
+        return builder.bitcast(bits, ir.VectorType(_F32T, v.type.count) if vec else _F32T)
+    return v
+
+
+def _load8(builder: ir.IRBuilder, base: ir.Value, i: ir.Value, kind: str) -> ir.Value:
+    """8 weights from element i of ``base`` (fp16, bf16 or f32) as <8 x float>."""
+    v = builder.load(builder.bitcast(builder.gep(base, [i]), ir.VectorType(_elem_type(kind), 8).as_pointer()),
+                     align=4 if kind == _F32K else 2)
+    return _widen(builder, v, kind)
+
+
+def _dot_intrinsic(kind: str):
+    """dot(w_addr, x_addr, n) -> float32: sum w[i]*x[i], w fp16, bf16 or f32 (kind), x f32, for decode-size
     products (at most DOUBLE_MAX_COLS src1 columns).
 
     Products and sums are in double (16 lanes, a fixed pairwise tree), rounded to float once. Why
@@ -57,7 +78,7 @@ def _dot_intrinsic(half: bool):
         sig = types.float32(types.int64, types.int64, types.int64)
 
         def codegen(context, builder, sig, args):
-            wty = ir.HalfType() if half else _F32T
+            wty = _elem_type(kind)
             f64 = ir.DoubleType()
             vw = ir.VectorType(wty, _LANES)
             vf = ir.VectorType(_F32T, _LANES)
@@ -69,14 +90,15 @@ def _dot_intrinsic(half: bool):
             acc = cgutils.alloca_once_value(builder, ir.Constant(vd, [0.0] * _LANES))
             with cgutils.for_range(builder, nv) as loop:
                 i = builder.mul(loop.index, ir.Constant(_I64, _LANES))
-                wv = builder.load(builder.bitcast(builder.gep(wbase, [i]), vw.as_pointer()), align=2 if half else 4)
+                wv = builder.load(builder.bitcast(builder.gep(wbase, [i]), vw.as_pointer()),
+                                  align=4 if kind == _F32K else 2)
                 xv = builder.load(builder.bitcast(builder.gep(xbase, [i]), vf.as_pointer()), align=4)
-                prod = builder.fmul(builder.fpext(wv, vd), builder.fpext(xv, vd))
+                prod = builder.fmul(builder.fpext(_widen(builder, wv, kind), vd), builder.fpext(xv, vd))
                 builder.store(builder.fadd(builder.load(acc), prod), acc)
             tail = cgutils.alloca_once_value(builder, ir.Constant(f64, 0.0))
             start = builder.mul(nv, ir.Constant(_I64, _LANES))
             with cgutils.for_range_slice(builder, start, n, ir.Constant(_I64, 1), inc=True) as (i, _):
-                wi = builder.fpext(builder.load(builder.gep(wbase, [i])), f64)
+                wi = builder.fpext(_widen(builder, builder.load(builder.gep(wbase, [i])), kind), f64)
                 xi = builder.fpext(builder.load(builder.gep(xbase, [i])), f64)
                 builder.store(builder.fadd(builder.load(tail), builder.fmul(wi, xi)), tail)
             v = builder.load(acc)
@@ -97,13 +119,13 @@ def _dot_intrinsic(half: bool):
     return intrinsic(typer)
 
 
-dot_f16_f32 = _dot_intrinsic(True)
-dot_f32_f32 = _dot_intrinsic(False)
+dot_f16_f32, dot_bf16_f32, dot_f32_f32 = (_dot_intrinsic(k) for k in (_F16K, _BF16K, _F32K))
 
 
-def _vec_dot_intrinsic(half: bool):
+def _vec_dot_intrinsic(kind: str):
     """vec_dot(w_addr, x_addr, n) -> float32: ggml_vec_dot_f16 / _f32 on AVX2, the product ggml takes
-    for one src1 column (and where llamafile's tinyBLAS declines).
+    for one src1 column (and where llamafile's tinyBLAS declines); bf16 weights the same way (ggml's
+    vec_dot_bf16 sums the same exact products, in another order).
 
     Four <8 x float> accumulators over steps of 32 (fma), reduced as GGML_F32x8_REDUCE (x0+x2, x1+x3,
     then x0+x1, the two 128-bit halves added, two horizontal adds); leftovers added in double for
@@ -113,7 +135,8 @@ def _vec_dot_intrinsic(half: bool):
         sig = types.float32(types.int64, types.int64, types.int64)
 
         def codegen(context, builder, sig, args):
-            wty = ir.HalfType() if half else _F32T
+            half = kind != _F32K  # leftovers in double, as ggml_vec_dot_f16/bf16 (ggml_float)
+            wty = _elem_type(kind)
             f8 = ir.VectorType(_F32T, 8)
             wbase = builder.inttoptr(args[0], wty.as_pointer())
             xbase = builder.inttoptr(args[1], _F32T.as_pointer())
@@ -125,7 +148,7 @@ def _vec_dot_intrinsic(half: bool):
                 for j, acc in enumerate(accs):
                     o = builder.add(i, ir.Constant(_I64, 8 * j))
                     xv = builder.load(builder.bitcast(builder.gep(xbase, [o]), f8.as_pointer()), align=4)
-                    builder.store(_fma(builder, _load8(builder, wbase, o, half), xv, builder.load(acc)), acc)
+                    builder.store(_fma(builder, _load8(builder, wbase, o, kind), xv, builder.load(acc)), acc)
             x0, x1, x2, x3 = (builder.load(a) for a in accs)
             x0 = builder.fadd(builder.fadd(x0, x2), builder.fadd(x1, x3))
             i32 = ir.IntType(32)
@@ -142,8 +165,7 @@ def _vec_dot_intrinsic(half: bool):
             f64 = ir.DoubleType()
             tail = cgutils.alloca_once_value(builder, builder.fpext(red, f64) if half else red)
             with cgutils.for_range_slice(builder, start, n, ir.Constant(_I64, 1), inc=True) as (i, _):
-                wi = builder.load(builder.gep(wbase, [i]))
-                wi = builder.fpext(wi, _F32T) if half else wi
+                wi = _widen(builder, builder.load(builder.gep(wbase, [i])), kind)
                 xi = builder.load(builder.gep(xbase, [i]))
                 if half:  # (ggml_float)(x*y): the float product, widened
                     builder.store(builder.fadd(builder.load(tail), builder.fpext(builder.fmul(wi, xi), f64)), tail)
@@ -157,8 +179,7 @@ def _vec_dot_intrinsic(half: bool):
     return intrinsic(typer)
 
 
-vec_dot_f16 = _vec_dot_intrinsic(True)
-vec_dot_f32 = _vec_dot_intrinsic(False)
+vec_dot_f16, vec_dot_bf16, vec_dot_f32 = (_vec_dot_intrinsic(k) for k in (_F16K, _BF16K, _F32K))
 
 #: src1 columns (per plane) up to which F16/F32 products sum in double: decode steps, where the cells a
 #: sequence's tokens landed in vary with the batch (see _dot_intrinsic). A model's weights (their buffer's usage
@@ -238,22 +259,27 @@ def _tile_intrinsic(rn: int):
 _tile_full, _tile_1 = _tile_intrinsic(TILE_N), _tile_intrinsic(1)
 
 
-def _group_rows_kernel(half: bool):
-    """group(w, ws, rows, k, tab, out): rows weight rows of k (ws bytes apart; fp16 or f32, a multiple of
+def _group_rows_kernel(kind: str):
+    """group(w, ws, rows, k, tab, out): rows weight rows of k (ws bytes apart; fp16, bf16 or f32, a multiple of
     TILE_M) as f32 at out in the tiles' layout (see _tile_intrinsic): tile t, step s, pair p, row h of the
-    pair at out[((t*k/8 + s)*2 + p)*16 + 8*h ..]. Widening fp16 is exact."""
+    pair at out[((t*k/8 + s)*2 + p)*16 + 8*h ..]. Widening fp16 and bf16 is exact."""
 
     @numba.njit(**_opts)
-    @variant(half)
+    @variant(kind)
     def group(w, ws, rows, k, tab, out):  # pragma: no cover - compiled
         dst = numba.carray(f32p(out), rows * k)
+        dst_bits = numba.carray(u32p(out), rows * k)
         for r in range(rows):
             t, i = r // TILE_M, r % TILE_M
             base = t * TILE_M * k + (i // 2) * 16 + (i % 2) * 8
-            if half:
+            if kind == "f16":
                 src16 = numba.carray(u16p(w + r * ws), k)
                 for e in range(k):
                     dst[base + (e // 8) * 32 + e % 8] = tab[src16[e]]
+            elif kind == "bf16":
+                b16 = numba.carray(u16p(w + r * ws), k)
+                for e in range(k):
+                    dst_bits[base + (e // 8) * 32 + e % 8] = np.uint32(b16[e]) << np.uint32(16)
             else:
                 src32 = numba.carray(f32p(w + r * ws), k)
                 for e in range(k):
@@ -262,23 +288,26 @@ def _group_rows_kernel(half: bool):
     return group
 
 
-_group_f16, _group_f32 = _group_rows_kernel(True), _group_rows_kernel(False)
+_group_f16, _group_bf16, _group_f32 = (_group_rows_kernel(k) for k in (_F16K, _BF16K, _F32K))
 
 
 # ------------------------------------------------------------------------------ F16 / F32
-def _matmul_f_kernel(half: bool, tiles: bool):
-    """dst[i01, i11, i12, i13] = dot(src0 row (i01, i12/r2, i13/r3), src1 row (i11, i12, i13)), fp16 weights
-    (half) or f32.
+def _matmul_f_kernel(kind: str, tiles: bool):
+    """dst[i01, i11, i12, i13] = dot(src0 row (i01, i12/r2, i13/r3), src1 row (i11, i12, i13)), fp16, bf16 or f32
+    weights (kind); src1 rounded to fp16 / bf16 first for the 16-bit kinds (their vec_dot_type), into the work
+    buffer as f32.
 
     Planes of up to DOUBLE_MAX_COLS src1 columns (decode): one double-precision dot per output. More
     (prompts): as ggml-cpu with llamafile computes them on AVX2, in tinyBLAS's tiles where it takes the
     product (AUX+1 set: k % 8 == 0, ne01 % 4 == 0, and fp16 weights or a contiguous src1; compiled only
-    with ``tiles``), else one ggml_vec_dot per output. ``half`` and ``tiles`` are closure constants, so
+    with ``tiles``), else one ggml_vec_dot per output. ``kind`` and ``tiles`` are closure constants, so
     numba drops the branches a kernel cannot take before typing them (it does not for literal arguments).
     """
+    half, bf16 = kind == _F16K, kind == _BF16K
+    rounded = half or bf16  # src1 converted into the work buffer
 
     @numba.njit(**_opts)
-    @variant(half, tiles)
+    @variant(kind, tiles)
     def matmul_f(node, ith, nth, ctrl):  # pragma: no cover - compiled
         r = rec(node)
         tab = numba.carray(f32p(r[AUX]), 65536)
@@ -290,18 +319,23 @@ def _matmul_f_kernel(half: bool, tiles: bool):
         r2, r3 = ne12 // ne02, ne13 // ne03
         n = ne11 * ne12 * ne13
         xq = i64p(ctrl + 8 * C_WDATA)[0]
-        if half:  # ggml converts src1 to fp16 first (vec_dot_type F16)
+        if rounded:  # ggml converts src1 to fp16 / bf16 first (vec_dot_type F16 / BF16)
             j0, j1 = span(n, ith, nth)
-            k8 = k - k % 8 if _F16C else 0
+            k8 = k - k % 8 if _F16C and half else 0
             for j in range(j0, j1):
                 i1, i2, i3 = row_index(j, ne11, ne12)
                 sa, da = x + i1 * nx1 + i2 * nx2 + i3 * nx3, xq + 4 * k * j
                 for i in range(0, k8, 8):
                     f16_round8(sa + 4 * i, da + 4 * i)
                 src = numba.carray(u32p(sa), k)
-                dst = numba.carray(f32p(da), k)
-                for i in range(k8, k):
-                    dst[i] = tab[f16_bits(src[i])]
+                if half:
+                    dst = numba.carray(f32p(da), k)
+                    for i in range(k8, k):
+                        dst[i] = tab[f16_bits(src[i])]
+                else:
+                    dst_bits = numba.carray(u32p(da), k)
+                    for i in range(k):
+                        dst_bits[i] = bf16_bits(src[i]) << np.uint32(16)
             if ith == 0:
                 atomic_store(ctrl + 8 * C_CHUNK, nth)
             barrier(ctrl, nth)
@@ -316,7 +350,7 @@ def _matmul_f_kernel(half: bool, tiles: bool):
         n_tiles = ne01 // TILE_M
         nrc = min(n_chunks(ne01, nth), n_tiles) if tiled else n_chunks(ne01, nth)
         nchunk = nrc * ne12 * ne13
-        xs = 4 * k if half else nx1
+        xs = 4 * k if rounded else nx1
         c = ith
         while c < nchunk:
             plane = c // nrc
@@ -324,7 +358,7 @@ def _matmul_f_kernel(half: bool, tiles: bool):
             i12 = plane % ne12
             i13 = plane // ne12
             wp = w + (i12 // r2) * nw2 + (i13 // r3) * nw3
-            xp0 = xq + 4 * k * ne11 * (i12 + ne12 * i13) if half else x + i12 * nx2 + i13 * nx3
+            xp0 = xq + 4 * k * ne11 * (i12 + ne12 * i13) if rounded else x + i12 * nx2 + i13 * nx3
             dp0 = d + i12 * nd2 + i13 * nd3
             if tiles and tiled:
                 t0, t1 = n_tiles * rc // nrc, n_tiles * (rc + 1) // nrc
@@ -334,6 +368,8 @@ def _matmul_f_kernel(half: bool, tiles: bool):
                     g1 = min(g0 + tg, t1)
                     if half:
                         _group_f16(wp + g0 * TILE_M * nw1, nw1, (g1 - g0) * TILE_M, k, tab, gw)
+                    elif bf16:
+                        _group_bf16(wp + g0 * TILE_M * nw1, nw1, (g1 - g0) * TILE_M, k, tab, gw)
                     else:
                         _group_f32(wp + g0 * TILE_M * nw1, nw1, (g1 - g0) * TILE_M, k, tab, gw)
                     j = 0
@@ -354,10 +390,14 @@ def _matmul_f_kernel(half: bool, tiles: bool):
                     for i01 in range(r0, r1):
                         if exact and half:
                             v = dot_f16_f32(wp + i01 * nw1, xp, k)
+                        elif exact and bf16:
+                            v = dot_bf16_f32(wp + i01 * nw1, xp, k)
                         elif exact:
                             v = dot_f32_f32(wp + i01 * nw1, xp, k)
                         elif half:
                             v = vec_dot_f16(wp + i01 * nw1, xp, k)
+                        elif bf16:
+                            v = vec_dot_bf16(wp + i01 * nw1, xp, k)
                         else:
                             v = vec_dot_f32(wp + i01 * nw1, xp, k)
                         f32p(dp + i01 * nd0)[0] = v
@@ -366,7 +406,9 @@ def _matmul_f_kernel(half: bool, tiles: bool):
     return matmul_f
 
 
-_mm_f16, _gemm_f16, _mm_f32, _gemm_f32 = (_matmul_f_kernel(h, t) for h in (True, False) for t in (False, True))
+_mm_f16, _gemm_f16, _mm_bf16, _gemm_bf16, _mm_f32, _gemm_f32 = (_matmul_f_kernel(kind, t)
+                                                                  for kind in (_F16K, _BF16K, _F32K)
+                                                                  for t in (False, True))
 
 
 @jit_kernel
@@ -377,6 +419,16 @@ def k_mm_f16(node, ith, nth, ctrl):  # pragma: no cover - compiled
 @jit_kernel
 def k_gemm_f16(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _gemm_f16(node, ith, nth, ctrl)
+
+
+@jit_kernel
+def k_mm_bf16(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _mm_bf16(node, ith, nth, ctrl)
+
+
+@jit_kernel
+def k_gemm_bf16(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _gemm_bf16(node, ith, nth, ctrl)
 
 
 @jit_kernel
@@ -396,16 +448,19 @@ def float_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
         return None
     # llamafile_sgemm's conditions (sgemm.cpp tinyBLAS::matmul, ggml-cpu.c's two calls): k % 8, m % 4, and
     # for f32 weights a contiguous src1 (fp16 weights meet an fp16 copy of src1, contiguous by making)
-    tiled = int(a.ne[0] % 8 == 0 and a.ne[1] % TILE_M == 0 and (a.type == F16 or b.is_contiguous()))
+    rounded = a.type in (F16, BF16)  # src1 meets a rounded copy, contiguous by making
+    tiled = int(a.ne[0] % 8 == 0 and a.ne[1] % TILE_M == 0 and (rounded or b.is_contiguous()))
     k, esize = a.ne[0], a.type.type_size
     group = max(1, _L1_WEIGHT_BYTES // (TILE_M * k * esize))  # tiles per L1 group
     use_tiles = tiled and b.ne[1] > DOUBLE_MAX_COLS  # the tiles run: compile the kernel that has them
     # work buffer: fp16 weights meet src1 widened from fp16 first; then each thread's group of weight rows
     # as f32 in the tiles' layout
-    src1_bytes = 4 * k * b.ne[1] * b.ne[2] * b.ne[3] if a.type == F16 else 0
+    src1_bytes = 4 * k * b.ne[1] * b.ne[2] * b.ne[3] if rounded else 0
     wsize = src1_bytes + (available_cores() * 4 * k * TILE_M * group if use_tiles else 0)
     if a.type == F16:
         kern = k_gemm_f16 if use_tiles else lean_unless_ready(k_mm_f16, k_gemm_f16)
+    elif a.type == BF16:
+        kern = k_gemm_bf16 if use_tiles else lean_unless_ready(k_mm_bf16, k_gemm_bf16)
     else:
         kern = k_gemm_f32 if use_tiles else lean_unless_ready(k_mm_f32, k_gemm_f32)
     weights = int(a.buffer is not None and a.buffer.usage == BufferUsage.WEIGHTS)

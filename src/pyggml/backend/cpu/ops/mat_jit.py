@@ -27,7 +27,7 @@ from ..threads import available_cores
 from ..traits import traits
 from .mat_f_jit import float_choice
 
-F32, F16 = GGMLType.F32, GGMLType.F16
+F32, F16, BF16 = GGMLType.F32, GGMLType.F16, GGMLType.BF16
 _opts = {"inline": "always", "cache": True, "error_model": "numpy"}
 
 
@@ -86,7 +86,7 @@ def _sel_mul_mat(node: Tensor) -> Choice | None:
         return None  # the Hadamard hint, other src1 types and bad shapes go to the numpy kernel
     if b.nb[0] != 4:
         return None
-    if a.type in (F16, F32):
+    if a.type in (F16, BF16, F32):
         return float_choice(node, a, b)
     if is_repacked(a):
         return _repacked_choice(node, a, b) if repack_supports_op(node) else None
