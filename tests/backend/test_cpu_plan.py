@@ -609,7 +609,7 @@ def test_prompt_size_q8_0_family_gives_each_columns_bits(ty: GGMLType) -> None:
     exact(c.compute(out)[0, 0], _one_column_at_a_time(c, w, x))
 
 
-@pytest.mark.parametrize("ty", [GGMLType.Q4_K, GGMLType.Q6_K])
+@pytest.mark.parametrize("ty", [GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q6_K])
 @pytest.mark.parametrize(("rows", "extra"), [(64, 8), (70, 5), (8, 1)])
 def test_integer_gemm_gives_the_mat_vec_results(ty: GGMLType, rows: int, extra: int) -> None:
     """Prompt-size products (AVX2 integer GEMM over interleaved 8-row tiles) against the one-column kernel:

@@ -177,6 +177,12 @@ def k_gemm_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 
 @jit_kernel
+def k_gemm_q3_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    gemm.gemm_tiles(node, ith, nth, ctrl, rec(node)[AUX + 1], 256, gemm.Q6_BYTES, 16, _quantize_q8_k,
+                    gemm.repack_q3_k, gemm._q6k_4, gemm._q6k_1, gemm._q6k_one4, gemm._q6k_one1, _mv_q3_k)
+
+
+@jit_kernel
 def k_gemm_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
     gemm.gemm_tiles(node, ith, nth, ctrl, rec(node)[AUX + 1], 256, gemm.Q6_BYTES, 16, _quantize_q8_k,
                     gemm.repack_q6_k, gemm._q6k_4, gemm._q6k_1, gemm._q6k_one4, gemm._q6k_one1, _mv_q6_k)
@@ -347,15 +353,16 @@ class TypeTraitsCPU:
 #: src1 rows up to which the fused kernels beat the integer GEMM (quants/gemm.py) or dequantize + BLAS,
 #: per type: the crossings measured with ``bench/gemm.py --mv`` on 2 threads (GOPS fused/GEMM, 8960x1536 unless
 #: said: Q4_K 195.5/188.4 at 32 columns, 207.0/227.6 at 40; Q6_K 198.2/180.6 at 48, 208.6/210.3 at 64, 1536x8960
-#: 202.3/217.9 at 64; Q5_0 4864x896 76.9/66.8 at 32, 74.4/83.5 at 48; Q4_0 74.0/68.4 at 48, 74.8/93.8 at 64).
+#: 202.3/217.9 at 64; Q3_K (the Q6_K tiles, gemm.repack_q3_k) 217.9/171.3 at 32, 211.5/222.7 at 48, 172.6/421.2 at
+#: 512; Q5_0 4864x896 76.9/66.8 at 32, 74.4/83.5 at 48; Q4_0 74.0/68.4 at 48, 74.8/93.8 at 64).
 #: The fused kernels decode each weight block once for ROWDOT_COLS activation rows.
 #: Q4_1/Q5_1 have plainer kernels (a decode per column), hence the lower limit.
-#: Q2_K/Q3_K/Q5_K/IQ4_XS have no integer GEMM, and their fused kernels beat dequantize + BLAS at the column
-#: counts of a prompt's ubatches (fused/BLAS at 512 columns: Q2_K 182.9/153.9, Q3_K 172.2/153.5, Q5_K 150.8/144.7;
-#: 1024: 169.6/146.8, 151.9/145.8, 160.1/158.0; IQ4_XS 173.1/156.7 at 256, 155.4/168.7 at 1024), so they take
-#: them at every count, as Q8_0/Q4_0/Q5_0/IQ4_NL do: llama.cpp computes those
-#: prompts with the same per-output dot as their decode on x86 (llamafile's tinyBLAS_Q0_AVX: 8 float lanes,
-#: fma per block), so a product's bits never depend on the batch's shape, and neither do perplexity or imatrix.
+#: Q8_0/Q4_0/Q5_0/IQ4_NL take the fused kernels at every column count: llama.cpp computes their prompts with the
+#: same per-output dot as their decode on x86 (llamafile's tinyBLAS_Q0_AVX: 8 float lanes, fma per block), so a
+#: product's bits never depend on the batch's shape, and neither do perplexity or imatrix. So do Q2_K/Q5_K/IQ4_XS,
+#: which have no integer GEMM yet: their fused kernels beat dequantize + BLAS at a prompt ubatch's column counts
+#: (fused/BLAS at 512 columns: Q2_K 182.9/153.9, Q5_K 150.8/144.7; 1024: 169.6/146.8, 160.1/158.0; IQ4_XS
+#: 173.1/156.7 at 256, 155.4/168.7 at 1024).
 ALL_COLS = 1 << 62
 
 _Q8_0, _Q8_K = (32, 32), (256, 16)
@@ -379,7 +386,8 @@ TYPE_TRAITS_CPU: dict[GGMLType, TypeTraitsCPU] = {
     Q6_K: TypeTraitsCPU(_Q8_K, _mv_q6_k, _dq_q6_k, 48, k_mm_q6_k, k_mv_q6_k, gemm=(k_gemm_q6_k, gemm.Q6_BYTES),
                         mmid=k_mmid_q6_k, get_rows=k_get_rows_q6_k, row_dot1=_mv1_q6_k),
     Q2_K: TypeTraitsCPU(_Q8_K, _mv_q2_k, None, ALL_COLS, k_mm_q2_k, k_mv_q2_k, mmid=k_mmid_q2_k, row_dot1=_mv1_q2_k),
-    Q3_K: TypeTraitsCPU(_Q8_K, _mv_q3_k, None, ALL_COLS, k_mm_q3_k, k_mv_q3_k, mmid=k_mmid_q3_k, row_dot1=_mv1_q3_k),
+    Q3_K: TypeTraitsCPU(_Q8_K, _mv_q3_k, None, 40, k_mm_q3_k, k_mv_q3_k, gemm=(k_gemm_q3_k, gemm.Q6_BYTES),
+                        mmid=k_mmid_q3_k, row_dot1=_mv1_q3_k),
     IQ4_XS: TypeTraitsCPU(_Q8_K, _mv_iq4_xs, None, ALL_COLS, k_mm_iq4_xs, k_mv_iq4_xs, mmid=k_mmid_iq4_xs,
                           row_dot1=_mv1_iq4_xs),
 }

@@ -129,6 +129,40 @@ def repack_q6_k(wu, row0, rs, nsb, tab, out):  # pragma: no cover - compiled
                     o32[st + 192] = ((w1 >> four) & _LO4) | (((h >> np.uint32(6)) & _LO2) << four)
 
 
+@numba.njit(**_opts)
+def repack_q3_k(wu, row0, rs, nsb, tab, out):  # pragma: no cover - compiled
+    """Q3_K weight rows row0..row0+7 as a Q6_K scratch tile: Q3_K's superblock has Q6_K's 16 sub-blocks of 16
+    with signed scales, so its codes (value + 4: two bits of qs byte 32h+l shifted by 2k, the third from hmask
+    byte l, bit 4h+k, for element 128h+32k+l) stored + 28 take the Q6_K tile's -32 offset unchanged, and the
+    same integer sums and float steps as the mat-vec (dots._mv_q3_k) come out."""
+    o16 = out.view(np.int16)
+    of = out.view(np.float32)
+    o32 = out.view(np.uint32)
+    one, two, offset = np.uint32(0x01010101), np.uint32(2), np.uint32(0x1C1C1C1C)
+    for r in range(ROWS):
+        for b in range(nsb):
+            o = (row0 + r) * rs + 110 * b
+            base = b * Q6_BYTES
+            of[(base + Q6_D) // 4 + r] = _h(tab, wu, o + 108)
+            a0, a1, tmp = np.uint32(_u32(wu, o + 96)), np.uint32(_u32(wu, o + 100)), np.uint32(_u32(wu, o + 104))
+            for j in range(16):  # ggml's dequantize_row_q3_K unpacking of the 12 scale bytes
+                q, sh = j // 4, np.uint32(8 * (j % 4))
+                word = a0 if q % 2 == 0 else a1
+                lo = ((word >> np.uint32(4)) if q >= 2 else word) & _LO4
+                hi = (tmp >> np.uint32(2 * q)) & _LO2
+                sc = np.int32(((lo | (hi << np.uint32(4))) >> sh) & np.uint32(0xFF)) - 32
+                o16[(base + Q6_SCALES + 32 * j) // 2 + 2 * r] = sc
+                o16[(base + Q6_SCALES + 32 * j) // 2 + 2 * r + 1] = sc
+                o16[(base + Q6_PAIRS + 32 * (j // 2)) // 2 + 2 * r + j % 2] = sc
+            for hf in range(2):
+                for t in range(8):
+                    w = np.uint32(_u32(wu, o + 32 + 32 * hf + 4 * t))
+                    h = np.uint32(_u32(wu, o + 4 * t))
+                    for k in range(4):
+                        code = ((w >> np.uint32(2 * k)) & _LO2) | (((h >> np.uint32(4 * hf + k)) & one) << two)
+                        o32[base // 4 + r + (32 * hf + 8 * k + t) * 8] = code + offset
+
+
 def _splat_i32(builder: ir.IRBuilder, v: ir.Value, n: int) -> ir.Value:
     vec = builder.insert_element(ir.Constant(_vec(n, _I32), ir.Undefined), v, ir.Constant(_I32, 0))
     return builder.shuffle_vector(vec, ir.Constant(_vec(n, _I32), ir.Undefined), ir.Constant(_vec(n, _I32), [0] * n))
