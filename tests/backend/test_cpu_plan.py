@@ -531,15 +531,26 @@ def _rounded_src1(xv: np.ndarray, wt: GGMLType) -> np.ndarray:
 
 @pytest.mark.parametrize("wt", [F16, BF16, F32])
 def test_decode_float_mat_mul_sums_in_double(wt: GGMLType) -> None:
-    """Up to 16 columns (of a product whose weight is not a model's: attention's cache): each output is the
-    double sum of the float products, rounded once."""
+    """Up to 16 columns of a product over several planes (attention's heads, one KV head for two query heads
+    here): each output is the double sum of the float products, rounded once."""
+    c = OpCase()
+    w = c.tensor(wt, 72, 36, 1)
+    x = c.tensor(F32, 72, 16, 2, lo=-3, hi=3)
+    got, _ = both(B.mul_mat(c.ctx, w, x))
+    for p in range(2):
+        xv = _rounded_src1(values(x)[0, p], wt)
+        want = (xv.astype(np.float64) @ values(w)[0, 0].T.astype(np.float64)).astype(np.float32)
+        np.testing.assert_array_equal(got[0, p], want)
+
+
+@pytest.mark.parametrize("wt", [F16, BF16, F32])
+def test_decode_weight_mat_mul_is_ggmls_vec_dot(wt: GGMLType) -> None:
+    """A one-plane product (a model's weight by its activations) of up to 16 columns: ggml's vec_dot per output."""
     c = OpCase()
     w = c.tensor(wt, 72, 36)
     x = c.tensor(F32, 72, 16, lo=-3, hi=3)
     got, _ = both(B.mul_mat(c.ctx, w, x))
-    xv = _rounded_src1(values(x)[0, 0], wt)
-    want = (xv.astype(np.float64) @ values(w)[0, 0].T.astype(np.float64)).astype(np.float32)
-    np.testing.assert_array_equal(got[0, 0], want)
+    exact(got[0, 0], _vec_dot(values(w)[0, 0], _rounded_src1(values(x)[0, 0], wt), wt != F32))
 
 
 def test_attention_rows_do_not_change_with_the_batch() -> None:

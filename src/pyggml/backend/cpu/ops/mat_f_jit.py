@@ -22,7 +22,6 @@ from numba.extending import intrinsic
 from ....quants.jitcache import variant
 from ....tensor import Tensor
 from ....types import GGMLType
-from ...base import BufferUsage
 from ..jit import Choice, jit_kernel, lean_unless_ready
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, n_chunks, rec, row_index, span
 from ..native import atomic_add, atomic_store, f32p, i64p, u16p, u32p
@@ -181,10 +180,11 @@ def _vec_dot_intrinsic(kind: str):
 
 vec_dot_f16, vec_dot_bf16, vec_dot_f32 = (_vec_dot_intrinsic(k) for k in (_F16K, _BF16K, _F32K))
 
-#: src1 columns (per plane) up to which F16/F32 products sum in double: decode steps, where the cells a
-#: sequence's tokens landed in vary with the batch (see _dot_intrinsic). A model's weights (their buffer's usage
-#: WEIGHTS), which no cell order touches, take ggml's vec_dot instead (four fma chains: Gemma 3 270M F16 decode
-#: ran at 0.59x llama.cpp on the double sums' one chain)
+#: src1 columns (per plane) up to which attention's F16/F32 products sum in double: decode steps, where the cells a
+#: sequence's tokens landed in vary with the batch (see _dot_intrinsic). A product of one plane by one plane (a
+#: model's weight by its activations: no cells, and each output on its own) takes ggml's vec_dot instead (four fma
+#: chains: Gemma 3 270M F16 decode ran at 0.59x llama.cpp on the double sums' one chain). The rule reads shapes
+#: only, so an RPC server, which does not know which buffers hold weights, computes what the client would.
 DOUBLE_MAX_COLS = 16
 #: weight bytes a tile group keeps in L1 while all src1 columns pass it (half a 32 KB L1; the group is
 #: copied once into a thread's scratch in the tiles' layout, as f32: twice that for fp16 weights)
@@ -345,7 +345,7 @@ def _matmul_f_kernel(kind: str, tiles: bool):
         else:
             barrier(ctrl, nth)
         few = ne11 <= DOUBLE_MAX_COLS
-        exact = few and r[AUX + 4] == 0  # a model weight's products need no double sums (see _dot_intrinsic)
+        exact = few and r[AUX + 4] == 0  # a one-plane product needs no double sums (see DOUBLE_MAX_COLS)
         tiled = r[AUX + 1] != 0 and not few
         n_tiles = ne01 // TILE_M
         nrc = min(n_chunks(ne01, nth), n_tiles) if tiled else n_chunks(ne01, nth)
@@ -463,7 +463,8 @@ def float_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
         kern = k_gemm_bf16 if use_tiles else lean_unless_ready(k_mm_bf16, k_gemm_bf16)
     else:
         kern = k_gemm_f32 if use_tiles else lean_unless_ready(k_mm_f32, k_gemm_f32)
-    weights = int(a.buffer is not None and a.buffer.usage == BufferUsage.WEIGHTS)
-    return Choice(kern, ints=(TAB_ADDR, tiled, group, src1_bytes, weights), wsize=wsize)
+    # one plane each (a model's weight by its activations) or several (attention's heads; see DOUBLE_MAX_COLS)
+    plain = int(a.ne[2] * a.ne[3] == 1 and b.ne[2] * b.ne[3] == 1)
+    return Choice(kern, ints=(TAB_ADDR, tiled, group, src1_bytes, plain), wsize=wsize)
 
 
