@@ -82,8 +82,8 @@ def test_compiled_products_are_ggmls_vec_dot(name: str, n: int) -> None:
 @pytest.mark.parametrize("n", [1, 3])
 @pytest.mark.parametrize("name", FLOATS)
 def test_float_weights_take_ggmls_vec_dot(name: str, n: int) -> None:
-    """A model's F16/BF16 weights (their buffer's usage WEIGHTS) decode with ggml's vec_dot float steps (src1
-    rounded to fp16/bf16, fma lanes), not the double sums attention's F16 cache takes."""
+    """A model's F16/BF16 weights (loaded as a model's are, into a WEIGHTS buffer) decode with ggml's vec_dot
+    float steps (src1 rounded to fp16/bf16, fma lanes), not the double sums attention's F16 cache takes."""
     qt, x, w, ref, scale = _case(name)
     ctx = Context(1 << 20, no_alloc=True)
     wt = ctx.new_tensor(qt, x.shape[1], w.shape[0])
