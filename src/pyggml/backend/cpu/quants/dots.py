@@ -136,7 +136,8 @@ def _scale_min_k4(wu, o, sc, mn):  # pragma: no cover - compiled
 
 
 #: the K-quant kinds of _k_kernel, in its order: (name, superblock bytes)
-K_KINDS = (("q4_k", 144), ("q5_k", 176), ("q6_k", 210), ("q2_k", 84), ("q3_k", 110), ("iq4_xs", 136))
+K_KINDS = (("q4_k", 144), ("q5_k", 176), ("q6_k", 210), ("q2_k", 84), ("q3_k", 110), ("iq4_xs", 136),
+           ("iq3_s", 110))
 
 
 def _k_acc(kind: int):
@@ -169,9 +170,10 @@ def _k_acc(kind: int):
 
 
 def _k_kernel(kind: int, batch: bool):
-    """K-quant rows (K_KINDS[kind]: Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_XS) against activation rows, four products
-    per call of a kq_intrinsics._sbacc intrinsic. With batch and two or more columns, each superblock is decoded
-    once per group of four columns (the last 1-3 as one group), the weight row still in L1 for the next group.
+    """Superblock rows (K_KINDS[kind]: Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_XS, IQ3_S) against activation rows, four
+    products per call of a kq_intrinsics._sbacc intrinsic. With batch and two or more columns, each superblock is
+    decoded once per group of four columns (the last 1-3 as one group), the weight row still in L1 for the next
+    group.
     Otherwise (a decode, or any batch without batch) each column takes four weight rows a quarter of the
     range apart at once, as the row dots do: four streams side by side, the last (r1-r0) % 4 rows one at a
     time. Every output's float steps are those of the scalar loop
@@ -224,9 +226,10 @@ def _k_kernel(kind: int, batch: bool):
     return mv
 
 
-_mv_q4_k, _mv_q5_k, _mv_q6_k, _mv_q2_k, _mv_q3_k, _mv_iq4_xs = (_k_kernel(kind, True) for kind in range(len(K_KINDS)))
-_mv1_q4_k, _mv1_q5_k, _mv1_q6_k, _mv1_q2_k, _mv1_q3_k, _mv1_iq4_xs = (_k_kernel(kind, False)
-                                                                      for kind in range(len(K_KINDS)))
+_mv_q4_k, _mv_q5_k, _mv_q6_k, _mv_q2_k, _mv_q3_k, _mv_iq4_xs, _mv_iq3_s = (_k_kernel(kind, True)
+                                                                           for kind in range(len(K_KINDS)))
+_mv1_q4_k, _mv1_q5_k, _mv1_q6_k, _mv1_q2_k, _mv1_q3_k, _mv1_iq4_xs, _mv1_iq3_s = (_k_kernel(kind, False)
+                                                                                 for kind in range(len(K_KINDS)))
 
 
 # --------------------------------------------------------------------------------------------
