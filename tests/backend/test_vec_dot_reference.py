@@ -23,6 +23,7 @@ from pyggml.backend.cpu.ops.mat_f_jit import vec_dot_bf16, vec_dot_f16
 from pyggml.context import Context
 from pyggml.graph import Graph
 from pyggml.ops.builders import mul_mat
+from pyggml.tensor import Tensor
 from pyggml.tensor_data import bf16_to_f32, f32_to_bf16
 from pyggml.types import GGMLType
 
@@ -70,13 +71,19 @@ def test_compiled_products_are_ggmls_vec_dot(name: str, n: int) -> None:
     ctx = Context(16 << 20)
     wt = ctx.new_tensor(qt, x.shape[1], w.shape[0])
     wt.view4()[...] = w.reshape(wt.view4().shape)
-    xt = ctx.new_tensor(GGMLType.F32, x.shape[1], n)
-    xt.set(x[:n])
+    _check(_compiled_product(wt, x[:n]), ref[:n], scale[:n], name)
+
+
+def _compiled_product(wt: Tensor, x: np.ndarray) -> np.ndarray:
+    """The weight tensor wt times the rows x through the CPU plan (2 threads), as (rows, wt.ne[1])."""
+    ctx = Context(16 << 20)
+    xt = ctx.new_tensor(GGMLType.F32, x.shape[1], x.shape[0])
+    xt.set(x)
     out = mul_mat(ctx, wt, xt)
     g = Graph()
     g.build_forward_expand(out)
     assert graph_compute(g, 2) == 0
-    _check(np.array(out.view4())[0, 0], ref[:n], scale[:n], name)
+    return np.array(out.view4())[0, 0]
 
 
 @pytest.mark.parametrize("n", [1, 3])
@@ -90,14 +97,7 @@ def test_float_weights_take_ggmls_vec_dot(name: str, n: int) -> None:
     buf = backend_alloc_ctx_tensors(ctx, backend_cpu_init())
     buf.set_usage(BufferUsage.WEIGHTS)
     backend_tensor_set(wt, w.reshape(-1))
-    gctx = Context(16 << 20)
-    xt = gctx.new_tensor(GGMLType.F32, x.shape[1], n)
-    xt.set(x[:n])
-    out = mul_mat(gctx, wt, xt)
-    g = Graph()
-    g.build_forward_expand(out)
-    assert graph_compute(g, 2) == 0
-    got = np.array(out.view4())[0, 0]
+    got = _compiled_product(wt, x[:n])
     err = np.abs(got.astype(np.float64) - ref[:n]) / scale[:n]
     assert err.max() <= 1e-6, f"{err.max():.2e} of a dot's size"
     # the float steps are vec_dot_f16/bf16's (a double sum would be within the tolerance above too)

@@ -114,6 +114,12 @@ def iq3_tables(grid_size: int) -> Iq3Tables:
     return Iq3Tables(grid=grid, kmap=kmap, neighbours=neighbours)
 
 
+#: ggml-common.h's iq3s_grid: 512 packed u32, four unsigned magnitudes each (the compiled IQ3_S products' table)
+IQ3S_GRID = load_table("iq3s_grid.txt").astype(np.uint32)
+if IQ3S_GRID.shape != (512,):
+    raise ImportError(f"data/iq3s_grid.txt holds {IQ3S_GRID.size} values, expected 512")
+
+
 @functools.cache
 def _dequant_grid(qtype: GGMLType) -> np.ndarray:
     """The ggml-common.h grid of ``qtype`` as (n, 4) float32 magnitudes."""
@@ -519,6 +525,7 @@ class IQ3SCodec(_IQ3):
 
 
 __all__ = [
+    "IQ3S_GRID",
     "IQ3XXS_LEVELS",
     "IQ3SCodec",
     "IQ3XXSCodec",

@@ -135,9 +135,8 @@ def _scale_min_k4(wu, o, sc, mn):  # pragma: no cover - compiled
         mn[k] = (np.int32(wu[o + k + 4]) >> 4) | ((np.int32(wu[o + k]) >> 6) << 4)
 
 
-#: the K-quant kinds of _k_kernel, in its order: (name, superblock bytes)
-K_KINDS = (("q4_k", 144), ("q5_k", 176), ("q6_k", 210), ("q2_k", 84), ("q3_k", 110), ("iq4_xs", 136),
-           ("iq3_s", 110))
+#: the superblock kinds of _k_kernel, in its order: (name, superblock bytes)
+K_KINDS = tuple(kq_intrinsics.BLOCK_BYTES.items())
 
 
 def _k_acc(kind: int):
@@ -145,8 +144,8 @@ def _k_acc(kind: int):
     acc_cols(g, ...) one superblock against g = 2..4 activation rows, acc_rows(g, ...) the superblocks of g = 4
     weight rows ws bytes apart (or of one row) against one activation row, accumulated into acc."""
     name = K_KINDS[kind][0]
-    cols4, cols3, cols2, rows4, rows1 = (getattr(kq_intrinsics, f"sbacc_{v}_{name}")
-                                         for v in ("cols4", "cols3", "cols2", "rows4", "rows1"))
+    cols4, cols3, cols2, rows4, rows1 = (kq_intrinsics.SBACC[name][v] for v in ("cols4", "cols3", "cols2", "rows4",
+                                                                                 "rows1"))
 
     @njit(cache=True, inline="always")
     @variant(name)

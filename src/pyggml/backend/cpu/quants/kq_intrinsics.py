@@ -9,7 +9,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from ....quants._blocks import load_table
+from ....quants.iq3 import IQ3S_GRID
 from ..simd import _AVX2, _AVX512, _F32, _I16, _I32, _I64, _fp16_lanes, _halves, _insert_lanes, _splat, _vec, _x86
 from .intrinsics import (
     _IQ4NL_LUT,
@@ -271,8 +271,7 @@ def _iq4xs_body(builder, wb, cols):
     return [[acc] for acc in accs]
 
 
-#: ggml's iq3s_grid: 512 u32, each 4 unsigned magnitudes (quants/data/iq3s_grid.txt)
-_IQ3S_GRID = [int(v) for v in load_table("iq3s_grid.txt")]
+_IQ3S_GRID = [int(v) for v in IQ3S_GRID]
 
 
 def _iq3s_grid(builder: ir.IRBuilder) -> ir.Value:
@@ -426,24 +425,13 @@ def _sbacc(body, d_at: tuple[int, ...], block_bytes: int, rows: bool, g: int = R
     return intrinsic(typer)
 
 
-#: a batch's groups of four columns (two or three for a batch that small), a decode's four weight rows and
-#: its last rows one at a time (see _sbacc); per type (body, offsets of d [and dmin], block bytes)
-_Q4K, _Q5K, _Q6K = (_k4_body(False), (0, 2), 144), (_k4_body(True), (0, 2), 176), (_q6_body, (208,), 210)
-_Q2K, _Q3K, _IQ4XS = (_q2_body, (80, 82), 84), (_q3_body, (108,), 110), (_iq4xs_body, (0,), 136)
-_IQ3S = (_iq3s_body, (0,), 110)
-_TYPES = (_Q4K, _Q5K, _Q6K, _Q2K, _Q3K, _IQ4XS, _IQ3S)
-(sbacc_cols4_q4_k, sbacc_cols4_q5_k, sbacc_cols4_q6_k, sbacc_cols4_q2_k, sbacc_cols4_q3_k, sbacc_cols4_iq4_xs,
- sbacc_cols4_iq3_s) = (
-    _sbacc(*b, False, 4) for b in _TYPES)
-(sbacc_cols3_q4_k, sbacc_cols3_q5_k, sbacc_cols3_q6_k, sbacc_cols3_q2_k, sbacc_cols3_q3_k, sbacc_cols3_iq4_xs,
- sbacc_cols3_iq3_s) = (
-    _sbacc(*b, False, 3) for b in _TYPES)
-(sbacc_cols2_q4_k, sbacc_cols2_q5_k, sbacc_cols2_q6_k, sbacc_cols2_q2_k, sbacc_cols2_q3_k, sbacc_cols2_iq4_xs,
- sbacc_cols2_iq3_s) = (
-    _sbacc(*b, False, 2) for b in _TYPES)
-(sbacc_rows4_q4_k, sbacc_rows4_q5_k, sbacc_rows4_q6_k, sbacc_rows4_q2_k, sbacc_rows4_q3_k, sbacc_rows4_iq4_xs,
- sbacc_rows4_iq3_s) = (
-    _sbacc(*b, True, 4) for b in _TYPES)
-(sbacc_rows1_q4_k, sbacc_rows1_q5_k, sbacc_rows1_q6_k, sbacc_rows1_q2_k, sbacc_rows1_q3_k, sbacc_rows1_iq4_xs,
- sbacc_rows1_iq3_s) = (
-    _sbacc(*b, True, 1) for b in _TYPES)
+#: per superblock type: (codegen body, byte offsets of d [and dmin], block bytes), in dots.K_KINDS's order
+_TYPES = {"q4_k": (_k4_body(False), (0, 2), 144), "q5_k": (_k4_body(True), (0, 2), 176),
+          "q6_k": (_q6_body, (208,), 210), "q2_k": (_q2_body, (80, 82), 84), "q3_k": (_q3_body, (108,), 110),
+          "iq4_xs": (_iq4xs_body, (0,), 136), "iq3_s": (_iq3s_body, (0,), 110)}
+#: superblock bytes per type
+BLOCK_BYTES = {name: spec[2] for name, spec in _TYPES.items()}
+#: per type its intrinsics (see _sbacc): a batch's groups of four columns and its last two or three (cols4/3/2), a
+#: decode's four weight rows and its last rows one at a time (rows4, rows1)
+SBACC = {name: {"cols4": _sbacc(*spec, False, 4), "cols3": _sbacc(*spec, False, 3), "cols2": _sbacc(*spec, False, 2),
+                "rows4": _sbacc(*spec, True, 4), "rows1": _sbacc(*spec, True, 1)} for name, spec in _TYPES.items()}
