@@ -80,7 +80,10 @@ def matvec_share(ty: GGMLType, rows: int, k: int, n_threads: int, reps: int, rep
     holds up on a machine whose load changes from second to second (else nan)."""
     rng = np.random.default_rng(0)
     w_f32 = rng.standard_normal((rows, k)).astype(np.float32)
-    wbytes = w_f32.astype(np.float16).view(np.uint8) if ty == GGMLType.F16 else quants.quantize(w_f32, ty)
+    # the IQ1/IQ2 types require an importance matrix: a flat one
+    imatrix = np.ones(k, np.float32) if ty.is_quantized and quants.requires_imatrix(ty) else None
+    wbytes = (w_f32.astype(np.float16).view(np.uint8) if ty == GGMLType.F16
+              else quants.quantize(w_f32, ty, imatrix=imatrix))
     copies = max(1, -(-STREAM_BYTES // wbytes.nbytes))
     wctx = gg.init(copies * 1024 + 4096, no_alloc=True)
     ctx = gg.init(copies * (4 * rows * cols + 1024) + 4 * k * cols + 16 * 1024 * 1024)
