@@ -404,8 +404,8 @@ def test_add_id_adds_the_chosen_experts_biases() -> None:
 
 # ---------------------------------------------------------------------------------------- mul_mat
 @pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.IQ4_NL, GGMLType.Q2_K,
-                                GGMLType.Q3_K, GGMLType.IQ4_XS, GGMLType.IQ3_S, GGMLType.Q4_K, GGMLType.Q5_K,
-                                GGMLType.Q6_K])
+                                GGMLType.Q3_K, GGMLType.IQ4_XS, GGMLType.IQ3_S, GGMLType.IQ3_XXS, GGMLType.Q4_K,
+                                GGMLType.Q5_K, GGMLType.Q6_K])
 @pytest.mark.parametrize("cols", [1, 3, "max"])
 def test_quantized_mat_vec_is_the_numpy_paths_bits(ty: GGMLType, cols: int | str) -> None:
     """Few src1 rows: the compiled kernel runs the same integer block dots as the numpy path."""
@@ -424,8 +424,8 @@ def test_quantized_mat_vec_over_planes_of_src1() -> None:
 
 
 @pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.IQ4_NL, GGMLType.Q2_K,
-                                GGMLType.Q3_K, GGMLType.IQ4_XS, GGMLType.IQ3_S, GGMLType.Q4_K, GGMLType.Q5_K,
-                                GGMLType.Q6_K])
+                                GGMLType.Q3_K, GGMLType.IQ4_XS, GGMLType.IQ3_S, GGMLType.IQ3_XXS, GGMLType.Q4_K,
+                                GGMLType.Q5_K, GGMLType.Q6_K])
 @pytest.mark.parametrize(("n_b", "n_tok"), [(1, 1), (1, 5), (2, 1), (2, 7)])
 def test_quantized_mul_mat_id_is_the_numpy_paths_bits(ty: GGMLType, n_b: int, n_tok: int) -> None:
     """The experts' product (one src1 row per token shared by its experts, or one per chosen expert): each
@@ -577,8 +577,8 @@ def _one_column_at_a_time(c: OpCase, w: Tensor, x: Tensor) -> np.ndarray:
 
 
 @pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.IQ4_NL, GGMLType.Q2_K,
-                                GGMLType.Q3_K, GGMLType.IQ4_XS, GGMLType.IQ3_S, GGMLType.Q4_K, GGMLType.Q5_K,
-                                GGMLType.Q6_K])
+                                GGMLType.Q3_K, GGMLType.IQ4_XS, GGMLType.IQ3_S, GGMLType.IQ3_XXS, GGMLType.Q4_K,
+                                GGMLType.Q5_K, GGMLType.Q6_K])
 @pytest.mark.parametrize("cols", [3, 4, 6, 11])
 def test_mat_vec_columns_together_give_each_columns_bits(ty: GGMLType, cols: int) -> None:
     """Several activation rows share each decode of a weight block (groups of 4, the last 1-3 together);

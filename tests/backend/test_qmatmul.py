@@ -27,7 +27,7 @@ from pyggml.types import GGMLType
 T = GGMLType
 NMSE_MATMUL = 5e-4
 #: every type with a fused kernel, plus types that only take the BLAS path
-TYPES = [*sorted(traits.FUSED, key=int), T.IQ3_XXS, T.F16, T.BF16, T.F32]  # IQ3_XXS: dequantize + BLAS
+TYPES = [*sorted(traits.FUSED, key=int), T.IQ2_S, T.F16, T.BF16, T.F32]  # IQ2_S: dequantize + BLAS
 #: 1: decode; 3: fused small batch; 40: BLAS tiles (test_crossover_boundaries covers the edges)
 COLS = [1, 3, 40]
 
@@ -355,7 +355,8 @@ def test_decode_row_dots_several_rows_at_once_give_each_rows_bits(ty: GGMLType) 
             assert np.isnan(out[0, :r0]).all() and np.isnan(out[0, r1:]).all()
 
 
-@pytest.mark.parametrize("ty", [T.Q2_K, T.Q3_K, T.IQ4_XS, T.IQ3_S, T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("ty", [T.Q2_K, T.Q3_K, T.IQ4_XS, T.IQ3_S, T.IQ3_XXS, T.Q4_K, T.Q5_K, T.Q6_K],
+                         ids=lambda t: t.name)
 def test_k_quant_decode_rows_match_the_prompt_path_bits(ty: GGMLType) -> None:
     """A lone activation row (a decode) goes four weight rows at a time; a prompt's rows go four columns
     at a time. The same activation row must get the same bits either way, for every row range."""
@@ -383,8 +384,8 @@ def test_k_quant_decode_rows_match_the_prompt_path_bits(ty: GGMLType) -> None:
         np.testing.assert_array_equal(outs[2][:, r0:r1].view(np.uint32), outs[0][:, r0:r1].view(np.uint32))
 
 
-@pytest.mark.parametrize("ty", [T.Q8_0, T.Q4_0, T.Q5_0, T.IQ4_NL, T.Q2_K, T.Q3_K, T.IQ4_XS, T.IQ3_S, T.Q4_K,
-                                T.Q5_K, T.Q6_K],
+@pytest.mark.parametrize("ty", [T.Q8_0, T.Q4_0, T.Q5_0, T.IQ4_NL, T.Q2_K, T.Q3_K, T.IQ4_XS, T.IQ3_S, T.IQ3_XXS,
+                                T.Q4_K, T.Q5_K, T.Q6_K],
                          ids=lambda t: t.name)
 def test_a_batch_of_columns_gives_each_column_its_one_column_bits(ty: GGMLType) -> None:
     """A batch of decodes (2..9 activation rows) decodes each weight row once for groups of up to ROWDOT_COLS

@@ -160,7 +160,7 @@ def test_conv_via_im2col_and_mul_mat() -> None:
 
 
 FUSED = [GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.IQ4_XS, GGMLType.IQ3_S,
-         GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]
+         GGMLType.IQ3_XXS, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]
 
 
 @pytest.mark.parametrize("qt", FUSED, ids=lambda t: t.type_name)

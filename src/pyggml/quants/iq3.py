@@ -114,10 +114,13 @@ def iq3_tables(grid_size: int) -> Iq3Tables:
     return Iq3Tables(grid=grid, kmap=kmap, neighbours=neighbours)
 
 
-#: ggml-common.h's iq3s_grid: 512 packed u32, four unsigned magnitudes each (the compiled IQ3_S products' table)
+#: ggml-common.h's iq3s_grid (512) and iq3xxs_grid (256): packed u32, four unsigned magnitudes each (the compiled
+#: IQ3 products' tables)
 IQ3S_GRID = load_table("iq3s_grid.txt").astype(np.uint32)
-if IQ3S_GRID.shape != (512,):
-    raise ImportError(f"data/iq3s_grid.txt holds {IQ3S_GRID.size} values, expected 512")
+IQ3XXS_GRID = load_table("iq3xxs_grid.txt").astype(np.uint32)
+if IQ3S_GRID.shape != (512,) or IQ3XXS_GRID.shape != (256,):
+    raise ImportError(f"data/iq3s_grid.txt / iq3xxs_grid.txt hold {IQ3S_GRID.size} / {IQ3XXS_GRID.size} values, "
+                      "expected 512 / 256")
 
 
 @functools.cache
@@ -526,6 +529,7 @@ class IQ3SCodec(_IQ3):
 
 __all__ = [
     "IQ3S_GRID",
+    "IQ3XXS_GRID",
     "IQ3XXS_LEVELS",
     "IQ3SCodec",
     "IQ3XXSCodec",

@@ -22,7 +22,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 #: ggml type ids (ggml.h): the types pyggml has fused mat-vec kernels for, and the float weights
 TYPES = {"f16": 1, "bf16": 30, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "q2_K": 10, "q3_K": 11,
-         "q4_K": 12, "q5_K": 13, "q6_K": 14, "iq4_nl": 20, "iq3_s": 21, "iq4_xs": 23}
+         "q4_K": 12, "q5_K": 13, "q6_K": 14, "iq3_xxs": 18, "iq4_nl": 20, "iq3_s": 21,
+         "iq4_xs": 23}
 M, K, N_ACT, SEED = 12, 1024, 3, 4321
 
 

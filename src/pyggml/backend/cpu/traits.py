@@ -24,6 +24,7 @@ from .quants.dots import (
     _dq_q6_k,
     _dq_q8_0,
     _mv1_iq3_s,
+    _mv1_iq3_xxs,
     _mv1_iq4_nl,
     _mv1_iq4_xs,
     _mv1_q2_k,
@@ -35,6 +36,7 @@ from .quants.dots import (
     _mv1_q6_k,
     _mv1_q8_0,
     _mv_iq3_s,
+    _mv_iq3_xxs,
     _mv_iq4_nl,
     _mv_iq4_xs,
     _mv_q2_k,
@@ -66,7 +68,8 @@ from .quants.to_float import _dequantizing, _get_rows, _row_f16, _row_f32
 Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL = (GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q4_1,
                                         GGMLType.Q5_1, GGMLType.IQ4_NL)
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K
-IQ4_XS, IQ3_S, F32, F16 = GGMLType.IQ4_XS, GGMLType.IQ3_S, GGMLType.F32, GGMLType.F16
+IQ4_XS, IQ3_S, IQ3_XXS = GGMLType.IQ4_XS, GGMLType.IQ3_S, GGMLType.IQ3_XXS
+F32, F16 = GGMLType.F32, GGMLType.F16
 
 
 # ------------------------------------------------------------------------------------ the kernels
@@ -183,6 +186,16 @@ def k_mv_iq3_s(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 
 @jit_kernel
+def k_mm_iq3_xxs(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv_iq3_xxs)
+
+
+@jit_kernel
+def k_mv_iq3_xxs(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_iq3_xxs)
+
+
+@jit_kernel
 def k_gemm_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
     gemm.gemm_tiles(node, ith, nth, ctrl, rec(node)[AUX + 1], 256, gemm.SB_BYTES, 16, _quantize_q8_k,
                     gemm.repack_q4_k, gemm._q4k_4, gemm._q4k_1, gemm._q4k_one4, gemm._q4k_one1, _mv_q4_k)
@@ -261,6 +274,11 @@ def k_mmid_iq4_xs(node, ith, nth, ctrl):  # pragma: no cover - compiled
 @jit_kernel
 def k_mmid_iq3_s(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _mul_mat_id(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_iq3_s)
+
+
+@jit_kernel
+def k_mmid_iq3_xxs(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _mul_mat_id(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_iq3_xxs)
 
 
 @jit_kernel
@@ -409,6 +427,8 @@ TYPE_TRAITS_CPU: dict[GGMLType, TypeTraitsCPU] = {
                           row_dot1=_mv1_iq4_xs),
     IQ3_S: TypeTraitsCPU(_Q8_K, _mv_iq3_s, None, ALL_COLS, k_mm_iq3_s, k_mv_iq3_s, mmid=k_mmid_iq3_s,
                          row_dot1=_mv1_iq3_s),
+    IQ3_XXS: TypeTraitsCPU(_Q8_K, _mv_iq3_xxs, None, ALL_COLS, k_mm_iq3_xxs, k_mv_iq3_xxs, mmid=k_mmid_iq3_xxs,
+                           row_dot1=_mv1_iq3_xxs),
 }
 #: the types with fused integer row dots (the numpy path's decode products)
 FUSED = frozenset(t for t, tr in TYPE_TRAITS_CPU.items() if tr.row_dot is not None)

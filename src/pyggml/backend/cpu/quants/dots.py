@@ -169,17 +169,15 @@ def _k_acc(kind: int):
 
 
 def _k_kernel(kind: int, batch: bool):
-    """Superblock rows (K_KINDS[kind]: Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_XS, IQ3_S) against activation rows, four
-    products per call of a kq_intrinsics._sbacc intrinsic. With batch and two or more columns, each superblock is
-    decoded once per group of four columns (the last 1-3 as one group), the weight row still in L1 for the next
-    group.
-    Otherwise (a decode, or any batch without batch) each column takes four weight rows a quarter of the
-    range apart at once, as the row dots do: four streams side by side, the last (r1-r0) % 4 rows one at a
-    time. Every output's float steps are those of the scalar loop
-    acc += (d*da) * sumi, accm += (dmin*da) * summ over the superblocks, acc - accm at the end (ggml's
-    gemv_q4_K_8x8 order), whichever way it is grouped. Q6_K's codes are used unsigned and its -32 offset
-    comes off via the block sums (see _q6_body), as do Q3_K's -4; Q2_K's mins are Q4_K's. kind and batch are
-    closure constants, as in _rowdot_kernel."""
+    """Superblock rows (K_KINDS[kind]: Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_XS, IQ3_S, IQ3_XXS) against activation rows,
+    four products per call of a kq_intrinsics._sbacc intrinsic. With batch and two or more columns, each superblock
+    is decoded once per group of four columns (the last 1-3 as one group), the weight row still in L1 for the next
+    group. Otherwise (a decode, or any batch without batch) each column takes four weight rows a quarter of the
+    range apart at once, as the row dots do: four streams side by side, the last (r1-r0) % 4 rows one at a time.
+    Every output's float steps are those of the scalar loop acc += (d*da) * sumi, accm += (dmin*da) * summ over the
+    superblocks, acc - accm at the end (ggml's gemv_q4_K_8x8 order), whichever way it is grouped. Q6_K's codes are
+    used unsigned and its -32 offset comes off via the block sums (see _q6_body), as do Q3_K's -4; Q2_K's mins are
+    Q4_K's. kind and batch are closure constants, as in _rowdot_kernel."""
     acc_cols, acc_rows = _k_acc(kind)
     bpb = K_KINDS[kind][1]
 
@@ -225,10 +223,10 @@ def _k_kernel(kind: int, batch: bool):
     return mv
 
 
-_mv_q4_k, _mv_q5_k, _mv_q6_k, _mv_q2_k, _mv_q3_k, _mv_iq4_xs, _mv_iq3_s = (_k_kernel(kind, True)
-                                                                           for kind in range(len(K_KINDS)))
-_mv1_q4_k, _mv1_q5_k, _mv1_q6_k, _mv1_q2_k, _mv1_q3_k, _mv1_iq4_xs, _mv1_iq3_s = (_k_kernel(kind, False)
-                                                                                 for kind in range(len(K_KINDS)))
+(_mv_q4_k, _mv_q5_k, _mv_q6_k, _mv_q2_k, _mv_q3_k, _mv_iq4_xs, _mv_iq3_s,
+ _mv_iq3_xxs) = (_k_kernel(kind, True) for kind in range(len(K_KINDS)))
+(_mv1_q4_k, _mv1_q5_k, _mv1_q6_k, _mv1_q2_k, _mv1_q3_k, _mv1_iq4_xs, _mv1_iq3_s,
+ _mv1_iq3_xxs) = (_k_kernel(kind, False) for kind in range(len(K_KINDS)))
 
 
 # --------------------------------------------------------------------------------------------

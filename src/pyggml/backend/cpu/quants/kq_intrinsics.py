@@ -9,8 +9,8 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from ....quants.iq3 import IQ3S_GRID
-from ..simd import _AVX2, _AVX512, _F32, _I16, _I32, _I64, _fp16_lanes, _halves, _insert_lanes, _splat, _vec, _x86
+from ....quants.iq3 import IQ3S_GRID, IQ3XXS_GRID, ksigns_iq2xs
+from ..simd import _AVX2, _AVX512, _F32, _I8, _I16, _I32, _I64, _fp16_lanes, _halves, _insert_lanes, _splat, _vec, _x86
 from .intrinsics import (
     _IQ4NL_LUT,
     ROWDOT_COLS,
@@ -271,58 +271,71 @@ def _iq4xs_body(builder, wb, cols):
     return [[acc] for acc in accs]
 
 
-_IQ3S_GRID = [int(v) for v in IQ3S_GRID]
-
-
-def _iq3s_grid(builder: ir.IRBuilder) -> ir.Value:
-    """The module's copy of the IQ3_S grid (an internal constant global, made once per module)."""
-    name = "pyggml_iq3s_grid"
+def _table(builder: ir.IRBuilder, name: str, ty: ir.Type, values) -> ir.Value:
+    """An integer table as the module's internal constant global (made once per module)."""
     module = builder.module
     try:
         return module.get_global(name)
     except KeyError:
-        ty = ir.ArrayType(_I32, len(_IQ3S_GRID))
-        g = ir.GlobalVariable(module, ty, name)
+        aty = ir.ArrayType(ty, len(values))
+        g = ir.GlobalVariable(module, aty, name)
         g.linkage, g.global_constant = "internal", True
-        g.initializer = ir.Constant(ty, _IQ3S_GRID)
+        g.initializer = ir.Constant(aty, [int(v) for v in values])
         return g
 
 
-def _iq3s_body(builder, wb, cols):
-    """IQ3_S superblock codegen: per column (ab, bb) one <8 x i32> whose lane total is sum_{s<8} (2*ls_s + 1) *
-    sum over sub-block s of grid*sign*a, as ggml's vec_dot_iq3_s_q8_K: per sub-block its 8 grid points
-    (iq3s_grid[qs byte | qh bit << 8], 4 unsigned magnitudes each: loaded one by one, as ggml does), and the 32
-    sign bits (signs bytes 4s..4s+3) applied to the activation instead. Layout: d, qs at 2, qh at 66, signs at
-    74, 4-bit scales at 106."""
-    def c(v: int) -> ir.Constant:
-        return ir.Constant(_I32, v)
+def _iq3_body(xxs: bool):
+    """IQ3_S (xxs False) / IQ3_XXS superblock codegen: per column (ab, bb) one <8 x i32> whose lane total is
+    sum_{s<8} (2*ls_s + 1) * sum over sub-block s of grid*sign*a, as ggml's vec_dot_iq3_s/_iq3_xxs_q8_K: per
+    sub-block its 8 grid points (4 unsigned magnitudes each, loaded one by one from a vector of indices, as ggml
+    does; vpgatherdd measured slower, 7.7 against 8.3 GB/s), and its 32 sign bits applied to the activation.
+    IQ3_S: d, qs at 2 (+ a 9th index bit from qh at 66), signs at 74, 4-bit scales at 106. IQ3_XXS: d, qs at 2, a u32
+    per sub-block at 66: four 7-bit sign codes (ksigns_iq2xs) and the scale in its top 4 bits; ggml's 1/4 on the
+    whole sum comes with d (_sbacc's d_scale)."""
 
-    grid = _iq3s_grid(builder)
-    zero8 = ir.Constant(_vec(8, _I32), [0] * 8)
-    accs = [zero8] * len(cols)
-    bit_of = _consts(32, [1 << (v % 8) for v in range(32)])
-    for sb in range(8):
-        # the 8 grid indices as one vector (qs bytes, qh bit k << 8), then a load per index
-        qh = _splat(builder, builder.zext(builder.load(builder.gep(wb, [ir.Constant(_I64, 66 + sb)])), _I32), 8)
-        lo = builder.zext(_load_at(builder, wb, 2 + 8 * sb, 8), _vec(8, _I32))
-        idx = builder.or_(lo, builder.shl(builder.and_(builder.lshr(qh, _idx(list(range(8)))), _idx([1] * 8)),
-                                          _idx([8] * 8)))
-        pts = zero8  # a load per point (vpgatherdd measured slower: 7.7 against 8.3 GB/s)
-        for k in range(8):
-            at = builder.extract_element(idx, c(k))
-            pts = builder.insert_element(pts, builder.load(builder.gep(grid, [c(0), at])), c(k))
-        codes = builder.bitcast(pts, _vec(32))
-        sbytes = _load_at(builder, wb, 74 + 4 * sb, 4)  # <4 x i8>: bit j of byte l signs value 8l + j
-        spread = builder.shuffle_vector(sbytes, ir.Constant(sbytes.type, ir.Undefined),
-                                        _idx([v // 8 for v in range(32)]))
-        neg = builder.icmp_unsigned("!=", builder.and_(spread, bit_of), _consts(32, [0] * 32))
-        sc_byte = builder.zext(builder.load(builder.gep(wb, [ir.Constant(_I64, 106 + sb // 2)])), _I32)
-        scale = builder.add(builder.shl(builder.and_(builder.lshr(sc_byte, c(4 * (sb % 2))), c(15)), c(1)), c(1))
-        for k, (ab, _) in enumerate(cols):
-            a32 = _load_at(builder, ab, 32 * sb, 32)
-            signed = builder.select(neg, builder.sub(_consts(32, [0] * 32), a32), a32)
-            accs[k] = builder.add(accs[k], _scaled_lanes8(builder, codes, signed, [scale]))
-    return [[acc] for acc in accs]
+    def body(builder, wb, cols):
+        def c(v: int) -> ir.Constant:
+            return ir.Constant(_I32, v)
+
+        grid = (_table(builder, "pyggml_iq3xxs_grid", _I32, IQ3XXS_GRID) if xxs
+                else _table(builder, "pyggml_iq3s_grid", _I32, IQ3S_GRID))
+        ksigns = _table(builder, "pyggml_ksigns_iq2xs", _I8, ksigns_iq2xs()) if xxs else None
+        zero8 = ir.Constant(_vec(8, _I32), [0] * 8)
+        accs = [zero8] * len(cols)
+        bit_of = _consts(32, [1 << (v % 8) for v in range(32)])
+        for sb in range(8):
+            idx = builder.zext(_load_at(builder, wb, 2 + 8 * sb, 8), _vec(8, _I32))
+            if xxs:
+                aux = builder.load(builder.bitcast(builder.gep(wb, [ir.Constant(_I64, 66 + 4 * sb)]),
+                                                   _I32.as_pointer()), align=1)
+                sbytes = ir.Constant(_vec(4), ir.Undefined)
+                for g in range(4):
+                    code = builder.and_(builder.lshr(aux, c(7 * g)), c(127))
+                    sbytes = builder.insert_element(sbytes, builder.load(builder.gep(ksigns, [c(0), code])), c(g))
+                ls = builder.lshr(aux, c(28))
+            else:  # the 9th index bit: bit k of qh byte sb for point k
+                qh = _splat(builder, builder.zext(builder.load(builder.gep(wb, [ir.Constant(_I64, 66 + sb)])), _I32), 8)
+                idx = builder.or_(idx, builder.shl(builder.and_(builder.lshr(qh, _idx(list(range(8)))),
+                                                                _idx([1] * 8)), _idx([8] * 8)))
+                sbytes = _load_at(builder, wb, 74 + 4 * sb, 4)  # <4 x i8>: bit j of byte l signs value 8l + j
+                sc_byte = builder.zext(builder.load(builder.gep(wb, [ir.Constant(_I64, 106 + sb // 2)])), _I32)
+                ls = builder.and_(builder.lshr(sc_byte, c(4 * (sb % 2))), c(15))
+            pts = zero8
+            for k in range(8):
+                at = builder.extract_element(idx, c(k))
+                pts = builder.insert_element(pts, builder.load(builder.gep(grid, [c(0), at])), c(k))
+            codes = builder.bitcast(pts, _vec(32))
+            spread = builder.shuffle_vector(sbytes, ir.Constant(sbytes.type, ir.Undefined),
+                                            _idx([v // 8 for v in range(32)]))
+            neg = builder.icmp_unsigned("!=", builder.and_(spread, bit_of), _consts(32, [0] * 32))
+            scale = builder.add(builder.shl(ls, c(1)), c(1))
+            for k, (ab, _) in enumerate(cols):
+                a32 = _load_at(builder, ab, 32 * sb, 32)
+                signed = builder.select(neg, builder.sub(_consts(32, [0] * 32), a32), a32)
+                accs[k] = builder.add(accs[k], _scaled_lanes8(builder, codes, signed, [scale]))
+        return [[acc] for acc in accs]
+
+    return body
 
 
 _q6_body = _sub16_body(_q6_codes, lambda builder, wb: _load_at(builder, wb, 192, 16), _offset_tail(5))
@@ -352,18 +365,18 @@ def _lane_totals(builder: ir.IRBuilder, vecs: list[ir.Value]) -> ir.Value:
     return builder.add(lo, hi)
 
 
-def _sbacc(body, d_at: tuple[int, ...], block_bytes: int, rows: bool, g: int = ROWDOT_COLS):
+def _sbacc(body, d_at: tuple[int, ...], block_bytes: int, d_scale: float, rows: bool, g: int = ROWDOT_COLS):
     """An accumulating superblock intrinsic for g <= 4 (ROWDOT_COLS) products at once, from a codegen body.
 
     Columns (rows=False): sbacc(w, o, a, ao, bs, bso, ak, bk, da, dao, dak, tab, acc), the superblock at w[o]
     against activation rows p = 0..g-1 at a[ao + p*ak], 16-sums bs[bso + p*bk], scales da[dao + p*dak].
     Weight rows (rows=True): sbacc(w, o, ws, a, ao, bs, bso, dab, tab, acc), the superblocks at w[o + p*ws]
     against one activation row (scale dab).
-    d_at: the byte offsets of the superblock's fp16 scales, one per value of the body (Q4_K/Q5_K/Q2_K: d and
-    dmin; Q6_K/Q3_K: d). Either way product p's value i (the scale and the min term, or one) is added to
-    acc[4*i + p] as (d_i * da) * float(sum): the float steps of a scalar loop over the products, done as one
-    vector (the same bits), with the integer totals of all the sums from one reduction tree (_lane_totals)
-    instead of a horizontal sum each. Lanes p >= g stay 0.
+    d_at: the byte offsets of the superblock's fp16 scales, one per value of the body (Q4_K/Q5_K/Q2_K: d and dmin;
+    Q6_K/Q3_K: d), d_scale a power of two they are multiplied by. Either way product p's value i (the scale and the
+    min term, or one) is added to acc[4*i + p] as (d_i * da) * float(sum): the float steps of a scalar loop over the
+    products, done as one vector (the same bits), with the integer totals of all the sums from one reduction tree
+    (_lane_totals) instead of a horizontal sum each. Lanes p >= g stay 0.
 
     The columns' superblock is prefetched PREFETCH_BYTES ahead: a batch streams one weight row after another
     at a fraction of a decode's pace, which the hardware prefetcher alone served at half the speed (Q6_K
@@ -402,6 +415,8 @@ def _sbacc(body, d_at: tuple[int, ...], block_bytes: int, rows: bool, g: int = R
         tbase = _ptr_at(context, builder, tarr, tab, ir.Constant(_I64, 0))
         ds = _fp16_lanes(builder, [builder.gep(wbs[min(p, len(wbs) - 1)], [ir.Constant(_I64, off)])
                                    for off in d_at for p in range(n)], tbase)
+        if d_scale != 1.0:  # a power of two (IQ3_XXS's 1/4): exact
+            ds = builder.fmul(ds, ir.Constant(ds.type, [d_scale] * m))
         prod = builder.fmul(builder.fmul(ds, other), builder.sitofp(totals, _vec(m, _F32)))
         ptr = builder.bitcast(_ptr_at(context, builder, aarr, acc, ir.Constant(_I64, 0)), _vec(m, _F32).as_pointer())
         builder.store(builder.fadd(builder.load(ptr, align=4), prod), ptr, align=4)
@@ -425,10 +440,11 @@ def _sbacc(body, d_at: tuple[int, ...], block_bytes: int, rows: bool, g: int = R
     return intrinsic(typer)
 
 
-#: per superblock type: (codegen body, byte offsets of d [and dmin], block bytes), in dots.K_KINDS's order
-_TYPES = {"q4_k": (_k4_body(False), (0, 2), 144), "q5_k": (_k4_body(True), (0, 2), 176),
-          "q6_k": (_q6_body, (208,), 210), "q2_k": (_q2_body, (80, 82), 84), "q3_k": (_q3_body, (108,), 110),
-          "iq4_xs": (_iq4xs_body, (0,), 136), "iq3_s": (_iq3s_body, (0,), 110)}
+#: per superblock type: (codegen body, byte offsets of d [and dmin], block bytes, d's factor), in dots.K_KINDS's order
+_TYPES = {"q4_k": (_k4_body(False), (0, 2), 144, 1.0), "q5_k": (_k4_body(True), (0, 2), 176, 1.0),
+          "q6_k": (_q6_body, (208,), 210, 1.0), "q2_k": (_q2_body, (80, 82), 84, 1.0),
+          "q3_k": (_q3_body, (108,), 110, 1.0), "iq4_xs": (_iq4xs_body, (0,), 136, 1.0),
+          "iq3_s": (_iq3_body(False), (0,), 110, 1.0), "iq3_xxs": (_iq3_body(True), (0,), 98, 0.25)}
 #: superblock bytes per type
 BLOCK_BYTES = {name: spec[2] for name, spec in _TYPES.items()}
 #: per type its intrinsics (see _sbacc): a batch's groups of four columns and its last two or three (cols4/3/2), a
