@@ -58,7 +58,9 @@ def quantize(x: np.ndarray, qtype: GGMLType | int | str, imatrix: np.ndarray | N
     if ty in _quantized_once:
         out = codec.quantize_rows(np.ascontiguousarray(x), imatrix)
     else:  # the first call compiles the type's numba search kernels (tens of seconds for the IQ types)
-        with slow_notice(f"pyggml: compiling the {ty.type_name} quantizer (first use only; cached afterwards)..."):
+        # said only when slow: a cold kernel cache or a large input (the notice cannot tell which)
+        with slow_notice(f"pyggml: quantizing to {ty.type_name} (a first use compiles its quantizer, cached "
+                         "afterwards)..."):
             out = codec.quantize_rows(np.ascontiguousarray(x), imatrix)
         _quantized_once.add(ty)
     assert out.dtype == np.uint8 and out.shape == (x.shape[0], ty.row_size(n_per_row))
