@@ -126,8 +126,7 @@ if IQ3S_GRID.shape != (512,) or IQ3XXS_GRID.shape != (256,):
 @functools.cache
 def _dequant_grid(qtype: GGMLType) -> np.ndarray:
     """The ggml-common.h grid of ``qtype`` as (n, 4) float32 magnitudes."""
-    name = "iq3xxs_grid.txt" if qtype == GGMLType.IQ3_XXS else "iq3s_grid.txt"
-    packed = load_table(name).astype("<u4")
+    packed = (IQ3XXS_GRID if qtype == GGMLType.IQ3_XXS else IQ3S_GRID).astype("<u4")
     return packed.view(np.uint8).reshape(-1, 4).astype(np.float32)
 
 

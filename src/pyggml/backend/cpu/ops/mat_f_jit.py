@@ -264,6 +264,8 @@ def _group_rows_kernel(kind: str):
     TILE_M) as f32 at out in the tiles' layout (see _tile_intrinsic): tile t, step s, pair p, row h of the
     pair at out[((t*k/8 + s)*2 + p)*16 + 8*h ..]. Widening fp16 and bf16 is exact."""
 
+    half, bf16 = kind == _F16K, kind == _BF16K
+
     @numba.njit(**_opts)
     @variant(kind)
     def group(w, ws, rows, k, tab, out):  # pragma: no cover - compiled
@@ -272,11 +274,11 @@ def _group_rows_kernel(kind: str):
         for r in range(rows):
             t, i = r // TILE_M, r % TILE_M
             base = t * TILE_M * k + (i // 2) * 16 + (i % 2) * 8
-            if kind == "f16":
+            if half:
                 src16 = numba.carray(u16p(w + r * ws), k)
                 for e in range(k):
                     dst[base + (e // 8) * 32 + e % 8] = tab[src16[e]]
-            elif kind == "bf16":
+            elif bf16:
                 b16 = numba.carray(u16p(w + r * ws), k)
                 for e in range(k):
                     dst_bits[base + (e // 8) * 32 + e % 8] = np.uint32(b16[e]) << np.uint32(16)
@@ -288,7 +290,9 @@ def _group_rows_kernel(kind: str):
     return group
 
 
-_group_f16, _group_bf16, _group_f32 = (_group_rows_kernel(k) for k in (_F16K, _BF16K, _F32K))
+#: per weight kind: (its tile-group copy, its double-sum dot, its vec_dot)
+_KIND_FUNCS = {k: (_group_rows_kernel(k), dot, vdot) for k, dot, vdot in (
+    (_F16K, dot_f16_f32, vec_dot_f16), (_BF16K, dot_bf16_f32, vec_dot_bf16), (_F32K, dot_f32_f32, vec_dot_f32))}
 
 
 # ------------------------------------------------------------------------------ F16 / F32
@@ -305,6 +309,8 @@ def _matmul_f_kernel(kind: str, tiles: bool):
     """
     half, bf16 = kind == _F16K, kind == _BF16K
     rounded = half or bf16  # src1 converted into the work buffer
+    # the kind's functions, closure constants as kind is
+    group_rows, double_dot, vec_dot = _KIND_FUNCS[kind]
 
     @numba.njit(**_opts)
     @variant(kind, tiles)
@@ -366,12 +372,7 @@ def _matmul_f_kernel(kind: str, tiles: bool):
                 gw = xq + r[AUX + 3] + ith * 4 * k * TILE_M * tg  # the thread's group of rows, in tile layout
                 for g0 in range(t0, t1, tg):
                     g1 = min(g0 + tg, t1)
-                    if half:
-                        _group_f16(wp + g0 * TILE_M * nw1, nw1, (g1 - g0) * TILE_M, k, tab, gw)
-                    elif bf16:
-                        _group_bf16(wp + g0 * TILE_M * nw1, nw1, (g1 - g0) * TILE_M, k, tab, gw)
-                    else:
-                        _group_f32(wp + g0 * TILE_M * nw1, nw1, (g1 - g0) * TILE_M, k, tab, gw)
+                    group_rows(wp + g0 * TILE_M * nw1, nw1, (g1 - g0) * TILE_M, k, tab, gw)
                     j = 0
                     while j < ne11:
                         full = ne11 - j >= TILE_N
@@ -388,18 +389,10 @@ def _matmul_f_kernel(kind: str, tiles: bool):
                     xp = xp0 + i11 * xs
                     dp = dp0 + i11 * nd1
                     for i01 in range(r0, r1):
-                        if exact and half:
-                            v = dot_f16_f32(wp + i01 * nw1, xp, k)
-                        elif exact and bf16:
-                            v = dot_bf16_f32(wp + i01 * nw1, xp, k)
-                        elif exact:
-                            v = dot_f32_f32(wp + i01 * nw1, xp, k)
-                        elif half:
-                            v = vec_dot_f16(wp + i01 * nw1, xp, k)
-                        elif bf16:
-                            v = vec_dot_bf16(wp + i01 * nw1, xp, k)
+                        if exact:
+                            v = double_dot(wp + i01 * nw1, xp, k)
                         else:
-                            v = vec_dot_f32(wp + i01 * nw1, xp, k)
+                            v = vec_dot(wp + i01 * nw1, xp, k)
                         f32p(dp + i01 * nd0)[0] = v
             c = atomic_add(ctrl + 8 * C_CHUNK, 1)
 
@@ -457,12 +450,8 @@ def float_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
     # as f32 in the tiles' layout
     src1_bytes = 4 * k * b.ne[1] * b.ne[2] * b.ne[3] if rounded else 0
     wsize = src1_bytes + (available_cores() * 4 * k * TILE_M * group if use_tiles else 0)
-    if a.type == F16:
-        kern = k_gemm_f16 if use_tiles else lean_unless_ready(k_mm_f16, k_gemm_f16)
-    elif a.type == BF16:
-        kern = k_gemm_bf16 if use_tiles else lean_unless_ready(k_mm_bf16, k_gemm_bf16)
-    else:
-        kern = k_gemm_f32 if use_tiles else lean_unless_ready(k_mm_f32, k_gemm_f32)
+    mm, gemm = {F16: (k_mm_f16, k_gemm_f16), BF16: (k_mm_bf16, k_gemm_bf16), F32: (k_mm_f32, k_gemm_f32)}[a.type]
+    kern = gemm if use_tiles else lean_unless_ready(mm, gemm)
     # one plane each (a model's weight by its activations) or several (attention's heads; see DOUBLE_MAX_COLS)
     plain = int(a.ne[2] * a.ne[3] == 1 and b.ne[2] * b.ne[3] == 1)
     return Choice(kern, ints=(TAB_ADDR, tiled, group, src1_bytes, plain), wsize=wsize)

@@ -144,8 +144,7 @@ def _k_acc(kind: int):
     acc_cols(g, ...) one superblock against g = 2..4 activation rows, acc_rows(g, ...) the superblocks of g = 4
     weight rows ws bytes apart (or of one row) against one activation row, accumulated into acc."""
     name = K_KINDS[kind][0]
-    cols4, cols3, cols2, rows4, rows1 = (kq_intrinsics.SBACC[name][v] for v in ("cols4", "cols3", "cols2", "rows4",
-                                                                                 "rows1"))
+    rows1, rows4, cols4, cols3, cols2 = kq_intrinsics.SBACC[name]
 
     @njit(cache=True, inline="always")
     @variant(name)

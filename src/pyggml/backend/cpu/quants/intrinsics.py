@@ -174,18 +174,21 @@ def _i16_lanes(builder: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
     return v
 
 
-def _signed_lanes8(builder: ir.IRBuilder, codes: ir.Value, a: ir.Value) -> ir.Value:
-    """<32 x i8> signed codes x <32 x i8> signed a -> <8 x i32> lane sums of 4 products each.
+def _signed_lanes8(builder: ir.IRBuilder, codes: ir.Value, a: ir.Value, scale: ir.Value | None = None) -> ir.Value:
+    """<32 x i8> signed codes x <32 x i8> signed a -> <8 x i32> lane sums of 4 products each, times the i32
+    ``scale`` when one is given (exact: |pair sum| <= 2*127*127, so it fits pmaddwd's i16 operand).
 
-    AVX2: ggml's sign trick, maddubs(|codes|, sign(a, codes)) then pmaddwd with ones (lane i sums
+    AVX2: ggml's sign trick, maddubs(|codes|, sign(a, codes)) then pmaddwd with ones or the scale (lane i sums
     products 4i..4i+3); elsewhere widen both to i32 (lane i sums products 2i, 2i+1, 2i+16, 2i+17).
     """
     if _AVX2:
         ax = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), codes, codes)
         sy = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), a, codes)
-        ones = ir.Constant(_vec(16, _I16), [1] * 16)
-        return _maddwd(builder, _maddubs(builder, ax, sy), ones)
+        mult = ir.Constant(_vec(16, _I16), [1] * 16) if scale is None else _i16_lanes(builder, [scale])
+        return _maddwd(builder, _maddubs(builder, ax, sy), mult)
     prod = builder.mul(builder.sext(codes, _vec(32, _I32)), builder.sext(a, _vec(32, _I32)))
+    if scale is not None:
+        prod = builder.mul(prod, _splat(builder, scale, 32))
     return _halves(builder, _pairs(builder, prod))
 
 

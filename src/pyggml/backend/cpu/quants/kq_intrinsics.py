@@ -10,10 +10,11 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from ....quants.iq3 import IQ3S_GRID, IQ3XXS_GRID, ksigns_iq2xs
-from ..simd import _AVX2, _AVX512, _F32, _I8, _I16, _I32, _I64, _fp16_lanes, _halves, _insert_lanes, _splat, _vec, _x86
+from ..simd import _AVX2, _AVX512, _F32, _I8, _I16, _I32, _I64, _fp16_lanes, _halves, _insert_lanes, _splat, _vec
 from .intrinsics import (
     _IQ4NL_LUT,
     ROWDOT_COLS,
+    RowDots,
     _arr1,
     _consts,
     _i16_lanes,
@@ -24,6 +25,7 @@ from .intrinsics import (
     _pairs,
     _prefetch_ahead,
     _ptr_at,
+    _signed_lanes8,
 )
 
 
@@ -242,7 +244,7 @@ def _iq4xs_body(builder, wb, cols):
     """IQ4_XS superblock codegen: per column (ab, bb) one <8 x i32> whose lane total is sum_{s<8} (ls_s - 32) *
     sum over sub-block s of value*a, the values IQ4_NL's (a 16-byte lookup of the nibbles: qs at byte 8, 16 bytes a
     sub-block, low nibbles first) and ls_s the 6-bit scale from scales_l (byte 4, a nibble each) and scales_h (byte
-    2, two bits each). Signed codes: ggml's sign trick on AVX2 (|v| <= 127, so the pair sums fit in i16)."""
+    2, two bits each). Signed codes: ggml's sign trick on AVX2 (intrinsics._signed_lanes8)."""
     def c(v: int) -> ir.Constant:
         return ir.Constant(_I32, v)
 
@@ -257,17 +259,8 @@ def _iq4xs_body(builder, wb, cols):
     for sb in range(8):
         codes = _lookup16(builder, _IQ4NL_LUT[False], _nibbles32(builder, _load_at(builder, wb, 8 + 16 * sb, 16)))
         scale = builder.extract_element(scales, c(sb))
-        if _AVX2:
-            ax = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), codes, codes)
         for k, (ab, _) in enumerate(cols):
-            a32 = _load_at(builder, ab, 32 * sb, 32)
-            if _AVX2:
-                sy = _x86(builder, "llvm.x86.avx2.psign.b", _vec(32), a32, codes)
-                lanes = _maddwd(builder, _maddubs(builder, ax, sy), _i16_lanes(builder, [scale]))
-            else:
-                prod = builder.mul(builder.sext(codes, _vec(32, _I32)), builder.sext(a32, _vec(32, _I32)))
-                lanes = _halves(builder, _pairs(builder, builder.mul(prod, _splat(builder, scale, 32))))
-            accs[k] = builder.add(accs[k], lanes)
+            accs[k] = builder.add(accs[k], _signed_lanes8(builder, codes, _load_at(builder, ab, 32 * sb, 32), scale))
     return [[acc] for acc in accs]
 
 
@@ -447,7 +440,7 @@ _TYPES = {"q4_k": (_k4_body(False), (0, 2), 144, 1.0), "q5_k": (_k4_body(True), 
           "iq3_s": (_iq3_body(False), (0,), 110, 1.0), "iq3_xxs": (_iq3_body(True), (0,), 98, 0.25)}
 #: superblock bytes per type
 BLOCK_BYTES = {name: spec[2] for name, spec in _TYPES.items()}
-#: per type its intrinsics (see _sbacc): a batch's groups of four columns and its last two or three (cols4/3/2), a
-#: decode's four weight rows and its last rows one at a time (rows4, rows1)
-SBACC = {name: {"cols4": _sbacc(*spec, False, 4), "cols3": _sbacc(*spec, False, 3), "cols2": _sbacc(*spec, False, 2),
-                "rows4": _sbacc(*spec, True, 4), "rows1": _sbacc(*spec, True, 1)} for name, spec in _TYPES.items()}
+#: per type its intrinsics (see _sbacc), named as the row dots' (intrinsics.RowDots): one weight row, a decode's four
+#: rows, a batch's groups of four columns and its last two or three
+SBACC = {name: RowDots(_sbacc(*spec, True, 1), _sbacc(*spec, True, 4), _sbacc(*spec, False, 4),
+                       _sbacc(*spec, False, 3), _sbacc(*spec, False, 2)) for name, spec in _TYPES.items()}
