@@ -7,6 +7,7 @@ per-node overhead of the executor itself: a whole-graph run (one command, a barr
 against the sum of the node times, and against a plan of the same node count doing no work.
 
     python bench/node_profile.py -m model.gguf [-t 2] [--reps 20] [--prompt N | --parallel B]
+    python bench/node_profile.py -m model.gguf --verify --prompt 4 --n-past 300   # a 4-token speculative check
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=0, help="profile B sequences' batched decode step instead: "
                                                             "one token and its logits per sequence (with --prompt N: "
                                                             "B prompts of N tokens, as llama-batched-bench's pp)")
+    ap.add_argument("--verify", action="store_true", help="profile a speculative verification instead: --prompt N "
+                                                           "tokens after the --n-past cached ones, every row's logits "
+                                                           "out, their cells removed after each step")
     ap.add_argument("--streams", action="store_true", help="a KV stream per sequence (default: unified)")
     ap.add_argument("-fa", "--flash-attn", choices=["on", "off", "auto"], default="auto",
                     help="flash attention (default auto, the tools' default: on for the CPU)")
@@ -69,6 +73,12 @@ def main() -> None:
             pos = ctx.seq_pos_max(0) + 1
             ctx.decode_batch(Batch(token=[(first + s) % n_tok + 1 for s in range(n_seq)], pos=[pos] * n_seq,
                                    seq_id=[[s] for s in range(n_seq)], logits=[True] * n_seq))
+            return
+        if args.verify:  # [last, draft...] after the cached tokens, all rows out; the draft is then rejected
+            n = args.prompt
+            ctx.decode([(first + i) % n_tok + 1 for i in range(n)], positions=range(args.n_past, args.n_past + n),
+                       outputs=[True] * n)
+            ctx.seq_rm(0, args.n_past, -1)
             return
         if args.prompt > 1:  # a prompt into an empty cache, as llama-bench's pp test
             ctx.clear()

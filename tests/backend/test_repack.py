@@ -14,12 +14,12 @@ from pyggml.backend.cpu.traits import MATVEC_MAX_COLS
 from pyggml.backend.errors import NotSupportedError
 from pyggml.types import GGMLType
 
-LAYOUT_TYPES = [GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.IQ4_NL]
+LAYOUT_TYPES = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.IQ4_NL]
 
 
 def _need(ty: GGMLType) -> None:
     if ty not in repacked.TYPES:
-        pytest.skip(f"this CPU has no repacked {ty.name} kernel (Q4_K needs AVX2 and F16C, the others VNNI)")
+        pytest.skip(f"this CPU has no repacked {ty.name} kernel (Q4_K/Q6_K need AVX2 and F16C, the others VNNI)")
 
 
 def _weights(ty: GGMLType, k: int, rows: int, seed: int = 0) -> np.ndarray:
@@ -69,14 +69,14 @@ def _product(ty: GGMLType, k: int, rows: int, n: int, use_repack: bool, n_thread
 @pytest.mark.parametrize("ty", LAYOUT_TYPES)
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 8, 9, 37, 70])
 def test_repacked_products_give_the_plain_kernels_bits(ty: GGMLType, n: int) -> None:
-    """Decode (1 row), the shapes between the 4-row/3-row tiles and their remainders, both sides of Q4_K's
+    """Decode (1 row), the shapes between the 4-row/3-row tiles and their remainders, both sides of Q4_K's and Q6_K's
     group-at-a-time limit (repacked.Q4K_STREAM_COLS = 8), and prompts (70 rows: past repacked.PROMPT_COLS, the
     finer chunks, as many as the row groups): exactly the
     bits of the same product with the weight in a plain CPU buffer (mat-vec kernels, scratch tiles or row dots).
-    24 rows: three Q4_K 8-row tiles (a pair and a single one), six Q0 groups. Past the mat-vec kernels' column
+    24 rows: three Q4_K/Q6_K 8-row tiles (a pair and a single one), six Q0 groups. Past the mat-vec kernels' column
     limit IQ4_NL's plain product is the numpy kernel (dequantized, BLAS): its mat-vec, a column at a time."""
     _need(ty)
-    k = 512 if ty == GGMLType.Q4_K else 256
+    k = 512 if ty in (GGMLType.Q4_K, GGMLType.Q6_K) else 256
     plain = _products(ty, k, 24, n, use_repack=False, by_column=n > MATVEC_MAX_COLS[ty])
     packed = _products(ty, k, 24, n, use_repack=True)
     np.testing.assert_array_equal(packed.view(np.uint32), plain.view(np.uint32))

@@ -10,6 +10,15 @@ This is the same idea for pyggml's kernels (quants/repacked.py), in layouts of o
   4p..4p+3 of each row's qs, so one load gives two sub-blocks' 4 codes of all 8 rows in its two
   nibbles), then the 6-bit scales as bytes ``[sub-block][row]``, the mins as ``[pair][row][2]``, and
   the rows' fp16 d and dmin. The kernels no longer unpack the 12 packed scale bytes per call.
+* **Q6_K**, groups of 8 rows, per superblock (``Q6K_GROUP_BYTES`` = 1680 bytes, 210 a row as in the GGUF):
+  the signed scales as bytes ``[sub-block][row]``, then the 8 rows' ql and qh words interleaved a u32 at a
+  time, in the order a kernel reads them (``Q6K_WORDS``: per half superblock, ql words 0-7, qh words 0-7,
+  ql words 8-15), then the rows' fp16 d. Word q of the ql words of a half holds the 4 codes of tile step
+  q (low nibbles) and of step q + 16 (high nibbles); qh word v's four 2-bit fields are the high bits of
+  steps v, v + 8, v + 16, v + 24. A kernel rebuilds a step's 32 codes from two loads, a shift and two
+  masks, where the GGUF rows took a gather of 8 rows per step. In read order, because the hardware
+  prefetcher follows one forward stream: with each half's qh words after all its ql words a one-row product
+  of 8960 x 1536 read 9 GB/s on one thread, against 21 in this order.
 * **Q8_0, Q4_0, IQ4_NL**, groups of 4 rows (the register tile's height), same size as the source:
   per block the 4 rows' fp16 scales (one 8-byte load), then the 4 rows' codes. Q8_0 codes are
   stored offset to unsigned (``w ^ 0x80 = w + 128``) so vpdpbusd multiplies them by the signed
@@ -29,10 +38,17 @@ import numpy as np
 from ...types import GGMLType
 
 #: rows interleaved per group, by type
-GROUP_ROWS = {GGMLType.Q4_K: 8, GGMLType.Q8_0: 4, GGMLType.Q4_0: 4, GGMLType.IQ4_NL: 4}
+GROUP_ROWS = {GGMLType.Q4_K: 8, GGMLType.Q6_K: 8, GGMLType.Q8_0: 4, GGMLType.Q4_0: 4, GGMLType.IQ4_NL: 4}
 #: bytes of one Q4_K superblock of a group of 8 rows: codes, scales, mins, d, dmin
 Q4K_CODES, Q4K_SCALES, Q4K_MINS, Q4K_D, Q4K_DMIN = 0, 1024, 1088, 1152, 1168
 Q4K_GROUP_BYTES = 1184
+#: bytes of one Q6_K superblock of a group of 8 rows: scales, code words (ql and qh, Q6K_WORDS's order), d
+Q6K_SCALES, Q6K_CODES, Q6K_D = 0, 128, 1664
+Q6K_GROUP_BYTES = 1680
+#: the u32 words of a GGUF Q6_K row (ql words 0-31, then qh words 32-47) in the repacked order: per half
+#: superblock h, ql words 16h..16h+7, qh words 32+8h..32+8h+7, ql words 16h+8..16h+15
+Q6K_WORDS = np.array([w for h in range(2) for w in (*range(16 * h, 16 * h + 8), *range(32 + 8 * h, 40 + 8 * h),
+                                                    *range(16 * h + 8, 16 * h + 16))])
 #: ggml's row-count rule for every repacked type (ne[1] % 8 == 0)
 ROW_MULTIPLE = 8
 #: source bytes repacked at a time (repack): a chunk's transposes stay in L2
@@ -103,6 +119,28 @@ def _unpack_q4_k(rp: np.ndarray, m: int, nsb: int) -> np.ndarray:
     return g.reshape(m, nsb * 144)
 
 
+def _repack_q6_k(blk: np.ndarray, out: np.ndarray) -> None:
+    """blk: (m, nsb, 210) Q6_K blocks -> out (m/8, nsb, 1680): repacked groups (as _repack_q4_k)."""
+    m, nsb, _ = blk.shape
+    g = blk.reshape(m // 8, 8, nsb, 210)
+    words = np.ascontiguousarray(g[..., 0:192]).view(np.uint32)[..., Q6K_WORDS]  # (G, 8, nsb, 48), read order
+    _split_last(out[..., Q6K_CODES:Q6K_D].view(np.uint32), 48, 8)[:] = words.transpose(0, 2, 3, 1)
+    _split_last(out[..., Q6K_SCALES:Q6K_CODES], 16, 8)[:] = g[..., 192:208].transpose(0, 2, 3, 1)
+    _split_last(out[..., Q6K_D:], 8, 2)[:] = g[..., 208:210].transpose(0, 2, 1, 3)
+
+
+def _unpack_q6_k(rp: np.ndarray, m: int, nsb: int) -> np.ndarray:
+    rp = rp.reshape(m // 8, nsb, Q6K_GROUP_BYTES)
+    g = np.empty((m // 8, 8, nsb, 210), np.uint8)
+    words = np.ascontiguousarray(rp[..., Q6K_CODES:Q6K_D]).view(np.uint32).reshape(m // 8, nsb, 48, 8)
+    gguf = np.empty((m // 8, 8, nsb, 48), np.uint32)
+    gguf[..., Q6K_WORDS] = words.transpose(0, 3, 1, 2)
+    g[..., 0:192] = gguf.view(np.uint8)
+    g[..., 192:208] = rp[..., Q6K_SCALES:Q6K_CODES].reshape(m // 8, nsb, 16, 8).transpose(0, 3, 1, 2)
+    g[..., 208:210] = rp[..., Q6K_D:].reshape(m // 8, nsb, 8, 2).transpose(0, 2, 1, 3)
+    return g.reshape(m, nsb * 210)
+
+
 def _repack_q0(blk: np.ndarray, flip: bool, out: np.ndarray) -> None:
     """blk: (m, nb, 2 + cb) Q8_0/Q4_0/IQ4_NL blocks -> out (m/4, nb, 4 * (2 + cb)): per block the 4 rows' fp16
     scales, then their codes (flip: Q8_0's offset to unsigned)."""
@@ -141,6 +179,8 @@ def repack(ty: GGMLType, raw: np.ndarray, ne0: int, ne1: int, out: np.ndarray | 
         src, into = blk[g0 * rows : (g0 + step) * rows], dst[g0 : g0 + step]
         if ty == GGMLType.Q4_K:
             _repack_q4_k(src, into)
+        elif ty == GGMLType.Q6_K:
+            _repack_q6_k(src, into)
         else:
             _repack_q0(src, ty == GGMLType.Q8_0, into)
     return out
@@ -151,7 +191,9 @@ def unpack(ty: GGMLType, packed: np.ndarray, ne0: int, ne1: int) -> np.ndarray:
     nb = ne0 // ty.blck_size
     if ty == GGMLType.Q4_K:
         return _unpack_q4_k(packed, ne1, nb).reshape(-1)
+    if ty == GGMLType.Q6_K:
+        return _unpack_q6_k(packed, ne1, nb).reshape(-1)
     return _unpack_q0(packed, ne1, nb, ty.type_size, ty == GGMLType.Q8_0).reshape(-1)
 
 
-__all__ = ["GROUP_ROWS", "Q4K_GROUP_BYTES", "ROW_MULTIPLE", "repack", "repacked_nbytes", "unpack"]
+__all__ = ["GROUP_ROWS", "Q4K_GROUP_BYTES", "Q6K_GROUP_BYTES", "ROW_MULTIPLE", "repack", "repacked_nbytes", "unpack"]

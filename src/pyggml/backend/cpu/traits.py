@@ -60,6 +60,8 @@ from .quants.repacked import (
     _q4_0_run,
     _q4k_chunks,
     _q4k_run,
+    _q6k_chunks,
+    _q6k_run,
     _q8_0_chunks,
     _q8_0_run,
 )
@@ -340,6 +342,11 @@ def k_rep_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 
 @jit_kernel
+def k_rep_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    gemm.walk(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _q6k_chunks, _q6k_run, 0)
+
+
+@jit_kernel
 def k_rep_q8_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
     gemm.walk(node, ith, nth, ctrl, _quantize_q8_0_lanes, 32, 4, _q8_0_chunks, _q8_0_run, 0)
 
@@ -419,7 +426,7 @@ TYPE_TRAITS_CPU: dict[GGMLType, TypeTraitsCPU] = {
                         mmid=k_mmid_q4_k, get_rows=k_get_rows_q4_k, repacked=k_rep_q4_k, row_dot1=_mv1_q4_k),
     Q5_K: TypeTraitsCPU(_Q8_K, _mv_q5_k, None, ALL_COLS, k_mm_q5_k, k_mv_q5_k, mmid=k_mmid_q5_k, row_dot1=_mv1_q5_k),
     Q6_K: TypeTraitsCPU(_Q8_K, _mv_q6_k, _dq_q6_k, 48, k_mm_q6_k, k_mv_q6_k, gemm=(k_gemm_q6_k, gemm.Q6_BYTES),
-                        mmid=k_mmid_q6_k, get_rows=k_get_rows_q6_k, row_dot1=_mv1_q6_k),
+                        mmid=k_mmid_q6_k, get_rows=k_get_rows_q6_k, repacked=k_rep_q6_k, row_dot1=_mv1_q6_k),
     Q2_K: TypeTraitsCPU(_Q8_K, _mv_q2_k, None, ALL_COLS, k_mm_q2_k, k_mv_q2_k, mmid=k_mmid_q2_k, row_dot1=_mv1_q2_k),
     Q3_K: TypeTraitsCPU(_Q8_K, _mv_q3_k, None, 40, k_mm_q3_k, k_mv_q3_k, gemm=(k_gemm_q3_k, gemm.Q6_BYTES),
                         mmid=k_mmid_q3_k, row_dot1=_mv1_q3_k),

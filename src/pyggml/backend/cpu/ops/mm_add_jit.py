@@ -30,6 +30,8 @@ from ..quants.repacked import (
     _q4_0_run,
     _q4k_chunks,
     _q4k_run,
+    _q6k_chunks,
+    _q6k_run,
     _q8_0_chunks,
     _q8_0_run,
 )
@@ -118,11 +120,17 @@ def k_mm_add_rep_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _mm_add(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _q4k_chunks, _q4k_run)
 
 
+@jit_kernel
+def k_mm_add_rep_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _mm_add(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _q6k_chunks, _q6k_run)
+
+
 #: the repacked product kernel (traits.py) -> its fused kernel
 _FUSED = {traits(ty).repacked: fused for ty, fused in ((GGMLType.Q8_0, k_mm_add_rep_q8_0),
                                                        (GGMLType.Q4_0, k_mm_add_rep_q4_0),
                                                        (GGMLType.IQ4_NL, k_mm_add_rep_iq4_nl),
-                                                       (GGMLType.Q4_K, k_mm_add_rep_q4_k))}
+                                                       (GGMLType.Q4_K, k_mm_add_rep_q4_k),
+                                                       (GGMLType.Q6_K, k_mm_add_rep_q6_k))}
 _KERNELS = frozenset(_FUSED.values())
 
 

@@ -32,7 +32,19 @@ from numba.extending import intrinsic
 from ....quants.jitcache import variant
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, rec, row_index, span
 from ..native import atomic_add, atomic_store, f32p, i8p, i32p, i64p, u8p
-from ..repack import Q4K_CODES, Q4K_D, Q4K_DMIN, Q4K_GROUP_BYTES, Q4K_MINS, Q4K_SCALES
+from ..repack import (
+    Q4K_CODES,
+    Q4K_D,
+    Q4K_DMIN,
+    Q4K_GROUP_BYTES,
+    Q4K_MINS,
+    Q4K_SCALES,
+    Q6K_CODES,
+    Q6K_D,
+    Q6K_GROUP_BYTES,
+    Q6K_SCALES,
+    Q6K_WORDS,
+)
 from ..simd import _AVX2, _AVX512, _VNNI, _VNNI512, _vec
 from ..threads import C_CHUNK, C_WDATA, barrier
 from .dots import _h, _scale_min_k4, _u32
@@ -187,19 +199,37 @@ def _bcast_pairs(builder: ir.IRBuilder, v8: ir.Value) -> list[ir.Value]:
                             _vec(16, _I16)) for j in range(4)]
 
 
+#: where GGUF Q6_K word w (ql words 0-31, qh words 32-47) sits among a repacked superblock's interleaved words
+_Q6K_AT = {int(w): i for i, w in enumerate(Q6K_WORDS)}
+
+
 class _Layout:
     """Where a tile kernel finds a superblock's codes, scales, mins and d/dmin: the scratch tiles repack_q4_k
-    and repack_q6_k write (one code per byte, i16 scales, f32 d), or (packed) a Q4_K weight repacked at load
-    (cpu/repack.py: two codes per byte, u8 scales and mins, fp16 d; widened here, in registers)."""
+    and repack_q6_k write (one code per byte, i16 scales, f32 d), or (packed) a Q4_K or Q6_K weight repacked at
+    load (cpu/repack.py: the GGUF's packed codes, u8/i8 scales and mins, fp16 d; widened here, in registers)."""
 
     def __init__(self, q6: bool, packed: bool = False) -> None:
         self.q6, self.packed = q6, packed
-        self.sb_bytes = Q4K_GROUP_BYTES if packed else Q6_BYTES if q6 else SB_BYTES
+        if packed:
+            self.sb_bytes = Q6K_GROUP_BYTES if q6 else Q4K_GROUP_BYTES
+        else:
+            self.sb_bytes = Q6_BYTES if q6 else SB_BYTES
 
     def codes(self, builder: ir.IRBuilder, tb: ir.Value, step: int) -> ir.Value:
         """<32 x i8>: 4 codes of each of the 8 rows at tile step ``step`` (Q4_K: sub-block step // 8)."""
         if not self.packed:
             return builder.load(_at(builder, tb, 32 * step, _vec(32, _I8)), align=1)
+        if self.q6:  # repack.py's Q6_K words: low nibbles of ql word 16h + r % 16, 2 bits of qh word 8h + r % 8
+            h, r = divmod(step, 32)
+            b32 = lambda v: ir.Constant(_vec(32, _I8), [v] * 32)  # noqa: E731
+            word = lambda w: _at(builder, tb, Q6K_CODES + 32 * _Q6K_AT[w], _vec(32, _I8))  # noqa: E731
+            lo = builder.load(word(16 * h + r % 16), align=1)
+            if r >= 16:
+                lo = builder.lshr(lo, b32(4))
+            hi = builder.load(word(32 + 8 * h + r % 8), align=1)
+            shift = 2 * (r // 8)  # the field's bits moved to 4..5: << 4, << 2, as they are, >> 2
+            hi = builder.shl(hi, b32(4 - shift)) if shift < 4 else builder.lshr(hi, b32(shift - 4)) if shift > 4 else hi
+            return builder.or_(builder.and_(lo, b32(15)), builder.and_(hi, b32(48)))
         sub, t = divmod(step, 8)
         v = builder.load(_at(builder, tb, Q4K_CODES + 32 * (8 * (sub // 2) + t), _vec(32, _I8)), align=1)
         if sub % 2:
@@ -211,7 +241,7 @@ class _Layout:
         if not self.packed:
             return builder.load(_at(builder, tb, (Q6_SCALES if self.q6 else SB_SCALES) + 32 * sub, _vec(16, _I16)),
                                 align=1)
-        v = builder.zext(builder.load(_at(builder, tb, Q4K_SCALES + 8 * sub, _vec(8, _I8)), align=1), _vec(8, _I16))
+        v = self._scale_bytes(builder, tb, sub, _vec(8, _I16))
         return builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
                                       ir.Constant(_vec(16, _I32), [i // 2 for i in range(16)]))
 
@@ -221,7 +251,21 @@ class _Layout:
             v = self.scales(builder, tb, sub)
             even = ir.Constant(_vec(8, _I32), list(range(0, 16, 2)))
             return builder.sext(builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), even), _vec(8, _I32))
-        return builder.zext(builder.load(_at(builder, tb, Q4K_SCALES + 8 * sub, _vec(8, _I8)), align=1), _vec(8, _I32))
+        return self._scale_bytes(builder, tb, sub, _vec(8, _I32))
+
+    def _scale_bytes(self, builder: ir.IRBuilder, tb: ir.Value, sub: int, ty: ir.Type) -> ir.Value:
+        """A packed layout's 8 scale bytes of sub-block ``sub`` (row r in lane r), widened to ``ty`` (Q6_K's
+        signed, Q4_K's unsigned)."""
+        v = builder.load(_at(builder, tb, (Q6K_SCALES if self.q6 else Q4K_SCALES) + 8 * sub, _vec(8, _I8)), align=1)
+        return builder.sext(v, ty) if self.q6 else builder.zext(v, ty)
+
+    def pairs(self, builder: ir.IRBuilder, tb: ir.Value, j: int) -> ir.Value:
+        """<16 x i16>: row r's Q6_K scales of sub-blocks 2j and 2j+1 in lanes 2r and 2r+1 (the -32 offset's)."""
+        if not self.packed:
+            return builder.load(_at(builder, tb, Q6_PAIRS + 32 * j, _vec(16, _I16)), align=1)
+        v = builder.sext(builder.load(_at(builder, tb, Q6K_SCALES + 16 * j, _vec(16, _I8)), align=1), _vec(16, _I16))
+        return builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
+                                      ir.Constant(_vec(16, _I32), [(i % 2) * 8 + i // 2 for i in range(16)]))
 
     def mins(self, builder: ir.IRBuilder, tb: ir.Value, j: int) -> ir.Value:
         """<16 x i16>: row r's mins of sub-blocks 2j and 2j+1 in lanes 2r and 2r+1 (Q4_K)."""
@@ -234,7 +278,8 @@ class _Layout:
         if not self.packed:
             at = SB_DMIN if dmin else Q6_D if self.q6 else SB_D
             return builder.load(_at(builder, tb, at, _vec(8, _F32)), align=4)
-        h = builder.load(_at(builder, tb, Q4K_DMIN if dmin else Q4K_D, _vec(8, ir.HalfType())), align=2)
+        at = Q6K_D if self.q6 else Q4K_DMIN if dmin else Q4K_D
+        h = builder.load(_at(builder, tb, at, _vec(8, ir.HalfType())), align=2)
         return builder.fpext(h, _vec(8, _F32))
 
 
@@ -380,7 +425,7 @@ def _tile_floats(builder, lay, tb, b, cols, nsb_v, nsb16, da_p, bs_p, acc32, acc
     q6 = lay.q6
     d = lay.d(builder, tb)
     if q6:
-        pairs_sc = [builder.load(_at(builder, tb, Q6_PAIRS + 32 * j, _vec(16, _I16)), align=1) for j in range(8)]
+        pairs_sc = [lay.pairs(builder, tb, j) for j in range(8)]
     else:
         dmin = lay.d(builder, tb, dmin=True)
         mins = [lay.mins(builder, tb, j) for j in range(4)]

@@ -3,10 +3,10 @@
 One kernel per type computes every batch size from the interleaved rows, with no per-call repacking or
 decoding (the scratch-tile kernels of gemm.py and q0tiles.py redo that work on every call):
 
-* **Q4_K**: gemm.py's integer tiles, reading the repacked groups in place (gemm._Layout, packed): two
-  codes per byte split with a shift and a mask in registers, scales widened from bytes. A decode is the
-  same tile with one activation row: 8 weight rows a lane each, no horizontal sums, one group at a time
-  (one read stream, Q4K_STREAM_COLS).
+* **Q4_K, Q6_K**: gemm.py's integer tiles, reading the repacked groups in place (gemm._Layout, packed): two
+  codes per byte split with a shift and a mask in registers (Q6_K: its two high bits or-ed in from the qh
+  words), scales widened from bytes. A decode is the same tile with one activation row: 8 weight rows a lane
+  each, no horizontal sums, one group at a time (one read stream, Q4K_STREAM_COLS).
 * **Q8_0, Q4_0, IQ4_NL** (VNNI): register tiles of the group's 4 rows x 3 activation rows (1 for a
   decode). Codes are unsigned (Q8_0 stored as w + 128; the 4-bit types looked up in a 16-byte table of
   value + 128, vpshufb), so vpdpbusd takes them against the signed activations directly; each lane
@@ -15,7 +15,7 @@ decoding (the scratch-tile kernels of gemm.py and q0tiles.py redo that work on e
   group: each took a vpdpbusd and a subtraction per activation block and group, an eighth of the tile's
   vector work on the two pipes that also run its vpdpbusd and fma.
 
-Outputs have the bits of the kernels they replace: the same integer sums and float steps (Q4_K: the
+Outputs have the bits of the kernels they replace: the same integer sums and float steps (Q4_K/Q6_K: the
 mat-vec's per-lane steps; Q8_0/Q4_0/IQ4_NL: 8 lanes, fma, hsum, as quants.intrinsics._rowdot_blocks).
 tests/backend/test_repack.py compares them.
 """
@@ -34,18 +34,18 @@ from ....types import GGMLType
 from ..jit import enabled as jit_enabled
 from ..jit.mathf import LANES
 from ..jit.record import AUX, T_DST, T_SRC0, chunk_bounds, rec
-from ..repack import Q4K_GROUP_BYTES
+from ..repack import Q4K_GROUP_BYTES, Q6K_GROUP_BYTES
 from ..simd import _F16C, _F32, _I8, _I32, _I64, _VNNI, _fma, _hsum8, _vec
 from . import gemm
 from .gemm import _at, _opts, _splat_f32
 from .intrinsics import _COL_BLOCK_BYTES, _dpbusd, _lookup16, _nibbles32, _prefetch_ahead, lut16
 
-Q4_K, Q8_0, Q4_0, IQ4_NL = GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.IQ4_NL
+Q4_K, Q6_K, Q8_0, Q4_0, IQ4_NL = GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.IQ4_NL
 
-#: the types this CPU has repacked kernels for: the Q4_K tiles need AVX2, the others vpdpbusd; both read
+#: the types this CPU has repacked kernels for: the Q4_K/Q6_K tiles need AVX2, the others vpdpbusd; both read
 #: fp16 scales with F16C
 TYPES: frozenset[GGMLType] = frozenset(
-    ([Q4_K] if gemm.AVAILABLE and _F16C else []) + ([Q8_0, Q4_0, IQ4_NL] if _VNNI and _F16C else []))
+    ([Q4_K, Q6_K] if gemm.AVAILABLE and _F16C else []) + ([Q8_0, Q4_0, IQ4_NL] if _VNNI and _F16C else []))
 
 
 def enabled() -> bool:
@@ -73,57 +73,86 @@ def _n_chunks(n_units, unit_bytes, n, nth):  # pragma: no cover - compiled
     return max(1, min(n_units, max(nth, want)))
 
 
-# ---------------------------------------------------------------------------------------- Q4_K
-_q4k_tiles = [gemm._tile_call(gemm._tile_kernel(cols, False, nt, packed=True), f"rq4k{nt}_{cols}")
-              for nt, cols in ((gemm.TILES, gemm.COLS), (gemm.TILES, 1), (1, gemm.COLS), (1, 1))]
-_rq4k_4, _rq4k_1, _rq4k_one4, _rq4k_one1 = _q4k_tiles
-
-
-#: activation rows up to which a repacked Q4_K product takes its 8-row groups one at a time. A tile pair reads
-#: two streams a group (7 KB at K = 1536) apart, which the hardware prefetcher follows worse than one: Q4_K
+# ---------------------------------------------------------------------------------------- Q4_K / Q6_K
+#: activation rows up to which a repacked Q4_K/Q6_K product takes its 8-row groups one at a time. A tile pair
+#: reads two streams a group (7 KB at K = 1536) apart, which the hardware prefetcher follows worse than one: Q4_K
 #: 8960 x 1536 (x16 copies, past the caches), the product's GB/s over a streaming read's, 1 thread: pairs 0.69,
 #: single groups 1.00 (the plain mat-vec 0.98); 2 activation rows 0.58 / 0.97, 8 rows 0.38 / 0.41. Prompts keep
 #: the pairs (two tiles share each activation load; on AVX-512 they fill one 64-byte register).
 Q4K_STREAM_COLS = 8
 
 
-@numba.njit(inline="always", **_opts)
-def _q4k_units(m):  # pragma: no cover - compiled
-    """Work units of an m-row Q4_K weight: TILES 8-row groups (the last one may be short)."""
-    return (m // gemm.ROWS + gemm.TILES - 1) // gemm.TILES
+def _k_kernel(q6: bool):
+    """The repacked Q4_K (q6 False) or Q6_K MUL_MAT's (chunks, run) for gemm.walk: gemm.py's integer tiles reading
+    the groups in place (gemm._Layout, packed); q6 is a closure constant, so each kernel compiles its own tiles."""
+    gbytes_sb = Q6K_GROUP_BYTES if q6 else Q4K_GROUP_BYTES
+    tag = "q6k" if q6 else "q4k"
+    pair4, pair1, one4, one1, one2, one3 = (
+        gemm._tile_call(gemm._tile_kernel(cols, q6, nt, packed=True), f"r{tag}{nt}_{cols}")
+        for nt, cols in ((gemm.TILES, gemm.COLS), (gemm.TILES, 1), (1, gemm.COLS), (1, 1), (1, 2), (1, 3)))
+
+    @numba.njit(inline="always", **_opts)
+    def units(m):  # pragma: no cover - compiled
+        """Work units of an m-row weight: TILES 8-row groups (the last one may be short)."""
+        return (m // gemm.ROWS + gemm.TILES - 1) // gemm.TILES
+
+    @numba.njit(inline="always", **_opts)
+    @variant(tag)
+    def stream(ta, gbytes, nsb, k, n, qa_at, da_at, ex_at, da_row, ex_row, out_at, out_stride):  # pragma: no cover
+        """One 8-row group against n <= Q4K_STREAM_COLS activation rows: 4 at a time, the last 1-3 as one call. A
+        speculative verification's 2-3 rows each took the one-row kernel (Q4_K 8960 x 1536, 2 threads: 3 rows 2.0x
+        a decode's time, 4 rows 1.5x); every row's float steps are the same whichever kernel takes it."""
+        j = 0
+        while j < n:
+            g = min(gemm.COLS, n - j)
+            qa_j, da_j, ex_j, out_j = qa_at + j * k, da_at + j * da_row, ex_at + j * ex_row, out_at + j * out_stride
+            if g == 4:
+                one4(ta, nsb, qa_j, k, da_j, ex_j, out_j, out_stride, gbytes)
+            elif g == 3:
+                one3(ta, nsb, qa_j, k, da_j, ex_j, out_j, out_stride, gbytes)
+            elif g == 2:
+                one2(ta, nsb, qa_j, k, da_j, ex_j, out_j, out_stride, gbytes)
+            else:
+                one1(ta, nsb, qa_j, k, da_j, ex_j, out_j, out_stride, gbytes)
+            j += g
+
+    @numba.njit(**_opts)
+    @variant(tag)
+    def chunks(node, n, nth):  # pragma: no cover - compiled
+        r = rec(node)
+        return _n_chunks(units(r[T_SRC0 + 2]), gemm.TILES * (r[T_SRC0 + 1] // 256) * gbytes_sb, n, nth)
+
+    @numba.njit(**_opts)
+    @variant(tag)
+    def run(node, c, n_chunks, q, ith, arg):  # pragma: no cover - compiled
+        """Chunk c: its tile pairs (8-row groups) against every activation row, 4 at a time (gemm.gemm_tiles
+        without the per-call repack: the same gemm.tiles_by_rows); returns its weight rows."""
+        r = rec(node)
+        w, k, m = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2]
+        nsb = k // 256
+        qa_at, da_at, ex_at, _, _, _, n = q
+        d = r[T_DST]
+        gbytes = nsb * gbytes_sb
+        n_tiles = m // gemm.ROWS
+        u0, u1 = chunk_bounds(units(m), c, n_chunks, 1)
+        da_row, ex_row = 4 * nsb, 4 * (k // 16)
+        for u in range(u0, u1):
+            t = u * gemm.TILES
+            nt = min(gemm.TILES, n_tiles - t)
+            if n <= Q4K_STREAM_COLS:  # a decode or a small batch: the groups one after another, one read stream
+                for i in range(nt):
+                    stream(w + (t + i) * gbytes, gbytes, nsb, k, n, qa_at, da_at, ex_at, da_row, ex_row,
+                           d + 4 * gemm.ROWS * (t + i), 4 * m)
+                continue
+            gemm.tiles_by_rows(w + t * gbytes, nt, gbytes, nsb, k, n, qa_at, da_at, ex_at, da_row, ex_row,
+                               d + 4 * gemm.ROWS * t, 4 * m, pair4, pair1, one4, one1)
+        rows = gemm.TILES * gemm.ROWS
+        return min(m, u0 * rows), min(m, u1 * rows)
+
+    return chunks, run
 
 
-@numba.njit(**_opts)
-def _q4k_chunks(node, n, nth):  # pragma: no cover - compiled
-    r = rec(node)
-    return _n_chunks(_q4k_units(r[T_SRC0 + 2]), gemm.TILES * (r[T_SRC0 + 1] // 256) * Q4K_GROUP_BYTES, n, nth)
-
-
-@numba.njit(**_opts)
-def _q4k_run(node, c, n_chunks, q, ith, arg):  # pragma: no cover - compiled
-    """Chunk c: its tile pairs (8-row groups) run against every activation row, 4 at a time (gemm.gemm_tiles
-    without the per-call repack: the same gemm.tiles_by_rows); returns its weight rows."""
-    r = rec(node)
-    w, k, m = r[T_SRC0], r[T_SRC0 + 1], r[T_SRC0 + 2]
-    nsb = k // 256
-    qa_at, da_at, ex_at, _, _, _, n = q
-    d = r[T_DST]
-    gbytes = nsb * Q4K_GROUP_BYTES
-    n_tiles = m // gemm.ROWS
-    u0, u1 = chunk_bounds(_q4k_units(m), c, n_chunks, 1)
-    da_row, ex_row = 4 * nsb, 4 * (k // 16)
-    for u in range(u0, u1):
-        t = u * gemm.TILES
-        nt = min(gemm.TILES, n_tiles - t)
-        if n <= Q4K_STREAM_COLS:  # a decode or a small batch: the groups one after another, one read stream
-            for i in range(nt):
-                gemm.tiles_by_rows(w + (t + i) * gbytes, 1, gbytes, nsb, k, n, qa_at, da_at, ex_at, da_row, ex_row,
-                                   d + 4 * gemm.ROWS * (t + i), 4 * m, _rq4k_4, _rq4k_1, _rq4k_one4, _rq4k_one1)
-            continue
-        gemm.tiles_by_rows(w + t * gbytes, nt, gbytes, nsb, k, n, qa_at, da_at, ex_at, da_row, ex_row,
-                           d + 4 * gemm.ROWS * t, 4 * m, _rq4k_4, _rq4k_1, _rq4k_one4, _rq4k_one1)
-    rows = gemm.TILES * gemm.ROWS
-    return min(m, u0 * rows), min(m, u1 * rows)
+(_q4k_chunks, _q4k_run), (_q6k_chunks, _q6k_run) = _k_kernel(False), _k_kernel(True)
 
 
 # ------------------------------------------------------------------------------ Q8_0 / Q4_0 / IQ4_NL
