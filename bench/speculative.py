@@ -11,7 +11,8 @@ draft model its prompt pass too, are left out, as llama-speculative's "decoded .
     python bench/speculative.py --llama-speculative /work/lc/llama.cpp/build/bin/llama-speculative
 
 Modes: ``plain``, ``ngram`` (--spec-type ngram-simple with --ngram-n/--ngram-m), ``draft`` (-md, or the
-target drafting for itself when -md is not given: an upper bound on acceptance, every draft accepted).
+target drafting for itself when -md is not given: an upper bound on acceptance, every draft accepted), and
+``ngram+draft`` (--spec-type ngram-simple,draft-simple: a lookup's draft where it finds one, else the model's).
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; medians are printed (default 2)")
     ap.add_argument("--prompts", default="rename,typehints,write", help=f"of {', '.join(PROMPTS)}")
     ap.add_argument("--modes", default="plain,ngram,draft",
-                    help="of plain, ngram (or ngram-N-M: size_n N, size_m M), draft (default: plain,ngram,draft)")
+                    help="of plain, ngram (or ngram-N-M: size_n N, size_m M), draft, and ngram+draft (an n-gram "
+                         "draft where the lookup finds one, else the draft model's) (default: plain,ngram,draft)")
     ap.add_argument("--draft-max", type=int, default=3, help="draft model tokens per step (default 3)")
     ap.add_argument("--ngram-n", type=int, default=4, help="ngram-simple size_n (default 4)")
     ap.add_argument("--ngram-m", type=int, default=8, help="ngram-simple size_m (default 8)")
@@ -146,12 +148,18 @@ def main() -> int:
     modes = args.modes.split(",")
 
     def drafters(mode: str) -> tuple[list | None, int]:
-        if mode.startswith("ngram"):  # ngram, or ngram-N-M for another size_n and size_m than the flags'
-            n, m = (int(v) for v in mode.split("-")[1:]) if "-" in mode else (args.ngram_n, args.ngram_m)
-            return [NgramDrafter(n, m)], m if args.pad < 0 else args.pad
-        if mode == "draft":
-            return [ModelDrafter(draft_ctx, args.draft_max)], args.draft_max if args.pad < 0 else args.pad
-        return None, 0
+        out, pad = [], 0
+        for part in mode.split("+"):  # ngram+draft: both, in llama.cpp's order (a lookup first, else the model)
+            if part.startswith("ngram"):  # ngram, or ngram-N-M for another size_n and size_m than the flags'
+                n, m = (int(v) for v in part.split("-")[1:]) if "-" in part else (args.ngram_n, args.ngram_m)
+                out.append(NgramDrafter(n, m))
+                pad = max(pad, m)
+            elif part == "draft":
+                out.append(ModelDrafter(draft_ctx, args.draft_max))
+                pad = max(pad, args.draft_max)
+            elif part != "plain":
+                raise SystemExit(f"unknown mode {part!r}")
+        return out or None, pad if args.pad < 0 else args.pad
 
     prompts = {name: vocab.tokenize(chat(PROMPTS[name]), add_special=True, parse_special=True)
                for name in args.prompts.split(",")}

@@ -27,7 +27,7 @@ from pyggml.types import GGMLType
 T = GGMLType
 NMSE_MATMUL = 5e-4
 #: every type with a fused kernel, plus types that only take the BLAS path
-TYPES = [*sorted(traits.FUSED, key=int), T.IQ2_S, T.F16, T.BF16, T.F32]  # IQ2_S: dequantize + BLAS
+TYPES = [*sorted(traits.FUSED, key=int), T.IQ1_M, T.F16, T.BF16, T.F32]  # IQ1_M: dequantize + BLAS
 #: 1: decode; 3: fused small batch; 40: BLAS tiles (test_crossover_boundaries covers the edges)
 COLS = [1, 3, 40]
 
@@ -43,7 +43,8 @@ def _weights(ty: GGMLType, m: int, k: int, rng: np.random.Generator) -> tuple[np
     if ty == T.BF16:
         b = f32_to_bf16(w)
         return b.view(np.uint8), bf16_to_f32(b)
-    q = quants.quantize(w, ty)
+    imatrix = rng.uniform(0.5, 2.0, k).astype(np.float32) if quants.requires_imatrix(ty) else None
+    q = quants.quantize(w, ty, imatrix=imatrix)
     return q, quants.dequantize(q, ty)
 
 

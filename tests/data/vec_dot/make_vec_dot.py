@@ -6,9 +6,10 @@ Not run by the tests (they read what this wrote). Needs llama.cpp 0c1e570's shar
     python tests/data/vec_dot/make_vec_dot.py /path/to/llama.cpp/build/bin
 
 Per type: ``x`` (N_ACT x K float32 activations), ``w`` (M weight rows quantized by ggml_quantize_chunk from
-random normal floats, raw bytes) and ``out`` (N_ACT x M): ``type_traits_cpu[type].vec_dot`` of every weight row
-with every activation row after the CPU's own ``from_float`` to the type's vec_dot_type (Q8_K, Q8_0/Q8_1, F16, BF16),
-the decode product llama.cpp runs on this CPU (AVX2/AVX-512 paths).
+random normal floats, raw bytes; IQ2_XXS and IQ2_XS with a random importance matrix, as ggml requires) and
+``out`` (N_ACT x M): ``type_traits_cpu[type].vec_dot`` of every weight row with every activation row after the
+CPU's own ``from_float`` to the type's vec_dot_type (Q8_K, Q8_0/Q8_1, F16, BF16), the decode product llama.cpp runs
+on this CPU (AVX2/AVX-512 paths).
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ HERE = Path(__file__).resolve().parent
 #: ggml type ids (ggml.h): the types pyggml has fused mat-vec kernels for, and the float weights
 TYPES = {"f16": 1, "bf16": 30, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "q2_K": 10, "q3_K": 11,
          "q4_K": 12, "q5_K": 13, "q6_K": 14, "iq3_xxs": 18, "iq4_nl": 20, "iq3_s": 21,
-         "iq4_xs": 23}
+         "iq4_xs": 23, "iq2_xxs": 16, "iq2_xs": 17, "iq2_s": 22}
+#: the types ggml_quantize_chunk needs an importance matrix for (ggml_quantize_requires_imatrix): given a random
+#: positive one, drawn after every other type's rows (the earlier types' rows stay what they were)
+NEEDS_IMATRIX = {"iq2_xxs", "iq2_xs"}
 M, K, N_ACT, SEED = 12, 1024, 3, 4321
 
 
@@ -54,7 +58,9 @@ def main() -> None:
         wf = (rng.standard_normal((M, K)) * rng.uniform(0.2, 2.0, (M, 1))).astype(np.float32)
         x = (rng.standard_normal((N_ACT, K)) * rng.uniform(0.5, 3.0, (N_ACT, 1))).astype(np.float32)
         w = np.zeros((M, base.ggml_row_size(tid, K)), np.uint8)
-        base.ggml_quantize_chunk(tid, wf.ctypes.data, w.ctypes.data, 0, M, K, None)
+        imatrix = rng.uniform(0.5, 2.0, K).astype(np.float32) if name in NEEDS_IMATRIX else None
+        base.ggml_quantize_chunk(tid, wf.ctypes.data, w.ctypes.data, 0, M, K,
+                                 None if imatrix is None else imatrix.ctypes.data)
         tr = cpu.ggml_get_type_traits_cpu(tid).contents
         act = cpu.ggml_get_type_traits_cpu(tr.vec_dot_type).contents
         y = np.zeros((N_ACT, base.ggml_row_size(tr.vec_dot_type, K)), np.uint8)

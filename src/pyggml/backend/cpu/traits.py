@@ -23,6 +23,9 @@ from .quants.dots import (
     _dq_q5_0,
     _dq_q6_k,
     _dq_q8_0,
+    _mv1_iq2_s,
+    _mv1_iq2_xs,
+    _mv1_iq2_xxs,
     _mv1_iq3_s,
     _mv1_iq3_xxs,
     _mv1_iq4_nl,
@@ -35,6 +38,9 @@ from .quants.dots import (
     _mv1_q5_k,
     _mv1_q6_k,
     _mv1_q8_0,
+    _mv_iq2_s,
+    _mv_iq2_xs,
+    _mv_iq2_xxs,
     _mv_iq3_s,
     _mv_iq3_xxs,
     _mv_iq4_nl,
@@ -71,6 +77,7 @@ Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL = (GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q
                                         GGMLType.Q5_1, GGMLType.IQ4_NL)
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K
 IQ4_XS, IQ3_S, IQ3_XXS = GGMLType.IQ4_XS, GGMLType.IQ3_S, GGMLType.IQ3_XXS
+IQ2_XXS, IQ2_XS, IQ2_S = GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ2_S
 F32, F16 = GGMLType.F32, GGMLType.F16
 
 
@@ -198,6 +205,36 @@ def k_mv_iq3_xxs(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 
 @jit_kernel
+def k_mm_iq2_xxs(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv_iq2_xxs)
+
+
+@jit_kernel
+def k_mv_iq2_xxs(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_iq2_xxs)
+
+
+@jit_kernel
+def k_mm_iq2_xs(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv_iq2_xs)
+
+
+@jit_kernel
+def k_mv_iq2_xs(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_iq2_xs)
+
+
+@jit_kernel
+def k_mm_iq2_s(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv_iq2_s)
+
+
+@jit_kernel
+def k_mv_iq2_s(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _matvec_q(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_iq2_s)
+
+
+@jit_kernel
 def k_gemm_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
     gemm.gemm_tiles(node, ith, nth, ctrl, rec(node)[AUX + 1], 256, gemm.SB_BYTES, 16, _quantize_q8_k,
                     gemm.repack_q4_k, gemm._q4k_4, gemm._q4k_1, gemm._q4k_one4, gemm._q4k_one1, _mv_q4_k)
@@ -281,6 +318,21 @@ def k_mmid_iq3_s(node, ith, nth, ctrl):  # pragma: no cover - compiled
 @jit_kernel
 def k_mmid_iq3_xxs(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _mul_mat_id(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_iq3_xxs)
+
+
+@jit_kernel
+def k_mmid_iq2_xxs(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _mul_mat_id(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_iq2_xxs)
+
+
+@jit_kernel
+def k_mmid_iq2_xs(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _mul_mat_id(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_iq2_xs)
+
+
+@jit_kernel
+def k_mmid_iq2_s(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _mul_mat_id(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _mv1_iq2_s)
 
 
 @jit_kernel
@@ -436,6 +488,12 @@ TYPE_TRAITS_CPU: dict[GGMLType, TypeTraitsCPU] = {
                          row_dot1=_mv1_iq3_s),
     IQ3_XXS: TypeTraitsCPU(_Q8_K, _mv_iq3_xxs, None, ALL_COLS, k_mm_iq3_xxs, k_mv_iq3_xxs, mmid=k_mmid_iq3_xxs,
                            row_dot1=_mv1_iq3_xxs),
+    IQ2_XXS: TypeTraitsCPU(_Q8_K, _mv_iq2_xxs, None, ALL_COLS, k_mm_iq2_xxs, k_mv_iq2_xxs, mmid=k_mmid_iq2_xxs,
+                           row_dot1=_mv1_iq2_xxs),
+    IQ2_XS: TypeTraitsCPU(_Q8_K, _mv_iq2_xs, None, ALL_COLS, k_mm_iq2_xs, k_mv_iq2_xs, mmid=k_mmid_iq2_xs,
+                          row_dot1=_mv1_iq2_xs),
+    IQ2_S: TypeTraitsCPU(_Q8_K, _mv_iq2_s, None, ALL_COLS, k_mm_iq2_s, k_mv_iq2_s, mmid=k_mmid_iq2_s,
+                         row_dot1=_mv1_iq2_s),
 }
 #: the types with fused integer row dots (the numpy path's decode products)
 FUSED = frozenset(t for t, tr in TYPE_TRAITS_CPU.items() if tr.row_dot is not None)

@@ -168,7 +168,8 @@ def _k_acc(kind: int):
 
 
 def _k_kernel(kind: int, batch: bool):
-    """Superblock rows (K_KINDS[kind]: Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_XS, IQ3_S, IQ3_XXS) against activation rows,
+    """Superblock rows (K_KINDS[kind]: Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_XS, IQ3_S, IQ3_XXS,
+    IQ2_XXS, IQ2_XS, IQ2_S) against activation rows,
     four products per call of a kq_intrinsics._sbacc intrinsic. With batch and two or more columns, each superblock
     is decoded once per group of four columns (the last 1-3 as one group), the weight row still in L1 for the next
     group. Otherwise (a decode, or any batch without batch) each column takes four weight rows a quarter of the
@@ -222,10 +223,10 @@ def _k_kernel(kind: int, batch: bool):
     return mv
 
 
-(_mv_q4_k, _mv_q5_k, _mv_q6_k, _mv_q2_k, _mv_q3_k, _mv_iq4_xs, _mv_iq3_s,
- _mv_iq3_xxs) = (_k_kernel(kind, True) for kind in range(len(K_KINDS)))
-(_mv1_q4_k, _mv1_q5_k, _mv1_q6_k, _mv1_q2_k, _mv1_q3_k, _mv1_iq4_xs, _mv1_iq3_s,
- _mv1_iq3_xxs) = (_k_kernel(kind, False) for kind in range(len(K_KINDS)))
+(_mv_q4_k, _mv_q5_k, _mv_q6_k, _mv_q2_k, _mv_q3_k, _mv_iq4_xs, _mv_iq3_s, _mv_iq3_xxs, _mv_iq2_xxs, _mv_iq2_xs,
+ _mv_iq2_s) = (_k_kernel(kind, True) for kind in range(len(K_KINDS)))
+(_mv1_q4_k, _mv1_q5_k, _mv1_q6_k, _mv1_q2_k, _mv1_q3_k, _mv1_iq4_xs, _mv1_iq3_s, _mv1_iq3_xxs, _mv1_iq2_xxs,
+ _mv1_iq2_xs, _mv1_iq2_s) = (_k_kernel(kind, False) for kind in range(len(K_KINDS)))
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,7 +9,9 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
+from ....quants.iq2_tables import common_grid_u64
 from ....quants.iq3 import IQ3S_GRID, IQ3XXS_GRID, ksigns_iq2xs
+from ....types import GGMLType
 from ..simd import _AVX2, _AVX512, _F32, _I8, _I16, _I32, _I64, _fp16_lanes, _halves, _insert_lanes, _splat, _vec
 from .intrinsics import (
     _IQ4NL_LUT,
@@ -331,6 +333,74 @@ def _iq3_body(xxs: bool):
     return body
 
 
+def _iq2_body(kind: str):
+    """IQ2_XXS / IQ2_XS / IQ2_S (kind "xxs", "xs", "s") superblock codegen: per column (ab, bb) one <8 x i32> whose
+    lane total is sum over the 8 sub-blocks of 32 of (2*ls + 1) * sum(grid * sign * a) (IQ2_XS/IQ2_S: a scale per
+    16 values), as ggml's vec_dot_iq2_*_q8_K; its 1/8 on the whole sum comes with d (_sbacc's d_scale). Per
+    sub-block the 4 grid points (8 unsigned magnitudes each, a u64 table loaded point by point, as ggml does) and
+    the 32 sign bits applied to the activation. IQ2_XXS: d, then per sub-block 4 index bytes and a u32 of four
+    7-bit sign codes (ksigns_iq2xs) with the scale in its top 4 bits. IQ2_XS: d, a u16 per point (9-bit index,
+    7-bit sign code) at 2, the two 4-bit scales of each sub-block at 66. IQ2_S: d, index bytes at 2 with two more
+    bits each from the qh byte at 66, sign bytes at 34, scales at 74."""
+    grid_name = {"xxs": "pyggml_iq2xxs_grid", "xs": "pyggml_iq2xs_grid", "s": "pyggml_iq2s_grid"}[kind]
+    grid_values = common_grid_u64({"xxs": GGMLType.IQ2_XXS, "xs": GGMLType.IQ2_XS, "s": GGMLType.IQ2_S}[kind])
+
+    def body(builder, wb, cols):
+        def c(v: int) -> ir.Constant:
+            return ir.Constant(_I32, v)
+
+        grid = _table(builder, grid_name, _I64, grid_values)
+        ksigns = _table(builder, "pyggml_ksigns_iq2xs", _I8, ksigns_iq2xs()) if kind != "s" else None
+        zero8 = ir.Constant(_vec(8, _I32), [0] * 8)
+        accs = [zero8] * len(cols)
+        bit_of = _consts(32, [1 << (v % 8) for v in range(32)])
+        for sb in range(8):
+            if kind == "xxs":
+                idx = [builder.zext(builder.load(builder.gep(wb, [ir.Constant(_I64, 2 + 8 * sb + p)])), _I32)
+                       for p in range(4)]
+                aux = builder.load(builder.bitcast(builder.gep(wb, [ir.Constant(_I64, 6 + 8 * sb)]),
+                                                   _I32.as_pointer()), align=1)
+                codes7 = [builder.and_(builder.lshr(aux, c(7 * p)), c(127)) for p in range(4)]
+                scales = [builder.add(builder.shl(builder.lshr(aux, c(28)), c(1)), c(1))]
+            else:
+                if kind == "xs":
+                    words = [builder.zext(builder.load(builder.bitcast(
+                        builder.gep(wb, [ir.Constant(_I64, 2 + 8 * sb + 2 * p)]), ir.IntType(16).as_pointer()),
+                        align=1), _I32) for p in range(4)]
+                    idx = [builder.and_(w, c(511)) for w in words]
+                    codes7 = [builder.lshr(w, c(9)) for w in words]
+                else:
+                    qh = builder.zext(builder.load(builder.gep(wb, [ir.Constant(_I64, 66 + sb)])), _I32)
+                    idx = [builder.or_(builder.zext(builder.load(builder.gep(wb, [ir.Constant(_I64, 2 + 4 * sb + p)])),
+                                                    _I32),
+                                       builder.shl(builder.and_(builder.lshr(qh, c(2 * p)), c(3)), c(8)))
+                           for p in range(4)]
+                sc = builder.zext(builder.load(builder.gep(wb, [ir.Constant(_I64, (66 if kind == "xs" else 74) + sb)])),
+                                  _I32)
+                scales = [builder.add(builder.shl(builder.and_(v, c(15)), c(1)), c(1))
+                          for v in (sc, builder.lshr(sc, c(4)))]
+            pts = ir.Constant(_vec(4, _I64), ir.Undefined)
+            for p in range(4):
+                pts = builder.insert_element(pts, builder.load(builder.gep(grid, [c(0), idx[p]])), c(p))
+            codes = builder.bitcast(pts, _vec(32))
+            if kind == "s":  # <4 x i8>: bit j of byte p signs value 8p + j
+                sbytes = _load_at(builder, wb, 34 + 4 * sb, 4)
+            else:
+                sbytes = ir.Constant(_vec(4), ir.Undefined)
+                for p in range(4):
+                    sbytes = builder.insert_element(sbytes, builder.load(builder.gep(ksigns, [c(0), codes7[p]])), c(p))
+            spread = builder.shuffle_vector(sbytes, ir.Constant(sbytes.type, ir.Undefined),
+                                            _idx([v // 8 for v in range(32)]))
+            neg = builder.icmp_unsigned("!=", builder.and_(spread, bit_of), _consts(32, [0] * 32))
+            for k, (ab, _) in enumerate(cols):
+                a32 = _load_at(builder, ab, 32 * sb, 32)
+                signed = builder.select(neg, builder.sub(_consts(32, [0] * 32), a32), a32)
+                accs[k] = builder.add(accs[k], _scaled_lanes8(builder, codes, signed, scales))
+        return [[acc] for acc in accs]
+
+    return body
+
+
 _q6_body = _sub16_body(_q6_codes, lambda builder, wb: _load_at(builder, wb, 192, 16), _offset_tail(5))
 _q3_body = _sub16_body(_q3_codes, _q3_scales, _offset_tail(2))
 _q2_body = _sub16_body(_q2_codes, _q2_scale_bytes, _q2_tail)
@@ -437,7 +507,9 @@ def _sbacc(body, d_at: tuple[int, ...], block_bytes: int, d_scale: float, rows: 
 _TYPES = {"q4_k": (_k4_body(False), (0, 2), 144, 1.0), "q5_k": (_k4_body(True), (0, 2), 176, 1.0),
           "q6_k": (_q6_body, (208,), 210, 1.0), "q2_k": (_q2_body, (80, 82), 84, 1.0),
           "q3_k": (_q3_body, (108,), 110, 1.0), "iq4_xs": (_iq4xs_body, (0,), 136, 1.0),
-          "iq3_s": (_iq3_body(False), (0,), 110, 1.0), "iq3_xxs": (_iq3_body(True), (0,), 98, 0.25)}
+          "iq3_s": (_iq3_body(False), (0,), 110, 1.0), "iq3_xxs": (_iq3_body(True), (0,), 98, 0.25),
+          "iq2_xxs": (_iq2_body("xxs"), (0,), 66, 0.125), "iq2_xs": (_iq2_body("xs"), (0,), 74, 0.125),
+          "iq2_s": (_iq2_body("s"), (0,), 82, 0.125)}
 #: superblock bytes per type
 BLOCK_BYTES = {name: spec[2] for name, spec in _TYPES.items()}
 #: per type its intrinsics (see _sbacc), named as the row dots' (intrinsics.RowDots): one weight row, a decode's four
