@@ -27,7 +27,7 @@ from pyggml.types import GGMLType
 T = GGMLType
 NMSE_MATMUL = 5e-4
 #: every type with a fused kernel, plus types that only take the BLAS path
-TYPES = [*sorted(traits.FUSED, key=int), T.IQ1_M, T.F16, T.BF16, T.F32]  # IQ1_M: dequantize + BLAS
+TYPES = [*sorted(traits.FUSED, key=int), T.TQ2_0, T.F16, T.BF16, T.F32]  # TQ2_0: dequantize + BLAS
 #: 1: decode; 3: fused small batch; 40: BLAS tiles (test_crossover_boundaries covers the edges)
 COLS = [1, 3, 40]
 

@@ -239,8 +239,8 @@ def _q0_tile(rn: int, kind: int):
 
 
 _q8_0_n, _q8_0_1 = _q0_tile(TILE_N, 0), _q0_tile(1, 0)
-_q4_0_n, _q4_0_1 = _q0_tile(TILE_N, 1), _q0_tile(1, 1)
-_iq4_nl_n, _iq4_nl_1 = _q0_tile(TILE_N, 2), _q0_tile(1, 2)
+_q4_0_n, _q4_0_2, _q4_0_1 = _q0_tile(TILE_N, 1), _q0_tile(2, 1), _q0_tile(1, 1)
+_iq4_nl_n, _iq4_nl_2, _iq4_nl_1 = _q0_tile(TILE_N, 2), _q0_tile(2, 2), _q0_tile(1, 2)
 
 
 def prod_bytes(k: int) -> int:
@@ -250,7 +250,10 @@ def prod_bytes(k: int) -> int:
 
 def _q0_kernel(kind: int):
     """The repacked Q8_0/Q4_0/IQ4_NL MUL_MAT's (chunks, run) for gemm.walk (kind 0/1/2, a closure constant: each
-    kernel compiles its own tiles only): chunks of groups, column block by column block."""
+    kernel compiles its own tiles only): chunks of groups, column block by column block. Two activation rows (two
+    requests decoding together) take a two-row tile for the 4-bit kinds (Q4_0 8960 x 1536, 2 threads: 1.21x a
+    one-row product's time, against 1.57x as two one-row passes) but the one-row tile twice for Q8_0, whose codes
+    need no decoding (1.32x, against 1.54x as a pair: the pair's scale products take a pass of their own)."""
     cb = 32 if kind == 0 else 16
 
     @numba.njit(**_opts)
@@ -277,24 +280,29 @@ def _q0_kernel(kind: int):
             for gi in range(g0, g1):
                 ga = w + gi * gbytes
                 j = j0
-                while j < j1:
+                while j < j1:  # TILE_N rows at a time; the 4-bit kinds take the last two as a pair
                     qa, da, st, out = qa_at + j * k, da_at + 4 * j * nb, st_at + j * k, d + 4 * (j * m + GROUP * gi)
-                    full = j1 - j >= TILE_N
+                    g = min(TILE_N, j1 - j)
                     if kind == 0:
-                        if full:
+                        if g == TILE_N:
                             _q8_0_n(ga, nb, qa, k, da, st, out, 4 * m, prod)
                         else:
+                            g = 1
                             _q8_0_1(ga, nb, qa, k, da, st, out, 4 * m, prod)
                     elif kind == 1:
-                        if full:
+                        if g == TILE_N:
                             _q4_0_n(ga, nb, qa, k, da, st, out, 4 * m, prod)
+                        elif g == 2:
+                            _q4_0_2(ga, nb, qa, k, da, st, out, 4 * m, prod)
                         else:
                             _q4_0_1(ga, nb, qa, k, da, st, out, 4 * m, prod)
-                    elif full:
+                    elif g == TILE_N:
                         _iq4_nl_n(ga, nb, qa, k, da, st, out, 4 * m, prod)
+                    elif g == 2:
+                        _iq4_nl_2(ga, nb, qa, k, da, st, out, 4 * m, prod)
                     else:
                         _iq4_nl_1(ga, nb, qa, k, da, st, out, 4 * m, prod)
-                    j += TILE_N if full else 1
+                    j += g
         return g0 * GROUP, g1 * GROUP
 
     return chunks, run
