@@ -146,6 +146,24 @@ def f16_round8(typingctx, src, dst):
 
 
 @intrinsic
+def f16_mad8(typingctx, v, acc, s):
+    """acc[i] = fp16(fma(v[i], s, acc[i])) for the 8 fp16 values at v and the 8 floats at acc (kept widened):
+    ggml_vec_mad_f16's step on an fp16 accumulator, one pass where a widen, an fma loop and a rounding took three
+    (use where _F16C)."""
+    sig = types.void(types.int64, types.int64, types.float32)
+
+    def codegen(context, builder, sig, args):
+        f8, h8 = _vec(8, ir.FloatType()), _vec(8, ir.HalfType())
+        vv = builder.fpext(builder.load(builder.inttoptr(args[0], h8.as_pointer()), align=2), f8)
+        ap = builder.inttoptr(args[1], f8.as_pointer())
+        r = _fma(builder, vv, _splat(builder, args[2], 8), builder.load(ap, align=4))
+        builder.store(builder.fpext(builder.fptrunc(r, h8), f8), ap, align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
 def f16_widen8(typingctx, src, dst):
     """The 8 fp16 values at src stored as f32 at dst (vcvtph2ps; use where _F16C)."""
     sig = types.void(types.int64, types.int64)

@@ -41,7 +41,7 @@ from ..jit import Choice, jit_kernel, selector
 from ..jit.mathf import libm_expf, v_expf
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, params_f32, rec, row_index, span
 from ..native import f32_bits, f32p, fmaf, i64p, u16p
-from ..simd import _F16C, TAB_ADDR, _fma, _splat, f16_bits, f16_round8, f16_widen8
+from ..simd import _F16C, TAB_ADDR, _fma, _splat, f16_bits, f16_mad8, f16_round8, f16_widen8
 from ..threads import C_WDATA, available_cores, barrier
 from .elementwise_jit import rows_contiguous
 from .mat_f_jit import vec_dot_f16, vec_dot_f32
@@ -197,11 +197,16 @@ def _one_chunk(q, kb, nbk1, vb, nbv1, mp, slope, scale, softcap, ic0, ic1, dk, d
                 _round_f16_row(acc, dv, tab)
         else:
             vs = libm_expf(s - big)
-        _load_row(vb + ic * nbv1, dv, half, vrow, tab)
-        for i in range(dv):
-            acc[i] = fmaf(vrow[i], vs, acc[i])
-        if half:
-            _round_f16_row(acc, dv, tab)
+        if half and _F16C and dv % 8 == 0:  # ggml_vec_mad_f16 in one pass, 8 values at a time
+            vrow_at, acc_at = vb + ic * nbv1, acc.ctypes.data
+            for i in range(0, dv, 8):
+                f16_mad8(vrow_at + 2 * i, acc_at + 4 * i, vs)
+        else:
+            _load_row(vb + ic * nbv1, dv, half, vrow, tab)
+            for i in range(dv):
+                acc[i] = fmaf(vrow[i], vs, acc[i])
+            if half:
+                _round_f16_row(acc, dv, tab)
         total = fmaf(total, ms, vs)
     return big, total
 
