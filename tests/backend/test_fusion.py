@@ -180,7 +180,8 @@ def test_gate_and_up_products_and_their_glu_plain(monkeypatch: pytest.MonkeyPatc
     _ffn_case(monkeypatch, ty, False, 1, glu, m=1003)
 
 
-@pytest.mark.parametrize("ty", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.IQ4_NL])
+@pytest.mark.parametrize("ty", [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0,
+                                GGMLType.IQ4_NL])
 @pytest.mark.parametrize("n", [1, 5])
 def test_gate_and_up_products_and_their_glu_repacked(monkeypatch: pytest.MonkeyPatch, ty: GGMLType, n: int) -> None:
     if ty not in repacked.TYPES:
@@ -210,7 +211,8 @@ def _product_after(ty: GGMLType, k: int, m: int, n: int, after: str) -> tuple[Gr
     return graph, nodes, buf
 
 
-@pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q4_0, GGMLType.IQ4_NL])
+@pytest.mark.parametrize("ty", [GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q4_0, GGMLType.Q5_0,
+                                GGMLType.IQ4_NL])
 @pytest.mark.parametrize(("n", "after"), [(1, "b"), (37, "br"), (5, "bg"), (9, "g"), (37, "brg")])
 def test_a_repacked_product_and_the_adds_and_gelu_after_it(monkeypatch: pytest.MonkeyPatch, ty: GGMLType, n: int,
                                                             after: str) -> None:

@@ -14,7 +14,7 @@ from pyggml.backend.cpu.traits import MATVEC_MAX_COLS
 from pyggml.backend.errors import NotSupportedError
 from pyggml.types import GGMLType
 
-LAYOUT_TYPES = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.IQ4_NL]
+LAYOUT_TYPES = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.IQ4_NL]
 
 
 def _need(ty: GGMLType) -> None:

@@ -19,8 +19,9 @@ This is the same idea for pyggml's kernels (quants/repacked.py), in layouts of o
   masks, where the GGUF rows took a gather of 8 rows per step. In read order, because the hardware
   prefetcher follows one forward stream: with each half's qh words after all its ql words a one-row product
   of 8960 x 1536 read 9 GB/s on one thread, against 21 in this order.
-* **Q8_0, Q4_0, IQ4_NL**, groups of 4 rows (the register tile's height), same size as the source:
-  per block the 4 rows' fp16 scales (one 8-byte load), then the 4 rows' codes. Q8_0 codes are
+* **Q8_0, Q4_0, Q5_0, IQ4_NL**, groups of 4 rows (the register tile's height), same size as the source:
+  per block the 4 rows' fp16 scales (one 8-byte load), then the 4 rows' codes (Q5_0: each row's high-bit word
+  and its 16 nibble bytes, as in the GGUF block). Q8_0 codes are
   stored offset to unsigned (``w ^ 0x80 = w + 128``) so vpdpbusd multiplies them by the signed
   activations directly; the 4-bit types keep their packed nibbles and go through a 16-byte table.
 
@@ -38,7 +39,8 @@ import numpy as np
 from ...types import GGMLType
 
 #: rows interleaved per group, by type
-GROUP_ROWS = {GGMLType.Q4_K: 8, GGMLType.Q6_K: 8, GGMLType.Q8_0: 4, GGMLType.Q4_0: 4, GGMLType.IQ4_NL: 4}
+GROUP_ROWS = {GGMLType.Q4_K: 8, GGMLType.Q6_K: 8, GGMLType.Q8_0: 4, GGMLType.Q4_0: 4, GGMLType.Q5_0: 4,
+              GGMLType.IQ4_NL: 4}
 #: bytes of one Q4_K superblock of a group of 8 rows: codes, scales, mins, d, dmin
 Q4K_CODES, Q4K_SCALES, Q4K_MINS, Q4K_D, Q4K_DMIN = 0, 1024, 1088, 1152, 1168
 Q4K_GROUP_BYTES = 1184
@@ -142,7 +144,7 @@ def _unpack_q6_k(rp: np.ndarray, m: int, nsb: int) -> np.ndarray:
 
 
 def _repack_q0(blk: np.ndarray, flip: bool, out: np.ndarray) -> None:
-    """blk: (m, nb, 2 + cb) Q8_0/Q4_0/IQ4_NL blocks -> out (m/4, nb, 4 * (2 + cb)): per block the 4 rows' fp16
+    """blk: (m, nb, 2 + cb) Q8_0/Q4_0/Q5_0/IQ4_NL blocks -> out (m/4, nb, 4 * (2 + cb)): per block the 4 rows' fp16
     scales, then their codes (flip: Q8_0's offset to unsigned)."""
     m, nb, bb = blk.shape
     g = blk.reshape(m // 4, 4, nb, bb).transpose(0, 2, 1, 3)  # (G, nb, 4, bb)

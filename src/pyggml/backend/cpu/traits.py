@@ -66,6 +66,8 @@ from .quants.repacked import (
     _q4_0_run,
     _q4k_chunks,
     _q4k_run,
+    _q5_0_chunks,
+    _q5_0_run,
     _q6k_chunks,
     _q6k_run,
     _q8_0_chunks,
@@ -394,6 +396,11 @@ def k_rep_q4_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 
 @jit_kernel
+def k_rep_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    gemm.walk(node, ith, nth, ctrl, _quantize_q8_0_lanes, 32, 4, _q5_0_chunks, _q5_0_run, 0)
+
+
+@jit_kernel
 def k_rep_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
     gemm.walk(node, ith, nth, ctrl, _quantize_q8_k, 256, 16, _q6k_chunks, _q6k_run, 0)
 
@@ -469,7 +476,7 @@ TYPE_TRAITS_CPU: dict[GGMLType, TypeTraitsCPU] = {
     Q4_0: TypeTraitsCPU(_Q8_0, _mv_q4_0, _dq_q4_0, ALL_COLS, k_mm_q4_0, k_mv_q4_0, tiles=k_tiles_q4_0,
                         mmid=k_mmid_q4_0, get_rows=k_get_rows_q4_0, repacked=k_rep_q4_0, row_dot1=_mv1_q4_0),
     Q5_0: TypeTraitsCPU(_Q8_0, _mv_q5_0, _dq_q5_0, ALL_COLS, k_mm_q5_0, k_mv_q5_0, tiles=k_tiles_q5_0,
-                        mmid=k_mmid_q5_0, get_rows=k_get_rows_q5_0, row_dot1=_mv1_q5_0),
+                        mmid=k_mmid_q5_0, get_rows=k_get_rows_q5_0, repacked=k_rep_q5_0, row_dot1=_mv1_q5_0),
     IQ4_NL: TypeTraitsCPU(_Q8_0, _mv_iq4_nl, None, ALL_COLS, k_mm_iq4_nl, k_mv_iq4_nl, mmid=k_mmid_iq4_nl,
                           repacked=k_rep_iq4_nl, row_dot1=_mv1_iq4_nl),
     Q4_1: TypeTraitsCPU(_Q8_0, _mv_q4_1, None, 8),

@@ -45,6 +45,8 @@ from ..quants.repacked import (
     _q4_0_run,
     _q4k_chunks,
     _q4k_run,
+    _q5_0_chunks,
+    _q5_0_run,
     _q6k_chunks,
     _q6k_run,
     _q8_0_chunks,
@@ -179,6 +181,11 @@ def k_gu_rep_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 
 @jit_kernel
+def k_gu_rep_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _gate_up(node, ith, nth, ctrl, _quantize_q8_0_lanes, 32, 4, _q5_0_chunks, _q5_0_run, 0)
+
+
+@jit_kernel
 def k_gu_rep_iq4_nl(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _gate_up(node, ith, nth, ctrl, _quantize_q8_0_lanes, 32, 4, _iq4_nl_chunks, _iq4_nl_run, 0)
 
@@ -196,7 +203,8 @@ _PLAIN_BATCH = {traits(ty).mm: fused for ty, fused in ((Q8_0, k_gu_mm_q8_0), (Q4
                                                         (Q5_K, k_gu_mm_q5_k), (Q6_K, k_gu_mm_q6_k))}
 _REPACKED = {traits(ty).repacked: fused for ty, fused in ((Q4_K, k_gu_rep_q4_k), (Q6_K, k_gu_rep_q6_k),
                                                           (Q8_0, k_gu_rep_q8_0),
-                                                          (Q4_0, k_gu_rep_q4_0), (IQ4_NL, k_gu_rep_iq4_nl))}
+                                                          (Q4_0, k_gu_rep_q4_0), (Q5_0, k_gu_rep_q5_0),
+                                                          (IQ4_NL, k_gu_rep_iq4_nl))}
 _FUSED_KERNELS = {*_PLAIN.values(), *_PLAIN_BATCH.values(), *_REPACKED.values()}
 _GLUS = (_GEGLU, _SWIGLU, _REGLU)
 

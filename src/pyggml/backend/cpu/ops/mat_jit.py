@@ -71,12 +71,10 @@ def _quantized_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice | None:
 def _repacked_choice(node: Tensor, a: Tensor, b: Tensor) -> Choice:
     """The kernel for a MUL_MAT whose weight ``a`` is repacked (repack_buffer.supports_op has accepted it)."""
     n, k = b.ne[1] * b.ne[2] * b.ne[3], a.ne[0]
-    kern = traits(a.type).repacked
-    if a.type == GGMLType.Q4_K:
-        return Choice(kern, wsize=gemm.act_bytes(n, k, 256, 16))
-    act = gemm.act_bytes(n, k, *repacked.ACT_BLOCK)
-    per_thread = repacked.prod_bytes(k)
-    return Choice(kern, ints=(act, per_thread), wsize=act + available_cores() * per_thread)
+    tr = traits(a.type)
+    # the K-quants' activations are Q8_K rows; the Q8_0 family's carry their starting lanes (repacked.ACT_BLOCK)
+    return Choice(tr.repacked, wsize=gemm.act_bytes(n, k, *(tr.act_block if tr.act_block[0] == 256
+                                                            else repacked.ACT_BLOCK)))
 
 
 @selector(Op.MUL_MAT)

@@ -30,6 +30,8 @@ from ..quants.repacked import (
     _q4_0_run,
     _q4k_chunks,
     _q4k_run,
+    _q5_0_chunks,
+    _q5_0_run,
     _q6k_chunks,
     _q6k_run,
     _q8_0_chunks,
@@ -111,6 +113,11 @@ def k_mm_add_rep_q4_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
 
 
 @jit_kernel
+def k_mm_add_rep_q5_0(node, ith, nth, ctrl):  # pragma: no cover - compiled
+    _mm_add(node, ith, nth, ctrl, _quantize_q8_0_lanes, 32, 4, _q5_0_chunks, _q5_0_run)
+
+
+@jit_kernel
 def k_mm_add_rep_iq4_nl(node, ith, nth, ctrl):  # pragma: no cover - compiled
     _mm_add(node, ith, nth, ctrl, _quantize_q8_0_lanes, 32, 4, _iq4_nl_chunks, _iq4_nl_run)
 
@@ -128,6 +135,7 @@ def k_mm_add_rep_q6_k(node, ith, nth, ctrl):  # pragma: no cover - compiled
 #: the repacked product kernel (traits.py) -> its fused kernel
 _FUSED = {traits(ty).repacked: fused for ty, fused in ((GGMLType.Q8_0, k_mm_add_rep_q8_0),
                                                        (GGMLType.Q4_0, k_mm_add_rep_q4_0),
+                                                       (GGMLType.Q5_0, k_mm_add_rep_q5_0),
                                                        (GGMLType.IQ4_NL, k_mm_add_rep_iq4_nl),
                                                        (GGMLType.Q4_K, k_mm_add_rep_q4_k),
                                                        (GGMLType.Q6_K, k_mm_add_rep_q6_k))}

@@ -7,16 +7,16 @@ decoding (the scratch-tile kernels of gemm.py and q0tiles.py redo that work on e
   codes per byte split with a shift and a mask in registers (Q6_K: its two high bits or-ed in from the qh
   words), scales widened from bytes. A decode is the same tile with one activation row: 8 weight rows a lane
   each, no horizontal sums, one group at a time (one read stream, Q4K_STREAM_COLS).
-* **Q8_0, Q4_0, IQ4_NL** (VNNI): register tiles of the group's 4 rows x 3 activation rows (1 for a
+* **Q8_0, Q4_0, Q5_0, IQ4_NL** (VNNI): register tiles of the group's 4 rows x 3 activation rows (1 for a
   decode). Codes are unsigned (Q8_0 stored as w + 128; the 4-bit types looked up in a 16-byte table of
-  value + 128, vpshufb), so vpdpbusd takes them against the signed activations directly; each lane
-  starts at -128 * (its activation quad's sum), so one vpdpbusd ends it at exactly sum(w * a). Those starting
-  lanes are made once per activation row with its quantization (quantize._quantize_q8_0_lanes), not once per
-  group: each took a vpdpbusd and a subtraction per activation block and group, an eighth of the tile's
-  vector work on the two pipes that also run its vpdpbusd and fma.
+  value + 128, vpshufb; Q5_0's nibbles with their fifth bit, + 112), so vpdpbusd takes them against the
+  signed activations directly; each lane starts at -128 * (its activation quad's sum), so one vpdpbusd ends it
+  at exactly sum(w * a). Those starting lanes are made once per activation row with its quantization
+  (quantize._quantize_q8_0_lanes), not once per group: each took a vpdpbusd and a subtraction per activation
+  block and group, an eighth of the tile's vector work on the two pipes that also run its vpdpbusd and fma.
 
 Outputs have the bits of the kernels they replace: the same integer sums and float steps (Q4_K/Q6_K: the
-mat-vec's per-lane steps; Q8_0/Q4_0/IQ4_NL: 8 lanes, fma, hsum, as quants.intrinsics._rowdot_blocks).
+mat-vec's per-lane steps; Q8_0/Q4_0/Q5_0/IQ4_NL: 8 lanes, fma, hsum, as quants.intrinsics._rowdot_blocks).
 tests/backend/test_repack.py compares them.
 """
 
@@ -33,19 +33,20 @@ from ....quants.jitcache import variant
 from ....types import GGMLType
 from ..jit import enabled as jit_enabled
 from ..jit.mathf import LANES
-from ..jit.record import AUX, T_DST, T_SRC0, chunk_bounds, rec
+from ..jit.record import T_DST, T_SRC0, chunk_bounds, rec
 from ..repack import Q4K_GROUP_BYTES, Q6K_GROUP_BYTES
 from ..simd import _F16C, _F32, _I8, _I32, _I64, _VNNI, _fma, _hsum8, _vec
 from . import gemm
 from .gemm import _at, _opts, _splat_f32
-from .intrinsics import _COL_BLOCK_BYTES, _dpbusd, _lookup16, _nibbles32, _prefetch_ahead, lut16
+from .intrinsics import _COL_BLOCK_BYTES, _dpbusd, _high_bits32, _lookup16, _nibbles32, _prefetch_ahead, lut16
 
-Q4_K, Q6_K, Q8_0, Q4_0, IQ4_NL = GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.IQ4_NL
+Q4_K, Q6_K, Q8_0, Q4_0, Q5_0, IQ4_NL = (GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q5_0,
+                                       GGMLType.IQ4_NL)
 
 #: the types this CPU has repacked kernels for: the Q4_K/Q6_K tiles need AVX2, the others vpdpbusd; both read
 #: fp16 scales with F16C
 TYPES: frozenset[GGMLType] = frozenset(
-    ([Q4_K, Q6_K] if gemm.AVAILABLE and _F16C else []) + ([Q8_0, Q4_0, IQ4_NL] if _VNNI and _F16C else []))
+    ([Q4_K, Q6_K] if gemm.AVAILABLE and _F16C else []) + ([Q8_0, Q4_0, Q5_0, IQ4_NL] if _VNNI and _F16C else []))
 
 
 def enabled() -> bool:
@@ -162,20 +163,26 @@ GROUP, TILE_N = 4, 3
 ACT_BLOCK = (32, 4)
 
 
+#: code bytes of a row's block in a repacked group, by kind (Q8_0, Q4_0, IQ4_NL, Q5_0: its qh word and nibbles)
+_Q0_CODE_BYTES = (32, 16, 16, 20)
+
+
 def _q0_tile(rn: int, kind: int):
-    """tile(group, nb, qa, k, da, st, out, ocol, prod): a repacked group's 4 rows (kind 0 Q8_0, 1 Q4_0, 2 IQ4_NL)
+    """tile(group, nb, qa, k, da, st, out, ocol): a repacked group's 4 rows (kind 0 Q8_0, 1 Q4_0, 2 IQ4_NL, 3 Q5_0)
     times rn Q8_0 activation rows (qa int8 rows of k, da f32 rows of nb, st the rows' starting lanes: int32 rows
-    of k/4, -128 * each quad's sum); out[j][i] at out + 4*i + j*ocol; prod: scratch for the tile's scale
-    products (rn * nb * 4 floats)."""
-    cb = 32 if kind == 0 else 16  # code bytes of a row's block
+    of k/4, -128 * each quad's sum); out[j][i] at out + 4*i + j*ocol. The scale products d_w * d_a are made
+    block by block beside the sums: a first pass over the group's scales for them (scratch floats, as this had)
+    read the group from memory without the prefetch and made 2-5 rows cost 1.9-4.7x one row's time (Q4_0 8960 x
+    1536, 2 threads) where they now cost 1.4-3.0x."""
+    cb = _Q0_CODE_BYTES[kind]  # code bytes of a row's block
     block = GROUP * (2 + cb)  # a block of the group: 4 fp16 scales, 4 rows of codes
     lut = lut16(range(-8, 8) if kind == 1 else KVALUES_IQ4NL, True)
 
-    def typer(typingctx, group, nb, qa, k, da, st, out, ocol, prod):
-        sig = types.void(*([types.int64] * 9))
+    def typer(typingctx, group, nb, qa, k, da, st, out, ocol):
+        sig = types.void(*([types.int64] * 8))
 
         def codegen(context, builder, sig, args):
-            g_a, nb_v, qa_a, k_v, da_a, st_a, out_a, ocol_v, prod_a = args
+            g_a, nb_v, qa_a, k_v, da_a, st_a, out_a, ocol_v = args
             i8ptr, f32ptr = _I8.as_pointer(), _F32.as_pointer()
             f4, f8, i32x8 = _vec(4, _F32), _vec(8, _F32), _vec(8, _I32)
             c64 = lambda v: ir.Constant(_I64, v)  # noqa: E731
@@ -183,22 +190,11 @@ def _q0_tile(rn: int, kind: int):
             arow = [builder.inttoptr(builder.add(qa_a, builder.mul(k_v, c64(j))), i8ptr) for j in range(rn)]
             darow = [builder.inttoptr(builder.add(da_a, builder.mul(nb_v, c64(4 * j))), f32ptr) for j in range(rn)]
             strow = [builder.inttoptr(builder.add(st_a, builder.mul(k_v, c64(j))), i8ptr) for j in range(rn)]
-            prod_p = builder.inttoptr(prod_a, f32ptr)
 
             def weight_scales(b):  # <4 x float>: the 4 rows' d of block b
                 h = builder.load(_at(builder, gp, builder.mul(b, c64(block)), _vec(4, ir.HalfType())), align=2)
                 return builder.fpext(h, f4)
 
-            def prod_at(j, b):  # &prod[j][b][0]: the layout the products are stored and read in
-                return builder.gep(prod_p, [builder.mul(builder.add(builder.mul(nb_v, c64(j)), b), c64(GROUP))])
-
-            if rn > 1:  # the scale products of all blocks first (one <4 x float> multiply per block and column)
-                with cgutils.for_range(builder, nb_v) as loop:
-                    dw = weight_scales(loop.index)
-                    for j in range(rn):
-                        da = builder.load(builder.gep(darow[j], [loop.index]))
-                        prod4 = builder.fmul(dw, _splat_f32(builder, da, 4))
-                        builder.store(prod4, builder.bitcast(prod_at(j, loop.index), f4.as_pointer()), align=4)
             zero = ir.Constant(f8, [0.0] * 8)
             accs = [[cgutils.alloca_once_value(builder, zero) for _ in range(GROUP)] for _ in range(rn)]
             with cgutils.for_range(builder, nb_v) as loop:
@@ -207,21 +203,24 @@ def _q0_tile(rn: int, kind: int):
                 _prefetch_ahead(builder, blk, block)
                 if kind == 0:
                     u = [builder.load(_at(builder, blk, cb * i, _vec(32, _I8)), align=1) for i in range(GROUP)]
+                elif kind == 3:  # Q5_0: nibbles | the fifth bit, + 112 (value + 128, as the other kinds' codes)
+                    u = [builder.add(builder.or_(
+                        _nibbles32(builder, builder.load(_at(builder, blk, cb * i + 4, _vec(16, _I8)), align=1)),
+                        _high_bits32(builder, builder.load(_at(builder, blk, cb * i, _I32), align=1))),
+                        ir.Constant(_vec(32, _I8), [112] * 32)) for i in range(GROUP)]
                 else:
                     u = [_lookup16(builder, lut, _nibbles32(builder, builder.load(_at(builder, blk, cb * i,
                                                                                        _vec(16, _I8)), align=1)))
                          for i in range(GROUP)]
-                dw = weight_scales(b) if rn == 1 else None  # a decode: the products inline, as the row dots
+                dw = weight_scales(b)
                 for j in range(rn):
                     a = builder.load(_at(builder, arow[j], builder.mul(b, c64(32)), _vec(32, _I8)), align=1)
                     start = builder.load(_at(builder, strow[j], builder.mul(b, c64(32)), i32x8), align=4)
-                    da = builder.load(builder.gep(darow[j], [b])) if dw is not None else None
+                    # the 4 rows' scale products d_w * d_a, one vector multiply (the same bits as four scalar ones)
+                    prod4 = builder.fmul(dw, _splat_f32(builder, builder.load(builder.gep(darow[j], [b])), 4))
                     for i in range(GROUP):
                         lanes = _dpbusd(builder, start, u[i], a)
-                        if dw is not None:
-                            p = builder.fmul(builder.extract_element(dw, ir.Constant(_I32, i)), da)
-                        else:
-                            p = builder.load(builder.gep(prod_at(j, b), [c64(i)]))
+                        p = builder.extract_element(prod4, ir.Constant(_I32, i))
                         acc = accs[j][i]
                         builder.store(_fma(builder, _splat_f32(builder, p, 8), builder.sitofp(lanes, f8),
                                            builder.load(acc)), acc)
@@ -238,23 +237,20 @@ def _q0_tile(rn: int, kind: int):
     return intrinsic(typer)
 
 
-_q8_0_n, _q8_0_1 = _q0_tile(TILE_N, 0), _q0_tile(1, 0)
+_q8_0_n, _q8_0_2, _q8_0_1 = _q0_tile(TILE_N, 0), _q0_tile(2, 0), _q0_tile(1, 0)
 _q4_0_n, _q4_0_2, _q4_0_1 = _q0_tile(TILE_N, 1), _q0_tile(2, 1), _q0_tile(1, 1)
+_q5_0_n, _q5_0_2, _q5_0_1 = _q0_tile(TILE_N, 3), _q0_tile(2, 3), _q0_tile(1, 3)
 _iq4_nl_n, _iq4_nl_2, _iq4_nl_1 = _q0_tile(TILE_N, 2), _q0_tile(2, 2), _q0_tile(1, 2)
 
 
-def prod_bytes(k: int) -> int:
-    """Bytes of a thread's scale-product scratch for rows of k values (TILE_N x blocks x GROUP floats)."""
-    return (4 * TILE_N * (k // 32) * GROUP + 63) // 64 * 64
-
-
 def _q0_kernel(kind: int):
-    """The repacked Q8_0/Q4_0/IQ4_NL MUL_MAT's (chunks, run) for gemm.walk (kind 0/1/2, a closure constant: each
-    kernel compiles its own tiles only): chunks of groups, column block by column block. Two activation rows (two
-    requests decoding together) take a two-row tile for the 4-bit kinds (Q4_0 8960 x 1536, 2 threads: 1.21x a
-    one-row product's time, against 1.57x as two one-row passes) but the one-row tile twice for Q8_0, whose codes
-    need no decoding (1.32x, against 1.54x as a pair: the pair's scale products take a pass of their own)."""
-    cb = 32 if kind == 0 else 16
+    """The repacked Q8_0/Q4_0/IQ4_NL/Q5_0 MUL_MAT's (chunks, run) for gemm.walk (kind 0/1/2/3, a closure constant:
+    each kernel compiles its own tiles only): chunks of groups, column block by column block. Two activation rows
+    (two requests decoding together) take a two-row tile for the kinds with codes to decode (Q4_0 8960 x 1536, 2
+    threads: 1.21x a one-row product's time, against 1.57x as two one-row passes) but the one-row tile twice for
+    Q8_0, whose codes need no decoding (1.32x, against 1.54x as a pair: the pair's scale products take a pass of
+    their own)."""
+    cb = _Q0_CODE_BYTES[kind]
 
     @numba.njit(**_opts)
     @variant(kind)
@@ -271,7 +267,6 @@ def _q0_kernel(kind: int):
         nb = k // 32
         qa_at, da_at, st_at, _, _, _, n = q
         d = r[T_DST]
-        prod = qa_at + r[AUX] + ith * r[AUX + 1]
         gbytes = nb * GROUP * (2 + cb)  # a group's bytes
         col_block = max(TILE_N, (_COL_BLOCK_BYTES // k) // TILE_N * TILE_N)
         g0, g1 = chunk_bounds(m // GROUP, c, n_chunks, LANES // GROUP)
@@ -280,36 +275,44 @@ def _q0_kernel(kind: int):
             for gi in range(g0, g1):
                 ga = w + gi * gbytes
                 j = j0
-                while j < j1:  # TILE_N rows at a time; the 4-bit kinds take the last two as a pair
+                while j < j1:  # TILE_N rows at a time, the last two as a pair
                     qa, da, st, out = qa_at + j * k, da_at + 4 * j * nb, st_at + j * k, d + 4 * (j * m + GROUP * gi)
                     g = min(TILE_N, j1 - j)
                     if kind == 0:
                         if g == TILE_N:
-                            _q8_0_n(ga, nb, qa, k, da, st, out, 4 * m, prod)
+                            _q8_0_n(ga, nb, qa, k, da, st, out, 4 * m)
+                        elif g == 2:
+                            _q8_0_2(ga, nb, qa, k, da, st, out, 4 * m)
                         else:
-                            g = 1
-                            _q8_0_1(ga, nb, qa, k, da, st, out, 4 * m, prod)
+                            _q8_0_1(ga, nb, qa, k, da, st, out, 4 * m)
                     elif kind == 1:
                         if g == TILE_N:
-                            _q4_0_n(ga, nb, qa, k, da, st, out, 4 * m, prod)
+                            _q4_0_n(ga, nb, qa, k, da, st, out, 4 * m)
                         elif g == 2:
-                            _q4_0_2(ga, nb, qa, k, da, st, out, 4 * m, prod)
+                            _q4_0_2(ga, nb, qa, k, da, st, out, 4 * m)
                         else:
-                            _q4_0_1(ga, nb, qa, k, da, st, out, 4 * m, prod)
+                            _q4_0_1(ga, nb, qa, k, da, st, out, 4 * m)
+                    elif kind == 3:
+                        if g == TILE_N:
+                            _q5_0_n(ga, nb, qa, k, da, st, out, 4 * m)
+                        elif g == 2:
+                            _q5_0_2(ga, nb, qa, k, da, st, out, 4 * m)
+                        else:
+                            _q5_0_1(ga, nb, qa, k, da, st, out, 4 * m)
                     elif g == TILE_N:
-                        _iq4_nl_n(ga, nb, qa, k, da, st, out, 4 * m, prod)
+                        _iq4_nl_n(ga, nb, qa, k, da, st, out, 4 * m)
                     elif g == 2:
-                        _iq4_nl_2(ga, nb, qa, k, da, st, out, 4 * m, prod)
+                        _iq4_nl_2(ga, nb, qa, k, da, st, out, 4 * m)
                     else:
-                        _iq4_nl_1(ga, nb, qa, k, da, st, out, 4 * m, prod)
+                        _iq4_nl_1(ga, nb, qa, k, da, st, out, 4 * m)
                     j += g
         return g0 * GROUP, g1 * GROUP
 
     return chunks, run
 
 
-(_q8_0_chunks, _q8_0_run), (_q4_0_chunks, _q4_0_run), (_iq4_nl_chunks, _iq4_nl_run) = (
-    _q0_kernel(kind) for kind in range(3))
+(_q8_0_chunks, _q8_0_run), (_q4_0_chunks, _q4_0_run), (_iq4_nl_chunks, _iq4_nl_run), (_q5_0_chunks, _q5_0_run) = (
+    _q0_kernel(kind) for kind in range(4))
 
 
-__all__ = ["TYPES", "enabled", "prod_bytes"]
+__all__ = ["TYPES", "enabled"]
