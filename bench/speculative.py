@@ -126,9 +126,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; medians are printed (default 2)")
     ap.add_argument("--prompts", default="rename,typehints,write", help=f"of {', '.join(PROMPTS)}")
     ap.add_argument("--modes", default="plain,ngram,draft",
-                    help="of plain, ngram (or ngram-N-M: size_n N, size_m M), draft, and ngram+draft (an n-gram "
-                         "draft where the lookup finds one, else the draft model's) (default: plain,ngram,draft)")
+                    help="of plain, ngram (or ngram-N-M: size_n N, size_m M), draft (or draft-N-P: at most N "
+                         "tokens, p_min P), and ngram+draft (an n-gram draft where the lookup finds one, else the "
+                         "draft model's) (default: plain,ngram,draft)")
     ap.add_argument("--draft-max", type=int, default=3, help="draft model tokens per step (default 3)")
+    ap.add_argument("--draft-p-min", type=float, default=0.0,
+                    help="the draft model stops below this top-token probability (--spec-draft-p-min, default 0)")
     ap.add_argument("--ngram-n", type=int, default=4, help="ngram-simple size_n (default 4)")
     ap.add_argument("--ngram-m", type=int, default=8, help="ngram-simple size_m (default 8)")
     ap.add_argument("--pad", type=int, default=-1,
@@ -154,9 +157,13 @@ def main() -> int:
                 n, m = (int(v) for v in part.split("-")[1:]) if "-" in part else (args.ngram_n, args.ngram_m)
                 out.append(NgramDrafter(n, m))
                 pad = max(pad, m)
-            elif part == "draft":
-                out.append(ModelDrafter(draft_ctx, args.draft_max))
-                pad = max(pad, args.draft_max)
+            elif part.startswith("draft"):  # draft, or draft-N[-P]: at most N tokens, stopping below p_min P
+                n_max, p_min = args.draft_max, args.draft_p_min
+                if "-" in part:
+                    n_max, *rest = part.split("-")[1:]
+                    n_max, p_min = int(n_max), float(rest[0]) if rest else p_min
+                out.append(ModelDrafter(draft_ctx, n_max, p_min=p_min))
+                pad = max(pad, n_max)
             elif part != "plain":
                 raise SystemExit(f"unknown mode {part!r}")
         return out or None, pad if args.pad < 0 else args.pad
