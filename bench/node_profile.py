@@ -56,7 +56,8 @@ def main() -> None:
                                             kv_unified=not args.streams,
                                             flash_attn={"on": True, "off": False}.get(args.flash_attn),
                                             embeddings=not model.arch.has_logits))  # an encoder: embeddings
-    ctx.decode(list(range(1, args.n_past + 1)))
+    for s in range(0, args.n_past, ctx.n_batch):  # the cached tokens, a batch at a time
+        ctx.decode(list(range(s + 1, min(args.n_past, s + ctx.n_batch) + 1)))  # positions continue
     for s in range(1, n_seq):
         ctx.seq_cp(0, s)
 

@@ -145,22 +145,54 @@ def f16_round8(typingctx, src, dst):
     return sig, codegen
 
 
-@intrinsic
-def f16_mad8(typingctx, v, acc, s):
-    """acc[i] = fp16(fma(v[i], s, acc[i])) for the 8 fp16 values at v and the 8 floats at acc (kept widened):
-    ggml_vec_mad_f16's step on an fp16 accumulator, one pass where a widen, an fma loop and a rounding took three
-    (use where _F16C)."""
-    sig = types.void(types.int64, types.int64, types.float32)
+def f16_mad_cells(width: int, n_vec: int):
+    """mad_cells(v, nbv1, cells, msvs, n, acc): for j < n in order, cell c = cells[j] (int64), ms = msvs[2j],
+    vs = msvs[2j + 1] (float32): where ms != 1, acc = fp16(acc * ms) (ggml_vec_scale_f16 on a new maximum),
+    then acc = fp16(fma(V[c], vs, acc)) (ggml_vec_mad_f16), over the width * n_vec floats at acc (kept
+    widened) and the fp16 row of cell c at v + c * nbv1. The accumulator stays in registers over the cells,
+    where a step per cell went through memory and waited on the previous cell's store (a one-chunk row over
+    2048 cells of 128 values, one thread: 32 -> 21 ns a cell with the 16-lane steps, bench/flash_attn.py's
+    kernel loop). Each value's steps are the per-cell ones, so the bits are too (an ms of exactly 1 scales by
+    1: no change to an fp16 value)."""
 
-    def codegen(context, builder, sig, args):
-        f8, h8 = _vec(8, ir.FloatType()), _vec(8, ir.HalfType())
-        vv = builder.fpext(builder.load(builder.inttoptr(args[0], h8.as_pointer()), align=2), f8)
-        ap = builder.inttoptr(args[1], f8.as_pointer())
-        r = _fma(builder, vv, _splat(builder, args[2], 8), builder.load(ap, align=4))
-        builder.store(builder.fpext(builder.fptrunc(r, h8), f8), ap, align=4)
-        return context.get_dummy_value()
+    def typer(typingctx, v, nbv1, cells, msvs, n, acc):
+        sig = types.void(types.int64, types.int64, types.int64, types.int64, types.int64, types.int64)
 
-    return sig, codegen
+        def codegen(context, builder, sig, args):
+            v_a, nbv1_a, cells_a, msvs_a, n_a, acc_a = args
+            fw, hw = _vec(width, ir.FloatType()), _vec(width, ir.HalfType())
+            i64, f32 = ir.IntType(64), ir.FloatType()
+            accp = builder.inttoptr(acc_a, fw.as_pointer())
+            regs = [cgutils.alloca_once_value(builder, builder.load(builder.gep(accp, [ir.Constant(i64, k)]),
+                                                                    align=4)) for k in range(n_vec)]
+            cellp = builder.inttoptr(cells_a, i64.as_pointer())
+            msvsp = builder.inttoptr(msvs_a, f32.as_pointer())
+
+            def round16(x):
+                return builder.fpext(builder.fptrunc(x, hw), fw)
+
+            with cgutils.for_range(builder, n_a) as loop:
+                j = loop.index
+                cell = builder.load(builder.gep(cellp, [j]))
+                ms = builder.load(builder.gep(msvsp, [builder.mul(j, ir.Constant(i64, 2))]))
+                vs = builder.load(builder.gep(msvsp, [builder.add(builder.mul(j, ir.Constant(i64, 2)),
+                                                                  ir.Constant(i64, 1))]))
+                with builder.if_then(builder.fcmp_unordered("!=", ms, ir.Constant(f32, 1.0))):
+                    msv = _splat(builder, ms, width)
+                    for r in regs:
+                        builder.store(round16(builder.fmul(builder.load(r), msv)), r)
+                row = builder.inttoptr(builder.add(v_a, builder.mul(cell, nbv1_a)), hw.as_pointer())
+                vsv = _splat(builder, vs, width)
+                for k, r in enumerate(regs):
+                    vv = builder.fpext(builder.load(builder.gep(row, [ir.Constant(i64, k)]), align=2), fw)
+                    builder.store(round16(_fma(builder, vv, vsv, builder.load(r))), r)
+            for k, r in enumerate(regs):
+                builder.store(builder.load(r), builder.gep(accp, [ir.Constant(i64, k)]), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return intrinsic(typer)
 
 
 @intrinsic

@@ -41,7 +41,7 @@ from ..jit import Choice, jit_kernel, selector
 from ..jit.mathf import libm_expf, v_expf
 from ..jit.record import AUX, T_DST, T_SRC0, T_SRC1, T_SRC2, params_f32, rec, row_index, span
 from ..native import f32_bits, f32p, fmaf, i64p, u16p
-from ..simd import _F16C, TAB_ADDR, _fma, _splat, f16_bits, f16_mad8, f16_round8, f16_widen8
+from ..simd import _AVX512, _F16C, TAB_ADDR, _fma, _splat, f16_bits, f16_mad_cells, f16_round8, f16_widen8
 from ..threads import C_WDATA, available_cores, barrier
 from .elementwise_jit import rows_contiguous
 from .mat_f_jit import vec_dot_f16, vec_dot_f32
@@ -161,11 +161,37 @@ def _load_row(src, n, half, dst, tab):  # pragma: no cover - compiled
             dst[i] = x[i]
 
 
+#: floats a register holds in the value sums (f16_mad_cells), and the cells whose (ms, vs) are kept before they run
+_MAD_W, _MAD_CELLS = (16 if _AVX512 else 8), 64
+_mad8v, _mad4v, _mad2v, _mad1v = (f16_mad_cells(_MAD_W, n) for n in (8, 4, 2, 1))
+
+
 @numba.njit(**_opts)
-def _one_chunk(q, kb, nbk1, vb, nbv1, mp, slope, scale, softcap, ic0, ic1, dk, dv, half, qq, acc, vrow,
+def _mad_cells(vb, nbv1, cells, msvs, n, acc, dv):  # pragma: no cover - compiled
+    """The value sums of the n kept cells (f16_mad_cells), 8, 4, 2 and 1 registers of the accumulator at a time."""
+    at, c_at, m_at = acc.ctypes.data, cells.ctypes.data, msvs.ctypes.data
+    d = 0
+    while dv - d >= 8 * _MAD_W:
+        _mad8v(vb + 2 * d, nbv1, c_at, m_at, n, at + 4 * d)
+        d += 8 * _MAD_W
+    if dv - d >= 4 * _MAD_W:
+        _mad4v(vb + 2 * d, nbv1, c_at, m_at, n, at + 4 * d)
+        d += 4 * _MAD_W
+    if dv - d >= 2 * _MAD_W:
+        _mad2v(vb + 2 * d, nbv1, c_at, m_at, n, at + 4 * d)
+        d += 2 * _MAD_W
+    if dv - d >= _MAD_W:
+        _mad1v(vb + 2 * d, nbv1, c_at, m_at, n, at + 4 * d)
+
+
+@numba.njit(**_opts)
+def _one_chunk(q, kb, nbk1, vb, nbv1, mp, slope, scale, softcap, ic0, ic1, dk, dv, half, qq, acc, vrow, cells, msvs,
                tab):  # pragma: no cover - compiled
     """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query row over cells [ic0, ic1): the row's
-    accumulator (fp16 values when V is F16) in ``acc``; returns its max M and sum S."""
+    accumulator (fp16 values when V is F16) in ``acc``; returns its max M and sum S. With an F16 V the value sums
+    wait: each live cell's (ms, vs) is kept (``cells``, ``msvs``: _MAD_CELLS of them; empty arrays take the steps
+    cell by cell) and every _MAD_CELLS of them run as one pass with the accumulator in registers (_mad_cells), in
+    the same order and with the same steps."""
     xq = numba.carray(f32p(q), dk)
     for i in range(dk):
         qq[i] = xq[i]
@@ -175,6 +201,8 @@ def _one_chunk(q, kb, nbk1, vb, nbv1, mp, slope, scale, softcap, ic0, ic1, dk, d
         acc[i] = 0.0
     m16 = numba.carray(u16p(mp), ic1)
     big, total = _NEG_INF, np.float32(0.0)
+    batched = half and _F16C and dv % _MAD_W == 0 and cells.size == _MAD_CELLS
+    kept = 0
     for ic in range(ic0, ic1):
         mv = slope * tab[m16[ic]] if mp != 0 else np.float32(0.0)
         if mv == _NEG_INF:
@@ -191,16 +219,19 @@ def _one_chunk(q, kb, nbk1, vb, nbv1, mp, slope, scale, softcap, ic0, ic1, dk, d
         if s > big:
             ms = libm_expf(big - s)
             big = s
-            for i in range(dv):
-                acc[i] = acc[i] * ms
-            if half:
-                _round_f16_row(acc, dv, tab)
+            if not batched:
+                for i in range(dv):
+                    acc[i] = acc[i] * ms
+                if half:
+                    _round_f16_row(acc, dv, tab)
         else:
             vs = libm_expf(s - big)
-        if half and _F16C and dv % 8 == 0:  # ggml_vec_mad_f16 in one pass, 8 values at a time
-            vrow_at, acc_at = vb + ic * nbv1, acc.ctypes.data
-            for i in range(0, dv, 8):
-                f16_mad8(vrow_at + 2 * i, acc_at + 4 * i, vs)
+        if batched:
+            cells[kept], msvs[2 * kept], msvs[2 * kept + 1] = ic, ms, vs
+            kept += 1
+            if kept == _MAD_CELLS:
+                _mad_cells(vb, nbv1, cells, msvs, kept, acc, dv)
+                kept = 0
         else:
             _load_row(vb + ic * nbv1, dv, half, vrow, tab)
             for i in range(dv):
@@ -208,6 +239,8 @@ def _one_chunk(q, kb, nbk1, vb, nbv1, mp, slope, scale, softcap, ic0, ic1, dk, d
             if half:
                 _round_f16_row(acc, dv, tab)
         total = fmaf(total, ms, vs)
+    if kept:
+        _mad_cells(vb, nbv1, cells, msvs, kept, acc, dv)
     return big, total
 
 
@@ -420,6 +453,7 @@ def _flash_attn_kernel(half: bool, path: str):
         qq = np.empty(dk, np.float32)
         acc = np.empty(dv, np.float32)
         vrow = np.empty(max(dk, dv), np.float32)
+        cells, msvs = np.empty(_MAD_CELLS, np.int64), np.empty(2 * _MAD_CELLS, np.float32)
         if split:
             # split KV: thread ith's share of the cells for every head, then the heads' partials merged
             cs = (nek1 + nth - 1) // nth
@@ -437,7 +471,7 @@ def _flash_attn_kernel(half: bool, path: str):
                 vb = r[T_SRC2] + (h // (n_head // nev2)) * r[T_SRC2 + 7]
                 mp = mdata + (h % side[_M_NE2]) * side[_M_NB2] if mdata != 0 else 0
                 big, total = _one_chunk(q, kb, r[T_SRC1 + 6], vb, r[T_SRC2 + 6], mp, slopes[h], scale, softcap,
-                                        ic0, ic1, dk, dv, half, qq, acc, vrow, tab)
+                                        ic0, ic1, dk, dv, half, qq, acc, vrow, cells, msvs, tab)
                 if side[_SINKS] != 0 and ic0 == 0:
                     big, total = _sink(acc, dv, big, total, numba.carray(f32p(side[_SINKS]), n_head)[h])
                 parts[o], parts[o + 1] = big, total
@@ -501,7 +535,7 @@ def _flash_attn_kernel(half: bool, path: str):
                 mp = (mdata + iq1 * side[_M_NB1] + (iq2 % side[_M_NE2]) * side[_M_NB2]
                       + (iq3 % side[_M_NE3]) * side[_M_NB3])
             big, total = _one_chunk(q, kb, r[T_SRC1 + 6], vb, r[T_SRC2 + 6], mp, slopes[iq2], scale, softcap,
-                                    0, nek1, dk, dv, half, qq, acc, vrow, tab)
+                                    0, nek1, dk, dv, half, qq, acc, vrow, cells, msvs, tab)
             if side[_SINKS] != 0:
                 big, total = _sink(acc, dv, big, total, numba.carray(f32p(side[_SINKS]), n_head)[iq2])
             _finish(acc, dv, total, r[T_DST] + iq1 * r[T_DST + 7] + iq2 * r[T_DST + 6] + iq3 * r[T_DST + 8])

@@ -55,9 +55,9 @@ def _widen(builder: ir.IRBuilder, v: ir.Value, kind: str) -> ir.Value:
     return v
 
 
-def _load8(builder: ir.IRBuilder, base: ir.Value, i: ir.Value, kind: str) -> ir.Value:
-    """8 weights from element i of ``base`` (fp16, bf16 or f32) as <8 x float>."""
-    v = builder.load(builder.bitcast(builder.gep(base, [i]), ir.VectorType(_elem_type(kind), 8).as_pointer()),
+def _load8(builder: ir.IRBuilder, base: ir.Value, i: ir.Value, kind: str, n: int = 8) -> ir.Value:
+    """n (8 or 16) weights from element i of ``base`` (fp16, bf16 or f32) as <n x float>."""
+    v = builder.load(builder.bitcast(builder.gep(base, [i]), ir.VectorType(_elem_type(kind), n).as_pointer()),
                      align=4 if kind == _F32K else 2)
     return _widen(builder, v, kind)
 
@@ -128,7 +128,9 @@ def _vec_dot_intrinsic(kind: str):
 
     Four <8 x float> accumulators over steps of 32 (fma), reduced as GGML_F32x8_REDUCE (x0+x2, x1+x3,
     then x0+x1, the two 128-bit halves added, two horizontal adds); leftovers added in double for
-    fp16 weights (ggml_float) and in float for f32 weights, as vec.cpp does."""
+    fp16 weights (ggml_float) and in float for f32 weights, as vec.cpp does. With AVX-512 the four are
+    two 16-lane registers, [x0|x1] and [x2|x3], each lane taking the same fmas: half the conversions and
+    fmas issued (attention's scores; F16 weights' products)."""
 
     def typer(typingctx, w, x, n):
         sig = types.float32(types.int64, types.int64, types.int64)
@@ -136,25 +138,31 @@ def _vec_dot_intrinsic(kind: str):
         def codegen(context, builder, sig, args):
             half = kind != _F32K  # leftovers in double, as ggml_vec_dot_f16/bf16 (ggml_float)
             wty = _elem_type(kind)
-            f8 = ir.VectorType(_F32T, 8)
             wbase = builder.inttoptr(args[0], wty.as_pointer())
             xbase = builder.inttoptr(args[1], _F32T.as_pointer())
             n = args[2]
             nsteps = builder.sdiv(n, ir.Constant(_I64, 32))
-            accs = [cgutils.alloca_once_value(builder, ir.Constant(f8, [0.0] * 8)) for _ in range(4)]
-            with cgutils.for_range(builder, nsteps) as loop:
-                i = builder.mul(loop.index, ir.Constant(_I64, 32))
-                for j, acc in enumerate(accs):
-                    o = builder.add(i, ir.Constant(_I64, 8 * j))
-                    xv = builder.load(builder.bitcast(builder.gep(xbase, [o]), f8.as_pointer()), align=4)
-                    builder.store(_fma(builder, _load8(builder, wbase, o, kind), xv, builder.load(acc)), acc)
-            x0, x1, x2, x3 = (builder.load(a) for a in accs)
-            x0 = builder.fadd(builder.fadd(x0, x2), builder.fadd(x1, x3))
             i32 = ir.IntType(32)
 
             def pick(v, idx):
                 return builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
                                               ir.Constant(ir.VectorType(i32, len(idx)), idx))
+
+            width = 16 if _AVX512 else 8  # lanes a register: the accumulators x0..x3 two or one to a register
+            fw = ir.VectorType(_F32T, width)
+            accs = [cgutils.alloca_once_value(builder, ir.Constant(fw, [0.0] * width)) for _ in range(32 // width)]
+            with cgutils.for_range(builder, nsteps) as loop:
+                i = builder.mul(loop.index, ir.Constant(_I64, 32))
+                for j, acc in enumerate(accs):
+                    o = builder.add(i, ir.Constant(_I64, width * j))
+                    xv = builder.load(builder.bitcast(builder.gep(xbase, [o]), fw.as_pointer()), align=4)
+                    builder.store(_fma(builder, _load8(builder, wbase, o, kind, width), xv, builder.load(acc)), acc)
+            if width == 16:  # [x0|x1] + [x2|x3], then its halves: (x0 + x2) + (x1 + x3)
+                x02_13 = builder.fadd(builder.load(accs[0]), builder.load(accs[1]))
+                x0 = builder.fadd(pick(x02_13, list(range(8))), pick(x02_13, list(range(8, 16))))
+            else:
+                x0, x1, x2, x3 = (builder.load(a) for a in accs)
+                x0 = builder.fadd(builder.fadd(x0, x2), builder.fadd(x1, x3))
 
             t0 = builder.fadd(pick(x0, [0, 1, 2, 3]), pick(x0, [4, 5, 6, 7]))
             t1 = builder.fadd(pick(t0, [0, 2]), pick(t0, [1, 3]))  # hadd: (t0+t1, t2+t3)
