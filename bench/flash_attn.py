@@ -22,12 +22,11 @@ import numpy as np
 
 from pyggml.backend.cpu.compute import graph_compute
 from pyggml.backend.cpu.ops import attn_jit
+from pyggml.backend.cpu.simd import F16_TO_F32
 from pyggml.context import Context
 from pyggml.graph import Graph
 from pyggml.ops import builders as B
 from pyggml.types import GGMLType
-
-_TAB = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
 
 
 @numba.njit
@@ -55,11 +54,11 @@ def kernel_loop(n_head: int, n_head_kv: int, dim: int, n_kv: int, reps: int) -> 
     scratch = (np.empty(dim, np.float32), np.empty(dim, np.float32), np.empty(dim, np.float32),
                np.empty(attn_jit._MAD_CELLS, np.int64), np.empty(2 * attn_jit._MAD_CELLS, np.float32))
     args = (q, k, v, mask, n_head, n_head // n_head_kv, dim, n_kv)
-    _rows(*args, 1, *scratch, _TAB)
+    _rows(*args, 1, *scratch, F16_TO_F32)
     best = float("inf")
     for _ in range(3):
         t0 = time.perf_counter()
-        _rows(*args, reps, *scratch, _TAB)
+        _rows(*args, reps, *scratch, F16_TO_F32)
         best = min(best, time.perf_counter() - t0)
     return best / (reps * n_head * n_kv) * 1e9
 

@@ -10,12 +10,9 @@ import numpy as np
 import pytest
 
 from pyggml.backend.cpu.ops import attn_jit
-from pyggml.backend.cpu.simd import _F16C
+from pyggml.backend.cpu.simd import _F16C, F16_TO_F32
 
 pytestmark = pytest.mark.skipif(not _F16C, reason="the kept value sums need F16C")
-
-_tab = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
-
 
 @numba.njit  # not cached: a cache here would outlive edits to the kernels it inlines
 def _row(q, k, v, mask, dk, dv, n, cells, msvs, tab):  # pragma: no cover - compiled
@@ -36,8 +33,9 @@ def _one_row(dk: int, dv: int, n: int, rising: bool, seed: int) -> tuple[tuple, 
     mask = np.zeros(n, np.float16)
     mask[rng.random(n) < 0.2] = -np.inf  # skipped cells
     args = (q, k.view(np.uint16), v.view(np.uint16), mask.view(np.uint16), dk, dv, n)
-    kept = _row(*args, np.empty(attn_jit._MAD_CELLS, np.int64), np.empty(2 * attn_jit._MAD_CELLS, np.float32), _tab)
-    each = _row(*args, np.empty(0, np.int64), np.empty(0, np.float32), _tab)
+    n_kept = attn_jit._MAD_CELLS
+    kept = _row(*args, np.empty(n_kept, np.int64), np.empty(2 * n_kept, np.float32), F16_TO_F32)
+    each = _row(*args, np.empty(0, np.int64), np.empty(0, np.float32), F16_TO_F32)
     return kept, each
 
 

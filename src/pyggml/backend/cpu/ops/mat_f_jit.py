@@ -55,7 +55,7 @@ def _widen(builder: ir.IRBuilder, v: ir.Value, kind: str) -> ir.Value:
     return v
 
 
-def _load8(builder: ir.IRBuilder, base: ir.Value, i: ir.Value, kind: str, n: int = 8) -> ir.Value:
+def _load_lanes(builder: ir.IRBuilder, base: ir.Value, i: ir.Value, kind: str, n: int = 8) -> ir.Value:
     """n (8 or 16) weights from element i of ``base`` (fp16, bf16 or f32) as <n x float>."""
     v = builder.load(builder.bitcast(builder.gep(base, [i]), ir.VectorType(_elem_type(kind), n).as_pointer()),
                      align=4 if kind == _F32K else 2)
@@ -156,7 +156,8 @@ def _vec_dot_intrinsic(kind: str):
                 for j, acc in enumerate(accs):
                     o = builder.add(i, ir.Constant(_I64, width * j))
                     xv = builder.load(builder.bitcast(builder.gep(xbase, [o]), fw.as_pointer()), align=4)
-                    builder.store(_fma(builder, _load8(builder, wbase, o, kind, width), xv, builder.load(acc)), acc)
+                    wv = _load_lanes(builder, wbase, o, kind, width)
+                    builder.store(_fma(builder, wv, xv, builder.load(acc)), acc)
             if width == 16:  # [x0|x1] + [x2|x3], then its halves: (x0 + x2) + (x1 + x3)
                 x02_13 = builder.fadd(builder.load(accs[0]), builder.load(accs[1]))
                 x0 = builder.fadd(pick(x02_13, list(range(8))), pick(x02_13, list(range(8, 16))))
